@@ -1,0 +1,108 @@
+"""Input checks shared by the package's public functions.
+
+Every error names the argument at fault and the shapes (or dtypes) it saw, so that a
+learner reading the traceback knows what to fix without opening the source.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    """Format a shape as ``(2, 3, 4)``."""
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def require_tensor(name: str, x: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
+def require_floating(name: str, x: object) -> None:
+    require_tensor(name, x)
+    if not x.is_floating_point():  # type: ignore[union-attr]
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")  # type: ignore[union-attr]
+
+
+def require_rank(name: str, x: Tensor, rank: int, layout: str, *, at_least: bool = False) -> None:
+    """Check ``x.dim() == rank`` (or ``>= rank``); ``layout`` names the dimensions, e.g. ``"(B, L, E)"``."""
+    ok = x.dim() >= rank if at_least else x.dim() == rank
+    if not ok:
+        wanted = f"at least {rank}" if at_least else f"exactly {rank}"
+        raise ValueError(f"{name} must have {wanted} dimensions {layout}, got shape {fmt_shape(x.shape)}")
+
+
+def require_size(name: str, x: Tensor, dim: int, size: int, what: str) -> None:
+    """Check ``x.size(dim) == size``; ``what`` says where ``size`` comes from."""
+    if x.size(dim) != size:
+        raise ValueError(
+            f"{name} has size {x.size(dim)} in dimension {dim} but {what} is {size} "
+            f"({name} has shape {fmt_shape(x.shape)})"
+        )
+
+
+def require_same_dtype_and_device(**tensors: Tensor) -> None:
+    """All tensors share one dtype and one device."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.dtype != first.dtype:
+            raise TypeError(f"{first_name} and {name} must have the same dtype, got {first.dtype} and {t.dtype}")
+        if t.device != first.device:
+            raise ValueError(f"{first_name} and {name} must be on the same device, got {first.device} and {t.device}")
+
+
+def broadcast_batch(**shapes: Sequence[int]) -> torch.Size:
+    """Broadcast the given batch shapes like torch, or raise a ValueError naming them all."""
+    try:
+        return torch.broadcast_shapes(*[torch.Size(s) for s in shapes.values()])
+    except RuntimeError:
+        seen = ", ".join(f"{name} {fmt_shape(s)}" for name, s in shapes.items())
+        raise ValueError(f"the batch dimensions do not broadcast: {seen}") from None
+
+
+def require_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def require_positive_number(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def check_mask(mask: object, target: Sequence[int], *, name: str = "mask", layout: str = "(..., L, S)") -> None:
+    """Check that ``mask`` can be applied to scores of shape ``target``.
+
+    A mask is boolean (``True`` = this query may attend to this key) or floating (added to
+    the scores). It needs at least the two trailing dimensions ``(L or 1, S or 1)`` and must
+    broadcast to ``target`` without adding dimensions or growing it: broadcasting may expand
+    the mask, never the scores.
+    """
+    require_tensor(name, mask)
+    assert isinstance(mask, Tensor)
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(
+            f"{name} must be boolean (True = may attend) or floating (added to the scores), "
+            f"got dtype {mask.dtype}; if 1 means 'may attend', pass {name}.bool()"
+        )
+    if mask.dim() < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dimensions {layout} so that queries and keys are explicit, "
+            f"got shape {fmt_shape(mask.shape)}; a key padding mask of shape (B, S) becomes (B, 1, S) "
+            f"for scores (B, L, S) or (B, 1, 1, S) for scores (B, H, L, S)"
+        )
+    target = torch.Size(target)
+    try:
+        ok = mask.dim() <= len(target) and torch.broadcast_shapes(mask.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {fmt_shape(mask.shape)} does not broadcast to the scores' shape "
+            f"{fmt_shape(target)} {layout}"
+        )

@@ -1,0 +1,115 @@
+"""Scaled dot-product attention (chapter 1).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + Mask) V
+
+The whole algorithm is the five lines at the end of :func:`scaled_dot_product_attention`;
+everything above them checks the input.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._checks import (
+    broadcast_batch,
+    check_mask,
+    fmt_shape,
+    require_floating,
+    require_positive_number,
+    require_rank,
+    require_same_dtype_and_device,
+)
+
+__all__ = ["scaled_dot_product_attention", "safe_softmax"]
+
+
+def safe_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last dimension that gives zeros, not NaN, for a row that is all ``-inf``.
+
+    Half-precision scores are normalised in float32 and cast back.
+
+    Args:
+        scores: ``(..., S)`` floating tensor; ``-inf`` marks a masked entry.
+
+    Returns:
+        ``(..., S)`` weights: each row sums to 1, or is all zeros when every entry was ``-inf``.
+    """
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    compute_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1, dtype=compute_dtype)
+    return weights.masked_fill(empty, 0.0).to(scores.dtype)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Optional[Tensor] = None,
+    *,
+    scale: Optional[float] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Attend from every query to every key and return the weighted sum of the values.
+
+    Args:
+        query: ``(..., L, d_k)``, one row per query position.
+        key: ``(..., S, d_k)``, one row per key position.
+        value: ``(..., S, d_v)``, one row per key position.
+        mask: optional, broadcastable to ``(..., L, S)`` (at least two dimensions; it may be
+            expanded, never the scores). Boolean: ``True`` means this query may attend to this
+            key, the convention of :func:`torch.nn.functional.scaled_dot_product_attention`.
+            Floating: added to the scaled scores (``0`` keeps, ``-inf`` removes).
+        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)``.
+
+    Returns:
+        ``(output, weights)``: output ``(..., L, d_v)`` and weights ``(..., L, S)``, where the
+        leading dimensions are those of the inputs broadcast together as :func:`torch.matmul`
+        does. Each row of ``weights`` sums to 1, except a query row with every key masked
+        (all ``False``, or all ``-inf``): its weights and its output are zeros, never NaN.
+        A float mask of large negative numbers (e.g. ``-1e9``) is not ``-inf``: a row masked
+        that way everywhere gets uniform weights, as in plain softmax.
+
+    Device and dtype follow the inputs (CPU or CUDA; float16, bfloat16, float32, float64).
+    Half-precision weights are normalised in float32 and rounded once.
+
+    Raises:
+        TypeError: an argument is not a floating tensor, the dtypes differ, or the mask is
+            neither boolean nor floating.
+        ValueError: a rank below 2, ``d_k`` or ``S`` that disagree, batch dimensions that do
+            not broadcast, a mask that does not broadcast to ``(..., L, S)``, devices that
+            differ, or a scale that is not a positive number.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_floating(name, x)
+    require_rank("query", query, 2, "(..., L, d_k)", at_least=True)
+    require_rank("key", key, 2, "(..., S, d_k)", at_least=True)
+    require_rank("value", value, 2, "(..., S, d_v)", at_least=True)
+    require_same_dtype_and_device(query=query, key=key, value=value)
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must share the feature size d_k (last dimension): "
+            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same number of positions S (dimension -2): "
+            f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+        )
+    batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
+    if mask is not None:
+        check_mask(mask, (*batch, query.size(-2), key.size(-2)))
+        if mask.device != query.device:
+            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
+    if scale is None:
+        scale = query.size(-1) ** -0.5
+    else:
+        require_positive_number("scale", scale)
+
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    weights = safe_softmax(scores)  # rows sum to 1 over the keys
+    return weights @ value, weights

@@ -1,0 +1,165 @@
+"""Attention masks and the conventions they come in (chapter 3).
+
+This package, like :func:`torch.nn.functional.scaled_dot_product_attention`, uses boolean
+masks where ``True`` means *this query may attend to this key*. ``nn.MultiheadAttention``'s
+``key_padding_mask`` and boolean ``attn_mask`` use the opposite convention (``True`` means
+*ignore*). Floating masks are added to the scores (``0`` keeps, ``-inf`` removes).
+
+==========================================  ===================  =======================
+API                                         boolean ``True``     float mask
+==========================================  ===================  =======================
+``attncourse`` (every function)             may attend           added to the scores
+``F.scaled_dot_product_attention``          may attend           added to the scores
+``nn.MultiheadAttention`` ``attn_mask``     ignore               added to the scores
+``nn.MultiheadAttention`` ``key_padding``   ignore               added to the scores
+==========================================  ===================  =======================
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from ._checks import fmt_shape, require_positive_int, require_tensor
+
+__all__ = [
+    "padding_mask",
+    "causal_mask",
+    "combine_masks",
+    "to_additive",
+    "from_ignore_mask",
+    "to_ignore_mask",
+]
+
+
+def padding_mask(
+    lengths: Union[Tensor, Sequence[int]], max_len: Optional[int] = None, *, device: Optional[torch.device] = None
+) -> Tensor:
+    """Boolean mask of the real (non-padding) positions of a padded batch.
+
+    Args:
+        lengths: ``(B,)`` integer lengths, each in ``[0, max_len]``.
+        max_len: padded length ``S``; defaults to ``max(lengths)``.
+        device: where to build the mask; defaults to that of ``lengths`` (or the CPU).
+
+    Returns:
+        ``(B, S)`` boolean, ``True`` at positions ``j < lengths[b]``. To mask the *keys* of
+        scores ``(B, L, S)`` use ``mask[:, None, :]``; for ``(B, H, L, S)`` use
+        ``mask[:, None, None, :]``.
+    """
+    if not isinstance(lengths, Tensor):
+        lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be one-dimensional (B,), got shape {fmt_shape(lengths.shape)}")
+    if device is not None:
+        lengths = lengths.to(device)
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    elif isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"max_len must be a non-negative integer, got {max_len!r}")
+    elif longest > max_len:
+        raise ValueError(f"lengths must not exceed max_len={max_len}, got {lengths.tolist()}")
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions[None, :] < lengths[:, None]
+
+
+def causal_mask(query_len: int, key_len: Optional[int] = None, *, device: Optional[torch.device] = None) -> Tensor:
+    """Boolean mask that lets each query attend to its own position and earlier ones.
+
+    The last query is aligned with the last key: query ``i`` may attend to key ``j`` when
+    ``j <= i + (key_len - query_len)``. With ``key_len > query_len`` (a decoder whose new
+    queries read a cache of earlier keys) every query sees the whole cache plus the new
+    keys up to its own position. This is the *bottom-right* alignment of FlashAttention;
+    ``is_causal=True`` in :func:`torch.nn.functional.scaled_dot_product_attention` aligns
+    the *top-left* corner instead (``j <= i``), which differs whenever the lengths differ.
+    With ``key_len < query_len`` the first ``query_len - key_len`` queries see no key.
+
+    Args:
+        query_len: ``L``, the number of queries.
+        key_len: ``S``, the number of keys; defaults to ``L``.
+        device: where to build the mask.
+
+    Returns:
+        ``(L, S)`` boolean, ``True`` = may attend.
+    """
+    require_positive_int("query_len", query_len)
+    key_len = query_len if key_len is None else key_len
+    require_positive_int("key_len", key_len)
+    i = torch.arange(query_len, device=device)[:, None]
+    j = torch.arange(key_len, device=device)[None, :]
+    return j <= i + (key_len - query_len)
+
+
+def combine_masks(*masks: Optional[Tensor]) -> Optional[Tensor]:
+    """Combine masks so that a position is kept only if every mask keeps it.
+
+    Boolean masks are combined with logical AND; if any mask is floating, boolean ones are
+    first turned into additive masks and all are summed. ``None`` entries are skipped
+    (``combine_masks()`` and ``combine_masks(None)`` return ``None``). The masks broadcast
+    against each other like torch tensors.
+
+    Example: ``combine_masks(causal_mask(L), padding_mask(lengths)[:, None, :])`` is a
+    ``(B, L, L)`` decoder self-attention mask.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    for k, m in enumerate(present):
+        require_tensor(f"masks[{k}]", m)
+        if m.dtype != torch.bool and not m.is_floating_point():
+            raise TypeError(f"masks[{k}] must be boolean or floating, got dtype {m.dtype}")
+    try:
+        torch.broadcast_shapes(*[m.shape for m in present])
+    except RuntimeError:
+        seen = ", ".join(fmt_shape(m.shape) for m in present)
+        raise ValueError(f"the masks do not broadcast against each other: {seen}") from None
+    floats = [m for m in present if m.is_floating_point()]
+    if not floats:
+        result = present[0]
+        for m in present[1:]:
+            result = result & m
+        return result
+    dtype = floats[0].dtype
+    result = to_additive(present[0], dtype)
+    for m in present[1:]:
+        result = result + to_additive(m, dtype)
+    return result
+
+
+def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Turn a boolean mask (``True`` = may attend) into an additive one: ``0`` kept, ``-inf`` removed.
+
+    A floating mask is returned cast to ``dtype``.
+    """
+    require_tensor("mask", mask)
+    if mask.is_floating_point():
+        return mask.to(dtype)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be boolean or floating, got dtype {mask.dtype}")
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return zeros.masked_fill(~mask, float("-inf"))
+
+
+def from_ignore_mask(mask: Tensor) -> Tensor:
+    """Convert a mask in ``nn.MultiheadAttention``'s convention to this package's.
+
+    Boolean masks there mean ``True`` = *ignore*; here ``True`` = *may attend*, so they are
+    negated. Floating masks mean the same in both and are returned unchanged.
+    """
+    require_tensor("mask", mask)
+    if mask.dtype == torch.bool:
+        return ~mask
+    if mask.is_floating_point():
+        return mask
+    raise TypeError(f"mask must be boolean or floating, got dtype {mask.dtype}")
+
+
+def to_ignore_mask(mask: Tensor) -> Tensor:
+    """Convert a mask in this package's convention to ``nn.MultiheadAttention``'s (the inverse of :func:`from_ignore_mask`)."""
+    return from_ignore_mask(mask)

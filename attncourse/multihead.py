@@ -1,0 +1,152 @@
+"""Multi-head attention (chapter 2).
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),   d_k = d_v = d_model / h.
+
+One ``nn.Linear`` per projection holds all heads' matrices side by side; splitting its
+output into ``h`` slices of ``head_dim`` columns gives each head its own projection.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import fmt_shape, require_floating, require_positive_int, require_rank, require_size
+from .attention import scaled_dot_product_attention
+
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """``(B, L, num_heads * head_dim)`` -> ``(B, num_heads, L, head_dim)``."""
+    require_rank("x", x, 3, "(B, L, num_heads * head_dim)")
+    batch, length, width = x.shape
+    if width % num_heads:
+        raise ValueError(f"the last dimension of x ({width}) is not divisible by num_heads={num_heads}")
+    return x.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``(B, num_heads, L, head_dim)`` -> ``(B, L, num_heads * head_dim)``: the concatenation of the heads."""
+    require_rank("x", x, 4, "(B, num_heads, L, head_dim)")
+    batch, num_heads, length, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self- and cross-attention, batch first.
+
+    Args:
+        embed_dim: ``d_model``, the width of the queries and of the output.
+        num_heads: ``h``; must divide ``embed_dim``. Each head has ``head_dim = embed_dim // h``.
+        kdim: width of the key input (defaults to ``embed_dim``).
+        vdim: width of the value input (defaults to ``embed_dim``).
+        bias: whether the four projections have biases.
+
+    Shapes in :meth:`forward`: query ``(B, L, embed_dim)``, key ``(B, S, kdim)``, value
+    ``(B, S, vdim)``; output ``(B, L, embed_dim)`` and per-head weights ``(B, h, L, S)``.
+    """
+
+    def __init__(
+        self, embed_dim: int, num_heads: int, *, kdim: Optional[int] = None, vdim: Optional[int] = None, bias: bool = True
+    ) -> None:
+        super().__init__()
+        require_positive_int("embed_dim", embed_dim)
+        require_positive_int("num_heads", num_heads)
+        if embed_dim % num_heads:
+            raise ValueError(
+                f"num_heads={num_heads} must divide embed_dim={embed_dim} "
+                f"(each head gets embed_dim // num_heads columns)"
+            )
+        kdim = embed_dim if kdim is None else kdim
+        vdim = embed_dim if vdim is None else vdim
+        require_positive_int("kdim", kdim)
+        require_positive_int("vdim", vdim)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim = kdim, vdim
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^Q = [W_1^Q ... W_h^Q]
+        self.k_proj = nn.Linear(kdim, embed_dim, bias=bias)  # W^K
+        self.v_proj = nn.Linear(vdim, embed_dim, bias=bias)  # W^V
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^O
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Attend from ``query`` to ``key``/``value``.
+
+        Args:
+            query: ``(B, L, embed_dim)``.
+            key: ``(B, S, kdim)``.
+            value: ``(B, S, vdim)``.
+            mask: optional, boolean (``True`` = may attend) or additive float, of shape
+                ``(L, S)``, ``(B, L, S)`` (the same for every head) or ``(B, h, L, S)``; any of
+                these sizes may be 1 to broadcast.
+
+        Returns:
+            ``(output, weights)``: ``(B, L, embed_dim)`` and ``(B, h, L, S)``.
+        """
+        require_floating("query", query)
+        require_floating("key", key)
+        require_floating("value", value)
+        require_rank("query", query, 3, "(B, L, embed_dim)")
+        require_rank("key", key, 3, "(B, S, kdim)")
+        require_rank("value", value, 3, "(B, S, vdim)")
+        require_size("query", query, -1, self.embed_dim, "embed_dim")
+        require_size("key", key, -1, self.kdim, "kdim")
+        require_size("value", value, -1, self.vdim, "vdim")
+        if not query.size(0) == key.size(0) == value.size(0):
+            raise ValueError(
+                f"query, key and value must have the same batch size: "
+                f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+            )
+        if key.size(1) != value.size(1):
+            raise ValueError(
+                f"key and value must have the same length S: key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+            )
+        if mask is not None and isinstance(mask, Tensor):
+            if mask.dim() not in (2, 3, 4):
+                raise ValueError(
+                    f"mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S), got {fmt_shape(mask.shape)}"
+                )
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # the same mask for every head
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
+        k = split_heads(self.k_proj(key), self.num_heads)  # (B, h, S, head_dim)
+        v = split_heads(self.v_proj(value), self.num_heads)  # (B, h, S, head_dim)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(merge_heads(heads)), weights
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Build a layer with the weights of a ``torch.nn.MultiheadAttention``.
+
+        Works for ``batch_first`` or not (this layer is always batch first: transpose the
+        inputs of a sequence-first module), with or without bias, and with ``kdim``/``vdim``.
+        Torch's masks use ``True`` = ignore: convert them with
+        :func:`attncourse.masks.from_ignore_mask` before passing them here.
+        Not supported: ``add_bias_kv``, ``add_zero_attn`` and dropout (only equal in eval mode).
+        """
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+        bias = module.in_proj_bias is not None
+        layer = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=bias)
+        layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
+        e = module.embed_dim
+        with torch.no_grad():
+            if module._qkv_same_embed_dim:
+                w_q, w_k, w_v = module.in_proj_weight.split(e)
+            else:
+                w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+            layer.q_proj.weight.copy_(w_q)
+            layer.k_proj.weight.copy_(w_k)
+            layer.v_proj.weight.copy_(w_v)
+            layer.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                b_q, b_k, b_v = module.in_proj_bias.split(e)
+                layer.q_proj.bias.copy_(b_q)
+                layer.k_proj.bias.copy_(b_k)
+                layer.v_proj.bias.copy_(b_v)
+                layer.out_proj.bias.copy_(module.out_proj.bias)
+        return layer

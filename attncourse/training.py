@@ -1,0 +1,122 @@
+"""The training loop every chapter uses, with a seeded, quiet progress bar.
+
+In a notebook the bar is one line that updates in place (and only its final state is
+kept in the built book); in a terminal it is an ordinary tqdm bar.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, List, Optional
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from ._checks import fmt_shape, require_positive_int
+
+__all__ = ["train", "next_token_loss", "ProgressBar"]
+
+
+def _in_notebook() -> bool:
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class ProgressBar:
+    """A progress bar over ``total`` steps: ``update(loss=...)`` each step, ``close()`` at the end."""
+
+    def __init__(self, total: int, desc: str = "", *, enabled: bool = True) -> None:
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.n, self.start, self.postfix = 0, time.perf_counter(), ""
+        self._last_draw = -1.0
+        self._handle = None
+        self._bar = None
+        if not enabled:
+            return
+        if _in_notebook():
+            from IPython.display import display
+
+            self._handle = display(self._text(), display_id=True)
+        else:
+            self._bar = tqdm(total=total, desc=desc, leave=True)
+
+    def _text(self) -> str:
+        elapsed = time.perf_counter() - self.start
+        return tqdm.format_meter(self.n, self.total, elapsed, prefix=self.desc, postfix=self.postfix or None, ncols=100)
+
+    def update(self, **postfix: float) -> None:
+        self.n += 1
+        self.postfix = ", ".join(f"{k}={v:.4f}" for k, v in postfix.items())
+        if self._bar is not None:
+            self._bar.set_postfix_str(self.postfix, refresh=False)
+            self._bar.update(1)
+        elif self._handle is not None and (time.perf_counter() - self._last_draw > 0.5 or self.n == self.total):
+            self._last_draw = time.perf_counter()
+            self._handle.update(self._text())
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif self._handle is not None:
+            self._handle.update(self._text())
+
+
+def train(
+    model: nn.Module,
+    get_batch: Callable[[int], Any],
+    loss_fn: Callable[[nn.Module, Any], Tensor],
+    *,
+    steps: int,
+    optimizer: torch.optim.Optimizer,
+    after_step: Optional[Callable[[nn.Module, int], None]] = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> List[float]:
+    """Run ``steps`` optimiser steps and return the loss of each.
+
+    Args:
+        model: the module to train; left in ``eval()`` mode at the end.
+        get_batch: ``get_batch(step)`` returns the batch for that step (seed it for determinism).
+        loss_fn: ``loss_fn(model, batch)`` returns the scalar loss to minimise (add any
+            regulariser, such as chapter 6's span penalty, here).
+        steps: number of optimiser steps.
+        optimizer: an optimiser over the model's parameters.
+        after_step: ``after_step(model, step)`` runs after each optimiser step (for example
+            to clamp parameters back into range).
+        progress: show a progress bar.
+        desc: the progress bar's label.
+    """
+    require_positive_int("steps", steps)
+    model.train()
+    losses: List[float] = []
+    bar = ProgressBar(steps, desc, enabled=progress)
+    for step in range(steps):
+        loss = loss_fn(model, get_batch(step))
+        if loss.dim() != 0:
+            raise ValueError(f"loss_fn must return a scalar, got shape {fmt_shape(loss.shape)}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if after_step is not None:
+            after_step(model, step)
+        losses.append(loss.item())
+        bar.update(loss=losses[-1])
+    bar.close()
+    model.eval()
+    return losses
+
+
+def next_token_loss(logits: Tensor, tokens: Tensor, *, start: int = 0) -> Tensor:
+    """Mean cross-entropy of predicting ``tokens[:, t + 1]`` from ``logits[:, t]``, for targets at positions ``>= start``.
+
+    Args:
+        logits: ``(B, L, V)`` next-token logits of a causal model.
+        tokens: ``(B, L)`` the input tokens.
+        start: first target position counted (earlier targets lack context in some tasks).
+    """
+    if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
+        raise ValueError(f"logits (B, L, V) and tokens (B, L) disagree: {fmt_shape(logits.shape)} vs {fmt_shape(tokens.shape)}")
+    first = max(start, 1)
+    predicted = logits[:, first - 1 : -1]
+    return nn.functional.cross_entropy(predicted.reshape(-1, predicted.size(-1)), tokens[:, first:].reshape(-1))

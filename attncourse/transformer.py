@@ -1,0 +1,216 @@
+"""The small Transformer models that the later chapters train (chapters 4, 6 and 7).
+
+* :class:`TransformerBlock`: a post-LayerNorm layer as in "Attention Is All You Need"::
+
+      h   = LayerNorm(x + SelfAttention(x))
+      h   = LayerNorm(h + CrossAttention(h, memory))      (decoder blocks only)
+      out = LayerNorm(h + FFN(h))
+
+* :class:`Seq2SeqTransformer`: encoder-decoder (chapter 4, cross-attention).
+* :class:`CausalLM`: decoder-only language model over any stack of blocks. A block is any
+  module called as ``block(x, mask)`` with ``x`` of shape ``(B, L, d_model)`` and a causal
+  ``mask`` of shape ``(L, L)``; so a standard Transformer, one with adaptive spans
+  (chapter 6) and an all-attention one (chapter 7) differ only in the blocks they stack.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .masks import causal_mask, combine_masks
+from .multihead import MultiHeadAttention
+
+__all__ = ["FeedForward", "TransformerBlock", "CausalLM", "Seq2SeqTransformer"]
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward sublayer: ``W2 ReLU(W1 x + b1) + b2``, ``(..., d_model) -> (..., d_model)``."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+class TransformerBlock(nn.Module):
+    """One post-LayerNorm Transformer layer; with ``cross_attention=True`` a decoder layer.
+
+    Args:
+        d_model: width of the hidden states.
+        num_heads: heads of each attention sublayer.
+        d_ff: inner width of the feed-forward sublayer; ``0`` leaves that sublayer out.
+        cross_attention: add encoder-decoder attention between self-attention and the FFN.
+
+    After each call, ``self_weights`` (and ``cross_weights``) hold the detached attention
+    weights ``(B, num_heads, L, S)`` of the last forward pass, for plotting.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, cross_attention: bool = False) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads) if cross_attention else None
+        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
+        self.ffn = FeedForward(d_model, d_ff) if d_ff > 0 else None
+        self.norm3 = nn.LayerNorm(d_model) if d_ff > 0 else None
+        self.self_weights: Optional[Tensor] = None
+        self.cross_weights: Optional[Tensor] = None
+
+    def forward(
+        self, x: Tensor, mask: Optional[Tensor] = None, memory: Optional[Tensor] = None, memory_mask: Optional[Tensor] = None
+    ) -> Tensor:
+        """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
+        encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``. Returns ``(B, L, d_model)``."""
+        attended, weights = self.self_attn(x, x, x, mask)
+        self.self_weights = weights.detach()
+        h = self.norm1(x + attended)
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
+            attended, weights = self.cross_attn(h, memory, memory, memory_mask)
+            self.cross_weights = weights.detach()
+            h = self.norm2(h + attended)
+        elif memory is not None:
+            raise ValueError("memory was given but this block has no cross-attention")
+        if self.ffn is not None:
+            h = self.norm3(h + self.ffn(h))
+        return h
+
+
+class _Embedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model) plus a learned position embedding."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model)
+        self.positions = nn.Embedding(max_len, d_model)
+        self.scale = d_model**0.5
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        require_tensor("tokens", tokens)
+        require_rank("tokens", tokens, 2, "(B, L)")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
+        if tokens.size(1) > self.positions.num_embeddings:
+            raise ValueError(
+                f"tokens has length {tokens.size(1)} but the model has max_len={self.positions.num_embeddings} "
+                f"(tokens shape {fmt_shape(tokens.shape)})"
+            )
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        return self.tokens(tokens) * self.scale + self.positions(positions)
+
+
+class CausalLM(nn.Module):
+    """Decoder-only language model: embeddings, a stack of causal blocks, a linear head.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: hidden width.
+        max_len: longest sequence the position embedding covers.
+        blocks: the layers, each called as ``block(x, mask)`` with the ``(L, L)`` causal mask.
+
+    :meth:`forward` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, blocks: Sequence[nn.Module]) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("max_len", max_len)):
+            require_positive_int(name, value)
+        self.embed = _Embedding(vocab_size, d_model, max_len)
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    @classmethod
+    def standard(
+        cls, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, d_ff: int = 256, num_layers: int = 2, max_len: int = 128
+    ) -> "CausalLM":
+        """A standard Transformer language model of ``num_layers`` :class:`TransformerBlock` layers."""
+        blocks = [TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers)]
+        return cls(vocab_size, d_model, max_len, blocks)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens)
+        mask = causal_mask(tokens.size(1), device=tokens.device)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(x)
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer for toy translation (chapter 4).
+
+    Args:
+        src_vocab: source vocabulary size.
+        tgt_vocab: target vocabulary size.
+        d_model, num_heads, d_ff: widths of the layers.
+        num_layers: layers in the encoder and in the decoder.
+        max_len: longest source or target sequence.
+        pad_id: the padding token id of both vocabularies; padded source positions are
+            masked out of every attention, padded target positions only matter to the loss.
+
+    ``forward(src (B, S), tgt_in (B, L))`` returns logits ``(B, L, tgt_vocab)``; the
+    decoder's last layer keeps its cross-attention weights in ``decoder[-1].cross_weights``.
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        d_ff: int = 128,
+        num_layers: int = 2,
+        max_len: int = 32,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        self.pad_id = pad_id
+        self.src_embed = _Embedding(src_vocab, d_model, max_len)
+        self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len)
+        self.encoder = nn.ModuleList(TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers))
+        self.decoder = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, d_ff, cross_attention=True) for _ in range(num_layers)
+        )
+        self.head = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src: Tensor) -> Tensor:
+        """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
+        x = self.src_embed(src)
+        keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
+        for block in self.encoder:
+            x = block(x, keys)
+        return x
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        """Decoder pass: ``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
+        x = self.tgt_embed(tgt_in)
+        self_mask = combine_masks(causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :])
+        memory_mask = (src != self.pad_id)[:, None, :]
+        for block in self.decoder:
+            x = block(x, self_mask, memory, memory_mask)
+        return self.head(x)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
+            raise ValueError(
+                f"src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
+                f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
+            )
+        return self.decode(tgt_in, self.encode(src), src)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
+        """Translate ``src`` ``(B, S)`` greedily, one token at a time; returns ``(B, max_len)`` tokens (BOS excluded)."""
+        memory = self.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            logits = self.decode(out, memory, src)
+            out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
+        return out[:, 1:]

@@ -1,0 +1,23 @@
+"""Shared fixtures: every test that takes ``device`` runs on the CPU and, when present, on CUDA."""
+import os
+
+import pytest
+import torch
+from hypothesis import settings
+
+# Deterministic property tests: the same examples on every run, no example database on disk.
+settings.register_profile("default", deadline=None, derandomize=True, database=None, max_examples=60)
+settings.register_profile("thorough", deadline=None, max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param(
+        "cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+    ),
+]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
