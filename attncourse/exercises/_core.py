@@ -210,18 +210,21 @@ def expect_tensor(value: Any, shape: Sequence[int], what: str) -> Tensor:
     return value
 
 
-def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    """Same shape and values within tolerance, NaN never matching."""
-    if actual.shape != expected.shape:
+def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float = 1e-4, equal_nan: bool = False) -> bool:
+    """Same shape and values within tolerance. NaN matches nothing, unless ``equal_nan``
+    (used to recognise a known mistake that itself produces NaN)."""
+    if not isinstance(actual, Tensor) or actual.shape != expected.shape:
         return False
     actual = actual.detach().to(torch.float64).cpu()
     expected = expected.detach().to(torch.float64).cpu()
-    return bool(torch.isfinite(actual).all()) and torch.allclose(actual, expected, atol=atol, rtol=rtol)
+    if not equal_nan and not bool(torch.isfinite(actual).all()):
+        return False
+    return torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan)
 
 
 def diagnose(actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol: float = 1e-5) -> str:
     """The message of the first known mistake whose output ``actual`` reproduces, else ``default``."""
     for message, wrong in mistakes.items():
-        if matches(actual, wrong, atol=atol):
+        if matches(actual, wrong, atol=atol, equal_nan=True):
             return message
     return default

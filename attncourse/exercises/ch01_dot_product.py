@@ -1,0 +1,228 @@
+"""Chapter 1 exercises: scaled dot-product attention."""
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from ..attention import safe_softmax, scaled_dot_product_attention
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+
+
+def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# -- 1. scaled scores ----------------------------------------------------------------------
+
+
+def _scores_solution(query, key):
+    d_k = query.size(-1)
+    return query @ key.transpose(-2, -1) / d_k**0.5
+
+
+@exercise(
+    "dot-product/scores",
+    title="Scaled scores Q K^T / sqrt(d_k)",
+    hint="""
+        Multiply each query by each key: query (..., L, d_k) @ key^T (..., d_k, S) gives (..., L, S).
+        Transpose only the last two dimensions of key (key.transpose(-2, -1)), so that leading
+        batch dimensions stay where they are, then divide by the square root of d_k = query.size(-1).
+    """,
+    solution=_scores_solution,
+)
+def _check_scores(fn) -> str:
+    query, key = _random(3, 9, seed=1), _random(5, 9, seed=2)  # d_k = 9, so sqrt(d_k) = 3
+    expected = query @ key.T / 3
+    out = call(fn, query, key)
+    if isinstance(out, torch.Tensor) and out.shape == (5, 3):
+        raise Mistake("Your scores have shape (S, L) = (5, 3): you computed key @ query^T. Put the queries first: query @ key^T.")
+    expect_tensor(out, (3, 5), "The scores for query (3, 9) and key (5, 9)")
+    if not matches(out, expected):
+        raise Mistake(
+            diagnose(
+                out,
+                {
+                    "Your scores are not scaled: divide Q K^T by sqrt(d_k).": query @ key.T,
+                    "You divided by d_k; the scale is 1 / sqrt(d_k).": query @ key.T / 9,
+                    "You multiplied by sqrt(d_k); divide by it instead.": query @ key.T * 3,
+                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(3),
+                },
+                default="Your scores differ from Q K^T / sqrt(d_k) on a 3 x 5 example.",
+            )
+        )
+    query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
+    out = call(fn, query, key)
+    expect_tensor(out, (2, 4, 3, 6), "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that")
+    if not matches(out, query @ key.transpose(-2, -1) / 4):
+        raise Mistake("Right for one matrix, wrong with batch dimensions: transpose only the last two dimensions of key.")
+    return "Your scores match Q K^T / sqrt(d_k), with and without batch dimensions."
+
+
+# -- 2. the whole attention ----------------------------------------------------------------
+
+
+def _attention_solution(query, key, value, mask=None, *, scale=None):
+    if scale is None:
+        scale = 1 / query.size(-1) ** 0.5
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))  # True = may attend
+    elif mask is not None:
+        scores = scores + mask  # additive mask
+    fully_masked = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(fully_masked, 0.0), dim=-1)
+    weights = weights.masked_fill(fully_masked, 0.0)  # a row with no key left: zeros, not NaN
+    return weights @ value, weights
+
+
+def _outputs(fn, *args, **kwargs):
+    result = call(fn, *args, **kwargs)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise Mistake(f"Return a pair (output, weights); got {type(result).__name__}.")
+    return result
+
+
+def _variants(query, key, value, mask=None):
+    """Outputs of the usual mistakes on these inputs: message -> (output, weights)."""
+    d_k, d_v = query.size(-1), value.size(-1)
+    raw = query @ key.transpose(-2, -1)
+
+    def finish(scores, dim=-1):
+        weights = torch.softmax(scores, dim=dim)
+        return weights @ value, weights
+
+    def masked(scores, keep):
+        return scores.masked_fill(~keep, float("-inf")) if keep is not None else scores
+
+    out = {
+        "The softmax runs over the wrong dimension: each row (one query) must sum to 1 over the keys, so use dim=-1.":
+            finish(masked(raw / d_k**0.5, mask), dim=-2),
+        "The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": finish(masked(raw, mask)),
+        "The scale is 1 / d_k; it should be 1 / sqrt(d_k).": finish(masked(raw / d_k, mask)),
+        "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of queries and keys.":
+            finish(masked(raw / d_v**0.5, mask)),
+    }
+    if mask is not None:
+        w = torch.softmax(raw / d_k**0.5, dim=-1)
+        out["The mask is ignored: positions where mask is False must get zero weight."] = (w @ value, w)
+        out["The mask polarity is inverted: True means 'may attend', so fill the positions where mask is False."] = (
+            finish(raw.masked_fill(mask, float("-inf")) / d_k**0.5)
+        )
+        kept = w * mask
+        out["The mask is applied after the softmax, so the kept weights no longer sum to 1: mask the scores, then take the softmax."] = (
+            kept @ value,
+            kept,
+        )
+        big = torch.softmax((raw / d_k**0.5).masked_fill(~mask, -1e9), dim=-1)
+        out["A fully masked row came out uniform: -1e9 is not -inf. Give a row with no allowed key zero weights and zero output."] = (
+            big @ value,
+            big,
+        )
+    return out
+
+
+def _compare(case: str, got, expected, variants) -> None:
+    output, weights = got
+    exp_out, exp_w = expected
+    expect_tensor(output, exp_out.shape, f"{case}: the output")
+    expect_tensor(weights, exp_w.shape, f"{case}: the weights")
+    if matches(weights, exp_w) and matches(output, exp_out):
+        return
+    if matches(weights, exp_w):
+        raise Mistake(f"{case}: the weights are right but the output is not: the output is weights @ value.")
+    for message, (_, wrong_weights) in variants.items():
+        if matches(weights, wrong_weights, equal_nan=True):
+            raise Mistake(f"{case}: {message}")
+    if torch.isnan(weights).any() or torch.isnan(output).any():
+        raise Mistake(
+            f"{case}: your result contains NaN. A row whose keys are all masked gives softmax(-inf, ..., -inf) = 0/0; "
+            "give such a row zero weights and a zero output."
+        )
+    raise Mistake(f"{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).")
+
+
+@exercise(
+    "dot-product/attention",
+    title="Scaled dot-product attention with a mask",
+    hint="""
+        1. scores = query @ key.transpose(-2, -1), times scale (1 / sqrt(d_k) by default).
+        2. Boolean mask: True = may attend, so fill the scores where the mask is False with -inf.
+           Float mask: add it to the scores.
+        3. weights = softmax over the last dimension (the keys).
+        4. A row that is -inf everywhere would give NaN: detect it and give it zero weights.
+        5. output = weights @ value. Return (output, weights).
+    """,
+    solution=_attention_solution,
+)
+def _check_attention(fn) -> str:
+    q, k, v = _random(4, 8, seed=10), _random(6, 8, seed=11), _random(6, 5, seed=12)
+    got = _outputs(fn, q, k, v)
+    if isinstance(got[1], torch.Tensor) and got[1].shape == (6, 4):
+        raise Mistake("Your weights have shape (S, L): you computed key @ query^T. The scores are query @ key^T, shape (L, S).")
+    _compare("Without a mask (L=4, S=6, d_k=8, d_v=5)", got, scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+
+    q, k, v = _random(2, 3, 4, 8, seed=13), _random(2, 3, 7, 8, seed=14), _random(2, 3, 7, 6, seed=15)
+    _compare("With batch dimensions (2, 3)", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+
+    q, k, v = _random(2, 5, 8, seed=16), _random(2, 6, 8, seed=17), _random(2, 6, 4, seed=18)
+    mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
+    mask[..., 0] = True  # every row keeps at least one key here
+    _compare("With a boolean mask", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
+
+    additive = torch.zeros(2, 5, 6, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    _compare(
+        "With an additive float mask (0 keeps, -inf removes)",
+        _outputs(fn, q, k, v, additive),
+        scaled_dot_product_attention(q, k, v, additive),
+        {"A float mask is added to the scores; treat only boolean masks as True/False.": scaled_dot_product_attention(q, k, v)},
+    )
+
+    empty = mask.clone()
+    empty[1, 2] = False  # query 2 of the second sequence may attend to nothing
+    _compare(
+        "With a fully masked row", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
+    )
+
+    _compare(
+        "With scale=0.5", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
+        {"The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": scaled_dot_product_attention(q, k, v)},
+    )
+
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    output, weights = _outputs(fn, q32, k32, v32)
+    if output.dtype != torch.float32 or weights.dtype != torch.float32:
+        raise Mistake(f"float32 inputs gave {output.dtype} output and {weights.dtype} weights: keep the input's dtype.")
+    return "Your attention matches the reference: batches, L != S, boolean and float masks, fully masked rows, scale and dtype."
+
+
+# -- 3. the variance of a dot product --------------------------------------------------------
+
+_VARIANCE = "V0A="
+_VARIANCE_MISTAKES = (
+    "GlZMTFlPVyYbBBVUHR1DGx0XUxYVFRoKAh0RUhcAFx0VGgoAG1IcA0EFKBtTXxdFGEtBIBwLQxkUABoEDxcRTgocVRsHFkEHBRsCHRBcUUlBVkVMWU9XJhsEFVQdHUMbHRdTEwAGHQ8NDBBSEgMVEQZOBwYDGxcMDxNUDBpPBgMBEUkQKwVKVVUGGwBBBQELEBscHR1FAAcfHUMOFx0GEUEAHAtDHRQFUwEOAFQeEQARBxART1ZYTkFbRUtFR1tUVjoLDgFSBAoUGBBOAQpVFiwOQQcFGwIdEBZdRSQVFwZDABNSBw0EVBAxCE8FABwBFBcAHUMeKhtTDj4dVAYCHFUEEhcIFRoNBk9EXlMEDxBUGgsKVQQSFwgVGg0GHFUdFUUIGhALEwobFhYLFVQACxECBlISAQVaVkJDTUVQSUVDLhEcDE8cAVMRCRFUAwYOG1IcA0EFKBtTXxdFGElBGhsaQwYBAVMTAAYdDw0MEFxRGA=="
+)
+_VARIANCE_SOLUTION = (
+    "ELbDBUNSVQMsVEEfK19DRFVcXUtBX1QfPFlBUhg6V0BaTiYOFhpTFRMbEBsAG1UDLAxBHysHQwATUgcSDlQdAAcKBRcdAQQaAEJDFRAAHEgMERUAT08AHBoRTAIVHAoOGxEWRQ8BGQwGHQZSGwQSVBkLAgFVQlMEDxBUGAIdHBMdBgRUMTUSMBwsQThBMS8FPAYrQC5FXFRFQEM7HRdTU1VUBBwMCwARBxZBFQYLQwYbFhYVBBoQCw0bWVIACkEAHAsKHVUEEhcIFRoNBhxVExcBW1QiDxFHBLDEDkhUSU4HMB5STkVXQFhOAk8GBhILBRUGCkMLEAQaBBUdGwBDABNSS0tBMB0YCgscHBRFAw1UHRIdAVoXOgpdVFNDV1UQAQwPEwdOFwcQUgUEEx0VAAAKVRASBgpUAAFDXllSBA0AABEYBh1VFiwOQR0HQA=="
+)
+
+
+@exercise(
+    "dot-product/score-variance",
+    title="The variance of q·k when d_k = 64",
+    hint="""
+        Write q·k as a sum of d_k products q_i k_i. What are the mean and the variance of one
+        product of two independent standard normal numbers? How do variances of independent
+        terms combine? You can also estimate it: torch.randn(100_000, 64) gives many q's.
+    """,
+    solution=_VARIANCE_SOLUTION,
+)
+def _check_variance(answer) -> str:
+    value = number(answer, "variance")
+    if abs(value - float(reveal(_VARIANCE))) <= 0.5:
+        return "Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k)."
+    for wrong, message in json.loads(reveal(_VARIANCE_MISTAKES)).items():
+        if abs(value - float(wrong)) <= 0.05 * max(1.0, float(wrong)):
+            raise Mistake(message)
+    raise Mistake(f"{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by term.")
