@@ -67,8 +67,9 @@ def scaled_dot_product_attention(
         leading dimensions are those of the inputs broadcast together as :func:`torch.matmul`
         does. Each row of ``weights`` sums to 1, except a query row with every key masked
         (all ``False``, or all ``-inf``): its weights and its output are zeros, never NaN.
-        A float mask of large negative numbers (e.g. ``-1e9``) is not ``-inf``: a row masked
-        that way everywhere gets uniform weights, as in plain softmax.
+        A float mask of large negative numbers (e.g. ``-1e9``) is not ``-inf``: added to a
+        whole row it is a constant shift, which softmax ignores, so that row keeps nonzero
+        weights (in float32, where 1e9 swamps the scores, they come out nearly uniform).
 
     Device and dtype follow the inputs (CPU or CUDA; float16, bfloat16, float32, float64).
     Half-precision weights are normalised in float32 and rounded once.

@@ -46,7 +46,8 @@ def heatmap(
     """Draw one ``(L, S)`` matrix: queries down the rows, keys along the columns.
 
     Args:
-        matrix: ``(L, S)`` tensor or array (scores, weights, a mask, ...).
+        matrix: ``(L, S)`` tensor or array (scores, weights, a mask, ...). Entries that are
+            ``-inf`` (masked scores) or NaN are drawn grey and written as such.
         query_labels: ``L`` row labels (tokens of the queries).
         key_labels: ``S`` column labels (tokens of the keys).
         ax: axes to draw on; a new figure is made when omitted.
@@ -61,11 +62,13 @@ def heatmap(
     """
     values = _as_matrix(matrix, "matrix")
     rows, cols = values.shape
+    shown = np.ma.masked_invalid(values)  # -inf (a masked score) is drawn grey and written as -inf
     _check_labels(query_labels, rows, "query_labels", "rows")
     _check_labels(key_labels, cols, "key_labels", "columns")
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.55 * cols, 0.8 + 0.5 * rows), layout="constrained")
-    image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    colours = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")
+    image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(cols), key_labels if key_labels is not None else range(cols), rotation=45 if key_labels else 0, ha="right" if key_labels else "center")
     ax.set_yticks(range(rows), query_labels if query_labels is not None else range(rows))
     ax.set_xlabel("key")
@@ -78,7 +81,8 @@ def heatmap(
         low, high = image.get_clim()
         middle = (low + high) / 2
         for (i, j), v in np.ndenumerate(values):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="black" if v > middle else "white")
+            text = f"{v:.2f}" if np.isfinite(v) else ("-inf" if v < 0 else str(v))
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if not np.isfinite(v) or v > middle else "white")
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return ax

@@ -115,7 +115,7 @@ class CausalLM(nn.Module):
         max_len: longest sequence the position embedding covers.
         blocks: the layers, each called as ``block(x, mask)`` with the ``(L, L)`` causal mask.
 
-    :meth:`forward` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
+    ``forward`` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
     """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, blocks: Sequence[nn.Module]) -> None:

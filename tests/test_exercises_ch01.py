@@ -1,0 +1,213 @@
+"""The chapter 1 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+import pytest
+import torch
+
+from attncourse import scaled_dot_product_attention
+from attncourse.exercises import check
+from attncourse.exercises.ch01_dot_product import _attention_solution, _scores_solution
+
+# -- dot-product/scores ---------------------------------------------------------------------
+
+
+def scores_unscaled(query, key):
+    return query @ key.transpose(-2, -1)
+
+
+def scores_over_d_k(query, key):
+    return query @ key.transpose(-2, -1) / query.size(-1)
+
+
+def scores_times_sqrt(query, key):
+    return query @ key.transpose(-2, -1) * query.size(-1) ** 0.5
+
+
+def scores_key_first(query, key):
+    return key @ query.transpose(-2, -1) / query.size(-1) ** 0.5
+
+
+def scores_with_dot_T(query, key):
+    return query @ key.T / query.size(-1) ** 0.5  # fine for 2-D, wrong (or an error) with batch dimensions
+
+
+def scores_scaled_by_length(query, key):
+    return query @ key.transpose(-2, -1) / key.size(-2) ** 0.5
+
+
+@pytest.mark.parametrize("answer", [_scores_solution, lambda q, k: torch.einsum("...ld,...sd->...ls", q, k) / q.shape[-1] ** 0.5])
+def test_scores_accepts_correct_answers(answer):
+    result = check("dot-product/scores", answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [
+        (scores_unscaled, "not scaled"),
+        (scores_over_d_k, "divided by d_k"),
+        (scores_times_sqrt, "multiplied by sqrt(d_k)"),
+        (scores_key_first, "key @ query^T"),
+        (scores_scaled_by_length, "sqrt(S) or sqrt(L)"),
+        (scores_with_dot_T, "batch dimensions"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+def test_scores_rejects_wrong_answers(wrong, diagnosis):
+    result = check("dot-product/scores", wrong)
+    assert not result.passed
+    assert diagnosis in result.message, result.message
+
+
+# -- dot-product/attention ------------------------------------------------------------------
+
+
+def softmax_over_queries(query, key, value, mask=None, *, scale=None):
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-2)
+    return weights @ value, weights
+
+
+def no_scale(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, mask, scale=1.0)
+
+
+def scale_by_d_k(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, mask, scale=scale or 1 / query.size(-1))
+
+
+def scale_by_d_v(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, mask, scale=scale or value.size(-1) ** -0.5)
+
+
+def inverted_mask(query, key, value, mask=None, *, scale=None):
+    if mask is not None and mask.dtype == torch.bool:
+        mask = ~mask
+    return _attention_solution(query, key, value, mask, scale=scale)
+
+
+def mask_after_softmax(query, key, value, mask=None, *, scale=None):
+    weights = torch.softmax(query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5), dim=-1)
+    if mask is not None and mask.dtype == torch.bool:
+        weights = weights * mask
+    elif mask is not None:
+        weights = weights * torch.isfinite(mask)
+    return weights @ value, weights
+
+
+def minus_1e9_fill(query, key, value, mask=None, *, scale=None):
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, -1e9)
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def nan_on_empty_rows(query, key, value, mask=None, *, scale=None):
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def key_query_swapped(query, key, value, mask=None, *, scale=None):
+    weights = torch.softmax(key @ query.transpose(-2, -1) / query.size(-1) ** 0.5, dim=-1)
+    return weights.transpose(-2, -1) @ value, weights
+
+
+def ignores_scale_argument(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, mask)
+
+
+def ignores_mask(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, None, scale=scale)
+
+
+def float_mask_as_boolean(query, key, value, mask=None, *, scale=None):
+    if mask is not None and mask.is_floating_point():
+        mask = None  # "a float mask? must be a mistake"
+    return _attention_solution(query, key, value, mask, scale=scale)
+
+
+def returns_output_only(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query, key, value, mask, scale=scale)[0]
+
+
+def wrong_weighted_sum(query, key, value, mask=None, *, scale=None):
+    _, weights = _attention_solution(query, key, value, mask, scale=scale)
+    return weights @ value.flip(-2), weights
+
+
+def upcasts_to_float64(query, key, value, mask=None, *, scale=None):
+    return _attention_solution(query.double(), key.double(), value.double(), mask, scale=scale)
+
+
+@pytest.mark.parametrize("answer", [_attention_solution, scaled_dot_product_attention])
+def test_attention_accepts_correct_answers(answer):
+    result = check("dot-product/attention", answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [
+        (softmax_over_queries, "wrong dimension"),
+        (no_scale, "not scaled"),
+        (scale_by_d_k, "1 / d_k"),
+        (scale_by_d_v, "sqrt(d_v)"),
+        (inverted_mask, "polarity is inverted"),
+        (mask_after_softmax, "after the softmax"),
+        (minus_1e9_fill, "-1e9 is not -inf"),
+        (nan_on_empty_rows, "NaN"),
+        (key_query_swapped, "key @ query^T"),
+        (ignores_scale_argument, "scale argument is ignored"),
+        (ignores_mask, "mask is ignored"),
+        (float_mask_as_boolean, "float mask is added"),
+        (returns_output_only, "Return a pair"),
+        (wrong_weighted_sum, "weights are right but the output is not"),
+        (upcasts_to_float64, "keep the input's dtype"),
+    ],
+)
+def test_attention_rejects_wrong_answers(wrong, diagnosis):
+    result = check("dot-product/attention", wrong)
+    assert not result.passed
+    assert diagnosis in result.message, result.message
+
+
+def test_attention_reports_a_crash_without_raising():
+    def crashes(query, key, value, mask=None, *, scale=None):
+        return query @ key  # shapes do not fit
+    result = check("dot-product/attention", crashes)
+    assert not result.passed and "RuntimeError" in result.message
+
+
+# -- dot-product/score-variance -------------------------------------------------------------
+
+
+def test_variance_accepts_the_value_and_an_estimate():
+    assert check("dot-product/score-variance", 64).passed
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(200_000, 64, generator=g), torch.randn(200_000, 64, generator=g)
+    estimate = (q * k).sum(-1).var()
+    assert check("dot-product/score-variance", estimate).passed
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [(8, "standard deviation"), (1, "after dividing by sqrt(d_k)"), (4096, "d_k squared"), (0, "mean"), (32, "not it")],
+)
+def test_variance_rejects_wrong_values(wrong, diagnosis):
+    result = check("dot-product/score-variance", wrong)
+    assert not result.passed and diagnosis in result.message, result.message
+
+
+def test_variance_rejects_non_numbers():
+    result = check("dot-product/score-variance", "64")
+    assert not result.passed and "number" in result.message
