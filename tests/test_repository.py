@@ -57,3 +57,26 @@ def test_requirements_pin_exact_versions_and_pyproject_only_lower_bounds():
     assert "torch==2.13.0" in pins
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert deps and all(">=" in d and "==" not in d for d in deps)
+
+
+def _run_setup_cell(package_present: bool) -> list:
+    """Execute the set-up cell with find_spec and subprocess.run replaced; return the commands it ran."""
+    import importlib.util
+    import subprocess
+
+    ran = []
+    real_find_spec, real_run = importlib.util.find_spec, subprocess.run
+    importlib.util.find_spec = lambda name, *a: (real_find_spec(name, *a) if package_present else None)
+    subprocess.run = lambda cmd, **kw: ran.append((cmd, kw))
+    try:
+        exec(normalize.setup_source(), {})
+    finally:
+        importlib.util.find_spec, subprocess.run = real_find_spec, real_run
+    return ran
+
+
+def test_setup_cell_installs_only_when_the_package_is_missing():
+    assert _run_setup_cell(package_present=True) == []
+    (command, options), = _run_setup_cell(package_present=False)
+    assert command[1:4] == ["-m", "pip", "install"] and f"attncourse @ git+{URL}@{BRANCH}" in command
+    assert options == {"check": True}
