@@ -196,7 +196,7 @@ def to_boolean(mask: Tensor) -> Tensor:
 def from_multihead_masks(
     attn_mask: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None, *, num_heads: int
 ) -> Optional[Tensor]:
-    """Convert the masks of ``nn.MultiheadAttention`` into one mask for :class:`attncourse.MultiHeadAttention`.
+    """Convert the masks of ``nn.MultiheadAttention`` into one mask for :class:`attncourse.multihead.MultiHeadAttention`.
 
     Args:
         attn_mask: torch's ``attn_mask``: ``(L, S)`` or ``(B * num_heads, L, S)`` (row

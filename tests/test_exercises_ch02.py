@@ -3,17 +3,8 @@ import pytest
 import torch
 
 from attncourse.exercises import check
+from exercise_helpers import assert_fails as _failed, stub as _stub
 from attncourse.exercises.ch02_multihead import _forward_solution, _split_solution
-
-
-def _stub(*args):
-    raise NotImplementedError
-
-
-def _failed(exercise_id, answer, words):
-    result = check(exercise_id, answer)
-    assert result.status == "failed", result
-    assert words in result.message, result.message
 
 
 @pytest.mark.parametrize("exercise_id", ["multi-head/split-heads", "multi-head/forward"])
