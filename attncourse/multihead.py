@@ -130,6 +130,11 @@ class MultiHeadAttention(nn.Module):
         batch, length, source = query.size(0), query.size(1), key.size(1)
         if mask is not None:
             require_tensor("mask", mask)
+            if mask.dim() == 2 and mask.shape == (batch, source) and (batch, source) != (length, source):
+                raise ValueError(
+                    f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S); the layer takes "
+                    f"(L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:, None, :] to mask the keys of every query"
+                )
             if mask.dim() == 3:  # (B, L, S): the same mask for every head
                 check_mask(mask, (batch, length, source), layout="(B, L, S)")
                 mask = mask.unsqueeze(1)

@@ -21,6 +21,7 @@ MASK_KINDS = [
     "kpm-float",
     "bool-2d+kpm-bool",
     "float-3d+kpm-float",
+    "bool-3d+kpm-float",  # mixed kinds: torch turns both into floats (with a deprecation warning)
     "is_causal",
     "is_causal+kpm-bool",
 ]
@@ -270,7 +271,7 @@ def _bad_calls():
         ((q.long(), kv, kv), TypeError, "floating-point"),
         ((q, kv, kv, torch.ones(2, 3, 5, dtype=torch.bool)), ValueError, "does not broadcast"),
         ((q, kv, kv, torch.ones(3, 3, 4, dtype=torch.bool)), ValueError, "does not broadcast"),
-        ((q, kv, kv, torch.ones(2, 4, dtype=torch.bool)), ValueError, "does not broadcast"),  # (B, S) without [:, None, :]
+        ((q, kv, kv, torch.ones(2, 4, dtype=torch.bool)), ValueError, r"key padding mask \(B, S\).*mask\[:, None, :\]"),
         ((q, kv, kv, torch.ones(2, 1, 1, 1, 4, dtype=torch.bool)), ValueError, "mask must have shape"),
         ((q, kv, kv, torch.ones(3, 4, dtype=torch.long)), TypeError, "boolean"),
         ((q, kv, kv, [[True] * 4] * 3), TypeError, "torch.Tensor"),
@@ -282,3 +283,19 @@ def test_bad_calls(case):
     args, error, words = _bad_calls()[case]
     with pytest.raises(error, match=words):
         MultiHeadAttention(8, 2)(*args)
+
+
+def test_forward_uses_the_chapter_1_attention(monkeypatch):
+    """The layer calls attncourse.attention.scaled_dot_product_attention once, on all heads at once."""
+    import attncourse.multihead as multihead
+
+    calls = []
+
+    def spy(q, k, v, mask=None, **kwargs):
+        calls.append((tuple(q.shape), tuple(k.shape), None if mask is None else tuple(mask.shape)))
+        return scaled_dot_product_attention(q, k, v, mask, **kwargs)
+
+    monkeypatch.setattr(multihead, "scaled_dot_product_attention", spy)
+    layer = MultiHeadAttention(8, 2)
+    layer(torch.randn(3, 4, 8), torch.randn(3, 5, 8), torch.randn(3, 5, 8), torch.ones(3, 4, 5, dtype=torch.bool))
+    assert calls == [((3, 2, 4, 4), (3, 2, 5, 4), (3, 1, 4, 5))]
