@@ -5,14 +5,19 @@ masks where ``True`` means *this query may attend to this key*. ``nn.MultiheadAt
 ``key_padding_mask`` and boolean ``attn_mask`` use the opposite convention (``True`` means
 *ignore*). Floating masks are added to the scores (``0`` keeps, ``-inf`` removes).
 
-==========================================  ===================  =======================
-API                                         boolean ``True``     float mask
-==========================================  ===================  =======================
-``attncourse`` (every function)             may attend           added to the scores
-``F.scaled_dot_product_attention``          may attend           added to the scores
-``nn.MultiheadAttention`` ``attn_mask``     ignore               added to the scores
-``nn.MultiheadAttention`` ``key_padding``   ignore               added to the scores
-==========================================  ===================  =======================
+=================================================  ==================  =========================
+API                                                boolean ``True``    float mask
+=================================================  ==================  =========================
+``attncourse`` (every function)                    may attend          added to the scores
+``F.scaled_dot_product_attention`` ``attn_mask``   may attend          added to the scores
+``nn.MultiheadAttention`` ``attn_mask``            ignore              added to the scores
+``nn.MultiheadAttention`` ``key_padding_mask``     ignore              added to the scores
+``nn.Transformer*`` ``src/tgt_key_padding_mask``   ignore              added to the scores
+=================================================  ==================  =========================
+
+Causal masks: :func:`causal_mask` aligns the last query with the last key (bottom right);
+``is_causal=True`` in ``F.scaled_dot_product_attention`` aligns the first query with the
+first key (top left). They agree when the query and key lengths are equal.
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ __all__ = [
     "to_additive",
     "from_ignore_mask",
     "to_ignore_mask",
+    "to_boolean",
+    "from_multihead_masks",
 ]
 
 
@@ -163,3 +170,64 @@ def from_ignore_mask(mask: Tensor) -> Tensor:
 def to_ignore_mask(mask: Tensor) -> Tensor:
     """Convert a mask in this package's convention to ``nn.MultiheadAttention``'s (the inverse of :func:`from_ignore_mask`)."""
     return from_ignore_mask(mask)
+
+
+def to_boolean(mask: Tensor) -> Tensor:
+    """Turn an additive mask of ``0`` and ``-inf`` into a boolean one (``True`` = may attend).
+
+    A boolean mask is returned unchanged. A floating mask holding any other value (a finite
+    bias, or a large negative number such as ``-1e9``) has no boolean equivalent and raises
+    a ``ValueError``.
+    """
+    require_tensor("mask", mask)
+    if mask.dtype == torch.bool:
+        return mask
+    if not mask.is_floating_point():
+        raise TypeError(f"mask must be boolean or floating, got dtype {mask.dtype}")
+    removed = torch.isneginf(mask)
+    if bool((mask[~removed] != 0).any()):
+        others = mask[~removed & (mask != 0)].unique()[:5].tolist()
+        raise ValueError(
+            f"only a float mask of 0 (keep) and -inf (remove) converts to boolean; this one also holds {others}"
+        )
+    return ~removed
+
+
+def from_multihead_masks(
+    attn_mask: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None, *, num_heads: int
+) -> Optional[Tensor]:
+    """Convert the masks of ``nn.MultiheadAttention`` into one mask for :class:`attncourse.multihead.MultiHeadAttention`.
+
+    Args:
+        attn_mask: torch's ``attn_mask``: ``(L, S)`` or ``(B * num_heads, L, S)`` (row
+            ``b * num_heads + h`` belongs to batch ``b``, head ``h``); boolean ``True`` = ignore,
+            or float added to the scores.
+        key_padding_mask: torch's ``(B, S)``; boolean ``True`` = ignore (a padding key), or float.
+        num_heads: the number of heads, needed to unfold a 3-D ``attn_mask``.
+
+    Returns:
+        ``None`` when both are ``None``; otherwise a mask in this package's convention
+        (boolean ``True`` = may attend, or additive float when either input is float) of
+        shape ``(L, S)``, ``(B, 1, 1, S)``, ``(B, num_heads, L, S)`` or ``(B, 1, L, S)``,
+        which broadcasts to the scores ``(B, num_heads, L, S)``.
+    """
+    require_positive_int("num_heads", num_heads)
+    masks = []
+    if attn_mask is not None:
+        require_tensor("attn_mask", attn_mask)
+        if attn_mask.dim() == 3:
+            if attn_mask.size(0) % num_heads:
+                raise ValueError(
+                    f"a 3-D attn_mask has shape (B * num_heads, L, S); its first size {attn_mask.size(0)} "
+                    f"is not a multiple of num_heads={num_heads} (attn_mask {fmt_shape(attn_mask.shape)})"
+                )
+            attn_mask = attn_mask.view(-1, num_heads, *attn_mask.shape[1:])
+        elif attn_mask.dim() != 2:
+            raise ValueError(f"attn_mask must have shape (L, S) or (B * num_heads, L, S), got {fmt_shape(attn_mask.shape)}")
+        masks.append(from_ignore_mask(attn_mask))
+    if key_padding_mask is not None:
+        require_tensor("key_padding_mask", key_padding_mask)
+        if key_padding_mask.dim() != 2:
+            raise ValueError(f"key_padding_mask must have shape (B, S), got {fmt_shape(key_padding_mask.shape)}")
+        masks.append(from_ignore_mask(key_padding_mask)[:, None, None, :])
+    return combine_masks(*masks)

@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_floating, require_positive_int, require_rank, require_size
+from ._checks import check_mask, fmt_shape, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
@@ -21,6 +21,8 @@ __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """``(B, L, num_heads * head_dim)`` -> ``(B, num_heads, L, head_dim)``."""
+    require_tensor("x", x)
+    require_positive_int("num_heads", num_heads)
     require_rank("x", x, 3, "(B, L, num_heads * head_dim)")
     batch, length, width = x.shape
     if width % num_heads:
@@ -30,6 +32,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
 
 def merge_heads(x: Tensor) -> Tensor:
     """``(B, num_heads, L, head_dim)`` -> ``(B, L, num_heads * head_dim)``: the concatenation of the heads."""
+    require_tensor("x", x)
     require_rank("x", x, 4, "(B, num_heads, L, head_dim)")
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
@@ -80,10 +83,20 @@ class MultiHeadAttention(nn.Module):
             value: ``(B, S, vdim)``.
             mask: optional, boolean (``True`` = may attend) or additive float, of shape
                 ``(L, S)``, ``(B, L, S)`` (the same for every head) or ``(B, h, L, S)``; any of
-                these sizes may be 1 to broadcast.
+                these sizes may be 1 to broadcast. A key padding mask ``(B, S)`` from
+                :func:`attncourse.masks.padding_mask` goes in as ``mask[:, None, :]``.
+                Masks in ``nn.MultiheadAttention``'s convention are converted by
+                :func:`attncourse.masks.from_multihead_masks`.
 
         Returns:
-            ``(output, weights)``: ``(B, L, embed_dim)`` and ``(B, h, L, S)``.
+            ``(output, weights)``: ``(B, L, embed_dim)`` and ``(B, h, L, S)``. A query whose
+            keys are all masked gets zero weights (``nn.MultiheadAttention`` gives NaN there).
+
+        Raises:
+            TypeError: a non-floating input, dtypes that differ from the parameters', a mask
+                that is neither boolean nor floating.
+            ValueError: a wrong rank or feature size, batch sizes or key/value lengths that
+                differ, a mask that does not broadcast, inputs on another device.
         """
         require_floating("query", query)
         require_floating("key", key)
@@ -103,13 +116,35 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"key and value must have the same length S: key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
             )
-        if mask is not None and isinstance(mask, Tensor):
-            if mask.dim() not in (2, 3, 4):
+        param = self.q_proj.weight
+        if not query.dtype == key.dtype == value.dtype == param.dtype:
+            raise TypeError(
+                f"query, key and value must have the dtype of the layer's parameters ({param.dtype}), got "
+                f"{query.dtype}, {key.dtype} and {value.dtype}; convert the inputs or the layer (e.g. layer.to(dtype))"
+            )
+        if not query.device == key.device == value.device == param.device:
+            raise ValueError(
+                f"query, key and value must be on the device of the layer's parameters ({param.device}), got "
+                f"{query.device}, {key.device} and {value.device}"
+            )
+        batch, length, source = query.size(0), query.size(1), key.size(1)
+        if mask is not None:
+            require_tensor("mask", mask)
+            if mask.dim() == 2 and mask.shape == (batch, source) and (batch, source) != (length, source):
                 raise ValueError(
-                    f"mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S), got {fmt_shape(mask.shape)}"
+                    f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S); the layer takes "
+                    f"(L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:, None, :] to mask the keys of every query"
                 )
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # the same mask for every head
+            if mask.dim() == 3:  # (B, L, S): the same mask for every head
+                check_mask(mask, (batch, length, source), layout="(B, L, S)")
+                mask = mask.unsqueeze(1)
+            elif mask.dim() in (2, 4):
+                check_mask(mask, (batch, self.num_heads, length, source), layout="(L, S) or (B, num_heads, L, S)")
+            else:
+                raise ValueError(
+                    f"mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) = "
+                    f"{fmt_shape((batch, self.num_heads, length, source))}, got {fmt_shape(mask.shape)}"
+                )
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, h, S, head_dim)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, h, S, head_dim)
@@ -122,9 +157,11 @@ class MultiHeadAttention(nn.Module):
 
         Works for ``batch_first`` or not (this layer is always batch first: transpose the
         inputs of a sequence-first module), with or without bias, and with ``kdim``/``vdim``.
-        Torch's masks use ``True`` = ignore: convert them with
-        :func:`attncourse.masks.from_ignore_mask` before passing them here.
-        Not supported: ``add_bias_kv``, ``add_zero_attn`` and dropout (only equal in eval mode).
+        Torch's masks use ``True`` = ignore and a 3-D ``attn_mask`` of shape
+        ``(B * num_heads, L, S)``: convert ``attn_mask`` and ``key_padding_mask`` together with
+        :func:`attncourse.masks.from_multihead_masks` before passing them here.
+        This layer has no dropout: it equals ``module`` in ``eval()`` mode or with
+        ``dropout=0``. Not supported (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")

@@ -1,0 +1,186 @@
+"""Chapter 2 exercises: multi-head attention."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..multihead import merge_heads, split_heads
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+
+
+def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# -- 1. split into heads ----------------------------------------------------------------------
+
+
+def _split_solution(x, num_heads):
+    batch, length, width = x.shape
+    head_dim = width // num_heads
+    # (B, L, E) -> (B, L, h, head_dim): head i owns columns i*head_dim ... (i+1)*head_dim - 1
+    return x.view(batch, length, num_heads, head_dim).transpose(1, 2)  # (B, h, L, head_dim)
+
+
+def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
+    batch, length, width = x.shape
+    head_dim = width // num_heads
+    return {
+        "You reshaped (B, L, E) straight to (B, h, L, head_dim) with view/reshape, without a transpose: that cuts the "
+        "flattened rows into blocks that mix positions. View as (B, L, h, head_dim) first, then transpose(1, 2).":
+            x.reshape(batch, num_heads, length, head_dim),
+        "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). Head i owns the contiguous columns "
+        "i*head_dim ... (i+1)*head_dim - 1: view as (B, L, h, head_dim).":
+            x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2),
+    }
+
+
+@exercise(
+    "multi-head/split-heads",
+    title="Split the projected queries into heads",
+    hint="""
+        x has shape (B, L, E) with E = h * head_dim. First make the head a dimension of its own:
+        x.view(B, L, h, head_dim). Then move it in front of the positions with transpose(1, 2),
+        so that each head is a (L, head_dim) matrix: (B, h, L, head_dim).
+    """,
+    solution=_split_solution,
+)
+def _check_split(fn) -> str:
+    for seed, (batch, length, num_heads, head_dim) in enumerate([(2, 5, 3, 4), (3, 4, 2, 3), (1, 6, 4, 2)]):
+        x = _random(batch, length, num_heads * head_dim, seed=seed)
+        out = call(fn, x, num_heads)
+        expected = split_heads(x, num_heads)
+        if isinstance(out, torch.Tensor) and tuple(out.shape) == (batch, length, num_heads, head_dim):
+            raise Mistake(
+                f"Your result has shape (B, L, h, head_dim) = {tuple(out.shape)}: the heads are split but not moved "
+                "in front of the positions. Add .transpose(1, 2) to get (B, h, L, head_dim)."
+            )
+        expect_tensor(out, expected.shape, f"For x of shape {tuple(x.shape)} and h={num_heads}, the result")
+        if not matches(out, expected, atol=0):
+            raise Mistake(
+                diagnose(
+                    out, _split_mistakes(x, num_heads), atol=0,
+                    default="Right shape, wrong values: head i at position t should be x[:, t, i*head_dim:(i+1)*head_dim].",
+                )
+            )
+    return "Right: head i holds columns i*head_dim ... (i+1)*head_dim - 1 of every position."
+
+
+# -- 2. a whole multi-head forward pass ----------------------------------------------------
+
+
+def _forward_solution(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
+    def split(t):  # (B, L, E) -> (B, h, L, head_dim)
+        batch, length, width = t.shape
+        return t.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
+
+    q, k, v = split(x_q @ w_q.T), split(x_kv @ w_k.T), split(x_kv @ w_v.T)
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # scale by sqrt(head_dim)
+    heads = torch.softmax(scores, dim=-1) @ v  # (B, h, L, head_dim)
+    batch, _, length, head_dim = heads.shape
+    concat = heads.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
+    return concat @ w_o.T  # mix the heads with W^O
+
+
+def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
+    """message -> output of a known mistake."""
+    E = x_q.size(-1)
+    head_dim = E // num_heads
+
+    def run(split, scale, merge, out_proj=True):
+        q, k, v = split(x_q @ w_q.T), split(x_kv @ w_k.T), split(x_kv @ w_v.T)
+        heads, _ = scaled_dot_product_attention(q, k, v, scale=scale)
+        concat = merge(heads)
+        return concat @ w_o.T if out_proj else concat
+
+    good = lambda t: split_heads(t, num_heads)
+    no_transpose = lambda t: t.reshape(t.size(0), num_heads, t.size(1), head_dim)
+    merge_no_transpose = lambda h: h.reshape(h.size(0), h.size(2), -1)
+    return {
+        "The output projection W^O is missing: the heads are concatenated but never mixed. Multiply the concatenation by w_o.T.":
+            run(good, head_dim**-0.5, merge_heads, out_proj=False),
+        "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, 1/sqrt(head_dim).":
+            run(good, E**-0.5, merge_heads),
+        "The heads were split with view/reshape to (B, h, L, head_dim) without a transpose, which mixes positions. "
+        "View as (B, L, h, head_dim), then transpose(1, 2).":
+            run(no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)),
+        "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): transpose(1, 2) back first.":
+            run(good, head_dim**-0.5, merge_no_transpose),
+        "This is single-head attention over the whole width: split the projections into num_heads heads.":
+            run(lambda t: t.unsqueeze(1), E**-0.5, merge_heads),
+    }
+
+
+@exercise(
+    "multi-head/forward",
+    title="A multi-head forward pass from the weight matrices",
+    hint="""
+        1. Project: q = x_q @ w_q.T, k = x_kv @ w_k.T, v = x_kv @ w_v.T (each (B, ., E)).
+        2. Split each into heads: (B, h, ., head_dim), as in the previous exercise.
+        3. Per head: softmax(q k^T / sqrt(head_dim)) v, batched over B and h at once.
+        4. Concatenate the heads back to (B, L, E) (transpose(1, 2), then reshape) and multiply by w_o.T.
+    """,
+    solution=_forward_solution,
+)
+def _check_forward(fn) -> str:
+    for seed, (batch, length, source, num_heads, head_dim) in enumerate([(2, 4, 6, 3, 4), (1, 5, 3, 2, 5)]):
+        E = num_heads * head_dim
+        x_q, x_kv = _random(batch, length, E, seed=10 + seed), _random(batch, source, E, seed=20 + seed)
+        w_q, w_k, w_v, w_o = (_random(E, E, seed=30 + 4 * seed + i) / E**0.5 for i in range(4))
+        args = (x_q, x_kv, w_q, w_k, w_v, w_o, num_heads)
+        out = call(fn, *args)
+        if isinstance(out, tuple):
+            raise Mistake("Return only the output tensor (B, L, E), not a tuple.")
+        expect_tensor(out, (batch, length, E), f"With B={batch}, L={length}, S={source}, E={E}, the output")
+        q, k, v = (split_heads(t, num_heads) for t in (x_q @ w_q.T, x_kv @ w_k.T, x_kv @ w_v.T))
+        expected = merge_heads(scaled_dot_product_attention(q, k, v)[0]) @ w_o.T
+        if not matches(out, expected):
+            raise Mistake(
+                diagnose(out, _forward_variants(*args), default="Your output differs from Concat(head_1, ..., head_h) W^O.")
+            )
+    return "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by W^O (also with L != S)."
+
+
+# -- 3. counting parameters --------------------------------------------------------------------
+
+_COUNT = "UERBXlVdQQ=="
+_COUNT_MISTAKES = (
+    "GlZFXldXQEVFR1tUVjcMGlURHBAPABEKQxsdF1MSBB0TBhccVVpHRRlUQV9RTw1SRlRTXVQMFhtVHBwRQQAcC0MNHBMAABJOVAsCDB1SHANBAB"
+    "wLQwkaBwFFEQYbBAYMARscCxJUHA8QT0BDQUUOElQaCwoYXFFJQVZDVlRWQ0pRX0FWLQEWTxkXFRFBGwEaQxsdF1MKFAAEGxdPBQAcDwQXAAcM"
+    "AVUlLSpBXEFfUU8NUkZUU1QDCwoIHQYARQAaEE5WXkdSEQwABxEdSlRVBhsAQRgVFwYdVRoSFkESGxsRTwUAHA8EFwAHDAEGXlMLDgBUGgsdEB"
+    "ddR01UVllbWUFBQUdbVFY3DBpVERwQDwARCkMAGx4KRTYqJUJDOCs5UwQPEFQ5PTlVBRoRCRsBGkMNHBMAABJPVA8HC1UlLSpBFRoKQxsdF1MD"
+    "DgEGTgEGFAFTEwQXAAERHFtQX0VDRUdfUF1NUElFQy0bG0MLHAQaAQQQVAwaTwEaFkUPARkMBh1VHRVFCREVChBBVSYbAEEcEQ8HHFUBGwQTEV"
+    "QaCwpVEBoCQQQGAQkKFgYaCg8HTk4QHxkbBxEIGhNOCgEBHVNdQRwRDwccVR0VRVdAVA0MAwAfHRZBGhEHFwcQAFMEBRAHTg0AB1IBAAwbAgsQ"
+    "TwUTAQQMEQALERxbUF9FQ0xAXldWTEBRX0FWLQEWTxgHHxEIBBgHBgtVEApFFRwRTg0aGBAWF0EbEk4LChQWAEtBMRUNC08dFxIBQRwVHUNZQV"
+    "IQCg0BGQAQTxoUUwAAFxxOEx0aGBYGFR0bAE9PGx0HRVRFRlRDHAUeGhEVHRoJQw4RFgBFDxtUHgIdFB8WEQQGB0BBQ1VQQlVVTUJeU01PUlE8"
+    "DgFUDQwaGwYWAUEAHBwGClUQGgQSEQdVQzgrI19FNio/QkM4KyRTBA8QVDk9IFUXEgYJVBwPFQpVHR0AQVxAThtPQENBTE9WCQ=="
+)
+_COUNT_SOLUTION = (
+    "JxsBHEMfBx0ZAAIAHQENHFUcHUstHRoLAh1dR0JXTVRBX1FGT1IkOzBYVDk9JFlSJDs3VBUAB08iLDxLazEVDQtPHRMARVRFRk4bT0BDQUVcVE"
+    "ZYUUNERkdFFhEdCQsbBlISCwVUQV9RTxcbEhYEB1pkNwABEx9fQUBUFkNdQ0BfVFVAVEVDW1UKU1BQRlRTQ15ZQkddTUFDWENEVUBfVVVMVFND"
+    "XllCRlVNQkZaTWUhGhZFWVQcCwILBlIXCkEaGxpDDB0THQIEVB0aWU8dFxIBQR1UGxAKBlJFUUEbEk4XBxBSRlRTVBsbFx8ABlMGDhgBAw0cVR"
+    "0VRTYqJUJDOCs5UwQPEFQ5PTl/Whc6ClRJTgcwA1JORVRFRk5MT01STkVXQF1CQxwaUgcNBFQSARECAB4SRVVUEDEOABEXHztTVF9OV08RLR4K"
+    "BREYTgsAGRYARQcbBk4CAQxSG0trNxwLAARPUgAQDFwEQA0aGBcfTUhUEgERTwVSGgtBOQECFwY9FxIBIAAACw0bHB0dTVRFRkJDV1xcAwQTFR"
+    "kLFwoHAVtMSFo="
+)
+
+
+@exercise(
+    "multi-head/parameter-count",
+    title="How many parameters has MultiHeadAttention(512, 8)?",
+    hint="""
+        The layer has four nn.Linear(512, 512) projections: W^Q, W^K, W^V and W^O, each with a bias.
+        How many weights has one, how many biases? Does splitting into heads add or remove any?
+    """,
+    solution=_COUNT_SOLUTION,
+)
+def _check_count(answer) -> str:
+    value = number(answer, "parameter count")
+    if value == float(reveal(_COUNT)):
+        return "Right: 4 d_model^2 + 4 d_model, whatever the number of heads."
+    for wrong, message in json.loads(reveal(_COUNT_MISTAKES)).items():
+        if value == float(wrong):
+            raise Mistake(message)
+    raise Mistake(f"{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).")

@@ -1,0 +1,117 @@
+"""Chapter 2 checkers accept the reference and name the usual mistakes."""
+import pytest
+import torch
+
+from attncourse.exercises import check
+from exercise_helpers import assert_fails as _failed, stub as _stub
+from attncourse.exercises.ch02_multihead import _forward_solution, _split_solution
+
+
+@pytest.mark.parametrize("exercise_id", ["multi-head/split-heads", "multi-head/forward"])
+def test_stub_is_not_attempted(exercise_id):
+    assert check(exercise_id, _stub).status == "not attempted yet"
+
+
+def test_parameter_count_placeholder_is_not_attempted():
+    assert check("multi-head/parameter-count", ...).status == "not attempted yet"
+
+
+# -- split heads ---------------------------------------------------------------------------------
+
+
+def test_split_accepts_the_reference_and_equivalent_forms():
+    assert check("multi-head/split-heads", _split_solution).passed
+    assert check("multi-head/split-heads", lambda x, h: x.reshape(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3)).passed
+    assert check("multi-head/split-heads", lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1)).passed
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [
+        (lambda x, h: x.view(x.size(0), h, x.size(1), -1), "without a transpose"),
+        (lambda x, h: x.view(x.size(0), x.size(1), h, -1), "not moved in front of the positions"),
+        (lambda x, h: x.view(x.size(0), x.size(1), -1, h).permute(0, 3, 1, 2), "every h-th column"),
+        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).transpose(2, 3), "should have shape"),
+        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).flip(1), "Right shape, wrong values"),
+        (lambda x, h: x[:, :, None].view(x.size(0), x.size(1) * 99, h), "raised RuntimeError"),
+    ],
+)
+def test_split_rejects(wrong, words):
+    _failed("multi-head/split-heads", wrong, words)
+
+
+# -- forward ---------------------------------------------------------------------------------------
+
+
+def _forward(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads, *, scale_width=None, transpose=True, out_proj=True, merge_transpose=True):
+    B, L, E = x_q.shape
+    d = E // num_heads
+
+    def split(t):
+        if transpose:
+            return t.view(t.size(0), t.size(1), num_heads, d).transpose(1, 2)
+        return t.reshape(t.size(0), num_heads, t.size(1), d)
+
+    q, k, v = split(x_q @ w_q.T), split(x_kv @ w_k.T), split(x_kv @ w_v.T)
+    heads = torch.softmax(q @ k.transpose(-2, -1) / (scale_width or d) ** 0.5, dim=-1) @ v
+    concat = heads.transpose(1, 2).reshape(B, L, E) if merge_transpose else heads.reshape(B, L, E)
+    return concat @ w_o.T if out_proj else concat
+
+
+def test_forward_accepts_the_reference_and_the_package_layer():
+    from attncourse import MultiHeadAttention
+
+    assert check("multi-head/forward", _forward_solution).passed
+    assert check("multi-head/forward", _forward).passed
+
+    def with_layer(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
+        layer = MultiHeadAttention(x_q.size(-1), num_heads, bias=False).double()
+        with torch.no_grad():
+            for lin, w in zip((layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj), (w_q, w_k, w_v, w_o)):
+                lin.weight.copy_(w)
+        return layer(x_q, x_kv, x_kv)[0]
+
+    assert check("multi-head/forward", with_layer).passed
+
+
+@pytest.mark.parametrize(
+    "options,words",
+    [
+        ({"out_proj": False}, "W^O is missing"),
+        ({"scale_width": -1}, "1/sqrt(embed_dim)"),
+        ({"transpose": False, "merge_transpose": False}, "without a transpose"),
+        ({"merge_transpose": False}, "merged with reshape"),
+    ],
+)
+def test_forward_rejects(options, words):
+    def wrong(*args):
+        opts = dict(options)
+        if opts.get("scale_width") == -1:
+            opts["scale_width"] = args[0].size(-1)
+        return _forward(*args, **opts)
+
+    _failed("multi-head/forward", wrong, words)
+
+
+def test_forward_rejects_single_head_and_tuples():
+    _failed("multi-head/forward", lambda x_q, x_kv, w_q, w_k, w_v, w_o, h: _forward(x_q, x_kv, w_q, w_k, w_v, w_o, 1), "single-head")
+    _failed("multi-head/forward", lambda *a: (_forward(*a), None), "not a tuple")
+    _failed("multi-head/forward", lambda *a: _forward(*a) + 1e-3, "differs from Concat")
+
+
+# -- parameter count --------------------------------------------------------------------------------
+
+
+def test_parameter_count():
+    from attncourse import MultiHeadAttention
+
+    truth = sum(p.numel() for p in MultiHeadAttention(512, 8).parameters())
+    assert check("multi-head/parameter-count", truth).passed
+    assert check("multi-head/parameter-count", torch.tensor(truth)).passed
+    without_bias = sum(p.numel() for p in MultiHeadAttention(512, 8, bias=False).parameters())
+    _failed("multi-head/parameter-count", without_bias, "not the biases")
+    _failed("multi-head/parameter-count", truth - (512 * 512 + 512), "output projection W^O")
+    _failed("multi-head/parameter-count", truth // 8, "divided by the number of heads")
+    _failed("multi-head/parameter-count", truth * 8, "multiplied by the number of heads")
+    _failed("multi-head/parameter-count", 12345, "is not it")
+    _failed("multi-head/parameter-count", "1050624", "should be a number")
