@@ -35,6 +35,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` -> ``(..., d_model)``, each position on its own."""
         return self.linear2(torch.relu(self.linear1(x)))
 
 
@@ -135,6 +136,7 @@ class CausalLM(nn.Module):
         return cls(vocab_size, d_model, max_len, blocks)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only."""
         x = self.embed(tokens)
         mask = causal_mask(tokens.size(1), device=tokens.device)
         for block in self.blocks:
@@ -198,6 +200,7 @@ class Seq2SeqTransformer(nn.Module):
         return self.head(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
         require_tensor("src", src)
         require_tensor("tgt_in", tgt_in)
         if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
