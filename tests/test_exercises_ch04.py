@@ -65,6 +65,15 @@ def test_wrong_answers_get_their_diagnosis(wrong, diagnosis):
     assert diagnosis in result.message, result.message
 
 
+def test_right_weights_with_a_wrong_output():
+    def doubled(*args):
+        output, weights = _cross_attention_solution(*args)
+        return 2 * output, weights
+
+    result = check(ID, doubled)
+    assert not result.passed and "the weights are right but the output is not" in result.message
+
+
 def test_a_stub_is_not_attempted_and_a_crash_is_reported():
     def stub(target, source, w_q, w_k, w_v, source_mask):
         raise NotImplementedError

@@ -124,15 +124,16 @@ def test_alignment_accuracy():
         alignment_accuracy(truth, torch.full((2, 3), -1))
 
 
-def test_short_training_is_seeded_and_learns():
-    data = make_data(all_numbers()[:500])
+def test_short_training_is_seeded_and_learns(device):
+    data = make_data(all_numbers()[:500]).to(device)
     model, losses = train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)
     assert len(losses) == 40 and not model.training
     assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
     assert train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)[1] == losses
     weights = cross_attention(model, data[:8])
     assert weights.shape == (1, 8, 2, 5, 7)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 8, 2, 5))
+    assert weights.device.type == device.type
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 8, 2, 5, device=device))
     words = translate(model, data[:8])
     assert len(words) == 8 and all(set(w) <= set("123456789?") and len(w) <= 5 for w in words)
 
