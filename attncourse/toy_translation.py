@@ -6,6 +6,10 @@ tens, joined by "and"::
 
     "three thousand two hundred one and forty"   ->   3 2 4 1
 
+(German says "dreitausendzweihunderteinundvierzig", the same order. The toy language
+also says "three and ten" for 13, where German says "dreizehn", so that every number
+from 11 to 99 follows one rule.)
+
 Every digit of the numbers drawn here is non-zero, so every target digit comes from
 exactly one source word, and the source position of each digit (its *alignment*) is
 known. Reading the tens and the units needs a reordering: the target's third digit comes
