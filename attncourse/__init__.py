@@ -1,8 +1,20 @@
 """attncourse: the companion package of the attncourse book on attention mechanisms."""
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention
-from . import masks
+from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
+from .training import train
+from . import masks, toy_translation
 
 __version__ = "0.1.0"
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "masks", "__version__"]
+__all__ = [
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "CausalLM",
+    "Seq2SeqTransformer",
+    "train",
+    "masks",
+    "toy_translation",
+    "__version__",
+]

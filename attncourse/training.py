@@ -113,10 +113,13 @@ def next_token_loss(logits: Tensor, tokens: Tensor, *, start: int = 0) -> Tensor
     Args:
         logits: ``(B, L, V)`` next-token logits of a causal model.
         tokens: ``(B, L)`` the input tokens.
-        start: first target position counted (earlier targets lack context in some tasks).
+        start: first target position counted (earlier targets lack context in some tasks);
+            position 0 has no prediction, so ``start=0`` and ``start=1`` are the same.
     """
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
         raise ValueError(f"logits (B, L, V) and tokens (B, L) disagree: {fmt_shape(logits.shape)} vs {fmt_shape(tokens.shape)}")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < tokens.size(1):
+        raise ValueError(f"start must be an integer in [0, {tokens.size(1) - 1}] for tokens {fmt_shape(tokens.shape)}, got {start!r}")
     first = max(start, 1)
     predicted = logits[:, first - 1 : -1]
     return nn.functional.cross_entropy(predicted.reshape(-1, predicted.size(-1)), tokens[:, first:].reshape(-1))

@@ -35,6 +35,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` -> ``(..., d_model)``, each position on its own."""
         return self.linear2(torch.relu(self.linear1(x)))
 
 
@@ -135,6 +136,7 @@ class CausalLM(nn.Module):
         return cls(vocab_size, d_model, max_len, blocks)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only."""
         x = self.embed(tokens)
         mask = causal_mask(tokens.size(1), device=tokens.device)
         for block in self.blocks:
@@ -198,6 +200,9 @@ class Seq2SeqTransformer(nn.Module):
         return self.head(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
+        require_tensor("src", src)
+        require_tensor("tgt_in", tgt_in)
         if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
             raise ValueError(
                 f"src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
@@ -207,7 +212,17 @@ class Seq2SeqTransformer(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
-        """Translate ``src`` ``(B, S)`` greedily, one token at a time; returns ``(B, max_len)`` tokens (BOS excluded)."""
+        """Translate ``src`` ``(B, S)`` greedily, one token at a time; returns ``(B, max_len)`` tokens (BOS excluded).
+
+        Each step feeds every token so far back into the decoder (no cache: the toy
+        sequences are short). Tokens after an end-of-sequence token are produced too;
+        cut them off where the task's EOS appears.
+        """
+        require_tensor("src", src)
+        require_rank("src", src, 2, "(B, S)")
+        require_positive_int("max_len", max_len)
+        if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < self.tgt_embed.tokens.num_embeddings:
+            raise ValueError(f"bos_id must be a target token id in [0, {self.tgt_embed.tokens.num_embeddings}), got {bos_id!r}")
         memory = self.encode(src)
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(max_len):

@@ -1,0 +1,206 @@
+"""Chapter 4 exercises: cross-attention."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ._core import Mistake, call, exercise, expect_tensor, matches, reveal
+
+
+def _random(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# -- 1. single-head cross-attention with a source padding mask ---------------------------------
+
+
+def _cross_attention_solution(target, source, w_q, w_k, w_v, source_mask):
+    query = target @ w_q  # (B, L, d_k): queries from the target
+    key = source @ w_k  # (B, S, d_k): keys from the source
+    value = source @ w_v  # (B, S, d_v): values from the source, with their own projection
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5  # (B, L, S), scaled by sqrt(d_k)
+    scores = scores.masked_fill(~source_mask[:, None, :], float("-inf"))  # padded KEYS: (B, 1, S)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
+    """Weights of the usual mistakes: message -> (B, L, S) weights (only the mistakes that run on these sizes)."""
+    query, key = target @ w_q, source @ w_k
+    raw = query @ key.transpose(-2, -1)
+    d_k, d_source = query.size(-1), source.size(-1)
+    keys = ~source_mask[:, None, :]
+
+    def soft(scores, dim=-1):
+        return torch.softmax(scores, dim=dim)
+
+    out = {
+        "The scores are scaled by sqrt of the source's width (the sources' sqrt(d_2)); the dot products are "
+        "between vectors of width d_k = w_k.shape[1], so divide by sqrt(d_k).": soft((raw / d_source**0.5).masked_fill(keys, float("-inf"))),
+        "The scores are not scaled: divide Q K^T by sqrt(d_k).": soft(raw.masked_fill(keys, float("-inf"))),
+        "The padding mask is ignored: a padded source position must get zero weight.": soft(raw / d_k**0.5),
+        "The mask polarity is inverted: source_mask is True at real tokens, so fill the scores where it is False.":
+            soft((raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))),
+        "The softmax runs over the target positions: each query's weights must sum to 1 over the source (dim=-1).":
+            soft((raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2),
+    }
+    transposed = raw.transpose(-2, -1) / d_k**0.5  # (B, S, L): key @ query^T
+    if target.size(1) == source.size(1):  # with L == S the transposed weights have the right shape
+        for k, scores in enumerate((transposed, transposed.masked_fill(keys, float("-inf")))):
+            out[
+                "Your weights are (B, S, L), one row per source position: you computed key @ query^T. Queries come "
+                "from the target and keys from the source: scores = (target @ w_q) @ (source @ w_k)^T, (B, L, S)." + " " * k
+            ] = soft(scores)
+    if target.size(1) == source.size(1):  # only then does a query-side mask broadcast
+        out[
+            "You masked the queries (rows) instead of the keys (columns): the padding is in the source, so a padded "
+            "source position must get no weight from any target position. Use source_mask[:, None, :] (B, 1, S)."
+        ] = soft((raw / d_k**0.5).masked_fill(~source_mask[:, :, None], float("-inf")))
+    return out
+
+
+def _check_case(case, fn, args, value_mistake_possible):
+    target, source, w_q, w_k, w_v, source_mask = args
+    expected_out, expected_w = _cross_attention_solution(*args)
+    got = call(fn, *args)
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise Mistake(f"Return a pair (output, weights); got {type(got).__name__}.")
+    output, weights = got
+    if isinstance(weights, torch.Tensor) and weights.shape == expected_w.shape[:1] + expected_w.shape[1:][::-1] and weights.shape != expected_w.shape:
+        raise Mistake(
+            f"{case}: your weights have shape {tuple(weights.shape)}, (B, S, L): queries come from the target and keys "
+            f"from the source, so the scores are (target @ w_q) @ (source @ w_k)^T, of shape (B, L, S)."
+        )
+    expect_tensor(weights, expected_w.shape, f"{case}: the weights (B, L, S)")
+    if value_mistake_possible and matches(output, weights @ (source @ w_k)) and not matches(output, expected_out):
+        raise Mistake(
+            f"{case}: your values are source @ w_k, the keys (the sources' formula K = V = X_2 W^K). "
+            "Values have their own projection: value = source @ w_v."
+        )
+    if matches(output, weights @ source):
+        raise Mistake(f"{case}: your output is weights @ source: the values need their projection, value = source @ w_v.")
+    expect_tensor(output, expected_out.shape, f"{case}: the output (B, L, d_v)")
+    if matches(weights, expected_w) and matches(output, expected_out):
+        return
+    if matches(weights, expected_w):
+        if value_mistake_possible and matches(output, weights @ (source @ w_k)):
+            raise Mistake(f"{case}: your values are source @ w_k; use their own projection, source @ w_v.")
+        raise Mistake(f"{case}: the weights are right but the output is not: it is weights @ (source @ w_v).")
+    for message, wrong in _cross_variants(*args).items():
+        if matches(weights, wrong, equal_nan=True):
+            raise Mistake(f"{case}: {message.rstrip()}")
+    if torch.isnan(weights).any():
+        raise Mistake(f"{case}: your weights contain NaN: did a whole row get masked? Only source (key) positions are padding.")
+    raise Mistake(f"{case}: your weights differ from softmax((target W^Q)(source W^K)^T / sqrt(d_k)) with padded keys removed.")
+
+
+@exercise(
+    "cross-attention/single-head",
+    title="Cross-attention from a target to a padded source",
+    hint="""
+        1. query = target @ w_q (B, L, d_k); key = source @ w_k (B, S, d_k); value = source @ w_v (B, S, d_v).
+        2. scores = query @ key.transpose(-2, -1) / sqrt(d_k): shape (B, L, S), one row per target position.
+        3. The padding is in the source, that is in the keys (the columns): source_mask (B, S) becomes
+           source_mask[:, None, :] (B, 1, S); fill the scores where it is False with -inf.
+        4. softmax over the last dimension (the source positions), then weights @ value.
+    """,
+    solution=_cross_attention_solution,
+)
+def _check_cross_attention(fn) -> str:
+    # L == S and d_k == d_v here, so that the usual mistakes run and can be recognised
+    args = (
+        _random(2, 5, 6, seed=40), _random(2, 5, 3, seed=41), _random(6, 4, seed=42), _random(3, 4, seed=43),
+        _random(3, 4, seed=44), torch.tensor([[True] * 5, [True, True, True, False, False]]),
+    )
+    _check_case("Target length 5, source length 5 (2 padded), d_k = d_v = 4", fn, args, value_mistake_possible=True)
+    # the general case: every size differs
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])
+    args = (_random(3, 4, 8, seed=45), _random(3, 7, 5, seed=46), _random(8, 6, seed=47), _random(5, 6, seed=48), _random(5, 2, seed=49), mask)
+    _check_case("Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2", fn, args, value_mistake_possible=False)
+    output, weights = call(fn, *args)
+    if not torch.all(weights[..., ~mask[0]] == 0) or not torch.all(weights[1][:, ~mask[1]] == 0):
+        raise Mistake("Padded source positions must get exactly zero weight: mask with -inf (or a boolean masked_fill).")
+    return "Right: queries from the target, keys and values from the source with their own projections, padded keys masked."
+
+
+# -- 2. the shapes in an encoder-decoder layer ------------------------------------------------
+
+_SHAPES = "GlYDCwoIHQYAR1tUL1xPT0FeU1BNVE0zT09XHQYREQEATFlPLkBfRVRYVFpbMllSUQ4EDSseAgsRGx0CPhkVHQhNT1IoV01URUJDXllSSjgc"
+_SHAPES_MISTAKES = (
+    "GlYDCwoIHQYAR1tUD0xLXVlSR0lBTVhOVkZXSFNHExsDHUMOBxdTFBQRBgcGHFUTHQFBFxsCFgIbAVMEExFUBQYWBkhTTSNYVAAWAioa"
+    "FgQFB1hOL0NVIVpFFh0ABkMjVU9TUEEAFRwECgFSAwoSHQAHDAEGUhILBVQnTl5PTFIAChQGFwtDHxoBGhEIGxodTU1ZUlFNU1hUW09P"
+    "TFtRX0FWAAYGTxkTCgATVAYLFxoHHABFFRwRThQKHBUbERJUGwhDCgMXARxBHBEPB1VVWjFJQRoBAzwHEBMXFk1UOEJDPFxcUUlBVlxc"
+    "T09BXlNQTVRBR0FVVVAHDQRUFwEPGhgcAEUABhFOFwcQUgAKFAYXC0MfGgEaEQgbGh1DRyZSTkVYXU5OCgFVEQEKEgdZDxcbEBwHDA4a"
+    "VCJDDhsWUzZBGRUXQwscFBUAE1pWQkNNXUBfRVVYVFdPT0xbUV9BVgAGBk8HHQQWQRUGC0MbHRdTFBQRBgcGHFlSFRcOGVQaCwpVBhIX"
+    "BhEATksjVU9TUEhYVAAMG1UGGwBBBxsbEQwQXFEYTVRWARYbBQcHR1tUD0xLXVlSRklBR0ZHQVVVUAcNBFQbGxcfAAZUFkEDHQoXB1Ub"
+    "AEUEGRYLBzARGx5FXFRAVk9PGx0HRRUcEU4QAAAAEABGB1QZCgsBGlMOBR0ZQRULHB9TWEFHRlRDGx0XUw0EFRAdRE8aBwcVFAAHTgId"
+    "EFIQCg8XFRoGARQGFgFBFRoKQzgrPVMIAAQHThcHEB9TEQ5UEQMBChEtFwwMWlZCQ01dQF9FWFhUWltGV0hTRxUcERwGTxwBUwoPEVQB"
+    "FhsFBwdFExsDThMKB1ICEAQGDUJDDhsWUxEJEVQfFgoHGxYWQRcbAwZPEwAcCEEAHAtDGxQAFAAVVFwiQ1JVR1pLQ1hUTEtdWVJKSUFH"
+    "RkdBVVVQBw0EVBsbFx8ABlMDDhgYARQcVQYbAEEFAQsRBhABX0UIGlQCBgESBhtFSUFdTgIBEVIaC0EDHQoXB1VaFggDERAxBwYYUk5F"
+    "VUxdVUMbHRdTFg4BBg0GHFJSVAtBDFQKPF1SUhoWQQMGAQ0IVR0dRQMbAAZDDBoHHRESWlZCQ01dQF9FVFhUX1FGV0hTR1BGVAcQTxoc"
+    "FkUJERUKRBxVBRoBFRxPThcHEFIbAAAQB04CHRBSEAoPFxUaBgEUBhYBQVxAThtPREBaRQAaEE4THRoYFgYVERBOARZVJS0qQQAbTgYC"
+    "FxcXOgUdGU5eT0FKXUdNVFZGUUNVRl9FVFhUX1FGV0hTRxUcFRpDBgZSBw0EVBwLAgsGUhEABxsGC0MbHRcKRQAGEU4OCgcVFgFaVAAG"
+    "Bk8ZEwoAE1QGCxcaBxwARUk2WE4vQ1UXHgcEECsKCgJcXFEYTVRWBQYWKgISAQUdGgk8AhQBGEdbVA9MS11ZUkpMQ05UTAJPXTBfRTJd"
+    "VAMCHB5SHwwPEQdOFh9VBRoRCVQABgZPGRMAEUEAAwFDCxwfFgsSHRsAEE8aFFMRCRFUGQYGEhoHFk1UXCJPTyZbSUUIAFQIAgYZAVNN"
+    "DgZYThQHEBxTKUEcFR4TChsBUxEOVBEfFg4ZUjFJQQcdAgYBAR4KRQwVBwUQTwEaFkUWBhsABE8BGhoLBl1aTiILEVIXDAwRGh0KABsB"
+    "UwMOBlQaCwpVGhYEBQdUDw0LVQYbAEEFAQsRBhABXUdNVFZGUUNVQ19FWF1WVENNARoaFkEdB04XBxBSAAoUBhcLEEhVBx0WEAERCxkK"
+    "XUNaX0EVEw8KAQYGU01TWFRaT09AXlNcSFQdGkMDHBwWFkEBBE4CHFVaQklBRlhOUkNVS1pJQQAcC0MNFAYQDUEVEw8KAQYGUxEJEVQG"
+    "Bg4RAV9FFhwdDQtPExMaCRJUXAERTxwBUxYIGBEAFwMMUgQXDhoTThQHEBxTCxQZKwYGDhEBU1hBRl1AQy4RFlMKDxFUAwwdEFJCS0NY"
+    "VExLXVlSQklBQVhOUkZXSFNHFRwdHUMCFAEYFkEFAQsRBhABU00VFQYJBhtVAhwWCAAdAQ0cXF5TBxQAVBoLClUCEgEFHRoJQwYGUhoL"
+    "QQAcC0McGgcBBgROVBoLClUZFhwSWFQaCwpVHhIWFVQQBw4KGwEaCg9UXD1DUlVLWktDWFRMS11ZUkZJQUVdTFlPVwYbDBJUGQ8QBAZS"
+    "AhAEBh0LEE9dBhIXBhEAThMABhsHDA4aB0dPTxcHB0UVHBFOEw4RFhoLBlQdHUMGG1IHDQRUBwEWHRYXSUUVHBFOCAoMAV9FFRwRTg8O"
+    "BgZTAQgZEQAQBhocU00yVElOWkZbUF9FQ1xGQkNbWVJGSUFNXUxZT1cGGwwSVAcGAh8QUgQKEx8HQkMNAAZTDBVUBgsTChQGAEUOGhFO"
+    "Ew4RFhoLBlQEDxcbEAAdRQcbBk4GGRAACkUJERUKQw4bFlMUFBEGF1lPEhsFAEEAHAEQClUWGggEGgcHDAEGUgAMGxFUX0MOGxZTCQQA"
+    "VAwRABQWEAQSAB0ABE8RHVMMFVpWQkNNXUNfRVBYVFxPT0xbUV9BVgAGBk8XEwcGCVQQBw4KGwEaCg9UFwEOCgZSFQwTBwBUQ0c3XlNU"
+    "TVRFQkM8XFxRGBw="
+)
+_SHAPES_SOLUTION = (
+    "FhEdCQsbBlJbV01UQEJDWllSSkxbVBYPFwwdXlMNBBUQHU9PGhwWRRMbA04TCgdSBwQTExEaQx8aARoRCBsaTksbHRdTFBQRBgcGHFlS"
+    "P0VcVEFHT08aHBZFAhsYGw4BVQIWF0EHGxsRDBBSAwoSHQAHDAFVWgcNBFQfCxocWVIgRVxUTUdNZRoHBxUUAFRGUUNVR19FVUxdVEMA"
+    "GxdTFw4DVB4GHVUDBgATDVhOAgERUiQ7LlQWHAoBEgFTEQkRVA0MARYTBwAPFQALB08dFxIBElRcWkMXVUNBTEEWFQ0ITwEdUwAMFhEK"
+    "PAscH1NYQUBMVUMbHRdTFg4BBg0GSAZSBAwFABxOUF1VHR0JGFQRABcKBwFTEQkGGxsEB1UlLS5BFRoKQzgrJF1vChENMRMOERYaCwYr"
+    "GQ8QBFVaQUlBRVhOUkNVS1pfQQcbGxEMEC0eBBIfL1RPTzsdHQBNVDoBDQpZUkk4T1Q1CQIGGwEHRRUcEU4UChwVGxESVFwsT08dXlMp"
+    "TVQnR0MGAVIRFw4VEA0CHAEBUwoXEQZOFwcQUhsAABAHTgIBEVIHDQRUBRsGHRwXAEUAGhBOEQoYHQUAElQEDwcLEBZTDgQNB05LDBoe"
+    "BggPB11AQyIAHgcMKREVCiIbARcdEQgbGk4CAwYdUwQCFxEeFxxVARwQExcRMQ4OBhkoX01UOgENCllSSThBGxJOEAcUAhZFSTZYTlJD"
+    "VSFaSUEWEQ0CGgYXUwwVVBUKBxxVBhsAQRwRDwdPERseAA8HHQENTwEdUwRBR1kqQwIUARhFCAAHCw8JWw=="
+)
+_SHAPE_KEYS = ("weights", "output", "key_padding_mask")
+
+
+def _as_shape(value, name):
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise Mistake(f"answer[{name!r}] should be a shape, a tuple of integers such as (2, 3); got {value!r}.")
+
+
+@exercise(
+    "cross-attention/shapes",
+    title="The shapes of cross-attention in a decoder",
+    hint="""
+        The queries come from the decoder (the target), keys and values from the encoder (the
+        source). The weights have one row per query and one column per key, for each head. The
+        output has one row per query, and the layer's out projection brings it back to embed_dim.
+        A key padding mask must line up with the last dimension of the weights and broadcast over
+        the heads and the queries: put a 1 where those dimensions are.
+    """,
+    solution=_SHAPES_SOLUTION,
+)
+def _check_shapes(answer) -> str:
+    if not isinstance(answer, dict) or set(answer) != set(_SHAPE_KEYS):
+        raise Mistake(f"Give a dict with exactly the keys {list(_SHAPE_KEYS)}, each mapped to a shape tuple.")
+    expected = {k: tuple(v) for k, v in json.loads(reveal(_SHAPES)).items()}
+    mistakes = json.loads(reveal(_SHAPES_MISTAKES))
+    wrong = []
+    for name in _SHAPE_KEYS:
+        shape = _as_shape(answer[name], name)
+        if shape == expected[name]:
+            continue
+        known = mistakes[name].get(str(shape))
+        wrong.append(f"{name} {shape}: " + (known or "not this shape; count the sizes again from the hint."))
+    if wrong:
+        raise Mistake("\n".join(wrong))
+    return "Right: the output follows the queries (target), the weights have one column per source position."

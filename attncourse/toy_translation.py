@@ -1,0 +1,279 @@
+"""A toy translation task whose true alignment is known: number words to digits (chapter 4).
+
+The source language writes numbers from 1 to 9999 in English words, but in the order of
+German (and of old English, "four and twenty blackbirds"): the units come *before* the
+tens, joined by "and"::
+
+    "three thousand two hundred one and forty"   ->   3 2 4 1
+
+(German says "dreitausendzweihunderteinundvierzig", the same order. The toy language
+also says "three and ten" for 13, where German says "dreizehn", so that every number
+from 11 to 99 follows one rule.)
+
+Every digit of the numbers drawn here is non-zero, so every target digit comes from
+exactly one source word, and the source position of each digit (its *alignment*) is
+known. Reading the tens and the units needs a reordering: the target's third digit comes
+from the source's last word, its fourth from the word before "and".
+
+:class:`TranslationData` holds padded token tensors and the true alignment; the model is
+:class:`attncourse.transformer.Seq2SeqTransformer`, trained by :func:`train_translator`
+with :func:`attncourse.training.train`; :func:`alignment_accuracy` scores its
+cross-attention against the true alignment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .training import train
+from .transformer import Seq2SeqTransformer
+
+__all__ = [
+    "UNITS",
+    "TENS",
+    "SRC_VOCAB",
+    "TGT_VOCAB",
+    "PAD",
+    "BOS",
+    "EOS",
+    "MAX_SRC_LEN",
+    "MAX_TGT_LEN",
+    "number_to_words",
+    "all_numbers",
+    "split_numbers",
+    "TranslationData",
+    "make_data",
+    "translation_loss",
+    "train_translator",
+    "cross_attention",
+    "alignment_accuracy",
+    "translate",
+]
+
+UNITS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+TENS = ["ten", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+PAD, BOS, EOS = 0, 1, 2
+SRC_VOCAB: List[str] = ["<pad>", "<bos>", "<eos>", *UNITS, *TENS, "hundred", "thousand", "and"]
+TGT_VOCAB: List[str] = ["<pad>", "<bos>", "<eos>", *"123456789"]
+MAX_SRC_LEN = 7  # "d thousand d hundred u and T"
+MAX_TGT_LEN = 5  # four digits and <eos>
+
+_SRC_ID = {word: i for i, word in enumerate(SRC_VOCAB)}
+
+
+def number_to_words(n: int) -> Tuple[List[str], List[int]]:
+    """The source sentence of ``n`` and the source position of each of its digits.
+
+    Args:
+        n: an integer in ``[1, 9999]`` with no zero digit.
+
+    Returns:
+        ``(words, alignment)``: ``alignment[i]`` is the index in ``words`` of the word that
+        says the ``i``-th digit of ``n`` (most significant first).
+
+    >>> number_to_words(3241)
+    (['three', 'thousand', 'two', 'hundred', 'one', 'and', 'forty'], [0, 2, 6, 4])
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 9999:
+        raise ValueError(f"n must be an integer in [1, 9999], got {n!r}")
+    digits = [int(c) for c in str(n)]
+    if 0 in digits:
+        raise ValueError(f"n must have no zero digit (a zero is not said, so it has no source word), got {n}")
+    words: List[str] = []
+    alignment: List[int] = [0] * len(digits)
+    scales = {4: "thousand", 3: "hundred"}
+    for i, d in enumerate(digits[:-2]):  # thousands and hundreds: "d thousand", "d hundred"
+        alignment[i] = len(words)
+        words += [UNITS[d - 1], scales[len(digits) - i]]
+    if len(digits) >= 2:  # units before tens: "u and T"
+        alignment[-1] = len(words)
+        alignment[-2] = len(words) + 2
+        words += [UNITS[digits[-1] - 1], "and", TENS[digits[-2] - 1]]
+    else:
+        alignment[0] = len(words)
+        words.append(UNITS[digits[0] - 1])
+    return words, alignment
+
+
+def all_numbers() -> List[int]:
+    """The 7380 numbers in ``[1, 9999]`` without a zero digit."""
+    return [n for n in range(1, 10000) if "0" not in str(n)]
+
+
+def split_numbers(test_fraction: float = 0.2, *, seed: int = 0) -> Tuple[List[int], List[int]]:
+    """Shuffle :func:`all_numbers` with ``seed`` and split it into ``(train, test)``."""
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    numbers = all_numbers()
+    order = torch.randperm(len(numbers), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_test = round(test_fraction * len(numbers))
+    test = [numbers[i] for i in order[:n_test]]
+    train_ = [numbers[i] for i in order[n_test:]]
+    return train_, test
+
+
+@dataclass
+class TranslationData:
+    """A padded batch of translation pairs (``N`` sentences).
+
+    Attributes:
+        numbers: the ``N`` numbers.
+        src: ``(N, MAX_SRC_LEN)`` source word ids, padded with ``PAD``.
+        tgt_in: ``(N, MAX_TGT_LEN)`` decoder input: ``BOS`` then the digits, padded.
+        tgt_out: ``(N, MAX_TGT_LEN)`` what each decoder position must predict: the digits,
+            ``EOS``, then ``PAD`` (ignored by the loss).
+        alignment: ``(N, MAX_TGT_LEN)`` the source position of ``tgt_out``'s digit at each
+            decoder position, ``-1`` where ``tgt_out`` is ``EOS`` or ``PAD`` (no source word).
+    """
+
+    numbers: List[int]
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    alignment: Tensor
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, index: Tensor) -> "TranslationData":
+        """Select rows with an index tensor or a slice."""
+        picked = torch.arange(len(self))[index].tolist()
+        if isinstance(picked, int):
+            picked = [picked]
+        rows = torch.tensor(picked, dtype=torch.long)
+        return TranslationData(
+            [self.numbers[i] for i in picked], self.src[rows], self.tgt_in[rows], self.tgt_out[rows], self.alignment[rows]
+        )
+
+    def to(self, device: torch.device) -> "TranslationData":
+        return TranslationData(
+            self.numbers, self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.alignment.to(device)
+        )
+
+    def source_words(self, i: int) -> List[str]:
+        """The words of sentence ``i``, without padding."""
+        return [SRC_VOCAB[t] for t in self.src[i].tolist() if t != PAD]
+
+    def target_tokens(self, i: int) -> List[str]:
+        """The tokens sentence ``i``'s decoder must predict (digits and ``<eos>``), without padding."""
+        return [TGT_VOCAB[t] for t in self.tgt_out[i].tolist() if t != PAD]
+
+
+def make_data(numbers: Sequence[int]) -> TranslationData:
+    """Tokenise ``numbers`` (each as for :func:`number_to_words`) into a :class:`TranslationData`."""
+    numbers = list(numbers)
+    if not numbers:
+        raise ValueError("numbers is empty")
+    n = len(numbers)
+    src = torch.full((n, MAX_SRC_LEN), PAD, dtype=torch.long)
+    tgt_in = torch.full((n, MAX_TGT_LEN), PAD, dtype=torch.long)
+    tgt_out = torch.full((n, MAX_TGT_LEN), PAD, dtype=torch.long)
+    alignment = torch.full((n, MAX_TGT_LEN), -1, dtype=torch.long)
+    for row, number in enumerate(numbers):
+        words, align = number_to_words(number)
+        digits = [TGT_VOCAB.index(c) for c in str(number)]
+        src[row, : len(words)] = torch.tensor([_SRC_ID[w] for w in words])
+        tgt_in[row, : len(digits) + 1] = torch.tensor([BOS, *digits])
+        tgt_out[row, : len(digits) + 1] = torch.tensor([*digits, EOS])
+        alignment[row, : len(digits)] = torch.tensor(align)
+    return TranslationData(numbers, src, tgt_in, tgt_out, alignment)
+
+
+def translation_loss(model: nn.Module, batch: TranslationData) -> Tensor:
+    """Mean cross-entropy of the decoder's predictions of ``batch.tgt_out``, padding ignored."""
+    logits = model(batch.src, batch.tgt_in)  # (B, L, V)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
+
+
+def train_translator(
+    data: TranslationData,
+    *,
+    steps: int = 400,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: bool = True,
+    **model_kwargs,
+) -> Tuple[Seq2SeqTransformer, List[float]]:
+    """Train a :class:`~attncourse.transformer.Seq2SeqTransformer` on ``data``.
+
+    Everything is seeded by ``seed``: the initial weights and the batches (drawn uniformly
+    with replacement). ``model_kwargs`` go to the model; the defaults (``d_model=32``,
+    ``num_heads=2``, ``d_ff=64``, ``num_layers=2``) learn the task in 400 steps, a few
+    seconds of CPU.
+
+    Returns:
+        ``(model, losses)``: the trained model in ``eval()`` mode and the loss of each step.
+    """
+    require_positive_int("steps", steps)
+    require_positive_int("batch_size", batch_size)
+    torch.manual_seed(seed)
+    for name, value in (("d_model", 32), ("num_heads", 2), ("d_ff", 64), ("num_layers", 2)):
+        model_kwargs.setdefault(name, value)
+    model_kwargs.setdefault("max_len", max(MAX_SRC_LEN, MAX_TGT_LEN))
+    model = Seq2SeqTransformer(len(SRC_VOCAB), len(TGT_VOCAB), pad_id=PAD, **model_kwargs)
+    model.to(data.src.device)
+    generator = torch.Generator().manual_seed(seed)
+
+    def get_batch(step: int) -> TranslationData:
+        rows = torch.randint(len(data), (batch_size,), generator=generator)
+        return data[rows]
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = train(model, get_batch, translation_loss, steps=steps, optimizer=optimizer, progress=progress, desc="translation")
+    return model, losses
+
+
+@torch.no_grad()
+def cross_attention(model: Seq2SeqTransformer, data: TranslationData) -> Tensor:
+    """Cross-attention weights of every decoder layer on ``data`` (teacher forcing).
+
+    Returns:
+        ``(num_layers, N, num_heads, MAX_TGT_LEN, MAX_SRC_LEN)``: entry ``[l, n, h, i, j]``
+        is how much decoder position ``i`` (which predicts ``data.tgt_out[n, i]``) of layer
+        ``l``, head ``h``, attends to source word ``j``.
+    """
+    model(data.src, data.tgt_in)
+    return torch.stack([block.cross_weights for block in model.decoder])
+
+
+def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
+    """Fraction of aligned target tokens whose most attended source word is the true one.
+
+    Args:
+        weights: ``(N, L, S)`` cross-attention weights (one layer; average the heads, or
+            pick one, before calling).
+        alignment: ``(N, L)`` true source positions, ``-1`` for tokens without one (these
+            are not counted).
+    """
+    require_tensor("weights", weights)
+    require_tensor("alignment", alignment)
+    require_rank("weights", weights, 3, "(N, L, S)")
+    if alignment.shape != weights.shape[:2]:
+        raise ValueError(
+            f"alignment must have shape (N, L) = {fmt_shape(weights.shape[:2])}, got {fmt_shape(alignment.shape)}"
+        )
+    counted = alignment >= 0
+    if not bool(counted.any()):
+        raise ValueError("alignment has no entry >= 0: nothing to score")
+    hits = (weights.argmax(dim=-1) == alignment) & counted
+    return hits.sum().item() / counted.sum().item()
+
+
+def translate(model: Seq2SeqTransformer, data: TranslationData) -> List[str]:
+    """Greedy translations of ``data``'s sources, as digit strings (cut at the first ``<eos>``)."""
+    tokens = model.greedy_decode(data.src, BOS, MAX_TGT_LEN)
+    out = []
+    for row in tokens.tolist():
+        text = ""
+        for t in row:
+            if t == EOS:
+                break
+            text += TGT_VOCAB[t] if t > EOS else "?"
+        out.append(text)
+    return out

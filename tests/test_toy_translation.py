@@ -1,0 +1,148 @@
+"""The toy translation task: its sentences, alignments, batches, loss, training and scores."""
+import pytest
+import torch
+from torch import nn
+
+from attncourse.toy_translation import (
+    BOS,
+    EOS,
+    PAD,
+    SRC_VOCAB,
+    TENS,
+    TGT_VOCAB,
+    UNITS,
+    alignment_accuracy,
+    all_numbers,
+    cross_attention,
+    make_data,
+    number_to_words,
+    split_numbers,
+    train_translator,
+    translate,
+    translation_loss,
+)
+
+
+@pytest.mark.parametrize(
+    "n, words, alignment",
+    [
+        (7, "seven", [0]),
+        (24, "four and twenty", [2, 0]),
+        (13, "three and ten", [2, 0]),
+        (999, "nine hundred nine and ninety", [0, 4, 2]),
+        (3241, "three thousand two hundred one and forty", [0, 2, 6, 4]),
+    ],
+)
+def test_number_to_words_examples(n, words, alignment):
+    assert number_to_words(n) == (words.split(), alignment)
+
+
+def test_every_alignment_points_at_the_word_of_its_digit():
+    for n in all_numbers():
+        words, alignment = number_to_words(n)
+        digits = [int(c) for c in str(n)]
+        assert sorted(set(alignment)) == sorted(alignment)  # one word per digit
+        for i, (d, j) in enumerate(zip(digits, alignment)):
+            vocabulary = TENS if i == len(digits) - 2 else UNITS  # the tens digit is said as a tens word
+            assert words[j] == vocabulary[d - 1], (n, words, alignment)
+
+
+def test_all_numbers_and_split():
+    numbers = all_numbers()
+    assert len(numbers) == sum(9**k for k in range(1, 5))  # 1 to 4 digits, each in 1..9
+    train, test = split_numbers(0.25, seed=3)
+    assert len(test) == round(0.25 * len(numbers)) and not set(train) & set(test)
+    assert sorted(train + test) == numbers
+    assert split_numbers(0.25, seed=3) == (train, test)
+    assert split_numbers(0.25, seed=4) != (train, test)
+
+
+@pytest.mark.parametrize("n", [0, 10000, 105, 3.0, True, -4])
+def test_number_to_words_rejects(n):
+    with pytest.raises(ValueError, match="n must"):
+        number_to_words(n)
+
+
+def test_split_rejects_bad_fraction():
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_numbers(1.0)
+
+
+def test_make_data_layout():
+    data = make_data([24, 3241])
+    assert data.src.shape == (2, 7) and data.tgt_in.shape == data.tgt_out.shape == data.alignment.shape == (2, 5)
+    assert data.source_words(0) == ["four", "and", "twenty"]
+    assert data.target_tokens(0) == ["2", "4", "<eos>"]
+    assert data.src[0, 3:].eq(PAD).all()
+    assert data.tgt_in[0].tolist() == [BOS, TGT_VOCAB.index("2"), TGT_VOCAB.index("4"), PAD, PAD]
+    assert data.tgt_out[0].tolist() == [TGT_VOCAB.index("2"), TGT_VOCAB.index("4"), EOS, PAD, PAD]
+    assert data.alignment.tolist() == [[2, 0, -1, -1, -1], [0, 2, 6, 4, -1]]
+    # the decoder input is the target shifted right by one, after BOS
+    assert torch.equal(data.tgt_in[1, 1:], data.tgt_out[1, :-1])
+    picked = data[torch.tensor([1])]
+    assert picked.numbers == [3241] and torch.equal(picked.src, data.src[1:])
+    assert data[1:].numbers == [3241]
+    with pytest.raises(ValueError, match="empty"):
+        make_data([])
+
+
+def test_translation_loss_ignores_padding():
+    data = make_data([5, 3241])
+
+    class Fixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.logits = torch.randn(2, 5, len(TGT_VOCAB), generator=torch.Generator().manual_seed(0))
+
+        def forward(self, src, tgt_in):
+            return self.logits
+
+    model = Fixed()
+    terms = [
+        -torch.log_softmax(model.logits[b, t], -1)[data.tgt_out[b, t]]
+        for b in range(2)
+        for t in range(5)
+        if data.tgt_out[b, t] != PAD
+    ]
+    assert len(terms) == 2 + 5
+    torch.testing.assert_close(translation_loss(model, data), torch.stack(terms).mean())
+
+
+def test_alignment_accuracy():
+    alignment = torch.tensor([[2, 0, -1], [1, 1, 0]])
+    truth = torch.nn.functional.one_hot(alignment.clamp(min=0), 3).float()
+    assert alignment_accuracy(truth, alignment) == 1.0
+    assert alignment_accuracy(truth.roll(1, dims=-1), alignment) == 0.0
+    half = truth.clone()
+    half[1] = torch.tensor([1.0, 0, 0])  # row 1 now looks at word 0 only: one hit of three
+    assert alignment_accuracy(half, alignment) == pytest.approx(3 / 5)
+    with pytest.raises(ValueError, match=r"alignment must have shape \(N, L\) = \(2, 3\)"):
+        alignment_accuracy(truth, alignment[:, :2])
+    with pytest.raises(ValueError, match="weights must have exactly 3 dimensions"):
+        alignment_accuracy(truth[0], alignment)
+    with pytest.raises(ValueError, match="nothing to score"):
+        alignment_accuracy(truth, torch.full((2, 3), -1))
+
+
+def test_short_training_is_seeded_and_learns(device):
+    data = make_data(all_numbers()[:500]).to(device)
+    model, losses = train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)
+    assert len(losses) == 40 and not model.training
+    assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
+    assert train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)[1] == losses
+    weights = cross_attention(model, data[:8])
+    assert weights.shape == (1, 8, 2, 5, 7)
+    assert weights.device.type == device.type
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 8, 2, 5, device=device))
+    words = translate(model, data[:8])
+    assert len(words) == 8 and all(set(w) <= set("123456789?") and len(w) <= 5 for w in words)
+
+
+def test_translate_cuts_at_eos():
+    class Scripted(nn.Module):
+        def greedy_decode(self, src, bos_id, max_len):
+            assert bos_id == BOS and max_len == 5
+            return torch.tensor([[5, 4, EOS, 7, 7], [3, BOS, 3, 3, 3]])
+
+    assert translate(Scripted(), make_data([31, 1])) == ["32", "1?111"]
+    assert TGT_VOCAB[5] == "3" and SRC_VOCAB[PAD] == "<pad>"
