@@ -62,7 +62,7 @@ class AllAttention(nn.Module):
     (:meth:`memory`), so that they start at unit scale while the optimiser moves them
     ``sqrt(d_h)`` and ``sqrt(N)`` times faster than a plain parameter.
 
-    The projections are those of a :class:`~attncourse.multihead.MultiHeadAttention`
+    The projections are those of a ``attncourse.multihead.MultiHeadAttention``
     (``self.projections``): with ``N = 0`` this layer computes exactly what that layer
     computes with the same weights and mask.
     """
@@ -159,8 +159,8 @@ def _apply_span_mask(weights: Tensor, value: Tensor, span_mask: Tensor, length: 
 class AllAttentionBlock(nn.Module):
     """An all-attention layer: ``out = LayerNorm(h + AllAttention(h))``, no feed-forward sublayer.
 
-    Called as ``block(x, mask)`` like :class:`~attncourse.transformer.TransformerBlock`, so it
-    stacks in :class:`~attncourse.transformer.CausalLM`. After each call ``self_weights``
+    Called as ``block(x, mask)`` like ``attncourse.transformer.TransformerBlock``, so it
+    stacks in ``attncourse.transformer.CausalLM``. After each call ``self_weights``
     holds the detached weights ``(B, h, L, L + N)`` of the last forward pass.
 
     Args:
@@ -222,7 +222,7 @@ def transformer_layer_parameters(
     plus ``4 d`` with ``attention_bias`` and ``4 d`` for the two LayerNorms with
     ``layer_norm``. The defaults are the paper's count (no attention biases, norms left
     out); ``attention_bias=True, layer_norm=True`` is this package's
-    :class:`~attncourse.transformer.TransformerBlock` (and BERT's or GPT-2's layer).
+    ``attncourse.transformer.TransformerBlock`` (and BERT's or GPT-2's layer).
     """
     require_positive_int("d_model", d_model)
     _require_non_negative_int("d_ff", d_ff)
