@@ -3,6 +3,7 @@ from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
 from .training import train
+from .all_attention import AllAttention, AllAttentionBlock
 from . import masks, toy_translation
 
 __version__ = "0.1.0"
@@ -14,6 +15,8 @@ __all__ = [
     "CausalLM",
     "Seq2SeqTransformer",
     "train",
+    "AllAttention",
+    "AllAttentionBlock",
     "masks",
     "toy_translation",
     "__version__",

@@ -1,0 +1,211 @@
+"""Chapter 7 exercises: all-attention and persistent memory vectors."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..all_attention import ffn_as_attention
+from ..attention import scaled_dot_product_attention
+from ..masks import causal_mask
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+
+
+def _random(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# -- 1. the parameters of an all-attention layer --------------------------------------------------
+
+_COUNT = 'UkVAW1RdTQ=='
+_COUNT_MISTAKES = (
+    'GlZFXVJfQkBDR1tUVjcMGlURHBAPABEKQxsdF1MVBAYHBxAbEBwHRRcRFxoMHQZSHANBGxoLQwcQExdFDhoYF1lPEBMQDUEbEk4XBxBSG0VcVExOCwoUFgBFCRUHTgobBlIcEg9UOk4ICgwBUwQPEFQgQxkUHgYAElQbCEMYHBYHDUEQKwZPTwYdU1dBOlQKPAdVGlNYQUZUIEMLW1BfRUNGRFdUXkBAUV9BVi0BFk8WHQYLFREQTgsOGRRTCgdUHRpZTwEaFkUREQYdChwBFx0RQR8RFxBPAhsHDQ4BAE4XBxBSBQQNAREdQ0dBUhc7U1RfTi1PEVtfRQ4GVBoLClUCFhcSHQcaBgEBUgUAAgAbHBBPAhsHDQ4BAE4XBxBSFQoUBlQeEQAfFxARCBsaHUNHR1I9RQVdT04LCgcXUwcOABxOBAYDF1MRCRFUHQICEFIdEAwWERxNTyEaFkUNFQ0LEU8dEwBFAxsABllPQVIXO1NUX05RTztSF0tDWFRMUVdNQUZdVVZOTkE2GgdTCQQSAE4MGgFSEkURBhsEBgwBGxwLW1QjMDJDVSUtLk1UIzA1TxQcF0UVHBFODBoBAgYRQQQGAQkKFgYaCg9UIzAsTxQAFkUHGwEcQwtVClMBQRkVGhEGFhcAS0NYVExSWE1ARlJYRlZUQ00sHQZFDAEYGgofGRsWAUEWDU4LTxocEABBABsBQwATBhYLW1QRDwAHVRoWBAVTB04VChYGHBcSVBwPFQpVBRoBFRxUCjwHVU9TAUFbVAZPTwYdUwQNGFQGBg4RAVMRDhMRGgsKB1IbCg0QVFxDIVUWUwsUGRYLERxZUh0KFVRGTi1PEVIbS0NYVExQXkFFRFJXVk5OQTYaB1MEBRARCkMNHBMAABJUAAFDGx0XUxUTGx4LABscHR0WWlQABgZPBRMDABNTB04CAxlfEhEVERoaCgAbUh8EGBEGTgsOBlIdCg8RVEYCARFSBw0EVBEWBh0WGwAAQQcVFxBPBh1aS0NYVExQXkFERFBTVk5OQTYaB1MEBRARCkMbHRdTKQANERwtAAcfVBZBRlQKQx8UABIIBAARHBBUVQYbAEERDAsRDBwBFkUABx8dQwkaAFMRCRFUDxcbEBwHDA4aVAICFhAAUwQNGxoLTU1ZUlFQU0BGVltfV0hTRzgbAU4AAAAcBwAFVBVOBQoQFl4DDgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsRTx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0XAAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOARoaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwARBBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4AFREGHUMbGh1dRxw='
+)
+_COUNT_SOLUTION = (
+    'MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFAEWFltUQE4bT0BDQTtTVElOUkNFRktJVENCQGk/EAAADBIAEQAXTwMXEBEOBgdUQwoUERtFDhJUGgsKVRpTWEFMVAYGDhEBUw0AB1QgQ1JVQENRWVQfCxocVRMdAUFGRFpbTwMTHxAEB1QBBU8CGxcRCVQQMQtPSFJGVFNUW05bT0hSRVFbfkZOG09HQkddQQxUWFdPDVJLRVxURk4tTxFSTkVTWERXVENER0FLayAbGgIDT1JHRQUqRk5IT0dSPUUFVElOUENERkZJVkZMQkMKDRMQEQ0NVA9DHAETHQEABhBODw4MFwFCElRATgcxR1JYRVNUEE4HMBMUUxIIABxOBzATFFNYQTpUU0NdRUZLRUkWHQ8QCgZSEhYIEBFHTQ=='
+)
+
+
+@exercise(
+    "all-attention/parameter-count",
+    title="The parameters of one all-attention layer",
+    hint="""
+        Count the four projections W^Q, W^K, W^V, W^O first (no biases). Then the persistent
+        vectors: each of the h heads has N keys and N values, each a vector of d_h = d / h
+        numbers. Multiply out: how many numbers do all heads' keys and values hold together?
+    """,
+    solution=_COUNT_SOLUTION,
+)
+def _check_count(answer) -> str:
+    value = number(answer, "parameter count")
+    if value == float(reveal(_COUNT)):
+        return "Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without biases."
+    for wrong, message in json.loads(reveal(_COUNT_MISTAKES)).items():
+        if value == float(wrong):
+            raise Mistake(message)
+    raise Mistake(f"{value:g} is not it. Count the projections and the persistent keys and values separately, then add.")
+
+
+# -- 2. one head over the context and the persistent vectors ---------------------------------------
+
+
+def _persistent_head_solution(query, key, value, memory_key, memory_value, mask):
+    n = memory_key.size(-2)
+    keys = torch.cat([key, memory_key], dim=-2)  # (..., L + N, d_h): context first, then memory
+    values = torch.cat([value, memory_value], dim=-2)
+    always = torch.ones(*mask.shape[:-1], n, dtype=torch.bool)  # persistent keys: never masked
+    scores = query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5  # (..., L, L + N)
+    scores = scores.masked_fill(~torch.cat([mask, always], dim=-1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # one softmax over context and memory together
+    return weights @ values, weights
+
+
+def _head_mistakes(query, key, value, memory_key, memory_value, mask):
+    """Weights of the usual mistakes: message -> (L, L + N) weights."""
+    n, length, d_h = memory_key.size(-2), key.size(-2), query.size(-1)
+    keys = torch.cat([key, memory_key], dim=-2)
+    scores = query @ keys.transpose(-2, -1) / d_h**0.5
+
+    def soft(s, keep):
+        return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+
+    always = torch.ones(*mask.shape[:-1], n, dtype=torch.bool)
+    never = torch.zeros_like(always)
+    ctx = soft(scores[..., :length], mask)
+    mem = torch.softmax(scores[..., length:], dim=-1)
+    unscaled = torch.cat([scores[..., :length], scores[..., length:] * d_h**0.5], dim=-1)
+    return {
+        "The persistent vectors got no weight: the causal mask reached them. Extend the mask with N columns "
+        "of True (always visible) for the memory.": soft(scores, torch.cat([mask, never], dim=-1)),
+        "The causal mask was built over all L + N keys (causal_mask(L, L + N) aligns the last query with the "
+        "last persistent key, so queries see future tokens and lose memory slots). Mask the L context columns "
+        "only and leave the N persistent columns visible.": soft(scores, causal_mask(length, length + n)),
+        "You took one softmax over the context and another over the memory (each sums to 1, the row sums to 2). "
+        "Take ONE softmax over the L + N scores together.": torch.cat([ctx, mem], dim=-1),
+        "You averaged a softmax over the context and one over the memory. The paper takes one joint softmax, "
+        "so the split between context and memory is learned per query.": torch.cat([ctx, mem], dim=-1) / 2,
+        "The mask polarity is inverted: True means 'may attend', so fill the context scores where mask is False.":
+            soft(scores, torch.cat([~mask, always], dim=-1)),
+        "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N scores the same way.":
+            soft(unscaled, torch.cat([mask, always], dim=-1)),
+        "The scores are not scaled: divide every score by sqrt(d_h).": soft(scores * d_h**0.5, torch.cat([mask, always], dim=-1)),
+        "The persistent keys came first: put the context's L columns first, then the N persistent ones.":
+            soft(torch.cat([scores[..., length:], scores[..., :length]], dim=-1), torch.cat([always, mask], dim=-1)),
+    }
+
+
+def _head_outputs(fn, *args):
+    result = call(fn, *args)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise Mistake(f"Return a pair (output, weights); got {type(result).__name__}.")
+    return result
+
+
+@exercise(
+    "all-attention/persistent-head",
+    title="One head over the context and the persistent vectors",
+    hint="""
+        1. Append the memory after the context: keys = cat([key, memory_key], dim=-2), the same for values.
+        2. Extend the (L, L) mask with N columns of True: the persistent vectors are always visible.
+        3. scores = query @ keys^T / sqrt(d_h); fill -inf where the extended mask is False.
+        4. ONE softmax over the last dimension (all L + N keys), then weights @ values.
+    """,
+    solution=_persistent_head_solution,
+)
+def _check_persistent_head(fn) -> str:
+    cases = [
+        ("One head, L = 5, N = 3, d_h = 4, causal mask", (5, 4), 3, causal_mask(5)),
+        ("A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask", (2, 3, 6, 8), 4, causal_mask(6)),
+    ]
+    g = torch.Generator().manual_seed(7)
+    random_mask = torch.rand(6, 6, generator=g) > 0.5
+    random_mask[:, 0] = True
+    cases.append(("A random boolean mask (L = 6, N = 2)", (6, 8), 2, random_mask))
+    for seed, (case, shape, n, mask) in enumerate(cases):
+        *batch, length, d_h = shape
+        query, key, value = (_random(*shape, seed=10 * seed + k) for k in range(3))
+        memory_key, memory_value = _random(*batch, n, d_h, seed=10 * seed + 3), _random(*batch, n, d_h, seed=10 * seed + 4)
+        args = (query, key, value, memory_key, memory_value, mask)
+        expected_out, expected_w = _persistent_head_solution(*args)
+        output, weights = _head_outputs(fn, *args)
+        expect_tensor(weights, expected_w.shape, f"{case}: the weights (context columns, then memory columns)")
+        expect_tensor(output, expected_out.shape, f"{case}: the output")
+        if matches(weights, expected_w):
+            if not matches(output, expected_out):
+                raise Mistake(f"{case}: the weights are right but not the output: weights @ cat([value, memory_value]).")
+            continue
+        raise Mistake(
+            f"{case}: "
+            + diagnose(
+                weights,
+                _head_mistakes(*args),
+                default="your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with only the context masked.",
+            )
+        )
+    # nothing visible in the context: the memory alone must take all the weight, without NaN
+    query, key, value = (_random(4, 4, seed=40 + k) for k in range(3))
+    memory_key, memory_value = _random(3, 4, seed=43), _random(3, 4, seed=44)
+    nothing = torch.zeros(4, 4, dtype=torch.bool)
+    output, weights = _head_outputs(fn, query, key, value, memory_key, memory_value, nothing)
+    expected = scaled_dot_product_attention(query, memory_key, memory_value)
+    if not (matches(weights[..., 4:], expected[1]) and matches(output, expected[0])):
+        raise Mistake(
+            "With every context key masked, each query should attend to the persistent vectors alone "
+            "(they are never masked): your result differs."
+        )
+    return "Your head matches the all-attention layer: one softmax, the memory never masked, any batch shape."
+
+
+# -- 3. an FFN's weights as keys and values -------------------------------------------------------
+
+
+def _ffn_solution(w1, w2):
+    keys = w1  # (d_ff, d_model): row i of W1 is the key of persistent vector i
+    values = w2.T  # (d_ff, d_model): column i of W2 is its value
+    return keys, values
+
+
+@exercise(
+    "all-attention/ffn-as-attention",
+    title="Turning FFN weights into persistent keys and values",
+    hint="""
+        Hidden unit i of W2 softmax(W1 x) is softmax_i(w1_i . x): a score of x against the row
+        w1_i of W1. It then contributes its weight times the column i of W2 to the output.
+        Each key and each value is a vector of width d_model, one per hidden unit: both tensors
+        have shape (d_ff, d_model).
+    """,
+    solution=_ffn_solution,
+)
+def _check_ffn(fn) -> str:
+    d_model, d_ff = 6, 10
+    w1, w2 = _random(d_ff, d_model, seed=50), _random(d_model, d_ff, seed=51)
+    x = _random(7, d_model, seed=52)
+    result = call(fn, w1, w2)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise Mistake(f"Return a pair (keys, values); got {type(result).__name__}.")
+    keys, values = result
+    for name, t in (("keys", keys), ("values", values)):
+        if isinstance(t, torch.Tensor) and t.shape == (d_model, d_ff):
+            raise Mistake(
+                f"Your {name} have shape (d_model, d_ff) = {tuple(t.shape)}: one {name[:-1]} per hidden unit means "
+                f"d_ff rows of width d_model. Transpose."
+            )
+    expect_tensor(keys, (d_ff, d_model), "The keys (one per hidden unit)")
+    expect_tensor(values, (d_ff, d_model), "The values (one per hidden unit)")
+    expected, _ = ffn_as_attention(x, w1, w2)
+    got, _ = scaled_dot_product_attention(x, keys.to(x.dtype), values.to(x.dtype), scale=1.0)
+    if matches(got, expected):
+        return "Right: keys = rows of W1, values = columns of W2; attention over them is W2 softmax(W1 x)."
+    raise Mistake(
+        diagnose(
+            keys,
+            {
+                "Your keys are the columns of W2: keys and values are swapped. The scores come from W1.": w2.T,
+                "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys are the rows of W1 as they are.":
+                    w1 / d_model**0.5,
+            },
+            default="Attention with your keys and values (scale 1) does not give W2 softmax(W1 x).",
+        )
+        if not matches(keys, w1)
+        else "Your keys are right, your values are not: value i is column i of W2 (W2.T as a tensor)."
+    )

@@ -1,0 +1,369 @@
+"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 7)."""
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from attncourse.all_attention import (
+    AllAttention,
+    AllAttentionBlock,
+    all_attention_layer_parameters,
+    count_parameters,
+    ffn_as_attention,
+    transformer_layer_parameters,
+)
+from attncourse.lookup_task import lookup_entropy, lookup_sequences, make_table
+from attncourse.masks import causal_mask
+from attncourse.multihead import MultiHeadAttention
+from attncourse.training import next_token_loss
+from attncourse.transformer import CausalLM, FeedForward, TransformerBlock
+
+
+def _layer(d=16, h=4, n=6, *, bias=False, seed=0, dtype=torch.float64, device="cpu"):
+    torch.manual_seed(seed)
+    return AllAttention(d, h, n, bias=bias).to(device=device, dtype=dtype)
+
+
+def _reference(layer: AllAttention, x: torch.Tensor, context_keep: torch.Tensor):
+    """Float64 recomputation, head by head, with explicit loops over the heads: scores over the
+    context (masked by ``context_keep`` (L, L)) and over the persistent keys, one softmax."""
+    p = layer.projections
+    q, k, v = p.q_proj(x), p.k_proj(x), p.v_proj(x)
+    d_h, n = layer.head_dim, layer.num_persistent
+    mk = layer.persistent_key * math.sqrt(d_h)
+    mv = layer.persistent_value * math.sqrt(n)
+    heads, all_weights = [], []
+    for i in range(layer.num_heads):
+        cols = slice(i * d_h, (i + 1) * d_h)
+        s_ctx = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d_h)  # (B, L, L)
+        s_ctx = s_ctx.masked_fill(~context_keep, float("-inf"))
+        s_mem = q[..., cols] @ mk[i].T / math.sqrt(d_h)  # (B, L, N)
+        w = torch.softmax(torch.cat([s_ctx, s_mem], dim=-1), dim=-1)
+        heads.append(w[..., : x.size(1)] @ v[..., cols] + w[..., x.size(1):] @ mv[i])
+        all_weights.append(w)
+    return p.out_proj(torch.cat(heads, dim=-1)), torch.stack(all_weights, dim=1)
+
+
+# -- the layer -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_zero_persistent_equals_multihead_attention(device, bias, with_mask):
+    layer = _layer(n=0, bias=bias, device=device)
+    mha = MultiHeadAttention(16, 4, bias=bias).to(device=device, dtype=torch.float64)
+    mha.load_state_dict(layer.projections.state_dict())
+    x = torch.randn(3, 7, 16, dtype=torch.float64, device=device)
+    mask = causal_mask(7, device=device) if with_mask else None
+    out, weights = layer(x, mask)
+    ref_out, ref_weights = mha(x, x, x, mask)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+
+
+def test_zero_persistent_matches_torch_multihead_attention():
+    torch.manual_seed(1)
+    ref = nn.MultiheadAttention(16, 4, bias=False, batch_first=True).double().eval()
+    layer = AllAttention(16, 4, 0).double()
+    layer.projections.load_state_dict(MultiHeadAttention.from_torch(ref).state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    ignore = ~causal_mask(5)  # torch: True = ignore
+    expected, _ = ref(x, x, x, attn_mask=ignore, need_weights=False)
+    torch.testing.assert_close(layer(x, causal_mask(5))[0], expected)
+
+
+def test_matches_float64_recomputation(device):
+    layer = _layer(d=24, h=3, n=5, bias=True, device=device)
+    x = torch.randn(2, 6, 24, dtype=torch.float64, device=device)
+    keep = causal_mask(6, device=device)
+    out, weights = layer(x, keep)
+    ref_out, ref_weights = _reference(layer, x, keep)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights, ref_weights)
+    assert weights.shape == (2, 3, 6, 6 + 5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 6, dtype=torch.float64, device=device))
+
+
+def test_persistent_vectors_are_never_masked():
+    layer = _layer(n=4)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    _, weights = layer(x, causal_mask(6))
+    context, memory = weights[..., :6], weights[..., 6:]
+    assert (memory > 0).all()  # every query, including the first, sees every persistent vector
+    assert (context.masked_select(~causal_mask(6)) == 0).all()  # the future stays masked
+    # a query whose context is masked entirely still attends: to the memory only, summing to 1
+    nothing = torch.zeros(6, 6, dtype=torch.bool)
+    out, weights = layer(x, nothing)
+    assert (weights[..., :6] == 0).all()
+    torch.testing.assert_close(weights[..., 6:].sum(-1), torch.ones(2, 4, 6, dtype=torch.float64))
+    assert torch.isfinite(out).all()
+
+
+def test_future_tokens_cannot_change_earlier_outputs():
+    layer = _layer(n=3)
+    x = torch.randn(1, 8, 16, dtype=torch.float64)
+    y = x.clone()
+    y[:, 5:] = torch.randn(1, 3, 16, dtype=torch.float64)
+    mask = causal_mask(8)
+    torch.testing.assert_close(layer(x, mask)[0][:, :5], layer(y, mask)[0][:, :5], rtol=0, atol=1e-12)
+    assert not torch.allclose(layer(x, mask)[0][:, 5:], layer(y, mask)[0][:, 5:])
+
+
+def test_additive_float_mask_equals_boolean_mask():
+    layer = _layer(n=5)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    keep = torch.rand(2, 6, 6, generator=torch.Generator().manual_seed(3)) > 0.5
+    additive = torch.zeros(2, 6, 6, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(layer(x, keep)[0], layer(x, additive)[0])
+    torch.testing.assert_close(layer(x, keep)[0], _reference(layer, x, keep)[0])
+
+
+def test_per_head_mask():
+    layer = _layer(n=2)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    keep = torch.rand(2, 4, 5, 5, generator=torch.Generator().manual_seed(4)) > 0.3
+    _, weights = layer(x, keep)
+    assert (weights[..., :5].masked_select(~keep) == 0).all()
+    assert (weights[..., 5:] > 0).all()
+
+
+def test_memory_is_the_paper_scaling():
+    layer = AllAttention(64, 4, 256)
+    key, value = layer.memory()
+    assert key.shape == value.shape == (4, 256, 16)
+    torch.testing.assert_close(key, layer.persistent_key * 4.0)
+    torch.testing.assert_close(value, layer.persistent_value * 16.0)
+    # stored as N(0, 1/d_h) and N(0, 1/N): what attention sees starts at unit scale
+    assert abs(layer.persistent_key.std().item() - 1 / 4) < 0.02
+    assert abs(layer.persistent_value.std().item() - 1 / 16) < 0.005
+    assert abs(key.std().item() - 1) < 0.05 and abs(value.std().item() - 1) < 0.05
+
+
+def test_span_mask_multiplies_context_weights_and_renormalises_jointly():
+    layer = _layer(n=3)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    keep = causal_mask(6)
+    _, plain = layer(x, keep)
+    out_ones, w_ones = layer(x, keep, span_mask=torch.ones(6, 6, dtype=torch.float64))
+    torch.testing.assert_close(w_ones, plain)
+    # a 0/1 soft mask removes exactly what a boolean mask removes
+    band = (torch.arange(6)[:, None] - torch.arange(6)[None, :]) <= 1
+    out_soft, w_soft = layer(x, keep, span_mask=band.double())
+    out_hard, w_hard = layer(x, keep & band)
+    torch.testing.assert_close(out_soft, out_hard)
+    torch.testing.assert_close(w_soft, w_hard)
+    # fractional values: a_tr = m_tr e^{s_tr} / (sum_q m_tq e^{s_tq} + sum_n e^{s_tn})
+    soft = torch.rand(4, 6, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    _, w = layer(x, keep, span_mask=soft)
+    expected = torch.cat([plain[..., :6] * soft, plain[..., 6:]], dim=-1)
+    expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(w, expected)
+    assert (w[..., 6:] >= plain[..., 6:] - 1e-15).all()  # the memory keeps its share or gains
+
+
+def test_gradcheck_reaches_persistent_vectors():
+    layer = _layer(d=8, h=2, n=3, bias=True)
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    mask = causal_mask(4)
+    assert torch.autograd.gradcheck(lambda x: layer(x, mask)[0], (x,))
+    layer(x, mask)[0].square().sum().backward()
+    for name, p in layer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    # the output as a function of the persistent vectors themselves
+    key = layer.persistent_key.detach().clone().requires_grad_()
+    value = layer.persistent_value.detach().clone().requires_grad_()
+    as_memory = lambda k, v: functional_call(layer, {"persistent_key": k, "persistent_value": v}, (x.detach(), mask))[0]
+    assert torch.autograd.gradcheck(as_memory, (key, value))
+
+
+def test_float32_and_devices(device):
+    layer = _layer(n=4, dtype=torch.float32, device=device)
+    x = torch.randn(2, 5, 16, device=device)
+    out, weights = layer(x, causal_mask(5, device=device))
+    assert out.dtype == weights.dtype == torch.float32 and out.device.type == device.type
+    ref_out, _ = _reference(layer.double(), x.double(), causal_mask(5, device=device))
+    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_matches_cpu():
+    layer = _layer(n=4)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = causal_mask(5)
+    cpu = layer(x, mask)[0]
+    gpu = layer.cuda()(x.cuda(), mask.cuda())[0]
+    torch.testing.assert_close(gpu.cpu(), cpu)
+
+
+def test_bad_input():
+    layer = _layer(n=2)
+    with pytest.raises(ValueError, match=r"x must have exactly 3 dimensions.*\(5, 16\)"):
+        layer(torch.randn(5, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"x has size 8 in dimension -1 but embed_dim is 16"):
+        layer(torch.randn(2, 5, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        layer(torch.ones(2, 5, 16, dtype=torch.long))
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 7\) does not broadcast"):
+        layer(x, torch.ones(5, 7, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask must have shape \(L, L\).*got \(5,\)"):
+        layer(x, torch.ones(5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        layer(x, torch.ones(5, 5, dtype=torch.long))
+    with pytest.raises(TypeError, match="span_mask must be a floating-point tensor"):
+        layer(x, span_mask=torch.ones(5, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"span_mask of shape \(5, 6\) does not broadcast"):
+        layer(x, span_mask=torch.ones(5, 6, dtype=torch.float64))
+    with pytest.raises(ValueError, match="num_persistent must be a non-negative integer, got -1"):
+        AllAttention(16, 4, -1)
+    with pytest.raises(ValueError, match="num_heads=3 must divide embed_dim=16"):
+        AllAttention(16, 3, 4)
+
+
+# -- the block in the chapter-4 model -------------------------------------------------------------
+
+
+def test_block_is_layernorm_of_residual():
+    torch.manual_seed(0)
+    block = AllAttentionBlock(16, 4, 8).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = causal_mask(5)
+    expected = nn.functional.layer_norm(x + block.attn(x, mask)[0], (16,), block.norm.weight, block.norm.bias)
+    torch.testing.assert_close(block(x, mask), expected)
+    assert block.self_weights.shape == (2, 4, 5, 5 + 8)
+    assert not any(isinstance(m, (FeedForward, nn.Linear)) and m.out_features == 8 for m in block.modules())
+
+
+def test_blocks_plug_into_causal_lm_and_train(device):
+    torch.manual_seed(0)
+    model = CausalLM(11, 16, 12, [AllAttentionBlock(16, 4, 8) for _ in range(2)]).to(device)
+    tokens = torch.randint(11, (3, 12), device=device)
+    logits = model(tokens)
+    assert logits.shape == (3, 12, 11)
+    # causal all the way through the model: changing the last token changes no earlier logit
+    changed = tokens.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 11
+    torch.testing.assert_close(model(changed)[:, :-1], logits[:, :-1])
+    loss = next_token_loss(logits, tokens)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert model.blocks[0].attn.persistent_key.grad.abs().sum() > 0
+
+
+# -- FFN as attention -----------------------------------------------------------------------------
+
+
+def test_ffn_as_attention_equals_bias_free_softmax_ffn():
+    torch.manual_seed(0)
+    ffn = FeedForward(12, 40).double()
+    x = torch.randn(3, 5, 12, dtype=torch.float64)
+    w1, w2 = ffn.linear1.weight, ffn.linear2.weight
+    out, weights = ffn_as_attention(x, w1, w2)
+    # the FFN's own modules, with biases dropped and softmax in place of the ReLU
+    hidden = torch.softmax(nn.functional.linear(x, w1), dim=-1)
+    torch.testing.assert_close(out, nn.functional.linear(hidden, w2))
+    torch.testing.assert_close(weights, hidden)
+    # and torch's SDPA over keys = rows of W1, values = columns of W2, scale 1
+    sdpa = nn.functional.scaled_dot_product_attention(x.unsqueeze(-2), w1, w2.T, scale=1.0).squeeze(-2)
+    torch.testing.assert_close(out, sdpa)
+    # one all-attention head with N = d_ff, the context masked away, computes the same map
+    layer = AllAttention(12, 1, 40).double()
+    with torch.no_grad():
+        for proj in (layer.projections.q_proj, layer.projections.out_proj):
+            proj.weight.copy_(torch.eye(12))
+        # attention sees key * sqrt(d_h) and divides the scores by sqrt(d_h): the stored keys are W1's rows
+        layer.persistent_key.copy_(w1[None])
+        layer.persistent_value.copy_(w2.T[None] / math.sqrt(40))  # attention sees value * sqrt(N)
+    no_context = torch.zeros(5, 5, dtype=torch.bool)
+    torch.testing.assert_close(layer(x, no_context)[0], out)
+
+
+def test_ffn_as_attention_bad_input():
+    with pytest.raises(ValueError, match=r"w1 must be \(d_ff, d_model\).*w1 \(7, 5\)"):
+        ffn_as_attention(torch.randn(4), torch.randn(7, 5), torch.randn(4, 7))
+    with pytest.raises(ValueError, match="w2 must have exactly 2 dimensions"):
+        ffn_as_attention(torch.randn(4), torch.randn(7, 4), torch.randn(4))
+    with pytest.raises(TypeError, match="query must be a floating-point tensor"):
+        ffn_as_attention(torch.ones(4, dtype=torch.long), torch.randn(7, 4), torch.randn(4, 7))
+
+
+# -- parameter counts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d, h, d_ff", [(64, 4, 256), (32, 2, 48), (512, 8, 2048)])
+def test_transformer_layer_count_matches_modules(d, h, d_ff):
+    ours = TransformerBlock(d, h, d_ff)
+    assert count_parameters(ours) == transformer_layer_parameters(d, d_ff, attention_bias=True, layer_norm=True)
+    # PyTorch's own encoder layer (biases everywhere, two LayerNorms) is an independent check
+    theirs = nn.TransformerEncoderLayer(d, h, d_ff, batch_first=True)
+    assert count_parameters(theirs) == transformer_layer_parameters(d, d_ff, attention_bias=True, layer_norm=True)
+    # the paper's count: 4 d^2 + 2 d d_ff + FFN biases
+    assert transformer_layer_parameters(d, d_ff) == 4 * d * d + 2 * d * d_ff + d_ff + d
+    assert count_parameters(TransformerBlock(d, h, 0)) == transformer_layer_parameters(d, 0, attention_bias=True, layer_norm=True)
+
+
+@pytest.mark.parametrize("d, h, n", [(64, 4, 256), (32, 2, 48), (16, 4, 0)])
+def test_all_attention_count_matches_modules(d, h, n):
+    assert count_parameters(AllAttention(d, h, n)) == all_attention_layer_parameters(d, n) == 4 * d * d + 2 * n * d
+    assert count_parameters(AllAttention(d, h, n, bias=True)) == all_attention_layer_parameters(d, n, attention_bias=True)
+    assert count_parameters(AllAttentionBlock(d, h, n)) == all_attention_layer_parameters(d, n, layer_norm=True)
+
+
+def test_n_equal_d_ff_matches_a_layer():
+    d, d_ff = 512, 2048
+    assert all_attention_layer_parameters(d, d_ff) + d_ff + d == transformer_layer_parameters(d, d_ff)
+
+
+def test_count_bad_input():
+    with pytest.raises(ValueError, match="d_model must be a positive integer"):
+        transformer_layer_parameters(0, 10)
+    with pytest.raises(ValueError, match="d_ff must be a non-negative integer"):
+        transformer_layer_parameters(8, -1)
+    with pytest.raises(ValueError, match="num_persistent must be a non-negative integer"):
+        all_attention_layer_parameters(8, 2.5)
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module"):
+        count_parameters([1, 2])
+
+
+# -- the lookup task ---------------------------------------------------------------------------------
+
+
+def test_lookup_sequences_follow_the_table():
+    g = torch.Generator().manual_seed(0)
+    table = make_table(8, generator=g)
+    clean = lookup_sequences(table, 50, 12, noise=0.0, generator=g)
+    assert clean.shape == (50, 12) and clean.dtype == torch.long
+    assert (clean[:, 2:] == table[clean[:, 1:-1], clean[:, :-2]]).all()
+    noisy = lookup_sequences(table, 2000, 12, noise=0.2, generator=g)
+    hits = (noisy[:, 2:] == table[noisy[:, 1:-1], noisy[:, :-2]]).double().mean().item()
+    assert abs(hits - (0.8 + 0.2 / 8)) < 0.01
+    torch.testing.assert_close(
+        lookup_sequences(table, 5, 6, generator=torch.Generator().manual_seed(3)),
+        lookup_sequences(table, 5, 6, generator=torch.Generator().manual_seed(3)),
+    )
+
+
+def test_lookup_entropy_is_the_bayes_loss():
+    table = make_table(8, generator=torch.Generator().manual_seed(1))
+    tokens = lookup_sequences(table, 4000, 10, noise=0.3, generator=torch.Generator().manual_seed(2))
+    hit = 1 - 0.3 + 0.3 / 8
+    probs = torch.full((8, 8, 8), 0.3 / 8)  # (x_{t-1}, x_{t-2}, next)
+    probs[torch.arange(8)[:, None], torch.arange(8)[None, :], table] = hit
+    logits = torch.log(probs[tokens[:, 1:], tokens[:, :-1]])  # prediction for t + 1 at position t
+    logits = torch.cat([torch.zeros(4000, 1, 8), logits], dim=1)
+    loss = next_token_loss(logits, tokens, start=2).item()
+    assert abs(loss - lookup_entropy(8, 0.3)) < 0.02
+    assert lookup_entropy(8, 0.0) == 0.0 and math.isclose(lookup_entropy(8, 1.0), math.log(8))
+
+
+def test_lookup_bad_input():
+    table = make_table(4)
+    with pytest.raises(ValueError, match="table must be a square integer tensor"):
+        lookup_sequences(table.float(), 2, 5)
+    with pytest.raises(ValueError, match="length must be at least 3"):
+        lookup_sequences(table, 2, 2)
+    with pytest.raises(ValueError, match=r"noise must be a probability in \[0, 1\]"):
+        lookup_sequences(table, 2, 5, noise=1.5)
