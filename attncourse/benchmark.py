@@ -131,7 +131,7 @@ def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List
     rows: List[Dict[str, object]] = []
     naive_bytes_per_score: Dict[bool, float] = {}
     for length in lengths:
-        repeats = 7 if length <= 4096 else 3
+        repeats = 5 if length <= 4096 else 2 if length <= 8192 else 1
         for causal in (False, True):
             kwargs = {"length": length, "causal": causal, "device": device}
             peaks: Dict[str, Optional[int]] = {}
@@ -198,8 +198,8 @@ def _print_rows(rows: List[Dict[str, object]]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m attncourse.benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 4096])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="'all': the CPU, and CUDA when present")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
     args = parser.parse_args(argv)
