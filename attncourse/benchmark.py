@@ -29,7 +29,7 @@ from .masks import causal_mask
 from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
 from .multihead import MultiHeadAttention
 
-__all__ = ["build", "build_layer", "run", "machine", "main"]
+__all__ = ["build", "build_layer", "run", "machine", "table", "load", "plot", "main"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
 DEFAULT_OUTPUT = Path("book") / "data"  # relative to the repository root, where the notebook reads it
@@ -192,6 +192,34 @@ def table(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def load(device: str = "cpu", folder: Path = DEFAULT_OUTPUT, tag: str = "") -> Dict[str, object]:
+    """The results written by the benchmark command for ``device`` (and ``--tag``)."""
+    return json.loads((Path(folder) / f"ch05_benchmark_{device}{tag}.json").read_text())
+
+
+def plot(result: Dict[str, object]):
+    """Time and peak memory against L on log-log axes, one line per implementation (causal dashed)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    rows = [r for r in result["rows"] if r["kind"] == "attention" and "seconds" in r]  # type: ignore[index]
+    for impl, colour in zip(IMPLEMENTATIONS, ("tab:red", "tab:blue", "tab:green")):
+        for causal, style in ((False, "-o"), (True, "--x")):
+            mine = sorted((r for r in rows if r["impl"] == impl and r["causal"] == causal), key=lambda r: r["length"])
+            if not mine:
+                continue
+            label = f"{impl}{' causal' if causal else ''}"
+            lengths = [r["length"] for r in mine]
+            ax_time.loglog(lengths, [r["seconds"] for r in mine], style, color=colour, label=label, base=2)
+            ax_mem.loglog(lengths, [r["peak_bytes"] / 2**20 for r in mine], style, color=colour, label=label, base=2)
+    ax_time.set(xlabel="sequence length L", ylabel="time (s)", title="forward time")
+    ax_mem.set(xlabel="sequence length L", ylabel="peak extra memory (MiB)", title="peak memory")
+    for ax in (ax_time, ax_mem):
+        ax.grid(True, which="both", alpha=0.3)
+    ax_time.legend(fontsize=8)
+    return fig
+
+
 def _print_rows(rows: List[Dict[str, object]]) -> None:
     print(table(rows).split("\n", 1)[1], flush=True)
 
@@ -202,7 +230,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="'all': the CPU, and CUDA when present")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
+    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
+    parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     for device in devices:
@@ -211,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         result = run(args.lengths, device, layer_lengths=args.layer_lengths)
         print("\n" + table(result["rows"]))  # type: ignore[arg-type]
         args.output.mkdir(parents=True, exist_ok=True)
-        path = args.output / f"ch05_benchmark_{device}.json"
+        path = args.output / f"ch05_benchmark_{device}{args.tag}.json"
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"written to {path}")
 

@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -35,6 +36,7 @@ __all__ = [
     "attention_flops",
     "multihead_flops",
     "matmul_throughput",
+    "fit_slope",
 ]
 
 
@@ -206,3 +208,13 @@ def matmul_throughput(size: int = 1024, *, repeats: int = 5, dtype: torch.dtype 
     b = torch.randn(size, size, dtype=dtype, device=device)
     timing = time_call(lambda: a @ b, repeats=repeats, warmup=1, device=device)
     return 2 * size**3 / timing.median
+
+
+def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
+    """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``."""
+    if len(lengths) != len(values) or len(lengths) < 2:
+        raise ValueError(f"need at least two (length, value) pairs of equal count, got {len(lengths)} and {len(values)}")
+    x = [math.log(v) for v in lengths]
+    y = [math.log(v) for v in values]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)

@@ -76,3 +76,13 @@ def test_timing_helpers():
     assert order == ["a", "b"] * 3 and set(result) == {"a", "b"}
     with pytest.raises(ValueError, match="repeats"):
         time_call(lambda: None, repeats=0)
+
+
+def test_fit_slope_recovers_a_power_law():
+    from attncourse.measure import fit_slope
+
+    lengths = [128, 256, 512, 1024]
+    assert fit_slope(lengths, [3e-9 * n**2 for n in lengths]) == pytest.approx(2.0)
+    assert fit_slope(lengths, [5.0 * n for n in lengths]) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        fit_slope([1], [1])

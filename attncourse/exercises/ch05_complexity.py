@@ -73,7 +73,8 @@ def _check_online_update(fn) -> str:
     first, values_first = _random(L, B, seed=1), _random(B, d_v, seed=2)
     state = _online_update_solution(torch.full((L,), float("-inf"), dtype=torch.float64), torch.zeros(L, dtype=torch.float64),
                                     torch.zeros(L, d_v, dtype=torch.float64), first, values_first)
-    scores, value = _random(L, B, seed=3) + 2.0, _random(B, d_v, seed=4)
+    # rows 0 and 2 of the new block raise the maximum, rows 1 and 3 do not
+    scores, value = _random(L, B, seed=3) + torch.tensor([[3.0], [-3.0], [3.0], [-3.0]], dtype=torch.float64), _random(B, d_v, seed=4)
     got = _triple(fn, *[t.clone() for t in state], scores.clone(), value.clone())
     expected = _online_update_solution(*state, scores, value)
     names = ("new_max", "new_sum", "new_acc")
