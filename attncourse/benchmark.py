@@ -193,8 +193,16 @@ def table(rows: List[Dict[str, object]]) -> str:
 
 
 def load(device: str = "cpu", folder: Path = DEFAULT_OUTPUT, tag: str = "") -> Dict[str, object]:
-    """The results written by the benchmark command for ``device`` (and ``--tag``)."""
-    return json.loads((Path(folder) / f"ch05_benchmark_{device}{tag}.json").read_text())
+    """The results written by the benchmark command for ``device`` (and ``--tag``).
+
+    The default folder ``book/data`` is relative to the repository root; from inside ``book/``
+    (where the notebooks run) ``data`` is found instead.
+    """
+    name = f"ch05_benchmark_{device}{tag}.json"
+    path = Path(folder) / name
+    if not path.exists() and Path(folder) == DEFAULT_OUTPUT and (Path("data") / name).exists():
+        path = Path("data") / name
+    return json.loads(path.read_text())
 
 
 def plot(result: Dict[str, object]):
