@@ -4,7 +4,7 @@ Measures, in one run and side by side, the naive attention of the package
 (:func:`attncourse.attention.scaled_dot_product_attention`, which builds the ``(L, S)``
 scores), :func:`attncourse.efficient.tiled_attention` and torch's
 :func:`torch.nn.functional.scaled_dot_product_attention`, causal and not, over sequence
-lengths up to 16384 (and the package's :class:`~attncourse.multihead.MultiHeadAttention`
+lengths up to 16384 (and the package's ``MultiHeadAttention``
 against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when present. It prints
 a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
 torch, and writes the same to ``book/data/ch05_benchmark_<device>.json``.
@@ -192,7 +192,7 @@ def table(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def load(device: str = "cpu", folder: Path = DEFAULT_OUTPUT, tag: str = "") -> Dict[str, object]:
+def load(device: str = "cpu", folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
     """The results written by the benchmark command for ``device`` (and ``--tag``).
 
     The default folder ``book/data`` is relative to the repository root; from inside ``book/``

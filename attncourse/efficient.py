@@ -140,7 +140,7 @@ def tiled_attention(
         value: ``(..., S, d_v)``.
         mask: optional, broadcastable to ``(..., L, S)``; boolean (``True`` = may attend) or
             floating (added to the scores), as in :func:`attncourse.attention.scaled_dot_product_attention`.
-        causal: also apply :func:`attncourse.masks.causal_mask` (the last query aligned with
+        causal: also apply ``attncourse.masks.causal_mask`` (the last query aligned with
             the last key: query ``i`` sees key ``j <= i + S - L``). Key blocks that lie
             entirely in a query block's future are skipped, not computed and masked.
         scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)``.

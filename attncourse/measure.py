@@ -52,7 +52,7 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """(max - min) / median: how noisy the repeats were."""
+        """The spread of the repeats, ``(max - min) / median``, as a fraction of the median."""
         return (max(self.times) - min(self.times)) / self.median
 
 
