@@ -4,6 +4,7 @@ from .multihead import MultiHeadAttention
 from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
 from .training import train
 from .all_attention import AllAttention, AllAttentionBlock
+from .efficient import tiled_attention
 from . import masks, toy_translation
 
 __version__ = "0.1.0"
@@ -15,6 +16,7 @@ __all__ = [
     "CausalLM",
     "Seq2SeqTransformer",
     "train",
+    "tiled_attention",
     "AllAttention",
     "AllAttentionBlock",
     "masks",

@@ -1,0 +1,259 @@
+"""Benchmark of attention implementations (chapter 5): ``python -m attncourse.benchmark``.
+
+Measures, in one run and side by side, the naive attention of the package
+(:func:`attncourse.attention.scaled_dot_product_attention`, which builds the ``(L, S)``
+scores), :func:`attncourse.efficient.tiled_attention` and torch's
+:func:`torch.nn.functional.scaled_dot_product_attention`, causal and not, over sequence
+lengths up to 16384 (and the package's ``MultiHeadAttention``
+against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when present. It prints
+a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
+torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import scaled_dot_product_attention
+from .efficient import tiled_attention
+from .masks import causal_mask
+from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
+from .multihead import MultiHeadAttention
+
+__all__ = ["build", "build_layer", "run", "machine", "table", "load", "plot", "main"]
+
+IMPLEMENTATIONS = ("naive", "tiled", "torch")
+# Shipped inside the package (package data), so chapter 5 finds the committed results in a
+# Colab runtime that installed only the package, as well as in a clone.
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
+
+
+def build(impl: str, length: int, causal: bool, batch: int = 1, num_heads: int = 8, head_dim: int = 64, device: str = "cpu", seed: int = 0) -> Dict[str, object]:
+    """Inputs ``(batch, num_heads, length, head_dim)`` float32 and a zero-argument ``fn`` running ``impl`` on them."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, num_heads, length, head_dim, generator=g).to(device) for _ in range(3))
+    if impl == "naive":
+        mask = causal_mask(length, device=torch.device(device)) if causal else None
+        fn = lambda: scaled_dot_product_attention(q, k, v, mask)[0]
+    elif impl == "tiled":
+        fn = lambda: tiled_attention(q, k, v, causal=causal)
+    elif impl == "torch":  # L == S, so torch's top-left causal alignment equals causal_mask's
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:
+        raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
+    small = (lambda: build(impl, 64, causal, batch, num_heads, head_dim, device, seed)["fn"]()) if length > 64 else None
+    return {"fn": lambda: _no_grad(fn), "warmup": small, "inputs": (q, k, v)}
+
+
+def build_layer(impl: str, length: int, causal: bool, batch: int = 1, embed_dim: int = 512, num_heads: int = 8, device: str = "cpu", seed: int = 0) -> Dict[str, object]:
+    """A self-attention layer (``"ours"`` or ``"torch"``, with the same weights) and its input ``(batch, length, embed_dim)``."""
+    torch.manual_seed(seed)
+    reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True).to(device).eval()
+    x = torch.randn(batch, length, embed_dim, device=device)
+    if impl == "torch":
+        ignore = ~causal_mask(length, device=torch.device(device)) if causal else None
+        fn = lambda: reference(x, x, x, attn_mask=ignore, need_weights=False, is_causal=causal)[0]
+    elif impl == "ours":
+        layer = MultiHeadAttention.from_torch(reference).eval()
+        mask = causal_mask(length, device=torch.device(device)) if causal else None
+        fn = lambda: layer(x, x, x, mask)[0]
+    else:
+        raise ValueError(f"impl must be 'ours' or 'torch', got {impl!r}")
+    small = (lambda: build_layer(impl, 64, causal, batch, embed_dim, num_heads, device, seed)["fn"]()) if length > 64 else None
+    return {"fn": lambda: _no_grad(fn), "warmup": small, "inputs": (x,)}
+
+
+def _no_grad(fn):
+    with torch.no_grad():
+        return fn()
+
+
+def machine(device: str) -> Dict[str, object]:
+    """What the numbers were measured on."""
+    info: Dict[str, object] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "memory_gib": _meminfo_gib("MemTotal"),
+    }
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _meminfo_gib(field: str) -> Optional[float]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _peak(builder: str, kwargs: Dict[str, object], device: str) -> int:
+    if device == "cuda":
+        built = globals()[builder](**kwargs)
+        return cuda_peak_memory(built["fn"])
+    return cpu_peak_memory(f"attncourse.benchmark:{builder}", kwargs)
+
+
+def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List[int]] = None, memory_fraction: float = 0.6) -> Dict[str, object]:
+    """Measure every implementation at every length, causal and not; return the results as a dict."""
+    result: Dict[str, object] = {"machine": machine(device), "device": device, "shape": {"batch": 1, "num_heads": 8, "head_dim": 64, "dtype": "float32"}}
+    result["matmul_flops_per_s"] = matmul_throughput(2048, device=torch.device(device))
+    rows: List[Dict[str, object]] = []
+    naive_bytes_per_score: Dict[bool, float] = {}
+    for length in lengths:
+        repeats = 5 if length <= 4096 else 2 if length <= 8192 else 1
+        for causal in (False, True):
+            kwargs = {"length": length, "causal": causal, "device": device}
+            peaks: Dict[str, Optional[int]] = {}
+            skipped: Dict[str, str] = {}
+            for impl in IMPLEMENTATIONS:
+                available = _meminfo_gib("MemAvailable") if device == "cpu" else torch.cuda.mem_get_info()[0] / 2**30
+                predicted = naive_bytes_per_score.get(causal, 0.0) * 8 * length * length / 2**30
+                if impl == "naive" and available is not None and predicted > memory_fraction * available:
+                    skipped[impl] = f"predicted peak {predicted:.1f} GiB > {memory_fraction:.0%} of the {available:.1f} GiB available"
+                    peaks[impl] = None
+                    continue
+                peaks[impl] = _peak("build", {"impl": impl, **kwargs}, device)
+                if impl == "naive":
+                    naive_bytes_per_score[causal] = peaks[impl] / (8 * length * length)
+            built = {impl: build(impl, **kwargs)["fn"] for impl in IMPLEMENTATIONS if impl not in skipped}
+            timings = time_interleaved(built, repeats=repeats, warmup=1, device=torch.device(device))
+            flops = attention_flops(1, 8, length, length, 64, causal=causal)
+            for impl in IMPLEMENTATIONS:
+                row: Dict[str, object] = {"kind": "attention", "impl": impl, "length": length, "causal": causal, "flops": flops}
+                if impl in skipped:
+                    row.update(skipped=skipped[impl], predicted_peak_bytes=int(naive_bytes_per_score[causal] * 8 * length * length))
+                else:
+                    row.update(seconds=timings[impl].median, times=timings[impl].times, peak_bytes=peaks[impl])
+                rows.append(row)
+            _print_rows(rows[-3:])
+    for length in layer_lengths or []:
+        for causal in (False, True):
+            kwargs = {"length": length, "causal": causal, "device": device}
+            built = {impl: build_layer(impl, **kwargs)["fn"] for impl in ("ours", "torch")}
+            timings = time_interleaved(built, repeats=5, warmup=1, device=torch.device(device))
+            flops = multihead_flops(1, length, length, 512, 8, causal=causal)
+            for impl in ("ours", "torch"):
+                peak = _peak("build_layer", {"impl": impl, **kwargs}, device)
+                rows.append({"kind": "layer", "impl": impl, "length": length, "causal": causal, "flops": flops,
+                             "seconds": timings[impl].median, "times": timings[impl].times, "peak_bytes": peak})
+            _print_rows(rows[-2:])
+    result["rows"] = rows
+    if hasattr(os, "getloadavg"):
+        result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+    return result
+
+
+def table(rows: List[Dict[str, object]]) -> str:
+    """The rows as a text table, with each time and memory relative to torch's at the same setting."""
+    reference = {(r["kind"], r["length"], r["causal"]): r for r in rows if r["impl"] == "torch"}
+    lines = [f"{'what':<10} {'impl':<6} {'L':>6} {'causal':>6} {'time ms':>10} {'x torch':>8} {'GFLOP/s':>8} {'peak MiB':>10} {'x torch':>8}"]
+    for r in rows:
+        ref = reference.get((r["kind"], r["length"], r["causal"]))
+        if "seconds" not in r:
+            lines.append(f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6}   skipped: {r['skipped']}")
+            continue
+        ratio = r["seconds"] / ref["seconds"] if ref else float("nan")
+        mem_ratio = r["peak_bytes"] / ref["peak_bytes"] if ref and ref["peak_bytes"] else float("nan")
+        lines.append(
+            f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6} {1e3 * r['seconds']:>10.1f} {ratio:>8.2f} "
+            f"{r['flops'] / r['seconds'] / 1e9:>8.1f} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
+        )
+    return "\n".join(lines)
+
+
+def load(device: str = "cpu", folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
+    """The results written by the benchmark command for ``device`` (and ``--tag``).
+
+    By default they are read from the package's ``results`` folder, where the command writes
+    them and from where they are installed with the package.
+    """
+    path = Path(folder) / f"ch05_benchmark_{device}{tag}.json"
+    return json.loads(path.read_text())
+
+
+def plot(result: Dict[str, object]):
+    """Time and peak memory against L on log-log axes, one line per implementation (causal dashed)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    rows = [r for r in result["rows"] if r["kind"] == "attention" and "seconds" in r]  # type: ignore[index]
+    for impl, colour in zip(IMPLEMENTATIONS, ("tab:red", "tab:blue", "tab:green")):
+        for causal, style in ((False, "-o"), (True, "--x")):
+            mine = sorted((r for r in rows if r["impl"] == impl and r["causal"] == causal), key=lambda r: r["length"])
+            if not mine:
+                continue
+            label = f"{impl}{' causal' if causal else ''}"
+            lengths = [r["length"] for r in mine]
+            ax_time.loglog(lengths, [r["seconds"] for r in mine], style, color=colour, label=label, base=2)
+            ax_mem.loglog(lengths, [r["peak_bytes"] / 2**20 for r in mine], style, color=colour, label=label, base=2)
+    ax_time.set(xlabel="sequence length L", ylabel="time (s)", title="forward time")
+    ax_mem.set(xlabel="sequence length L", ylabel="peak extra memory (MiB)", title="peak memory")
+    for ax in (ax_time, ax_mem):
+        ax.grid(True, which="both", alpha=0.3)
+    ax_time.legend(fontsize=8)
+    return fig
+
+
+def _print_rows(rows: List[Dict[str, object]]) -> None:
+    print(table(rows).split("\n", 1)[1], flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m attncourse.benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="'all': the CPU, and CUDA when present")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
+    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
+    parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
+    for device in devices:
+        print(f"== {device} ==", flush=True)
+        print(table([]), flush=True)
+        result = run(args.lengths, device, layer_lengths=args.layer_lengths)
+        print("\n" + table(result["rows"]))  # type: ignore[arg-type]
+        args.output.mkdir(parents=True, exist_ok=True)
+        path = args.output / f"ch05_benchmark_{device}{args.tag}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

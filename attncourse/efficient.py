@@ -1,0 +1,213 @@
+"""Memory-efficient exact attention: the FlashAttention algorithm in plain PyTorch (chapter 5).
+
+The naive computation builds the whole ``(L, S)`` score matrix, so its memory grows like
+``L * S``. :func:`tiled_attention` walks over the keys in blocks and keeps, for every query,
+three running quantities instead (Milakov & Gimelshein 2018; Dao et al. 2022):
+
+* ``m``: the largest score seen so far (the softmax is invariant to this shift; it only
+  keeps ``exp`` from overflowing),
+* ``l``: the sum of ``exp(score - m)`` over the keys seen so far,
+* ``acc``: the sum of ``exp(score - m) * value`` over the keys seen so far.
+
+When a new block raises the maximum from ``m`` to ``m_new``, the old sums are rescaled by
+``exp(m - m_new)``; after the last block ``acc / l`` is exactly ``softmax(scores) @ value``.
+Only one ``(query block, key block)`` tile of scores exists at any time.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from ._checks import (
+    broadcast_batch,
+    check_mask,
+    fmt_shape,
+    require_floating,
+    require_positive_int,
+    require_positive_number,
+    require_rank,
+    require_same_dtype_and_device,
+)
+
+__all__ = ["tiled_attention", "online_softmax_update"]
+
+
+def online_softmax_update(
+    running_max: Tensor, running_sum: Tensor, scores: Tensor
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """One step of the online softmax: fold a new block of scores into the running statistics.
+
+    Args:
+        running_max: ``(...,)`` the maximum score seen so far (``-inf`` before the first block).
+        running_sum: ``(...,)`` the sum of ``exp(score - running_max)`` seen so far.
+        scores: ``(..., B)`` the new block of scores.
+
+    Returns:
+        ``(new_max, new_sum, correction)``: the updated maximum and sum, and the factor
+        ``exp(running_max - new_max)`` by which anything accumulated against the old
+        maximum (the sum, the weighted values) must be multiplied. A row that has seen only
+        ``-inf`` keeps ``new_max = -inf``, ``new_sum = 0`` and gets ``correction = 0``.
+    """
+    new_max = torch.maximum(running_max, scores.amax(dim=-1))
+    shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # -inf - -inf would be NaN
+    correction = torch.exp(running_max - shift)
+    new_sum = running_sum * correction + torch.exp(scores - shift[..., None]).sum(dim=-1)
+    return new_max, new_sum, correction
+
+
+def _attend_query_block(
+    query: Tensor,
+    key_t: Tensor,
+    value: Tensor,
+    mask: Optional[Tensor],
+    q_start: int,
+    causal_offset: Optional[int],
+    block_size: int,
+) -> Tensor:
+    """Exact attention of one block of (already scaled) queries ``(..., Bq, d)`` over all keys.
+
+    ``key_t`` is the transposed keys ``(..., d, S)``, contiguous so that every tile's product
+    reads its keys in the order the matrix multiply wants them.
+
+    ``mask`` is ``None`` or ``(..., Bq, S)`` (the rows of this query block); ``causal_offset``
+    is ``S - L`` for causal attention (query ``i`` sees key ``j <= i + S - L``), else ``None``.
+    """
+    block_q, seq_k = query.size(-2), key_t.size(-1)
+    batch = query.shape[:-2]
+    inplace = not torch.is_grad_enabled() or not (query.requires_grad or key_t.requires_grad or value.requires_grad)
+    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2], value.shape[:-2]) + (block_q,)
+    running_max = torch.full(stats_shape, float("-inf"), dtype=query.dtype, device=query.device)
+    running_sum = torch.zeros(stats_shape, dtype=query.dtype, device=query.device)
+    acc = torch.zeros(stats_shape + (value.size(-1),), dtype=query.dtype, device=query.device)
+
+    key_end = seq_k
+    if causal_offset is not None:  # keys after the last query's horizon are never seen: skip them
+        key_end = min(seq_k, q_start + block_q + causal_offset)
+    for k_start in range(0, max(key_end, 0), block_size):
+        k_stop = min(k_start + block_size, key_end)
+        scores = query @ key_t[..., :, k_start:k_stop]  # (..., Bq, Bk): the only tile of scores
+        if mask is not None:
+            tile = mask[..., k_start:k_stop]
+            if tile.dtype == torch.bool:
+                scores = scores.masked_fill_(~tile, float("-inf")) if inplace else scores.masked_fill(~tile, float("-inf"))
+            else:
+                scores = scores.add_(tile) if inplace else scores + tile
+        if causal_offset is not None and k_stop - 1 > q_start + causal_offset:  # the tile crosses the diagonal
+            rows = torch.arange(q_start, q_start + block_q, device=query.device)[:, None]
+            cols = torch.arange(k_start, k_stop, device=query.device)[None, :]
+            future = cols > rows + causal_offset
+            scores = scores.masked_fill_(future, float("-inf")) if inplace else scores.masked_fill(future, float("-inf"))
+
+        new_max = torch.maximum(running_max, scores.detach().amax(dim=-1))  # the shift needs no gradient
+        shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # a row with no key yet: avoid -inf - -inf
+        correction = torch.exp(running_max - shift)  # rescales what was summed against the old max
+        if inplace:
+            weights = scores.sub_(shift[..., None]).exp_()  # unnormalised weights, in the tile's memory
+            running_sum.mul_(correction).add_(weights.sum(dim=-1))
+            acc.mul_(correction[..., None]).add_(weights @ value[..., k_start:k_stop, :])
+        else:
+            weights = torch.exp(scores - shift[..., None])
+            running_sum = running_sum * correction + weights.sum(dim=-1)
+            acc = acc * correction[..., None] + weights @ value[..., k_start:k_stop, :]
+        running_max = new_max
+    empty = running_sum == 0  # a query with every key masked: zeros, as in the reference
+    return acc / running_sum.masked_fill(empty, 1.0)[..., None]
+
+
+def tiled_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Optional[Tensor] = None,
+    *,
+    causal: bool = False,
+    scale: Optional[float] = None,
+    block_size: int = 1024,
+    query_block_size: int = 256,
+) -> Tensor:
+    """Exact scaled dot-product attention computed block by block, without the ``(L, S)`` scores.
+
+    Equal (up to rounding) to ``scaled_dot_product_attention(query, key, value, mask)[0]``,
+    but the largest intermediate is one tile of ``query_block_size x block_size`` scores per
+    batch entry, so the extra memory does not grow with ``L * S``.
+
+    Args:
+        query: ``(..., L, d_k)``.
+        key: ``(..., S, d_k)``.
+        value: ``(..., S, d_v)``.
+        mask: optional, broadcastable to ``(..., L, S)``; boolean (``True`` = may attend) or
+            floating (added to the scores), as in :func:`attncourse.attention.scaled_dot_product_attention`.
+        causal: also apply ``attncourse.masks.causal_mask`` (the last query aligned with
+            the last key: query ``i`` sees key ``j <= i + S - L``). Key blocks that lie
+            entirely in a query block's future are skipped, not computed and masked.
+        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)``.
+        block_size: keys per block.
+        query_block_size: queries per block. Neither needs to divide ``S`` or ``L``.
+
+    Returns:
+        ``(..., L, d_v)``, the batch dimensions broadcast as in :func:`torch.matmul`. A query
+        that may attend to no key gets a zero output, never NaN. float16 and bfloat16 inputs
+        are computed in float32 and the output rounded once.
+
+    Autograd works through it; when gradients are needed each query block is wrapped in
+    :func:`torch.utils.checkpoint.checkpoint`, so that the backward pass recomputes its
+    tiles instead of storing them (memory ``query_block_size x S`` per batch entry).
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_floating(name, x)
+    require_rank("query", query, 2, "(..., L, d_k)", at_least=True)
+    require_rank("key", key, 2, "(..., S, d_k)", at_least=True)
+    require_rank("value", value, 2, "(..., S, d_v)", at_least=True)
+    require_same_dtype_and_device(query=query, key=key, value=value)
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must share the feature size d_k (last dimension): "
+            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same number of positions S (dimension -2): "
+            f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+        )
+    batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
+    seq_q, seq_k = query.size(-2), key.size(-2)
+    if mask is not None:
+        check_mask(mask, (*batch, seq_q, seq_k))
+        if mask.device != query.device:
+            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    require_positive_int("block_size", block_size)
+    require_positive_int("query_block_size", query_block_size)
+    if scale is None:
+        scale = query.size(-1) ** -0.5
+    else:
+        require_positive_number("scale", scale)
+
+    out_dtype = query.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):  # accumulate in float32
+        query, key, value = query.float(), key.float(), value.float()
+        if mask is not None and mask.is_floating_point():
+            mask = mask.float()
+    elif mask is not None and mask.is_floating_point():
+        mask = mask.to(query.dtype)
+    if mask is not None:  # a view with explicit (L, S): no memory is allocated
+        mask = mask.expand(*mask.shape[:-2], seq_q, seq_k)
+    query = query * scale  # (..., L, d_k): scaling the queries once costs L*d, not L*S
+    key_t = key.transpose(-2, -1).contiguous()  # (..., d_k, S)
+    causal_offset = seq_k - seq_q if causal else None
+    use_checkpoint = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+
+    blocks = []
+    for q_start in range(0, seq_q, query_block_size):
+        q_stop = min(q_start + query_block_size, seq_q)
+        rows = mask[..., q_start:q_stop, :] if mask is not None else None
+        args = (query[..., q_start:q_stop, :], key_t, value, rows, q_start, causal_offset, block_size)
+        if use_checkpoint:
+            blocks.append(checkpoint(_attend_query_block, *args, use_reentrant=False))
+        else:
+            blocks.append(_attend_query_block(*args))
+    return torch.cat(blocks, dim=-2).to(out_dtype)

@@ -1,0 +1,220 @@
+"""Measuring attention: wall time, peak memory and FLOP counts (chapter 5).
+
+* Time: the median of several repeats after a warm-up call; implementations that are to be
+  compared are timed *interleaved* (A, B, C, A, B, C, ...) so that a change in the machine's
+  load during the run affects them alike.
+* Peak memory on CUDA: the caching allocator's own statistics
+  (:func:`torch.cuda.max_memory_allocated` after :func:`torch.cuda.reset_peak_memory_stats`).
+* Peak memory on the CPU: PyTorch keeps no statistics there, so :func:`cpu_peak_memory`
+  runs the call in a *fresh Python process* and reads the growth of the process's peak
+  resident set size (``VmHWM`` in ``/proc/self/status``, Linux) over its size just before
+  the call. It counts every page the call touched, whoever allocated it, at page granularity.
+* FLOPs: from the formulas :func:`attention_flops` and :func:`multihead_flops`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from ._checks import require_positive_int
+
+__all__ = [
+    "Timing",
+    "time_call",
+    "time_interleaved",
+    "cuda_peak_memory",
+    "cpu_peak_memory",
+    "attention_flops",
+    "multihead_flops",
+    "matmul_throughput",
+    "fit_slope",
+]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall times of repeated calls, in seconds; ``median`` is the figure to report."""
+
+    times: List[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def spread(self) -> float:
+        """The spread of the repeats, ``(max - min) / median``, as a fraction of the median."""
+        return (max(self.times) - min(self.times)) / self.median
+
+
+def _sync(device: Optional[torch.device]) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device: Optional[torch.device] = None) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones.
+
+    On CUDA pass ``device`` so that each timing waits for the GPU to finish (kernels are
+    launched asynchronously: without a synchronisation the clock would stop too early).
+    """
+    return time_interleaved({"fn": fn}, repeats=repeats, warmup=warmup, device=device)["fn"]
+
+
+def time_interleaved(
+    fns: Dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1, device: Optional[torch.device] = None
+) -> Dict[str, Timing]:
+    """Time several functions round-robin: each repeat calls every function once, in turn.
+
+    Returns ``{name: Timing}``. Interleaving makes ratios between the functions robust to
+    load that changes during the measurement (other processes, CPU frequency).
+    """
+    require_positive_int("repeats", repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: Timing(t) for name, t in times.items()}
+
+
+def cuda_peak_memory(fn: Callable[[], object], device: Optional[torch.device] = None) -> int:
+    """Bytes allocated by ``fn()`` on a CUDA device at its peak, above what was allocated before.
+
+    The result of ``fn`` is kept alive until the peak is read, so it is counted.
+    """
+    device = torch.device("cuda") if device is None else torch.device(device)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    del result
+    return peak
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 1800.0) -> int:
+    """Peak extra resident memory, in bytes, of one call of ``target(**kwargs)["fn"]()`` on the CPU.
+
+    ``target`` names a function ``"module:function"`` that builds its inputs and returns a
+    dict with the zero-argument callable to measure under ``"fn"`` and optionally a
+    ``"warmup"`` callable (the same computation on tiny inputs). A fresh Python process
+    imports it, builds the inputs, runs the warm-up (thread pools, lazy buffers), records ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is
+    the result. Linux only (``/proc/self/status``).
+
+    Limits: a page counts once it has been touched, so allocated but untouched memory does
+    not count; memory that the C allocator kept from the set-up and reuses is missed (the
+    large buffers of attention are mapped afresh and are counted); the result includes the
+    output tensor and any one-time buffer the call creates (a few MiB).
+    """
+    code = (
+        "import json, sys\n"
+        "from attncourse.measure import _child_peak\n"
+        "print(json.dumps(_child_peak(sys.argv[1], json.loads(sys.argv[2]))))\n"
+    )
+    env = dict(os.environ)
+    done = subprocess.run(
+        [sys.executable, "-c", code, target, json.dumps(kwargs)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the measuring process failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _child_peak(target: str, kwargs: Dict[str, object]) -> int:
+    import importlib
+
+    module, name = target.split(":")
+    built = getattr(importlib.import_module(module), name)(**kwargs)
+    fn = built["fn"]
+    warmup = built.get("warmup")
+    if warmup is not None:  # one-time initialisation (thread pools, kernels' lazy buffers)
+        warmup()
+    before = _status_kib("VmRSS")
+    result = fn()
+    peak = _status_kib("VmHWM")
+    del result
+    return max(peak - before, 0) * 1024
+
+
+def attention_flops(
+    batch: int, num_heads: int, query_len: int, key_len: int, head_dim: int, value_dim: Optional[int] = None,
+    *, causal: bool = False,
+) -> int:
+    """Floating-point operations of the two matrix products of attention (a multiply-add is 2).
+
+    ``Q K^T`` costs ``2 L S d_k`` and ``P V`` costs ``2 L S d_v`` per head and batch entry;
+    the softmax (about 5 operations per score) is not counted. With ``causal`` only the
+    allowed (query, key) pairs count (``causal_mask``'s alignment): about half when ``L = S``.
+    """
+    for name, v in (("batch", batch), ("num_heads", num_heads), ("query_len", query_len), ("key_len", key_len), ("head_dim", head_dim)):
+        require_positive_int(name, v)
+    value_dim = head_dim if value_dim is None else value_dim
+    require_positive_int("value_dim", value_dim)
+    if causal:  # query i sees keys j <= i + S - L, clipped to [0, S)
+        offset = key_len - query_len
+        pairs = sum(min(key_len, max(0, i + offset + 1)) for i in range(query_len))
+    else:
+        pairs = query_len * key_len
+    return 2 * batch * num_heads * pairs * (head_dim + value_dim)
+
+
+def multihead_flops(batch: int, query_len: int, key_len: int, embed_dim: int, num_heads: int, *, causal: bool = False) -> int:
+    """FLOPs of a multi-head attention layer's forward pass (``kdim = vdim = embed_dim``).
+
+    Four projections (``W^Q`` on ``L`` rows, ``W^K`` and ``W^V`` on ``S`` rows, ``W^O`` on ``L``
+    rows) cost ``2 E^2`` each per row; the ``h`` heads of width ``E / h`` together cost
+    :func:`attention_flops` with ``head_dim = E / h``. Biases and the softmax are not counted.
+    """
+    require_positive_int("embed_dim", embed_dim)
+    require_positive_int("num_heads", num_heads)
+    if embed_dim % num_heads:
+        raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
+    projections = 2 * batch * embed_dim * embed_dim * (2 * query_len + 2 * key_len)
+    return projections + attention_flops(batch, num_heads, query_len, key_len, embed_dim // num_heads, causal=causal)
+
+
+def matmul_throughput(size: int = 1024, *, repeats: int = 5, dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> float:
+    """Measured FLOP/s of one ``size x size`` by ``size x size`` matrix product: the machine's ceiling."""
+    require_positive_int("size", size)
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    timing = time_call(lambda: a @ b, repeats=repeats, warmup=1, device=device)
+    return 2 * size**3 / timing.median
+
+
+def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
+    """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``."""
+    if len(lengths) != len(values) or len(lengths) < 2:
+        raise ValueError(f"need at least two (length, value) pairs of equal count, got {len(lengths)} and {len(values)}")
+    x = [math.log(v) for v in lengths]
+    y = [math.log(v) for v in values]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)

@@ -1,0 +1,33 @@
+"""The benchmark command runs end to end at tiny sizes and writes a table and JSON that agree."""
+import json
+
+import torch
+
+from attncourse import benchmark
+from attncourse.attention import scaled_dot_product_attention
+from attncourse.masks import causal_mask
+
+
+def test_builders_compute_the_same_attention():
+    for causal in (False, True):
+        outputs = [benchmark.build(impl, 40, causal)["fn"]() for impl in benchmark.IMPLEMENTATIONS]
+        q, k, v = benchmark.build("naive", 40, causal)["inputs"]
+        expected = scaled_dot_product_attention(q, k, v, causal_mask(40) if causal else None)[0]
+        for out in outputs:
+            torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+        layers = [benchmark.build_layer(impl, 30, causal)["fn"]() for impl in ("ours", "torch")]
+        torch.testing.assert_close(layers[0], layers[1], atol=1e-5, rtol=1e-4)
+
+
+def test_command_writes_json(tmp_path, capsys):
+    benchmark.main(["--lengths", "32", "--layer-lengths", "32", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    result = json.loads((tmp_path / "ch05_benchmark_cpu_t.json").read_text())
+    assert result["machine"]["torch"] == torch.__version__
+    rows = result["rows"]
+    assert {(r["impl"], r["causal"]) for r in rows if r["kind"] == "attention"} == {
+        (impl, c) for impl in benchmark.IMPLEMENTATIONS for c in (False, True)
+    }
+    assert all(r["seconds"] > 0 and r["peak_bytes"] >= 0 for r in rows)
+    printed = capsys.readouterr().out
+    assert "tiled" in printed and "x torch" in printed
+    assert benchmark.load("cpu", tmp_path, "_t") == result

@@ -1,0 +1,88 @@
+"""Measurement helpers: FLOP formulas against counted products, memory against known allocations."""
+import sys
+
+import pytest
+import torch
+
+from attncourse.masks import causal_mask
+from attncourse.measure import (
+    attention_flops,
+    cpu_peak_memory,
+    cuda_peak_memory,
+    multihead_flops,
+    time_call,
+    time_interleaved,
+)
+
+
+def allocate(size_mib: int, touch: bool = True):
+    """Builder for cpu_peak_memory: a call that allocates ``size_mib`` MiB of float32."""
+    n = size_mib * 2**20 // 4
+    return {"fn": (lambda: torch.ones(n)) if touch else (lambda: torch.empty(n)), "warmup": lambda: torch.ones(16)}
+
+
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_cpu_peak_memory_sees_a_known_allocation(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(__import__("pathlib").Path(__file__).parent))
+    peak = cpu_peak_memory("test_measure:allocate", {"size_mib": 200})
+    assert 195 * 2**20 <= peak <= 215 * 2**20
+    untouched = cpu_peak_memory("test_measure:allocate", {"size_mib": 200, "touch": False})
+    assert untouched < 20 * 2**20  # the documented limit: untouched pages are not resident
+
+
+def test_cpu_peak_memory_reports_errors():
+    with pytest.raises(RuntimeError, match="measuring process failed"):
+        cpu_peak_memory("attncourse.measure:no_such_builder", {})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_peak_memory():
+    peak = cuda_peak_memory(lambda: torch.ones(2**20, device="cuda"))
+    assert peak >= 4 * 2**20
+
+
+def test_attention_flops_counts_products():
+    assert attention_flops(2, 3, 5, 7, 4, 6) == 2 * 3 * 5 * 7 * 2 * (4 + 6)
+    # causal: count the allowed pairs of causal_mask itself
+    for L, S in [(6, 6), (4, 9), (9, 4)]:
+        pairs = int(causal_mask(L, S).sum())
+        assert attention_flops(1, 1, L, S, 8, causal=True) == 2 * pairs * 16
+    assert attention_flops(1, 1, 1000, 1000, 64, causal=True) / attention_flops(1, 1, 1000, 1000, 64) == pytest.approx(0.5, abs=1e-3)
+
+
+def test_multihead_flops_matches_counted_matmuls():
+    """Count the multiply-adds of the layer's matrix products with a dispatch-level counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.multihead import MultiHeadAttention
+
+    layer = MultiHeadAttention(32, 4).double()
+    x, y = torch.randn(2, 6, 32, dtype=torch.float64), torch.randn(2, 9, 32, dtype=torch.float64)
+    with FlopCounterMode(display=False) as counter:
+        layer(x, y, y)
+    assert counter.get_total_flops() == multihead_flops(2, 6, 9, 32, 4)
+    with pytest.raises(ValueError, match="num_heads"):
+        multihead_flops(1, 2, 2, 10, 3)
+
+
+def test_timing_helpers():
+    calls = []
+    timing = time_call(lambda: calls.append(1), repeats=4, warmup=2)
+    assert len(calls) == 6 and len(timing.times) == 4 and timing.median >= 0
+    order = []
+    result = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3, warmup=0)
+    assert order == ["a", "b"] * 3 and set(result) == {"a", "b"}
+    with pytest.raises(ValueError, match="repeats"):
+        time_call(lambda: None, repeats=0)
+
+
+def test_fit_slope_recovers_a_power_law():
+    from attncourse.measure import fit_slope
+
+    lengths = [128, 256, 512, 1024]
+    assert fit_slope(lengths, [3e-9 * n**2 for n in lengths]) == pytest.approx(2.0)
+    assert fit_slope(lengths, [5.0 * n for n in lengths]) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        fit_slope([1], [1])
