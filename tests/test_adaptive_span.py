@@ -245,7 +245,7 @@ def test_training_loop_clamps_and_the_penalty_shrinks_spans():
     fraction = model.blocks[0].self_attn.span.span_fraction
     assert (fraction >= 0).all() and (fraction <= 1).all() and (fraction == 0).all()  # pushed below 0, clamped to 0
     model(tokens)
-    assert attention_cells(model) == 4 * 2 * 24 * 2  # window ceil(0 + 2) = 2
+    assert attention_cells(model) == 4 * 2 * computed_cells(24, 2) == 4 * 2 * 2 * 16 * 17  # W = ceil(0 + 2) = 2
 
 
 def test_span_penalty_sums_over_layers():
