@@ -143,6 +143,7 @@ def adaptive_span_attention(
     *,
     window: Optional[int] = None,
     block: int = 16,
+    position_bias: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Causal multi-head self-attention with one soft span per head, computing only the keys within reach.
 
@@ -164,6 +165,9 @@ def adaptive_span_attention(
             tolerance; a window too small for the spans would cut keys with non-zero weight
             and is refused.
         block: queries per block.
+        position_bias: optional ``(H, D)`` learned relative-position term added to the scores:
+            ``position_bias[h, x]`` for the key at distance ``x``; ``D`` must cover
+            :func:`span_window` (farther keys have weight 0 whatever their score).
 
     Returns:
         ``(output, weights)``: output ``(B, H, L, d_v)``; weights ``(B, H, L, W)`` by distance:
@@ -196,6 +200,14 @@ def adaptive_span_attention(
         if window < needed:
             raise ValueError(f"window={window} would drop keys with non-zero weight: the spans {span.tolist()} and ramp {ramp} need {needed}")
         window = min(window, length)
+    if position_bias is not None:
+        require_floating("position_bias", position_bias)
+        require_rank("position_bias", position_bias, 2, "(H, D)")
+        if position_bias.size(0) != heads or position_bias.size(1) < needed:
+            raise ValueError(
+                f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the spans reach), "
+                f"got {fmt_shape(position_bias.shape)}"
+            )
     num_blocks, block, num_keys = _plan(length, window, block)
 
     # Blocks of queries (B, H, n, b, d) and, for each, its keys: the W - 1 before the block and
@@ -216,6 +228,9 @@ def adaptive_span_attention(
     distance = rows + before - cols  # (b, K), the same in every block
     key_position = torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols  # (n, 1, K)
     exists = (distance >= 0) & (key_position >= 0)  # (n, b, K): causal, and not padding
+    if position_bias is not None:
+        reach = position_bias.size(1) - 1
+        scores = scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]  # (H, 1, b, K)
     mask = soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists  # (H, n, b, K)
     scores = scores.masked_fill(mask == 0, float("-inf"))
     weights = safe_softmax(scores) * mask  # the soft mask multiplies the probabilities ...
@@ -298,6 +313,10 @@ class AdaptiveSpanAttention(nn.Module):
         trim: compute only the keys within the longest span plus the ramp (the point of the
             method); ``False`` computes the full causal window, for comparison.
         block: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
+        position_bias: learn a score per head and distance (``(H, max_span + ceil(ramp))``,
+            zeros at first) added to the attention scores, so that a head can find "the token
+            ``x`` back" directly; the paper's model uses relative position embeddings too.
+        bias: whether the four projections have biases.
 
     ``forward(x (B, L, embed_dim), mask=None)`` returns ``(output (B, L, embed_dim),
     weights (B, H, L, W))`` with the weights by distance (see :func:`adaptive_span_attention`).
@@ -316,6 +335,7 @@ class AdaptiveSpanAttention(nn.Module):
         learnable: bool = True,
         trim: bool = True,
         block: int = 16,
+        position_bias: bool = True,
         bias: bool = True,
     ) -> None:
         super().__init__()
@@ -323,6 +343,8 @@ class AdaptiveSpanAttention(nn.Module):
         self.span = AdaptiveSpan(num_heads, max_span, ramp, init_span=init_span, learnable=learnable)
         require_positive_int("block", block)
         self.trim, self.block = trim, block
+        # relative positions, as in the paper's model: a learned score per head and distance
+        self.position_bias = nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp))) if position_bias else None
         self.cells = 0
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
@@ -345,7 +367,7 @@ class AdaptiveSpanAttention(nn.Module):
         k = split_heads(p.k_proj(x), p.num_heads)
         v = split_heads(p.v_proj(x), p.num_heads)
         window = self.span.window(length) if self.trim else length
-        heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block)
+        heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
         self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)
         return p.out_proj(merge_heads(heads)), weights
 
