@@ -333,3 +333,20 @@ def test_near_far_task_follows_its_rule():
     assert abs(near_far_entropy(16, 0.1) - float(-(p * p.log()).sum())) < 1e-9
     with pytest.raises(ValueError, match="near < far < length"):
         near_far_copy_task(2, 20, near=5, far=30)
+
+
+def test_position_bias_is_added_per_head_and_distance(device):
+    q, k, v = _qkv(2, 3, 21, 4, seed=11, device=device)
+    span = torch.tensor([2.0, 5.5, 9.0], dtype=torch.float64, device=device)
+    bias = torch.randn(3, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(12)).to(device)
+    got, _ = adaptive_span_attention(q, k, v, span, 3.0, position_bias=bias, block=4)
+    # reference: the bias enters the scores, i.e. multiplies each probability by exp(bias[h, i - j])
+    i = torch.arange(21, device=device)
+    distance = i[:, None] - i[None, :]
+    dense_bias = bias[:, distance.clamp(0, 11)]  # (H, L, L); beyond distance 11 the mask is 0 anyway
+    scores = q @ k.transpose(-2, -1) / 2 + dense_bias
+    mask = soft_span_mask(distance.double(), span[:, None, None], 3.0) * (distance >= 0)
+    weights = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), -1) * mask
+    torch.testing.assert_close(got, (weights / weights.sum(-1, keepdim=True)) @ v)
+    with pytest.raises(ValueError, match="position_bias"):
+        adaptive_span_attention(q, k, v, span, 3.0, position_bias=bias[:, :5])
