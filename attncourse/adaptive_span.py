@@ -304,11 +304,11 @@ class AdaptiveSpanAttention(nn.Module):
     """Causal multi-head self-attention with a learned span per head.
 
     The projections ``W^Q, W^K, W^V, W^O`` are those of chapter 2's
-    :class:`~attncourse.multihead.MultiHeadAttention`; only the attention between them changes
+    ``MultiHeadAttention`` (chapter 2); only the attention between them changes
     (:func:`adaptive_span_attention`).
 
     Args:
-        embed_dim, num_heads: as for :class:`~attncourse.multihead.MultiHeadAttention`.
+        embed_dim, num_heads: as for ``MultiHeadAttention`` (chapter 2).
         max_span, ramp, init_span, learnable: as for :class:`AdaptiveSpan`.
         trim: compute only the keys within the longest span plus the ramp (the point of the
             method); ``False`` computes the full causal window, for comparison.
@@ -373,7 +373,7 @@ class AdaptiveSpanAttention(nn.Module):
 
 
 class AdaptiveSpanBlock(nn.Module):
-    """Chapter 4's post-LayerNorm layer with adaptive-span self-attention, for :class:`~attncourse.transformer.CausalLM`::
+    """Chapter 4's post-LayerNorm layer with adaptive-span self-attention, for ``CausalLM`` (chapter 4)::
 
         h   = LayerNorm(x + AdaptiveSpanAttention(x))
         out = LayerNorm(h + FFN(h))          (no FFN when d_ff = 0)
@@ -391,6 +391,7 @@ class AdaptiveSpanBlock(nn.Module):
         self.self_weights: Optional[Tensor] = None
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """``x``: ``(B, L, d_model)``; ``mask``: ``None`` or the ``(L, L)`` causal mask. Returns ``(B, L, d_model)``."""
         attended, weights = self.self_attn(x, mask)
         self.self_weights = weights.detach()
         h = self.norm1(x + attended)
@@ -410,8 +411,8 @@ def adaptive_span_lm(
     num_layers: int = 1,
     max_len: int = 128,
     **span_options,
-) -> CausalLM:
-    """Chapter 4's :class:`~attncourse.transformer.CausalLM` over :class:`AdaptiveSpanBlock` layers.
+) -> nn.Module:
+    """Chapter 4's ``CausalLM`` (chapter 4) over :class:`AdaptiveSpanBlock` layers.
 
     ``span_options`` (``init_span``, ``learnable``, ``trim``) go to every layer.
     """
@@ -434,7 +435,7 @@ def span_penalty(model: nn.Module, weight: float) -> Tensor:
 def clamp_spans(model: nn.Module, step: Optional[int] = None) -> None:
     """Clamp every span fraction of ``model`` into ``[0, 1]``.
 
-    Its signature fits :func:`attncourse.training.train`'s ``after_step``:
+    Its signature fits ``attncourse.training.train``'s ``after_step``:
     ``train(..., after_step=clamp_spans)``.
     """
     for module in _span_modules(model):
