@@ -5,6 +5,7 @@ from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
 from .training import train
 from .all_attention import AllAttention, AllAttentionBlock
 from .efficient import tiled_attention
+from .adaptive_span import AdaptiveSpanAttention, adaptive_span_attention, soft_span_mask
 from . import masks, toy_translation
 
 __version__ = "0.1.0"
@@ -17,6 +18,9 @@ __all__ = [
     "Seq2SeqTransformer",
     "train",
     "tiled_attention",
+    "soft_span_mask",
+    "adaptive_span_attention",
+    "AdaptiveSpanAttention",
     "AllAttention",
     "AllAttentionBlock",
     "masks",

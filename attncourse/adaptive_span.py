@@ -1,0 +1,447 @@
+"""Adaptive attention span (chapter 6): Sukhbaatar et al., "Adaptive Attention Span in
+Transformers" (ACL 2019).
+
+Each head ``h`` learns how far back it looks. A query at position ``t`` weighs the key at
+distance ``x`` (the key at position ``t - x``; ``x = 0`` is the query's own position) by a
+soft mask with a linear ramp of width ``R``::
+
+    m_z(x) = min(max((R + z - x) / R, 0), 1)
+
+which is 1 up to distance ``z``, falls linearly to 0 at distance ``z + R``, and is 0 beyond.
+The mask multiplies the attention *probabilities*, which are renormalised::
+
+    a_tx = m_z(x) p_tx / sum_x' m_z(x') p_tx',      p_t = softmax(s_t)
+
+so ``z`` gets gradient only from keys on the ramp. The span is stored as a fraction
+``z' = z / S`` of the maximum span ``S``, clamped into ``[0, 1]`` after every optimiser
+step, and the loss adds ``lambda * mean(z)`` per layer. Keys farther back than the
+largest current span plus the ramp have weight exactly 0 for every head, so they are never
+computed: the work per query is ``ceil(max_h z_h + R)`` dot products instead of ``L``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import (
+    broadcast_batch,
+    fmt_shape,
+    require_floating,
+    require_positive_int,
+    require_positive_number,
+    require_rank,
+    require_same_dtype_and_device,
+    require_tensor,
+)
+from .attention import safe_softmax
+from .masks import causal_mask
+from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .transformer import CausalLM, FeedForward
+
+__all__ = [
+    "soft_span_mask",
+    "span_window",
+    "computed_cells",
+    "adaptive_span_attention",
+    "AdaptiveSpan",
+    "AdaptiveSpanAttention",
+    "AdaptiveSpanBlock",
+    "adaptive_span_lm",
+    "span_penalty",
+    "clamp_spans",
+    "attention_cells",
+]
+
+
+def soft_span_mask(distance: Tensor, span: Union[Tensor, float], ramp: float) -> Tensor:
+    """The soft mask ``m_z(x) = min(max((R + z - x) / R, 0), 1)``, elementwise with broadcasting.
+
+    Args:
+        distance: ``x``, how many positions back the key is (``0`` = the query's own
+            position); any shape, integer or floating.
+        span: ``z``, a number or a tensor that broadcasts against ``distance`` (one span per
+            head: shape ``(H, 1, 1)`` against distances ``(L, S)``).
+        ramp: ``R > 0``, the width of the linear ramp from 1 down to 0.
+
+    Returns:
+        The mask in ``[0, 1]``, of the broadcast shape, in the floating dtype of ``span``
+        (or of ``distance``, or torch's default). Negative distances (future keys) give 1:
+        the causal mask is a separate matter.
+    """
+    require_tensor("distance", distance)
+    require_positive_number("ramp", ramp)
+    if not isinstance(span, Tensor):
+        if isinstance(span, bool) or not isinstance(span, (int, float)):
+            raise TypeError(f"span must be a number or a tensor, got {type(span).__name__}")
+        dtype = distance.dtype if distance.is_floating_point() else torch.get_default_dtype()
+        span = torch.tensor(float(span), dtype=dtype, device=distance.device)
+    elif not span.is_floating_point():
+        raise TypeError(f"span must be a floating-point tensor, got dtype {span.dtype}")
+    if span.device != distance.device:
+        raise ValueError(f"span and distance must be on the same device, got {span.device} and {distance.device}")
+    broadcast_batch(distance=distance.shape, span=span.shape)
+    return ((ramp + span - distance.to(span.dtype)) / ramp).clamp(0.0, 1.0)
+
+
+def span_window(span: Union[Tensor, float], ramp: float) -> int:
+    """How many keys back (distances ``0 .. W-1``) a layer must compute: ``W = ceil(max(z) + R)``.
+
+    ``m_z(x) > 0`` exactly when ``x < z + R``, so the largest distance with a non-zero weight
+    is ``ceil(z + R) - 1``. The longest head decides for the whole layer.
+
+    Args:
+        span: the spans ``z`` of the heads (a number or a non-empty tensor), each ``>= 0``.
+        ramp: ``R > 0``.
+    """
+    require_positive_number("ramp", ramp)
+    if isinstance(span, Tensor):
+        if span.numel() == 0:
+            raise ValueError("span is empty: give one span per head")
+        longest = float(span.detach().max())
+    elif isinstance(span, (int, float)) and not isinstance(span, bool):
+        longest = float(span)
+    else:
+        raise TypeError(f"span must be a number or a tensor, got {type(span).__name__}")
+    if not math.isfinite(longest) or (isinstance(span, Tensor) and float(span.detach().min()) < 0) or longest < 0:
+        raise ValueError(f"every span must be finite and >= 0, got {span!r}")
+    return math.ceil(longest + ramp)
+
+
+def computed_cells(length: int, window: int, *, block: int = 16) -> int:
+    """Attention cells (query-key scores) one head computes for one sequence of ``length``.
+
+    Queries go in blocks of ``block`` positions; a block is compared with its own keys and
+    the ``window - 1`` keys before it: ``ceil(L / block) * block * (block + window - 1)``
+    scores. When that is not fewer than the ``L * L`` of the plain causal computation (a
+    window close to ``L``), the plain computation is used. See :func:`adaptive_span_attention`.
+    """
+    require_positive_int("length", length)
+    require_positive_int("window", window)
+    require_positive_int("block", block)
+    num_blocks, block, keys = _plan(length, min(window, length), block)
+    return num_blocks * block * keys
+
+
+def _plan(length: int, window: int, block: int) -> Tuple[int, int, int]:
+    """``(number of blocks, queries per block, keys per block)``; one block of ``L`` = the plain computation."""
+    block = min(block, length)
+    num_blocks = -(-length // block)
+    if window >= length or num_blocks * block * (block + window - 1) >= length * length:
+        return 1, length, length
+    return num_blocks, block, block + window - 1
+
+
+def adaptive_span_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    span: Tensor,
+    ramp: float,
+    *,
+    window: Optional[int] = None,
+    block: int = 16,
+    position_bias: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Causal multi-head self-attention with one soft span per head, computing only the keys within reach.
+
+    The softmax probabilities are multiplied by ``m_z(x)`` and renormalised. Query ``t``
+    needs only the keys at distances ``0 .. W-1`` (``W`` = :func:`span_window`): the queries
+    are processed in blocks of ``block`` positions, and each block is compared with its own
+    keys and the ``W - 1`` keys before it, so the number of scores is about ``L * (W + block)``
+    instead of ``L * L`` (:func:`computed_cells`). Keys whose mask is 0 are left out of the
+    softmax: they would get weight 0 after the renormalisation anyway, and leaving them out
+    keeps the renormalisation from dividing underflowed numbers.
+
+    Args:
+        query, key: ``(B, H, L, d_k)``, one sequence's queries and keys, per head.
+        value: ``(B, H, L, d_v)``.
+        span: ``(H,)`` the span ``z`` of each head, in positions, each ``>= 0``.
+        ramp: ``R > 0``.
+        window: ``W``, keys kept per query; defaults to :func:`span_window` (capped at ``L``).
+            ``L`` computes the full causal window and gives the same result to float
+            tolerance; a window too small for the spans would cut keys with non-zero weight
+            and is refused.
+        block: queries per block.
+        position_bias: optional ``(H, D)`` learned relative-position term added to the scores:
+            ``position_bias[h, x]`` for the key at distance ``x``; ``D`` must cover
+            :func:`span_window` (farther keys have weight 0 whatever their score).
+
+    Returns:
+        ``(output, weights)``: output ``(B, H, L, d_v)``; weights ``(B, H, L, W)`` by distance:
+        ``weights[b, h, t, x]`` is the weight of the key at position ``t - x`` (0 where
+        ``x > t``). Each row sums to 1.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value), ("span", span)):
+        require_floating(name, x)
+    require_rank("query", query, 4, "(B, H, L, d_k)")
+    require_rank("key", key, 4, "(B, H, L, d_k)")
+    require_rank("value", value, 4, "(B, H, L, d_v)")
+    require_rank("span", span, 1, "(H,)")
+    require_same_dtype_and_device(query=query, key=key, value=value)
+    if key.shape != query.shape or value.shape[:3] != query.shape[:3]:
+        raise ValueError(
+            f"self-attention needs query and key of one shape (B, H, L, d_k) and value (B, H, L, d_v): "
+            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+        )
+    if span.size(0) != query.size(1):
+        raise ValueError(f"span has {span.size(0)} entries but query has {query.size(1)} heads (query {fmt_shape(query.shape)})")
+    if span.device != query.device:
+        raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
+    require_positive_int("block", block)
+    batch, heads, length, _ = query.shape
+    needed = min(span_window(span, ramp), length)
+    if window is None:
+        window = needed
+    else:
+        require_positive_int("window", window)
+        if window < needed:
+            raise ValueError(f"window={window} would drop keys with non-zero weight: the spans {span.tolist()} and ramp {ramp} need {needed}")
+        window = min(window, length)
+    if position_bias is not None:
+        require_floating("position_bias", position_bias)
+        require_rank("position_bias", position_bias, 2, "(H, D)")
+        if position_bias.size(0) != heads or position_bias.size(1) < needed:
+            raise ValueError(
+                f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the spans reach), "
+                f"got {fmt_shape(position_bias.shape)}"
+            )
+    num_blocks, block, num_keys = _plan(length, window, block)
+
+    # Blocks of queries (B, H, n, b, d) and, for each, its keys: the W - 1 before the block and
+    # the block's own (B, H, n, b + W - 1, d), cut from the sequence padded with W - 1 empty
+    # positions in front (and to a whole number of blocks at the end).
+    padded = num_blocks * block
+    before = num_keys - block
+    device = query.device
+    queries = nn.functional.pad(query, (0, 0, 0, padded - length)).unflatten(2, (num_blocks, block))
+    pad = (0, 0, before, padded - length)
+    keys = nn.functional.pad(key, pad).unfold(2, num_keys, block).transpose(-2, -1)
+    values = nn.functional.pad(value, pad).unfold(2, num_keys, block).transpose(-2, -1)
+    scores = queries @ keys.transpose(-2, -1) * query.size(-1) ** -0.5  # (B, H, n, b, b + W - 1)
+
+    # Distance from query t (row r of block n) to key column c: t - (n b - before + c).
+    rows = torch.arange(block, device=device)[:, None]
+    cols = torch.arange(num_keys, device=device)
+    distance = rows + before - cols  # (b, K), the same in every block
+    key_position = torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols  # (n, 1, K)
+    exists = (distance >= 0) & (key_position >= 0)  # (n, b, K): causal, and not padding
+    if position_bias is not None:
+        reach = position_bias.size(1) - 1
+        scores = scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]  # (H, 1, b, K)
+    mask = soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists  # (H, n, b, K)
+    scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = safe_softmax(scores) * mask  # the soft mask multiplies the probabilities ...
+    weights = weights / weights.sum(-1, keepdim=True)  # ... which are renormalised
+    output = (weights @ values).flatten(2, 3)[:, :, :length]  # (B, H, L, d_v)
+
+    # The weights by distance x = 0 .. W-1: column c = r + before - x of each block.
+    x = torch.arange(window, device=device)
+    column = rows + before - x  # (b, W)
+    valid = (column >= 0) & (column < num_keys)
+    by_distance = weights.gather(-1, column.clamp(0, num_keys - 1).expand(batch, heads, num_blocks, block, window))
+    by_distance = (by_distance * valid).flatten(2, 3)[:, :, :length]
+    return output, by_distance
+
+
+class AdaptiveSpan(nn.Module):
+    """One learnable span per head, stored as a fraction ``z' = z / S`` of the maximum span.
+
+    Args:
+        num_heads: ``H``.
+        max_span: ``S``, the longest span a head may learn (in positions).
+        ramp: ``R``, the width of the soft mask's ramp.
+        init_span: the initial span of every head, in positions (``0 <= init_span <= S``);
+            defaults to ``S``. Start long: a span whose ramp never reaches the distance that
+            matters gets no gradient to grow.
+        learnable: ``False`` freezes the spans (a fixed-span baseline).
+
+    ``spans`` gives the spans ``z = S z'`` in positions; :meth:`clamp_` puts ``z'`` back into
+    ``[0, 1]`` (call it after every optimiser step); :meth:`penalty` is ``lambda * mean(z)``.
+    """
+
+    def __init__(
+        self, num_heads: int, max_span: int, ramp: float, *, init_span: Optional[float] = None, learnable: bool = True
+    ) -> None:
+        super().__init__()
+        require_positive_int("num_heads", num_heads)
+        require_positive_int("max_span", max_span)
+        require_positive_number("ramp", ramp)
+        init_span = float(max_span) if init_span is None else init_span
+        if isinstance(init_span, bool) or not isinstance(init_span, (int, float)) or not 0 <= init_span <= max_span:
+            raise ValueError(f"init_span must be a number in [0, max_span={max_span}], got {init_span!r}")
+        self.num_heads, self.max_span, self.ramp = num_heads, max_span, float(ramp)
+        self.span_fraction = nn.Parameter(torch.full((num_heads,), init_span / max_span), requires_grad=learnable)
+
+    @property
+    def spans(self) -> Tensor:
+        """``(H,)`` the current spans ``z = S z'`` in positions (differentiable)."""
+        return self.span_fraction * self.max_span
+
+    @torch.no_grad()
+    def clamp_(self) -> None:
+        """Clamp ``z'`` into ``[0, 1]`` in place (after each optimiser step)."""
+        self.span_fraction.clamp_(0.0, 1.0)
+
+    def penalty(self, weight: float) -> Tensor:
+        """The span penalty of this layer, ``weight * mean_h(z_h)`` (``lambda`` of the paper), a scalar."""
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
+        return weight * self.spans.mean()
+
+    def window(self, length: Optional[int] = None) -> int:
+        """Keys per query the layer computes now, ``ceil(max(z) + R)``, capped at ``length``."""
+        window = span_window(self.spans.detach().clamp(0, self.max_span), self.ramp)
+        return window if length is None else min(window, length)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, max_span={self.max_span}, ramp={self.ramp:g}"
+
+
+class AdaptiveSpanAttention(nn.Module):
+    """Causal multi-head self-attention with a learned span per head.
+
+    The projections ``W^Q, W^K, W^V, W^O`` are those of chapter 2's
+    ``MultiHeadAttention`` (chapter 2); only the attention between them changes
+    (:func:`adaptive_span_attention`).
+
+    Args:
+        embed_dim, num_heads: as for ``MultiHeadAttention`` (chapter 2).
+        max_span, ramp, init_span, learnable: as for :class:`AdaptiveSpan`.
+        trim: compute only the keys within the longest span plus the ramp (the point of the
+            method); ``False`` computes the full causal window, for comparison.
+        block: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
+        position_bias: learn a score per head and distance (``(H, max_span + ceil(ramp))``,
+            zeros at first) added to the attention scores, so that a head can find "the token
+            ``x`` back" directly; the paper's model uses relative position embeddings too.
+        bias: whether the four projections have biases.
+
+    ``forward(x (B, L, embed_dim), mask=None)`` returns ``(output (B, L, embed_dim),
+    weights (B, H, L, W))`` with the weights by distance (see :func:`adaptive_span_attention`).
+    After each call ``cells`` holds the number of attention cells (query-key scores) computed,
+    ``B * H * computed_cells(L, W, block=block)``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        max_span: int,
+        ramp: float,
+        *,
+        init_span: Optional[float] = None,
+        learnable: bool = True,
+        trim: bool = True,
+        block: int = 16,
+        position_bias: bool = True,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.projections = MultiHeadAttention(embed_dim, num_heads, bias=bias)
+        self.span = AdaptiveSpan(num_heads, max_span, ramp, init_span=init_span, learnable=learnable)
+        require_positive_int("block", block)
+        self.trim, self.block = trim, block
+        # relative positions, as in the paper's model: a learned score per head and distance
+        self.position_bias = nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp))) if position_bias else None
+        self.cells = 0
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """``x``: ``(B, L, embed_dim)``. ``mask``: ``None`` or the ``(L, L)`` causal mask (the layer
+        is causal by construction; any other mask is refused rather than ignored)."""
+        require_floating("x", x)
+        require_rank("x", x, 3, "(B, L, embed_dim)")
+        p = self.projections
+        if x.size(-1) != p.embed_dim:
+            raise ValueError(f"x has {x.size(-1)} features but embed_dim is {p.embed_dim} (x {fmt_shape(x.shape)})")
+        length = x.size(1)
+        if mask is not None:
+            require_tensor("mask", mask)
+            if mask.shape != (length, length) or mask.dtype != torch.bool or not torch.equal(mask, causal_mask(length, device=mask.device)):
+                raise ValueError(
+                    f"adaptive-span attention is causal by construction: mask must be None or the boolean causal "
+                    f"mask of shape ({length}, {length}), got dtype {mask.dtype} and shape {fmt_shape(mask.shape)}"
+                )
+        q = split_heads(p.q_proj(x), p.num_heads)  # (B, H, L, head_dim)
+        k = split_heads(p.k_proj(x), p.num_heads)
+        v = split_heads(p.v_proj(x), p.num_heads)
+        window = self.span.window(length) if self.trim else length
+        heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
+        self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)
+        return p.out_proj(merge_heads(heads)), weights
+
+
+class AdaptiveSpanBlock(nn.Module):
+    """Chapter 4's post-LayerNorm layer with adaptive-span self-attention, for ``CausalLM`` (chapter 4)::
+
+        h   = LayerNorm(x + AdaptiveSpanAttention(x))
+        out = LayerNorm(h + FFN(h))          (no FFN when d_ff = 0)
+
+    Called as ``block(x, mask)`` with ``x`` ``(B, L, d_model)``; ``self_weights`` keeps the last
+    weights ``(B, H, L, W)`` (by distance), detached.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, max_span: int, ramp: float, **span_options) -> None:
+        super().__init__()
+        self.self_attn = AdaptiveSpanAttention(d_model, num_heads, max_span, ramp, **span_options)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.ffn = FeedForward(d_model, d_ff) if d_ff > 0 else None
+        self.norm3 = nn.LayerNorm(d_model) if d_ff > 0 else None
+        self.self_weights: Optional[Tensor] = None
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """``x``: ``(B, L, d_model)``; ``mask``: ``None`` or the ``(L, L)`` causal mask. Returns ``(B, L, d_model)``."""
+        attended, weights = self.self_attn(x, mask)
+        self.self_weights = weights.detach()
+        h = self.norm1(x + attended)
+        if self.ffn is not None:
+            h = self.norm3(h + self.ffn(h))
+        return h
+
+
+def adaptive_span_lm(
+    vocab_size: int,
+    *,
+    max_span: int,
+    ramp: float,
+    d_model: int = 64,
+    num_heads: int = 4,
+    d_ff: int = 256,
+    num_layers: int = 1,
+    max_len: int = 128,
+    **span_options,
+) -> nn.Module:
+    """Chapter 4's ``CausalLM`` (chapter 4) over :class:`AdaptiveSpanBlock` layers.
+
+    ``span_options`` (``init_span``, ``learnable``, ``trim``) go to every layer.
+    """
+    blocks = [AdaptiveSpanBlock(d_model, num_heads, d_ff, max_span, ramp, **span_options) for _ in range(num_layers)]
+    return CausalLM(vocab_size, d_model, max_len, blocks)
+
+
+def _span_modules(model: nn.Module) -> list:
+    return [m for m in model.modules() if isinstance(m, AdaptiveSpan)]
+
+
+def span_penalty(model: nn.Module, weight: float) -> Tensor:
+    """The sum over the model's layers of ``weight * mean(z)``: add it to the training loss."""
+    modules = _span_modules(model)
+    if not modules:
+        raise ValueError("the model has no AdaptiveSpan module")
+    return sum(m.penalty(weight) for m in modules)
+
+
+def clamp_spans(model: nn.Module, step: Optional[int] = None) -> None:
+    """Clamp every span fraction of ``model`` into ``[0, 1]``.
+
+    Its signature fits ``attncourse.training.train``'s ``after_step``:
+    ``train(..., after_step=clamp_spans)``.
+    """
+    for module in _span_modules(model):
+        module.clamp_()
+
+
+def attention_cells(model: nn.Module) -> int:
+    """Attention cells (query-key scores) computed by the model's adaptive-span layers in the last forward pass."""
+    return sum(m.cells for m in model.modules() if isinstance(m, AdaptiveSpanAttention))

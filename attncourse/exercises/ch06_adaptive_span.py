@@ -1,0 +1,202 @@
+"""Chapter 6 exercises: adaptive attention span."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..adaptive_span import soft_span_mask, span_window
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches
+
+
+def _random(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# -- 1. the soft mask m_z(x) ---------------------------------------------------------------------
+
+
+def _mask_solution(distance, span, ramp):
+    return ((ramp + span - distance) / ramp).clamp(0, 1)
+
+
+def _mask_mistakes(distance, span, ramp):
+    return {
+        "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at z. The mask must stay 1 up to "
+        "distance z and reach 0 only at z + R: m = clamp((R + z - x) / R, 0, 1).": ((span - distance) / ramp).clamp(0, 1),
+        "The distance has the wrong sign: the mask must fall as the key gets farther back (larger x), "
+        "so x enters with a minus sign.": ((ramp + span + distance) / ramp).clamp(0, 1),
+        "You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span.": (
+            (ramp + span - distance) / span
+        ).clamp(0, 1),
+        "This is 1 - x / z, the sources' formula: it has no ramp width R and starts falling at distance 0.": (
+            1 - distance / span
+        ).clamp(0, 1),
+        "Your mask goes above 1: clamp it from above as well (min(..., 1)).": ((ramp + span - distance) / ramp).clamp(min=0),
+        "Your mask goes below 0: clamp it from below as well (max(..., 0)).": ((ramp + span - distance) / ramp).clamp(max=1),
+        "This is a hard mask (1 up to z, 0 beyond): it has no gradient with respect to z. Use the linear ramp of width R.": (
+            distance <= span
+        ).to(torch.float64),
+    }
+
+
+@exercise(
+    "adaptive-span/soft-mask",
+    title="The soft span mask m_z(x)",
+    hint="""
+        m_z(x) = min(max((R + z - x) / R, 0), 1): compute (ramp + span - distance) / ramp, then clamp
+        it into [0, 1] (tensor.clamp(0, 1)). Broadcasting does the rest: span of shape (H, 1, 1) and
+        distance of shape (L, S) give (H, L, S).
+    """,
+    solution=_mask_solution,
+)
+def _check_mask(fn) -> str:
+    distance = torch.arange(0, 24, dtype=torch.float64)
+    for span, ramp in [(torch.tensor(5.0, dtype=torch.float64), 4.0), (torch.tensor(9.5, dtype=torch.float64), 3.0)]:
+        expected = soft_span_mask(distance, span, ramp)
+        out = call(fn, distance, span, ramp)
+        expect_tensor(out, expected.shape, f"For span z={span.item():g} and ramp R={ramp:g}, the mask over distances 0..23")
+        if not matches(out, expected):
+            raise Mistake(
+                diagnose(
+                    out,
+                    _mask_mistakes(distance, span, ramp),
+                    default=f"Your mask differs from min(max((R + z - x) / R, 0), 1) for z={span.item():g}, R={ramp:g}; "
+                    f"expected {expected[:16].tolist()} for x = 0..15.",
+                )
+            )
+    spans = torch.tensor([0.0, 3.0, 12.5], dtype=torch.float64)[:, None, None]
+    grid = (torch.arange(6)[:, None] - torch.arange(6)[None, :] + 10).to(torch.float64)
+    out = call(fn, grid, spans, 2.0)
+    expect_tensor(out, (3, 6, 6), "With spans of shape (3, 1, 1) and distances (6, 6), the mask")
+    if not matches(out, soft_span_mask(grid, spans, 2.0)):
+        raise Mistake("Right for one span, wrong with one span per head: use broadcasting, not a loop or a reshape.")
+    return "Your mask is 1 up to distance z, falls linearly to 0 at z + R, and broadcasts over heads."
+
+
+# -- 2. the window to keep --------------------------------------------------------------------------
+
+
+def _window_solution(spans, ramp):
+    return math.ceil(float(spans.max()) + ramp)
+
+
+@exercise(
+    "adaptive-span/window",
+    title="How many keys back must a layer compute?",
+    hint="""
+        The mask is non-zero exactly when x < z + R. The largest such whole distance is
+        ceil(z + R) - 1, so distances 0 .. ceil(z + R) - 1 are needed: ceil(z + R) keys. All the
+        heads of a layer share one computation, so the longest span decides.
+    """,
+    solution=_window_solution,
+)
+def _check_window(fn) -> str:
+    cases = [
+        (torch.tensor([3.0, 17.2, 5.5, 0.0]), 8.0),
+        (torch.tensor([12.0, 4.0]), 8.0),
+        (torch.tensor([0.0, 0.0, 0.0]), 4.0),
+        (torch.tensor([30.6, 29.9]), 2.5),
+    ]
+    for spans, ramp in cases:
+        got = call(fn, spans.clone(), ramp)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, float) and got.is_integer():
+            got = int(got)
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise Mistake(f"Return a whole number of keys (an int), got {got!r}.")
+        expected = span_window(spans, ramp)
+        if got == expected:
+            continue
+        z, mean = float(spans.max()), float(spans.mean())
+        known = {
+            math.ceil(z): "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to there still count.",
+            math.floor(z + ramp): "You rounded down: a non-integer z + R still leaves a non-zero weight at distance floor(z + R); use ceil.",
+            math.ceil(z + ramp) + 1: "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys (distances 0 .. ceil(z + R) - 1) are enough.",
+            math.ceil(mean + ramp): "You used the mean span: every head shares the computation, so the longest span decides.",
+            math.ceil(float(spans.min()) + ramp): "You used the shortest span: the longest head needs its keys too.",
+            math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
+        }
+        message = known.get(got) if got != expected else None
+        raise Mistake(
+            (message or f"For spans {spans.tolist()} and ramp {ramp:g} you returned {got}.")
+            + f" (spans {spans.tolist()}, R = {ramp:g})"
+        )
+    return "Right: W = ceil(max_h z_h + R); one long head keeps the whole layer wide."
+
+
+# -- 3. mask the probabilities and renormalise ---------------------------------------------------------
+
+
+def _weights_solution(scores, span, ramp):
+    length = scores.size(-1)
+    i = torch.arange(length)
+    distance = (i[:, None] - i[None, :]).to(scores.dtype)  # query i, key j: i - j positions back
+    mask = ((ramp + span - distance) / ramp).clamp(0, 1)
+    probs = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), dim=-1)  # causal softmax
+    weights = probs * mask  # the mask multiplies the probabilities ...
+    return weights / weights.sum(-1, keepdim=True)  # ... which are renormalised
+
+
+def _reference_weights(scores, span, ramp):
+    length = scores.size(-1)
+    i = torch.arange(length)
+    distance = (i[:, None] - i[None, :]).to(torch.float64)
+    mask = soft_span_mask(distance, span, ramp) * (distance >= 0)
+    probs = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), dim=-1)
+    weights = probs * mask
+    return weights / weights.sum(-1, keepdim=True), probs, mask, distance
+
+
+def _weights_mistakes(scores, span, ramp):
+    expected, probs, mask, distance = _reference_weights(scores, span, ramp)
+    causal = distance >= 0
+    flipped = soft_span_mask(-distance, span, ramp)
+    flipped_w = probs * flipped
+    no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
+    return {
+        "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": probs * mask,
+        "The distance has the wrong sign (j - i): every past key then gets mask 1 and the span limits nothing. "
+        "For query i and key j the distance is i - j.": flipped_w / flipped_w.sum(-1, keepdim=True),
+        "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then renormalise.": torch.softmax(
+            (scores * mask).masked_fill(~causal, float("-inf")), -1
+        ),
+        "You added the mask to the scores (softmax(scores + m)): the mask multiplies the probabilities.": torch.softmax(
+            (scores + mask).masked_fill(~causal, float("-inf")), -1
+        ),
+        "The future is not masked: query i may only see keys j <= i (take the softmax over the causal window).": no_causal
+        / no_causal.sum(-1, keepdim=True),
+        "You took the softmax twice: renormalise by dividing by the row sum, not with another softmax.": torch.softmax(
+            (probs * mask).masked_fill(~causal, float("-inf")), -1
+        ),
+    }
+
+
+@exercise(
+    "adaptive-span/weights",
+    title="Mask the probabilities and renormalise",
+    hint="""
+        1. distance[i, j] = i - j (how far back key j is from query i); keys with j > i are the future.
+        2. probs = softmax over the keys of the scores, with the future set to -inf.
+        3. weights = probs * m_z(distance), then divide each row by its sum.
+    """,
+    solution=_weights_solution,
+)
+def _check_weights(fn) -> str:
+    for seed, span, ramp in [(1, 2.0, 2.0), (2, 4.5, 3.0), (3, 0.0, 1.5)]:
+        scores = _random(10, 10, seed=seed)
+        expected = _reference_weights(scores, span, ramp)[0]
+        out = call(fn, scores.clone(), span, ramp)
+        expect_tensor(out, (10, 10), "The weights for scores of shape (10, 10)")
+        if not matches(out, expected, atol=1e-6):
+            raise Mistake(
+                diagnose(
+                    out,
+                    _weights_mistakes(scores, span, ramp),
+                    default=f"Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j') softmax(s)_ij' "
+                    f"(span z={span:g}, ramp R={ramp:g}).",
+                    atol=1e-6,
+                )
+            )
+    return "Right: the mask multiplies the causal softmax probabilities, and each row is renormalised to sum to 1."
