@@ -85,13 +85,17 @@ class TransformerBlock(nn.Module):
 
 
 class _Embedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model) plus a learned position embedding."""
+    """Token embedding plus a learned position embedding, both initialised N(0, 1).
+
+    No sqrt(d_model) factor on the tokens: that factor belongs with embeddings initialised at
+    scale 1/sqrt(d_model). Applied to N(0, 1) embeddings it makes every token component
+    sqrt(d_model) times larger than the position components, which then carry almost no signal
+    (tasks that need "the token k positions back" learned far more slowly with it)."""
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_len, d_model)
-        self.scale = d_model**0.5
 
     def forward(self, tokens: Tensor) -> Tensor:
         require_tensor("tokens", tokens)
@@ -104,7 +108,7 @@ class _Embedding(nn.Module):
                 f"(tokens shape {fmt_shape(tokens.shape)})"
             )
         positions = torch.arange(tokens.size(1), device=tokens.device)
-        return self.tokens(tokens) * self.scale + self.positions(positions)
+        return self.tokens(tokens) + self.positions(positions)
 
 
 class CausalLM(nn.Module):
