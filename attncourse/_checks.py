@@ -106,3 +106,36 @@ def check_mask(mask: object, target: Sequence[int], *, name: str = "mask", layou
             f"{name} of shape {fmt_shape(mask.shape)} does not broadcast to the scores' shape "
             f"{fmt_shape(target)} {layout}"
         )
+
+
+def check_attention_inputs(query: object, key: object, value: object, mask: object = None) -> torch.Size:
+    """Check the arguments of an attention function and return the broadcast batch shape.
+
+    ``query`` ``(..., L, d_k)``, ``key`` ``(..., S, d_k)``, ``value`` ``(..., S, d_v)``: floating
+    tensors of one dtype and device whose batch dimensions broadcast; ``mask``, if given,
+    broadcastable to ``(..., L, S)`` (see :func:`check_mask`) and on the same device.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_floating(name, x)
+    assert isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)
+    require_rank("query", query, 2, "(..., L, d_k)", at_least=True)
+    require_rank("key", key, 2, "(..., S, d_k)", at_least=True)
+    require_rank("value", value, 2, "(..., S, d_v)", at_least=True)
+    require_same_dtype_and_device(query=query, key=key, value=value)
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must share the feature size d_k (last dimension): "
+            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same number of positions S (dimension -2): "
+            f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+        )
+    batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
+    if mask is not None:
+        check_mask(mask, (*batch, query.size(-2), key.size(-2)))
+        assert isinstance(mask, Tensor)
+        if mask.device != query.device:
+            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
+    return batch

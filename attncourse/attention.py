@@ -12,15 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import (
-    broadcast_batch,
-    check_mask,
-    fmt_shape,
-    require_floating,
-    require_positive_number,
-    require_rank,
-    require_same_dtype_and_device,
-)
+from ._checks import check_attention_inputs, require_positive_number
 
 __all__ = ["scaled_dot_product_attention", "safe_softmax"]
 
@@ -81,27 +73,7 @@ def scaled_dot_product_attention(
             not broadcast, a mask that does not broadcast to ``(..., L, S)``, devices that
             differ, or a scale that is not a positive number.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        require_floating(name, x)
-    require_rank("query", query, 2, "(..., L, d_k)", at_least=True)
-    require_rank("key", key, 2, "(..., S, d_k)", at_least=True)
-    require_rank("value", value, 2, "(..., S, d_v)", at_least=True)
-    require_same_dtype_and_device(query=query, key=key, value=value)
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key must share the feature size d_k (last dimension): "
-            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key and value must have the same number of positions S (dimension -2): "
-            f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
-        )
-    batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
-    if mask is not None:
-        check_mask(mask, (*batch, query.size(-2), key.size(-2)))
-        if mask.device != query.device:
-            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
+    check_attention_inputs(query, key, value, mask)
     if scale is None:
         scale = query.size(-1) ** -0.5
     else:

@@ -22,14 +22,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ._checks import (
-    broadcast_batch,
-    check_mask,
-    fmt_shape,
-    require_floating,
+    check_attention_inputs,
     require_positive_int,
     require_positive_number,
-    require_rank,
-    require_same_dtype_and_device,
 )
 
 __all__ = ["tiled_attention", "online_softmax_update"]
@@ -156,28 +151,8 @@ def tiled_attention(
     :func:`torch.utils.checkpoint.checkpoint`, so that the backward pass recomputes its
     tiles instead of storing them (memory ``query_block_size x S`` per batch entry).
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        require_floating(name, x)
-    require_rank("query", query, 2, "(..., L, d_k)", at_least=True)
-    require_rank("key", key, 2, "(..., S, d_k)", at_least=True)
-    require_rank("value", value, 2, "(..., S, d_v)", at_least=True)
-    require_same_dtype_and_device(query=query, key=key, value=value)
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key must share the feature size d_k (last dimension): "
-            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key and value must have the same number of positions S (dimension -2): "
-            f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
-        )
-    batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
+    check_attention_inputs(query, key, value, mask)
     seq_q, seq_k = query.size(-2), key.size(-2)
-    if mask is not None:
-        check_mask(mask, (*batch, seq_q, seq_k))
-        if mask.device != query.device:
-            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     require_positive_int("block_size", block_size)

@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn

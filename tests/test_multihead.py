@@ -1,6 +1,5 @@
 """Multi-head attention (chapter 2) against ``torch.nn.MultiheadAttention``, a per-head
 recomputation, gradcheck and the invariants of masking."""
-import itertools
 import warnings
 
 import pytest

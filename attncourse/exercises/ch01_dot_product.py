@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..attention import safe_softmax, scaled_dot_product_attention
+from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
 
 

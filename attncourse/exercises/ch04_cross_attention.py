@@ -5,7 +5,6 @@ import json
 
 import torch
 
-from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call, exercise, expect_tensor, matches, reveal
 
 
