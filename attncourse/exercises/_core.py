@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -228,3 +229,38 @@ def diagnose(actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol:
         if matches(actual, wrong, atol=atol, equal_nan=True):
             return message
     return default
+
+
+def check_number(
+    answer: Any,
+    concealed_answer: str,
+    concealed_mistakes: str,
+    *,
+    what: str,
+    right: str,
+    otherwise: str,
+    rel_tol: float = 0.0,
+    mistake_rel_tol: Optional[float] = None,
+) -> str:
+    """Check a numeric answer against a concealed value, naming the mistake behind a known wrong one.
+
+    Args:
+        answer: the learner's answer (a number or a one-element tensor).
+        concealed_answer: :func:`conceal` of the right value.
+        concealed_mistakes: :func:`conceal` of a JSON object ``{"wrong value": "what went wrong"}``.
+        what: what the number is, for the message when the answer is not a number.
+        right: the note returned for a right answer.
+        otherwise: the message for any other number; ``{value}`` is replaced by the answer.
+        rel_tol: relative tolerance for the right value (0: exact).
+        mistake_rel_tol: relative tolerance for the known wrong values (default ``rel_tol``),
+            at least that much of 1 near zero.
+    """
+    value = number(answer, what)
+    expected = float(reveal(concealed_answer))
+    if abs(value - expected) <= rel_tol * abs(expected):
+        return right
+    tolerance = rel_tol if mistake_rel_tol is None else mistake_rel_tol
+    for wrong, message in json.loads(reveal(concealed_mistakes)).items():
+        if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong))):
+            raise Mistake(message)
+    raise Mistake(otherwise.format(value=value))

@@ -1,13 +1,12 @@
 """Chapter 1 exercises: scaled dot-product attention."""
 from __future__ import annotations
 
-import json
 import math
 
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -224,10 +223,8 @@ _VARIANCE_SOLUTION = (
     solution=_VARIANCE_SOLUTION,
 )
 def _check_variance(answer) -> str:
-    value = number(answer, "variance")
-    if abs(value - float(reveal(_VARIANCE))) <= 0.03 * float(reveal(_VARIANCE)):  # a good estimate passes too
-        return "Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k)."
-    for wrong, message in json.loads(reveal(_VARIANCE_MISTAKES)).items():
-        if abs(value - float(wrong)) <= 0.05 * max(1.0, float(wrong)):
-            raise Mistake(message)
-    raise Mistake(f"{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by term.")
+    return check_number(
+        answer, _VARIANCE, _VARIANCE_MISTAKES, what="variance", rel_tol=0.03, mistake_rel_tol=0.05,  # estimates pass too
+        right="Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k).",
+        otherwise="{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by term.",
+    )

@@ -1,13 +1,12 @@
 """Chapter 2 exercises: multi-head attention."""
 from __future__ import annotations
 
-import json
 
 import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -177,10 +176,8 @@ _COUNT_SOLUTION = (
     solution=_COUNT_SOLUTION,
 )
 def _check_count(answer) -> str:
-    value = number(answer, "parameter count")
-    if value == float(reveal(_COUNT)):
-        return "Right: 4 d_model^2 + 4 d_model, whatever the number of heads."
-    for wrong, message in json.loads(reveal(_COUNT_MISTAKES)).items():
-        if value == float(wrong):
-            raise Mistake(message)
-    raise Mistake(f"{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).")
+    return check_number(
+        answer, _COUNT, _COUNT_MISTAKES, what="parameter count",
+        right="Right: 4 d_model^2 + 4 d_model, whatever the number of heads.",
+        otherwise="{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).",
+    )

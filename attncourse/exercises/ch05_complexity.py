@@ -1,11 +1,10 @@
 """Chapter 5 exercises: the online softmax update, and the FLOPs of a multi-head layer."""
 from __future__ import annotations
 
-import json
 
 import torch
 
-from ._core import Mistake, call, diagnose, exercise, matches, number, reveal
+from ._core import Mistake, call, check_number, diagnose, exercise, matches
 
 
 def _random(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -126,11 +125,8 @@ _FLOPS_SOLUTION = (
     solution=_FLOPS_SOLUTION,
 )
 def _check_flops(answer) -> str:
-    value = number(answer, "FLOP count")
-    expected = float(reveal(_FLOPS))
-    if abs(value - expected) <= 0.01 * expected:
-        return "Right: attention (4 L^2 E) is two thirds of it here, the projections (8 L E^2) one third."
-    for wrong, message in json.loads(reveal(_FLOPS_MISTAKES)).items():
-        if abs(value - float(wrong)) <= 0.01 * float(wrong):
-            raise Mistake(message)
-    raise Mistake(f"{value:.4g} is not it. Count the four projections and the two attention products, 2 FLOPs per multiply-add.")
+    return check_number(
+        answer, _FLOPS, _FLOPS_MISTAKES, what="FLOP count", rel_tol=0.01,
+        right="Right: attention (4 L^2 E) is two thirds of it here, the projections (8 L E^2) one third.",
+        otherwise="{value:.4g} is not it. Count the four projections and the two attention products, 2 FLOPs per multiply-add.",
+    )

@@ -1,14 +1,13 @@
 """Chapter 7 exercises: all-attention and persistent memory vectors."""
 from __future__ import annotations
 
-import json
 
 import torch
 
 from ..all_attention import ffn_as_attention
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches, number, reveal
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -37,13 +36,11 @@ _COUNT_SOLUTION = (
     solution=_COUNT_SOLUTION,
 )
 def _check_count(answer) -> str:
-    value = number(answer, "parameter count")
-    if value == float(reveal(_COUNT)):
-        return "Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without biases."
-    for wrong, message in json.loads(reveal(_COUNT_MISTAKES)).items():
-        if value == float(wrong):
-            raise Mistake(message)
-    raise Mistake(f"{value:g} is not it. Count the projections and the persistent keys and values separately, then add.")
+    return check_number(
+        answer, _COUNT, _COUNT_MISTAKES, what="parameter count",
+        right="Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without biases.",
+        otherwise="{value:g} is not it. Count the projections and the persistent keys and values separately, then add.",
+    )
 
 
 # -- 2. one head over the context and the persistent vectors ---------------------------------------
