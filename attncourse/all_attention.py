@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, fmt_shape, require_floating, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import check_mask, fmt_shape, require_floating, require_non_negative_int, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -40,11 +40,6 @@ __all__ = [
     "all_attention_layer_parameters",
     "count_parameters",
 ]
-
-
-def _require_non_negative_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
 class AllAttention(nn.Module):
@@ -69,7 +64,7 @@ class AllAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, num_persistent: int, *, bias: bool = False) -> None:
         super().__init__()
-        _require_non_negative_int("num_persistent", num_persistent)
+        require_non_negative_int("num_persistent", num_persistent)
         self.projections = MultiHeadAttention(embed_dim, num_heads, bias=bias)
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = self.projections.head_dim
@@ -225,7 +220,7 @@ def transformer_layer_parameters(
     ``attncourse.transformer.TransformerBlock`` (and BERT's or GPT-2's layer).
     """
     require_positive_int("d_model", d_model)
-    _require_non_negative_int("d_ff", d_ff)
+    require_non_negative_int("d_ff", d_ff)
     d = d_model
     count = 4 * d * d + 2 * d * d_ff
     if ffn_bias and d_ff:
@@ -248,7 +243,7 @@ def all_attention_layer_parameters(
     parameters when built with ``bias=True``, and the norm always).
     """
     require_positive_int("d_model", d_model)
-    _require_non_negative_int("num_persistent", num_persistent)
+    require_non_negative_int("num_persistent", num_persistent)
     d = d_model
     count = 4 * d * d + 2 * num_persistent * d
     if attention_bias:

@@ -26,7 +26,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_positive_int, require_tensor
+from ._checks import fmt_shape, require_non_negative_int, require_positive_int, require_tensor
 
 __all__ = [
     "padding_mask",
@@ -68,9 +68,9 @@ def padding_mask(
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
-    elif isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
-        raise ValueError(f"max_len must be a non-negative integer, got {max_len!r}")
-    elif longest > max_len:
+    else:
+        require_non_negative_int("max_len", max_len)
+    if longest > max_len:
         raise ValueError(f"lengths must not exceed max_len={max_len}, got {lengths.tolist()}")
     positions = torch.arange(max_len, device=lengths.device)
     return positions[None, :] < lengths[:, None]

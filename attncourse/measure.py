@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from ._checks import require_positive_int
+from ._checks import require_non_negative_int, require_positive_int
 
 __all__ = [
     "Timing",
@@ -79,8 +79,7 @@ def time_interleaved(
     load that changes during the measurement (other processes, CPU frequency).
     """
     require_positive_int("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    require_non_negative_int("warmup", warmup)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
