@@ -61,23 +61,43 @@ def test_requirements_pin_exact_versions_and_pyproject_only_lower_bounds():
 
 
 def _run_setup_cell(package_present: bool) -> list:
-    """Execute the set-up cell with find_spec and subprocess.run replaced; return the commands it ran."""
+    """Execute the set-up cell with find_spec, subprocess.run and invalidate_caches replaced.
+
+    Returns the calls it made, in order: ``("run", command, options)`` and ``("invalidate_caches",)``.
+    """
+    import importlib
     import importlib.util
     import subprocess
 
-    ran = []
-    real_find_spec, real_run = importlib.util.find_spec, subprocess.run
+    calls = []
+    real_find_spec, real_run, real_invalidate = importlib.util.find_spec, subprocess.run, importlib.invalidate_caches
     importlib.util.find_spec = lambda name, *a: (real_find_spec(name, *a) if package_present else None)
-    subprocess.run = lambda cmd, **kw: ran.append((cmd, kw))
+    subprocess.run = lambda cmd, **kw: calls.append(("run", cmd, kw))
+    importlib.invalidate_caches = lambda: calls.append(("invalidate_caches",))
     try:
         exec(normalize.setup_source(), {})
     finally:
-        importlib.util.find_spec, subprocess.run = real_find_spec, real_run
-    return ran
+        importlib.util.find_spec, subprocess.run, importlib.invalidate_caches = real_find_spec, real_run, real_invalidate
+    return calls
 
 
-def test_setup_cell_installs_only_when_the_package_is_missing():
+def test_setup_cell_installs_from_the_repository_only_when_the_package_is_missing(monkeypatch):
+    monkeypatch.delenv(normalize.INSTALL_URL_VARIABLE, raising=False)
     assert _run_setup_cell(package_present=True) == []
-    (command, options), = _run_setup_cell(package_present=False)
-    assert command[1:4] == ["-m", "pip", "install"] and f"attncourse @ git+{URL}@{BRANCH}" in command
+    (_, command, options), invalidate = _run_setup_cell(package_present=False)
+    assert command[1:] == ["-m", "pip", "install", "--quiet", f"attncourse @ git+{URL}@{BRANCH}"]
     assert options == {"check": True}
+    assert invalidate == ("invalidate_caches",)  # after pip, so the next cell's import finds the package
+
+
+def test_setup_cell_honours_the_install_url_override(monkeypatch):
+    monkeypatch.setenv(normalize.INSTALL_URL_VARIABLE, "file:///home/me/attncourse")
+    assert _run_setup_cell(package_present=True) == []
+    (_, command, options), _ = _run_setup_cell(package_present=False)
+    assert command[1:] == ["-m", "pip", "install", "--quiet", "attncourse @ file:///home/me/attncourse"]
+    assert not any("github.com" in part for part in command)
+
+
+def test_install_url_override_is_documented():
+    for name in ("README.md", "CONTRIBUTING.md"):
+        assert normalize.INSTALL_URL_VARIABLE in (ROOT / name).read_text(), name

@@ -3,7 +3,8 @@
 * kernelspec ``python3`` (what Colab and nbval expect);
 * no outputs and no execution counts (the book build and nbval execute them afresh);
 * a first cell that installs ``attncourse`` from the repository only when it is missing,
-  with the repository URL and branch derived from ``[project.urls]`` in pyproject.toml.
+  with the repository URL and branch derived from ``[project.urls]`` in pyproject.toml
+  (or from the URL in the environment variable ``ATTNCOURSE_INSTALL_URL``, when set).
 
 Usage: ``python tools/normalize_notebooks.py`` rewrites the notebooks in place;
 ``python tools/normalize_notebooks.py --check`` lists those that are not normalised and
@@ -22,6 +23,8 @@ except ModuleNotFoundError:  # Python < 3.11
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_MARKER = "# Set-up for Colab or any fresh runtime"
+# The one override of the set-up cell: a pip requirement URL to install attncourse from.
+INSTALL_URL_VARIABLE = "ATTNCOURSE_INSTALL_URL"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
@@ -34,13 +37,22 @@ def repository() -> tuple[str, str]:
 
 
 def setup_source() -> str:
+    """The first cell of every notebook.
+
+    It installs the package with pip only when it cannot be imported, from the repository's
+    branch, or from the pip requirement URL in the environment variable ``INSTALL_URL_VARIABLE``
+    when that is set (``file:///path/to/checkout``, ``git+https://github.com/you/fork@branch``).
+    ``importlib.invalidate_caches()`` lets the next cell import the package just installed.
+    """
     url, branch = repository()
     return (
         f"{SETUP_MARKER}: install the course package only if it is missing.\n"
-        "import importlib.util, subprocess, sys\n"
+        f"# To install it from elsewhere (a fork, a local checkout), set {INSTALL_URL_VARIABLE} to a pip URL.\n"
+        "import importlib.util, os, subprocess, sys\n"
         'if importlib.util.find_spec("attncourse") is None:\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
-        f'                    "attncourse @ git+{url}@{branch}"], check=True)'
+        f'    url = os.environ.get("{INSTALL_URL_VARIABLE}", "git+{url}@{branch}")\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"attncourse @ {url}"], check=True)\n'
+        "    importlib.invalidate_caches()"
     )
 
 

@@ -1,0 +1,257 @@
+"""Every notebook runs in a fresh Colab-like runtime, installing the package with its own first cell.
+
+A new virtual environment gets only what a Colab runtime already has that matters here
+(torch, numpy, matplotlib and ipykernel, at the versions pinned in requirements.txt) and
+nothing else: no attncourse, no tqdm, no pytest. Each notebook then runs in a kernel of that
+environment, started in an empty working directory (like Colab's /content, so nothing of the
+checkout is reachable by a relative path). Its first cell installs attncourse with pip, from
+this checkout instead of the repository URL through the set-up cell's one override
+(``ATTNCOURSE_INSTALL_URL``), and every cell must run without error. attncourse is uninstalled
+before each notebook, so each notebook's own first cell installs it.
+
+This proves the set-up cell, the package's dependency bounds (pip must not touch the
+runtime's torch, numpy or matplotlib) and that the built package holds everything the
+notebooks need (package data, subpackages). It takes a few minutes: about one to build the
+environment, then each notebook's own running time plus a few seconds of pip.
+
+The test is skipped only when the environment cannot be built because no package index can
+be reached; any other failure fails.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("normalize_notebooks", ROOT / "tools" / "normalize_notebooks.py")
+normalize = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(normalize)
+
+# What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
+RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel")
+NOTEBOOKS = normalize.notebooks()
+# pip's words when it cannot reach a package index (then the test is skipped, not failed).
+NO_INDEX = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution"
+    r"|Name or service not known|Network is unreachable|Max retries exceeded|ConnectTimeoutError"
+)
+# Left out of the copy of the checkout that pip builds from: local, generated or ignored files.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "_build", "build", "*.egg-info", "__pycache__",
+                                    ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
+# Appended to each notebook and run last in its kernel: where every attncourse module came from.
+PROBE = """\
+import importlib.metadata, json, os, sys, sysconfig
+import matplotlib
+_dist = importlib.metadata.distribution("attncourse")
+print(json.dumps({
+    "executable": sys.executable,
+    "cwd": os.getcwd(),
+    "sys_path": sys.path,
+    "purelib": sysconfig.get_paths()["purelib"],
+    "backend": matplotlib.get_backend(),
+    "modules": {name: getattr(module, "__file__", None) for name, module in sys.modules.items()
+                if name == "attncourse" or name.startswith("attncourse.")},
+    "direct_url": json.loads(_dist.read_text("direct_url.json") or "null"),
+    "files": [str(path) for path in _dist.files],
+}))
+"""
+
+
+def runtime_pins() -> dict[str, str]:
+    """``{name: "name==version"}`` for the runtime packages, parsed from requirements.txt."""
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep and name.lower() in RUNTIME_PACKAGES:
+            pins[name.lower()] = f"{name}=={version}"
+    assert sorted(pins) == sorted(RUNTIME_PACKAGES), f"requirements.txt must pin each of {RUNTIME_PACKAGES}"
+    return pins
+
+
+def index_unreachable(pip_output: str) -> bool:
+    """Whether pip failed because it could not connect to a package index (it retries, and says why)."""
+    return NO_INDEX.search(pip_output) is not None
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, **kwargs)
+
+
+def installed(python: Path, cwd: Path) -> dict[str, str]:
+    """``{distribution name: version}`` of everything installed in the environment of ``python``.
+
+    Run in an empty folder: from the checkout, Python would also list its ``attncourse.egg-info``.
+    """
+    code = ("import importlib.metadata, json; print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): "
+            "d.version for d in importlib.metadata.distributions()}))")
+    result = run([str(python), "-c", code], cwd=cwd, env=kernel_env(python, ""), check=True)
+    return json.loads(result.stdout)
+
+
+def can_import_attncourse(python: Path, cwd: Path) -> bool:
+    return run([str(python), "-c", "import attncourse"], cwd=cwd, env=kernel_env(python, "")).returncode == 0
+
+
+def kernel_env(python: Path, install_url: str) -> dict[str, str]:
+    """The process environment minus whatever could point Python at the checkout or change its defaults."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "MPLBACKEND", "JUPYTER_PATH"}}
+    path = [entry for entry in env.get("PATH", "").split(os.pathsep) if entry and not entry.startswith(str(ROOT))]
+    env["PATH"] = os.pathsep.join([str(python.parent), *path])
+    env[normalize.INSTALL_URL_VARIABLE] = install_url
+    return env
+
+
+def say(capsys, text: str) -> None:
+    """Print to the terminal even though pytest captures output (the timings are the report)."""
+    with capsys.disabled():
+        print(text, flush=True)
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    """A fresh venv with only the runtime packages, a ``python3`` kernelspec running it, and a clean copy of the checkout.
+
+    All in one temporary folder, removed afterwards (the venv takes more than 1 GB).
+    """
+    with tempfile.TemporaryDirectory(prefix="attncourse-colab-") as folder:
+        yield build_runtime(Path(folder))
+
+
+def build_runtime(base: Path) -> dict:
+    python3_11 = shutil.which("python3.11")
+    assert python3_11, "python3.11 is needed to build the Colab-like environment"
+    start = time.perf_counter()
+    subprocess.run([python3_11, "-m", "venv", str(base / "venv")], check=True)
+    python = base / "venv" / "bin" / "python"
+    pins = runtime_pins()
+    result = run([str(python), "-m", "pip", "install", "--quiet", *pins.values()])
+    if result.returncode != 0:
+        output = result.stdout + result.stderr
+        if index_unreachable(output):
+            pytest.skip(f"no package index reachable, cannot build the Colab-like environment:\n{output[-2000:]}")
+        pytest.fail(f"pip could not install {list(pins.values())}:\n{output[-4000:]}")
+    seconds = time.perf_counter() - start
+
+    # pip builds a local project in its source tree (build/, *.egg-info) and may reuse a stale
+    # build/lib; a fresh copy of the working tree keeps the checkout clean and the wheel exact.
+    source = base / "checkout"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
+    kernels = base / "kernels"
+    (kernels / "python3").mkdir(parents=True)
+    (kernels / "python3" / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (Colab-like runtime)",
+        "language": "python",
+    }))
+    return {"base": base, "python": python, "source": source, "kernels": kernels, "pins": pins, "seconds": seconds}
+
+
+def test_runtime_holds_only_the_runtime_packages(runtime, capsys):
+    python, pins = runtime["python"], runtime["pins"]
+    empty = runtime["base"] / "empty"
+    empty.mkdir(exist_ok=True)
+    packages = installed(python, empty)
+    for name, pin in pins.items():  # "torch==2.13.0" admits the local version 2.13.0+cpu
+        assert name in packages and Requirement(pin).specifier.contains(packages[name]), (pin, packages.get(name))
+    for absent in ("attncourse", "tqdm", "pytest", "nbval", "jupyter-book"):
+        assert absent not in packages, absent
+    assert not can_import_attncourse(python, empty)
+    say(capsys, f"\nColab-like venv built in {runtime['seconds']:.0f} s: {', '.join(pins.values())} "
+                f"and their dependencies, {len(packages)} distributions")
+
+
+def test_only_an_unreachable_index_skips(tmp_path):
+    """pip's real output: no connection to an index skips the test; a version no index has fails it."""
+    def pip_download(index_url: str) -> str:
+        result = run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--retries", "1",
+                      "--timeout", "5", "--index-url", index_url, "--dest", str(tmp_path / "out"), "tqdm==4.70.1"])
+        assert result.returncode != 0
+        return result.stdout + result.stderr
+
+    assert index_unreachable(pip_download("http://127.0.0.1:9/simple"))  # nothing listens on port 9
+    (tmp_path / "simple").mkdir()
+    assert not index_unreachable(pip_download((tmp_path / "simple").as_uri()))  # reachable, but empty
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
+    python, source = runtime["python"], runtime["source"]
+    install_url = source.as_uri()
+    # Each notebook's own first cell must install the package: remove the previous install.
+    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "attncourse"], check=True)
+    content = runtime["base"] / f"content-{path.stem}"  # an empty working directory, like Colab's /content
+    content.mkdir()
+    assert not can_import_attncourse(python, content)
+    before = installed(python, content)
+
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "code" and first.source == normalize.setup_source()
+    assert normalize.INSTALL_URL_VARIABLE in first.source
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    kernel_manager = AsyncKernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(runtime["kernels"])], ensure_native_kernel=False),
+    )
+    client = NotebookClient(nb, km=kernel_manager, timeout=600, resources={"metadata": {"path": str(content)}})
+    seconds = []
+    # cleanup_kc: shut the kernel down afterwards although the client was handed its manager.
+    with client.setup_kernel(env=kernel_env(python, install_url), cleanup_kc=True):
+        for index, cell in enumerate(nb.cells):
+            start = time.perf_counter()
+            client.execute_cell(cell, index)  # raises CellExecutionError when a cell fails
+            seconds.append(time.perf_counter() - start)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code_cells)
+    errors = [output for cell in code_cells for output in cell.outputs if output.output_type == "error"]
+    assert errors == []
+
+    probe = json.loads("".join(output.text for output in nb.cells[-1].outputs if output.output_type == "stream"))
+    venv = runtime["base"] / "venv"
+    # The kernel ran the fresh runtime's Python in the empty folder, with nothing of the checkout on its path.
+    assert Path(probe["executable"]).parent == python.parent
+    assert Path(probe["cwd"]).resolve() == content.resolve()
+    assert not any(entry and Path(entry).resolve().is_relative_to(ROOT) for entry in probe["sys_path"])
+    assert "inline" in probe["backend"]  # figures inline, as in Colab
+    # Every attncourse module the notebook used comes from the fresh runtime's site-packages.
+    purelib = Path(probe["purelib"])
+    assert purelib.resolve().is_relative_to(venv.resolve())
+    assert "attncourse" in probe["modules"] and "attncourse.exercises" in probe["modules"]
+    for name, file in probe["modules"].items():
+        assert file and Path(file).resolve().is_relative_to(purelib.resolve()), (name, file)
+    # ... installed by the first cell, as a regular (not editable) install from the override's URL.
+    assert probe["direct_url"]["url"] == install_url
+    assert not probe["direct_url"].get("dir_info", {}).get("editable", False)
+    # The installed package holds every file of the package directory, its data and subpackages included.
+    shipped = {file for file in probe["files"] if file.startswith("attncourse/") and "__pycache__" not in file}
+    expected = {file.relative_to(source).as_posix() for file in (source / "attncourse").rglob("*")
+                if file.is_file() and "__pycache__" not in file.parts}
+    assert shipped == expected
+    assert any(file.startswith("attncourse/results/") and file.endswith(".json") for file in shipped)
+
+    # The pip resolver's view of the dependency bounds: it adds packages, never changes the runtime's.
+    after = installed(python, content)
+    changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
+    assert changed == {}, f"the set-up cell changed packages of the runtime: {changed}"
+    added = sorted(set(after) - set(before))
+    assert "attncourse" in added
+
+    say(capsys, f"\n{path.stem}: {sum(seconds):.0f} s in all, set-up cell {seconds[0]:.1f} s, "
+                f"{len(code_cells) - 1} code cells; the set-up cell installed "
+                + ", ".join(f"{name} {after[name]}" for name in added))
