@@ -182,3 +182,58 @@ def test_figure_check_catches_a_stripped_notebook():
     assert new_figures("fig, axes = plt.subplots(1, 2)\nheatmap(m, ax=axes[0], title=f'{b}')\nheatmap(m, ax=axes[1])") == 1
     assert not draws_a_figure("import matplotlib.pyplot as plt\nfrom attncourse.plotting import plot_heads")
     assert draws_a_figure("ax.plot(x, y)") and draws_a_figure("plot_heads(w)") and draws_a_figure("plt.show()")
+
+
+# --- Learning objectives open every chapter, a Summary closes it ---
+
+OBJECTIVES = re.compile(r"^:::\{admonition\} Learning objectives\n(?P<body>.*?)^:::$", re.S | re.M)
+
+
+def chapter_structure_problems(nb: dict) -> list[str]:
+    markdown = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    problems = []
+    if not markdown:
+        return ["no markdown cell"]
+    first = "".join(markdown[0]["source"])
+    match = OBJECTIVES.search(first)
+    if not first.startswith("# ") or match is None:
+        problems.append("the title cell has no ':::{admonition} Learning objectives' box")
+    else:
+        body = match.group("body")
+        bullets = re.findall(r"^[*-] ", body, re.M)
+        if "After this chapter you can" not in body or not 3 <= len(bullets) <= 5:
+            problems.append(f"the objectives box needs 'After this chapter you can' and 3 to 5 bullets, has {len(bullets)}")
+        if re.search(r"^##+ ", first[: match.start()], re.M):
+            problems.append("the objectives box must come before the first section")
+    last = nb["cells"][-1]
+    last_source = "".join(last["source"])
+    headings = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#{1,2} ", line)]
+    if last["cell_type"] != "markdown" or not last_source.startswith("## Summary\n"):
+        problems.append("the last cell is not a '## Summary' section")
+    elif headings[-1] != "## Summary" or headings.count("## Summary") != 1:
+        problems.append("'## Summary' must be the last section, and the only one")
+    elif len(re.findall(r"^[*-] ", last_source, re.M)) < 3:
+        problems.append("the summary needs at least three bullets")
+    numbered = [h for h in headings if re.match(r"#+ \d+\.", h)]
+    if numbered:
+        problems.append(f"hand-numbered headings (Sphinx numbers sections): {numbered}")
+    return problems
+
+
+def test_every_chapter_opens_with_objectives_and_closes_with_a_summary():
+    for path in normalize.notebooks():
+        assert chapter_structure_problems(json.loads(path.read_text())) == [], path.name
+
+
+def test_chapter_structure_check_can_fail():
+    nb = json.loads((ROOT / "book" / "07_all_attention.ipynb").read_text())
+    assert chapter_structure_problems(nb) == []
+    no_box = json.loads(json.dumps(nb))
+    no_box["cells"][1]["source"] = OBJECTIVES.sub("", no_box["cells"][1]["source"])
+    assert any("Learning objectives" in p for p in chapter_structure_problems(no_box))
+    no_summary = json.loads(json.dumps(nb))
+    no_summary["cells"].pop()
+    assert any("Summary" in p for p in chapter_structure_problems(no_summary))
+    numbered = json.loads(json.dumps(nb))
+    numbered["cells"][3]["source"] = numbered["cells"][3]["source"].replace("## ", "## 1. ", 1)
+    assert any("hand-numbered" in p for p in chapter_structure_problems(numbered))
