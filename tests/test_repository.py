@@ -1,6 +1,9 @@
-"""The repository URL is written once (pyproject.toml); everything else agrees with it."""
+"""Repository-wide checks: the repository URL is written once (pyproject.toml) and everything else
+agrees with it; every figure of the book is described; every chapter states its objectives and ends
+with a summary."""
 import importlib.util
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -84,8 +87,6 @@ def test_setup_cell_installs_only_when_the_package_is_missing():
 
 
 # --- Figures: every plotting cell has a caption, a name and alt text (myst-nb cell metadata) ---
-
-import re
 
 # Calls that draw: the package's heat maps, matplotlib through ``plt``, an Axes' ``.plot(`` and
 # anything else that makes a figure (``subplots``, ``imshow``, a ``plot`` helper of a module).
@@ -214,7 +215,7 @@ def chapter_structure_problems(nb: dict) -> list[str]:
         problems.append("'## Summary' must be the last section, and the only one")
     elif len(re.findall(r"^[*-] ", last_source, re.M)) < 3:
         problems.append("the summary needs at least three bullets")
-    numbered = [h for h in headings if re.match(r"#+ \d+\.", h)]
+    numbered = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#+ \d+\.", line)]
     if numbered:
         problems.append(f"hand-numbered headings (Sphinx numbers sections): {numbered}")
     return problems
@@ -234,6 +235,10 @@ def test_chapter_structure_check_can_fail():
     no_summary = json.loads(json.dumps(nb))
     no_summary["cells"].pop()
     assert any("Summary" in p for p in chapter_structure_problems(no_summary))
+    summary_not_last = json.loads(json.dumps(nb))
+    summary_not_last["cells"][-1]["source"] += "\n\n## Afterword\n\nMore text."
+    assert any("last section" in p for p in chapter_structure_problems(summary_not_last))
     numbered = json.loads(json.dumps(nb))
-    numbered["cells"][3]["source"] = numbered["cells"][3]["source"].replace("## ", "## 1. ", 1)
+    section = next(c for c in numbered["cells"] if c["cell_type"] == "markdown" and c["source"].startswith("## "))
+    section["source"] = section["source"].replace("## ", "## 1. ", 1)
     assert any("hand-numbered" in p for p in chapter_structure_problems(numbered))
