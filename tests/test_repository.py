@@ -1,6 +1,9 @@
-"""The repository URL is written once (pyproject.toml); everything else agrees with it."""
+"""Repository-wide checks: the repository URL is written once (pyproject.toml) and everything else
+agrees with it; every figure of the book is described; every chapter states its objectives and ends
+with a summary."""
 import importlib.util
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -101,3 +104,162 @@ def test_setup_cell_honours_the_install_url_override(monkeypatch):
 def test_install_url_override_is_documented():
     for name in ("README.md", "CONTRIBUTING.md"):
         assert normalize.INSTALL_URL_VARIABLE in (ROOT / name).read_text(), name
+
+
+
+# --- Figures: every plotting cell has a caption, a name and alt text (myst-nb cell metadata) ---
+
+# Calls that draw: the package's heat maps, matplotlib through ``plt``, an Axes' ``.plot(`` and
+# anything else that makes a figure (``subplots``, ``imshow``, a ``plot`` helper of a module).
+PLOTTING_CALL = re.compile(
+    r"\b(plot_attention|plot_heads|heatmap)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
+)
+# Calls that make a new figure; ``heatmap`` and ``plot_attention`` make one only without ``ax=``.
+NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap)\s*\(")
+FIGURE_NAME = re.compile(r"fig-[a-z0-9]+(-[a-z0-9]+)+")
+
+
+def _code_lines(source: str) -> str:
+    """The source without comment lines and import lines (``import matplotlib.pyplot as plt`` draws nothing)."""
+    keep = [line for line in source.splitlines() if not re.match(r"\s*(#|import |from \S+ import )", line)]
+    return "\n".join(keep)
+
+
+def draws_a_figure(source: str) -> bool:
+    return bool(PLOTTING_CALL.search(_code_lines(source)))
+
+
+def _arguments(source: str, open_paren: int) -> str:
+    """The text between the parenthesis at ``open_paren`` and the one that closes it."""
+    depth = 0
+    for i in range(open_paren, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[open_paren + 1 : i]
+    return source[open_paren + 1 :]
+
+
+def new_figures(source: str) -> int:
+    """How many calls in the source make a figure of their own (a call in a loop counts once)."""
+    code = _code_lines(source)
+    count = 0
+    for call in NEW_FIGURE_CALL.finditer(code):
+        if call.group(1) in ("plot_attention", "heatmap") and re.search(r"\bax\s*=", _arguments(code, call.end() - 1)):
+            continue  # draws into an existing figure
+        count += 1
+    return count
+
+
+def figure_problems(nb: dict) -> list[str]:
+    """What is missing in the figure metadata of one notebook (empty when every figure is described)."""
+    problems = []
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        meta = cell.get("metadata", {}).get("mystnb", {})
+        figure, image = meta.get("figure", {}), meta.get("image", {})
+        where = f"cell {index} ({cell.get('id')})"
+        if not draws_a_figure(source):
+            if figure or image:
+                problems.append(f"{where}: figure metadata on a cell that draws nothing")
+            continue
+        caption, name, alt = figure.get("caption", ""), figure.get("name", ""), image.get("alt", "")
+        if len(caption.split()) < 8:
+            problems.append(f"{where}: no caption (mystnb.figure.caption) of a sentence or more")
+        if not FIGURE_NAME.fullmatch(name):
+            problems.append(f"{where}: no figure name fig-<chapter>-<slug> (mystnb.figure.name), got {name!r}")
+        if len(alt.split()) < 12 or alt == caption:
+            problems.append(f"{where}: no alt text (mystnb.image.alt) describing the picture")
+        if new_figures(source) > 1:
+            problems.append(f"{where}: draws more than one figure; split the cell so each figure has its caption")
+    return problems
+
+
+def test_every_figure_has_a_caption_a_name_and_alt_text():
+    names = []
+    for path in normalize.notebooks():
+        nb = json.loads(path.read_text())
+        assert figure_problems(nb) == [], path.name
+        names += [c["metadata"]["mystnb"]["figure"]["name"] for c in nb["cells"] if "mystnb" in c.get("metadata", {})]
+    assert len(names) == len(set(names)), "figure names must be unique across the book"
+    assert len(names) >= 7, "every chapter shows at least one figure"
+
+
+def test_figure_check_catches_a_stripped_notebook():
+    """The check above can fail: remove the metadata of chapter 1 (or draw twice in a cell) and it complains."""
+    nb = json.loads((ROOT / "book" / "01_dot_product_attention.ipynb").read_text())
+    figures = [c for c in nb["cells"] if c["cell_type"] == "code" and draws_a_figure("".join(c["source"]))]
+    assert len(figures) >= 2
+    stripped = json.loads(json.dumps(nb))
+    for cell in stripped["cells"]:
+        cell.get("metadata", {}).pop("mystnb", None)
+    assert len(figure_problems(stripped)) == 3 * len(figures)  # caption, name and alt of every figure
+    no_alt = json.loads(json.dumps(nb))
+    next(c for c in no_alt["cells"] if "mystnb" in c["metadata"])["metadata"]["mystnb"].pop("image")
+    assert len(figure_problems(no_alt)) == 1
+    twice = json.loads(json.dumps(nb))
+    twice["cells"][nb["cells"].index(figures[0])]["source"] += "\nplot_attention(weights_he, ['he'], tokens)"
+    assert any("more than one figure" in p for p in figure_problems(twice))
+    assert new_figures("fig, axes = plt.subplots(1, 2)\nheatmap(m, ax=axes[0], title=f'{b}')\nheatmap(m, ax=axes[1])") == 1
+    assert not draws_a_figure("import matplotlib.pyplot as plt\nfrom attncourse.plotting import plot_heads")
+    assert draws_a_figure("ax.plot(x, y)") and draws_a_figure("plot_heads(w)") and draws_a_figure("plt.show()")
+
+
+# --- Learning objectives open every chapter, a Summary closes it ---
+
+OBJECTIVES = re.compile(r"^:::\{admonition\} Learning objectives\n(?P<body>.*?)^:::$", re.S | re.M)
+
+
+def chapter_structure_problems(nb: dict) -> list[str]:
+    markdown = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    problems = []
+    if not markdown:
+        return ["no markdown cell"]
+    first = "".join(markdown[0]["source"])
+    match = OBJECTIVES.search(first)
+    if not first.startswith("# ") or match is None:
+        problems.append("the title cell has no ':::{admonition} Learning objectives' box")
+    else:
+        body = match.group("body")
+        bullets = re.findall(r"^[*-] ", body, re.M)
+        if "After this chapter you can" not in body or not 3 <= len(bullets) <= 5:
+            problems.append(f"the objectives box needs 'After this chapter you can' and 3 to 5 bullets, has {len(bullets)}")
+        if re.search(r"^##+ ", first[: match.start()], re.M):
+            problems.append("the objectives box must come before the first section")
+    last = nb["cells"][-1]
+    last_source = "".join(last["source"])
+    headings = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#{1,2} ", line)]
+    if last["cell_type"] != "markdown" or not last_source.startswith("## Summary\n"):
+        problems.append("the last cell is not a '## Summary' section")
+    elif headings[-1] != "## Summary" or headings.count("## Summary") != 1:
+        problems.append("'## Summary' must be the last section, and the only one")
+    elif len(re.findall(r"^[*-] ", last_source, re.M)) < 3:
+        problems.append("the summary needs at least three bullets")
+    numbered = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#+ \d+\.", line)]
+    if numbered:
+        problems.append(f"hand-numbered headings (Sphinx numbers sections): {numbered}")
+    return problems
+
+
+def test_every_chapter_opens_with_objectives_and_closes_with_a_summary():
+    for path in normalize.notebooks():
+        assert chapter_structure_problems(json.loads(path.read_text())) == [], path.name
+
+
+def test_chapter_structure_check_can_fail():
+    nb = json.loads((ROOT / "book" / "07_all_attention.ipynb").read_text())
+    assert chapter_structure_problems(nb) == []
+    no_box = json.loads(json.dumps(nb))
+    no_box["cells"][1]["source"] = OBJECTIVES.sub("", no_box["cells"][1]["source"])
+    assert any("Learning objectives" in p for p in chapter_structure_problems(no_box))
+    no_summary = json.loads(json.dumps(nb))
+    no_summary["cells"].pop()
+    assert any("Summary" in p for p in chapter_structure_problems(no_summary))
+    summary_not_last = json.loads(json.dumps(nb))
+    summary_not_last["cells"][-1]["source"] += "\n\n## Afterword\n\nMore text."
+    assert any("last section" in p for p in chapter_structure_problems(summary_not_last))
+    numbered = json.loads(json.dumps(nb))
+    section = next(c for c in numbered["cells"] if c["cell_type"] == "markdown" and c["source"].startswith("## "))
+    section["source"] = section["source"].replace("## ", "## 1. ", 1)
+    assert any("hand-numbered" in p for p in chapter_structure_problems(numbered))
