@@ -1,12 +1,19 @@
 # The two set-up commands of the README:
 #   make book   builds the book into _build/html, executing every notebook
-#   make test   runs every test: unit tests, checker tests, and every notebook under nbval
+#   make test   runs every test: unit tests, checker tests, every notebook under nbval, and the
+#               browser test of the built book (so it builds the book first when it is missing or stale)
 # Both create the virtual environment .venv from requirements.txt on first use.
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
+BOOK := _build/html/index.html
+BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
+	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: book test benchmark clean
+# A recipe that fails removes its target: a failed book build leaves no index.html behind.
+.DELETE_ON_ERROR:
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +21,14 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-book: $(BIN)/.installed
+$(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
+	rm -rf _build/html   # no page left over from an earlier build
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	touch $@
 
-test: $(BIN)/.installed
+book: $(BOOK)
+
+test: $(BIN)/.installed $(BOOK)
 	$(BIN)/python -m pytest
 
 clean:

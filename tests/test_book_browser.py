@@ -1,0 +1,690 @@
+"""The built book (``_build/html``) read in a real headless Chromium, page by page.
+
+A local HTTP server serves ``_build/html`` on 127.0.0.1; Playwright drives the system's
+Chromium (Debian's ``chromium`` package) through every page reachable from ``index.html``,
+every page of ``_toc.yml`` and every other HTML file of the build. On each page: no console error, no page error, no failed
+request, no request to any host but the local server (the book must work offline); every
+internal link resolves (the file exists and its ``#fragment`` is an id on the target page);
+every image loads; the math is typeset by MathJax. On each chapter (notebook) page: the
+Colab link opens that notebook on the repository and branch of ``pyproject.toml``; the
+exercise solutions start collapsed and open on click; every figure has a caption and alt
+text. The search page finds each chapter by a word of it. A full-page screenshot of every
+page of the table of contents is saved to ``_build/screenshots/<page>.png``, and the counts of
+what was checked to ``_build/screenshots/summary.json``.
+
+Needs ``make book`` first and Chromium at ``/usr/bin/chromium`` (``apt-get install chromium``).
+Where Playwright, Chromium or the built book is missing the tests skip, or fail when the
+environment sets ``ATTNCOURSE_REQUIRE_BROWSER=1`` (as ``.ci/run`` does once Chromium is there).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import threading
+import tomllib
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+REQUIRED = os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1"
+
+# Headless, and nothing of Chromium's own reaches out: no background services, and every host
+# name but the local server's fails to resolve (requests to other hosts are also recorded and
+# aborted by the test itself before they leave the browser).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
+TIMEOUT_MS = 60_000
+
+
+def _unavailable(reason: str) -> None:
+    """Skip, or fail where the environment requires the browser test to run."""
+    if REQUIRED:
+        pytest.fail(f"{reason} (and ATTNCOURSE_REQUIRE_BROWSER=1 requires the browser test)", pytrace=False)
+    pytest.skip(reason)
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+
+
+# -- what the book should contain -----------------------------------------------------------
+
+
+def toc_files() -> list[str]:
+    """Every document of ``_toc.yml`` (root first), as paths without suffix: ``book/intro``, ..."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return files
+
+
+def chapter_files() -> list[str]:
+    """The documents of ``_toc.yml`` that are notebooks: the chapters."""
+    return [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+
+
+def repository() -> tuple[str, str, str]:
+    """``(org, repo, branch)`` from ``[project.urls]`` of pyproject.toml."""
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    url = urls["Repository"].rstrip("/")
+    branch = urls["Branch"].removeprefix(url + "/tree/")
+    org, repo = url.removeprefix("https://github.com/").split("/")
+    return org, repo, branch
+
+
+def expected_colab_url(doc: str) -> str:
+    org, repo, branch = repository()
+    return f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/{doc}.ipynb"
+
+
+def solution_count(doc: str) -> int:
+    """Solutions written in a notebook: ``solution("...")`` cells and sphinx-exercise solution blocks."""
+    nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
+    count = 0
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            count += sum(1 for line in source.splitlines() if re.match(r"\s*solution\(", line))
+        else:
+            count += len(re.findall(r"^(?:```|:::)\{solution(?:-start)?\}", source, flags=re.M))
+    return count
+
+
+# -- serving and visiting -------------------------------------------------------------------
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+class LocalServer:
+    """``directory`` served on 127.0.0.1 at a free port, from a background thread."""
+
+    def __init__(self, directory: Path):
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "LocalServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+# Page-side helpers, put in front of each script below: the main content of a page, and its
+# solutions (the <details> that ``solution(...)`` prints, and sphinx-exercise's solution blocks).
+HELPERS_JS = r"""
+const bookMain = () => document.querySelector("article.bd-article") || document.querySelector("article, main") || document.body;
+const solutions = () => [...bookMain().querySelectorAll("details, div.solution")].filter((el) =>
+  el.tagName !== "DETAILS" || /^\s*solution/i.test((el.querySelector(":scope > summary") || {}).innerText || ""));
+const solutionHead = (el) => el.tagName === "DETAILS" ? el.querySelector(":scope > summary") : el.querySelector(".admonition-title");
+"""
+
+
+def page_js(body: str) -> str:
+    """``body`` (a JavaScript function of one argument) with the helpers in scope."""
+    return f"(arg) => {{ {HELPERS_JS} return ({body})(arg); }}"
+
+
+# Collected in the page once it has loaded and MathJax has finished. Links and image sources
+# are absolute URLs; ``ids`` are every id and every <a name> of the page (fragment targets).
+COLLECT_JS = page_js(r"""
+() => {
+  const main = bookMain();
+  const outsideCode = (node) => !node.parentElement.closest("pre, code, kbd, script, style, mjx-container, .highlight, .math");
+  const rawTex = /\\(?:[A-Za-z]+|[()\[\]])|\$\$|\$[^$\s][^$\n]*\$/;
+  const residual = (el) => {
+    // Text of a math element left outside MathJax's output (an equation number excepted).
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let text = "";
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!n.parentElement.closest("mjx-container, .eqno, .headerlink")) text += n.textContent;
+    }
+    return text.trim();
+  };
+  const strays = [];
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (outsideCode(n) && rawTex.test(n.textContent)) strays.push(n.textContent.trim().slice(0, 120));
+  }
+  return {
+    title: document.title,
+    ids: [...document.querySelectorAll("[id]")].map((e) => e.id)
+      .concat([...document.querySelectorAll("a[name]")].map((e) => e.name)),
+    links: [...document.querySelectorAll("a[href]")].map((a) => ({href: a.href, raw: a.getAttribute("href")})),
+    images: [...document.images].map((i) => ({src: i.currentSrc || i.src, complete: i.complete, width: i.naturalWidth})),
+    math: [...document.querySelectorAll(".math")].map((e) => ({
+      typeset: e.querySelector("mjx-container") !== null,
+      error: e.querySelector("mjx-merror, [data-mjx-error]") !== null,
+      residual: residual(e).slice(0, 120),
+    })),
+    strayTex: strays,
+    mathjax: (window.MathJax && window.MathJax.version) || null,
+    scripts: [...document.scripts].map((s) => s.src).filter((src) => src),
+    prose: [...main.querySelectorAll("p")].filter((p) => !p.closest(".cell_output, .output, details, pre, nav, footer"))
+      .map((p) => p.innerText).join("\n"),
+    solutions: solutions().length,
+  };
+}
+""")
+
+# Every image of the main content: its alt text, and the caption of the <figure> holding it.
+FIGURES_JS = page_js(r"""
+() => [...bookMain().querySelectorAll("img")].map((img) => {
+  const figure = img.closest("figure");
+  const caption = figure && figure.querySelector("figcaption");
+  const text = caption && (caption.querySelector(".caption-text") || caption);  // without "Fig. 3"
+  return {
+    src: img.getAttribute("src") || "",
+    alt: (img.getAttribute("alt") || "").trim(),
+    inFigure: figure !== null,
+    caption: text ? text.innerText.trim() : "",
+  };
+})
+""")
+
+# The state of solution ``index``. ``shown``: whether any text of its body (all but the summary
+# or title) is rendered; innerText holds only rendered text.
+SOLUTION_STATE_JS = page_js(r"""
+(index) => {
+  const el = solutions()[index];
+  const head = solutionHead(el);
+  const rendered = el.innerText.replace(head.innerText, "").trim();
+  let body = "";
+  for (const child of el.childNodes) if (child !== head) body += child.textContent;
+  return {
+    head: head.innerText.trim(),
+    shown: rendered.length > 0 && el.getBoundingClientRect().height > head.getBoundingClientRect().height,
+    body: body.trim().length,
+  };
+}
+""")
+
+# The element a reader clicks to open solution ``index``: its summary, or the block's title.
+SOLUTION_HEAD_JS = page_js("(index) => solutionHead(solutions()[index])")
+
+
+@dataclass
+class PageReport:
+    path: str
+    console_errors: list = field(default_factory=list)
+    page_errors: list = field(default_factory=list)
+    failed_requests: list = field(default_factory=list)
+    foreign_requests: list = field(default_factory=list)
+    requests: int = 0
+    data: dict = field(default_factory=dict)
+    figures: list = field(default_factory=list)
+    solutions: list = field(default_factory=list)  # (state before click, state after click)
+    screenshot: Path | None = None
+    final_url: str = ""  # differs from the page's own URL after a redirect
+
+
+def site_path(url: str, origin: str) -> str | None:
+    """The path under the site root that ``url`` names, or None for another origin or scheme."""
+    parts = urlsplit(url)
+    if f"{parts.scheme}://{parts.netloc}" != origin:
+        return None
+    path = unquote(parts.path).lstrip("/")
+    return path + "index.html" if path == "" or path.endswith("/") else path
+
+
+def open_page(context, url: str, report: PageReport):
+    """A new page that records what ``url`` does, loaded, with MathJax finished and the network idle."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    page = context.new_page()
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+
+    def route(r):
+        report.requests += 1
+        if r.request.url.startswith(origin + "/") or r.request.url.startswith("data:"):
+            r.continue_()
+        else:
+            report.foreign_requests.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("console", lambda m: m.type == "error" and report.console_errors.append(m.text))
+    page.on("pageerror", lambda e: report.page_errors.append(str(e)))
+    page.on("requestfailed", lambda r: report.failed_requests.append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and report.failed_requests.append(f"{r.url} (HTTP {r.status})"))
+    page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
+    page.wait_for_load_state("networkidle", timeout=TIMEOUT_MS)  # a <meta http-equiv="refresh"> has fired by now
+    for attempt in range(3):
+        try:
+            page.evaluate(
+                """async () => {
+                  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+                  await document.fonts.ready;
+                }"""
+            )
+            break
+        except PlaywrightError as error:  # the page navigated (a redirect) while it was being read
+            if "context was destroyed" not in str(error) or attempt == 2:
+                raise
+            page.wait_for_load_state("load", timeout=TIMEOUT_MS)
+    page.wait_for_load_state("networkidle", timeout=TIMEOUT_MS)
+    report.final_url = page.url
+    return page
+
+
+def visit(context, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False) -> PageReport:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    report = PageReport(path)
+    page = open_page(context, f"{origin}/{quote(path)}", report)
+    try:
+        report.data = page.evaluate(COLLECT_JS)
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(screenshot), full_page=True)
+            report.screenshot = screenshot
+        if chapter:
+            report.figures = page.evaluate(FIGURES_JS)
+            for index in range(report.data["solutions"]):
+                before = page.evaluate(SOLUTION_STATE_JS, index)
+                page.evaluate_handle(SOLUTION_HEAD_JS, index).as_element().click()
+                try:  # give an animated dropdown a moment to open
+                    page.wait_for_function(f"(index) => ({SOLUTION_STATE_JS})(index).shown", arg=index, timeout=2000)
+                except PlaywrightTimeout:
+                    pass
+                after = page.evaluate(SOLUTION_STATE_JS, index)
+                report.solutions.append((before, after))
+        page.wait_for_load_state("networkidle", timeout=TIMEOUT_MS)
+    finally:
+        page.close()
+    return report
+
+
+def crawl(context, origin: str, site: Path, start: list[str], *, screenshots: dict[str, Path], chapters: set[str]):
+    """Visit ``start`` and every internal HTML page linked from a visited page, once each."""
+    reports: dict[str, PageReport] = {}
+    queue = deque(start)
+    while queue:
+        path = queue.popleft()
+        if path in reports:
+            continue
+        reports[path] = report = visit(context, origin, path, screenshot=screenshots.get(path), chapter=path in chapters)
+        for link in report.data["links"]:
+            target = site_path(link["href"], origin)
+            if target and target.endswith(".html") and target not in reports and (site / target).is_file():
+                queue.append(target)
+    return reports
+
+
+# -- judging the reports (pure functions, also run on hand-made pages) -----------------------
+
+
+def load_problems(report: PageReport) -> list[str]:
+    return (
+        [f"console error: {m}" for m in report.console_errors]
+        + [f"page error: {m}" for m in report.page_errors]
+        + [f"failed request: {m}" for m in report.failed_requests]
+    )
+
+
+def link_problems(reports: dict[str, PageReport], origin: str, site: Path) -> tuple[list[str], int]:
+    """Internal links whose file is missing or whose #fragment is no id of the target page."""
+    problems, checked = [], 0
+    for path, report in reports.items():
+        for link in report.data["links"]:
+            target = site_path(link["href"], origin)
+            if target is None:
+                continue
+            checked += 1
+            fragment = unquote(urlsplit(link["href"]).fragment)
+            if not (site / target).is_file():
+                problems.append(f"{path}: link {link['raw']!r} -> missing file {target}")
+            elif fragment and target.endswith(".html"):
+                ids = set(reports[target].data["ids"]) if target in reports else set()
+                if fragment not in ids:
+                    problems.append(f"{path}: link {link['raw']!r} -> no id {fragment!r} on {target}")
+    return problems, checked
+
+
+def image_problems(report: PageReport) -> list[str]:
+    return [
+        f"image not loaded: {image['src']}"
+        for image in report.data["images"]
+        if not image["complete"] or image["width"] == 0
+    ]
+
+
+def math_problems(report: PageReport) -> list[str]:
+    data = report.data
+    problems = [f"raw TeX outside math: {text!r}" for text in data["strayTex"]]
+    if data["math"] and not data["mathjax"]:
+        problems.append(f"{len(data['math'])} math elements but MathJax is not loaded")
+    for item in data["math"]:
+        if not item["typeset"]:
+            problems.append(f"math not typeset: {item['residual']!r}")
+        elif item["residual"]:
+            problems.append(f"raw TeX left beside MathJax's output: {item['residual']!r}")
+        if item["error"]:
+            problems.append("MathJax reports an error in a formula")
+    return problems
+
+
+def figure_problems(figures: list[dict]) -> list[str]:
+    """Each image must sit in a <figure> with a caption and carry alt text of its own (not its file name)."""
+    problems = []
+    for fig in figures:
+        name = fig["src"].rsplit("/", 1)[-1]
+        if not fig["alt"] or fig["alt"] == fig["src"] or fig["alt"].rsplit("/", 1)[-1] == name:
+            problems.append(f"{name}: no alt text (alt={fig['alt']!r})")
+        if not fig["inFigure"]:
+            problems.append(f"{name}: not in a <figure>")
+        elif not fig["caption"]:
+            problems.append(f"{name}: <figure> without a caption")
+    return problems
+
+
+def solution_problems(report: PageReport) -> list[str]:
+    problems = []
+    for before, after in report.solutions:
+        if before["shown"]:
+            problems.append(f"{before['head']!r} is open before any click")
+        if not after["shown"] or after["body"] == 0:
+            problems.append(f"{before['head']!r} did not open on click")
+    return problems
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+    except ImportError as error:
+        _unavailable(f"Playwright cannot be imported ({error}); `make test` installs it from requirements.txt")
+    executable = chromium_path()
+    if executable is None:
+        _unavailable("Chromium not found: install Debian's chromium (`apt-get install chromium`) for the browser test")
+    try:
+        playwright = sync_playwright().start()
+    except Exception as error:  # Playwright's driver did not start
+        _unavailable(f"Playwright cannot start: {error}")
+    try:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, timeout=TIMEOUT_MS)
+    except PlaywrightError as error:
+        playwright.stop()
+        _unavailable(f"Chromium at {executable} cannot be launched: {error}")
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture(scope="module")
+def context(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(scope="module")
+def book(context):
+    """Every page visited: ``(origin, {path: PageReport})``."""
+    if not (SITE / "index.html").is_file():
+        message = f"{SITE.relative_to(ROOT)} has no built book: run `make book` first"
+        if REQUIRED:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    toc = [f"{f}.html" for f in toc_files()]
+    if SCREENSHOTS.exists():
+        shutil.rmtree(SCREENSHOTS)
+    with LocalServer(SITE) as server:
+        # Every page reachable from the root, every page of the table of contents, and any other
+        # HTML file of the build (the general index, the search page, ...).
+        others = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] != "_static")
+        reports = crawl(
+            context, server.origin, SITE, ["index.html"] + toc + others,
+            screenshots={path: screenshot_path(path) for path in toc}, chapters={f"{f}.html" for f in chapter_files()},
+        )
+        write_summary(reports, server.origin)
+        yield server.origin, reports
+
+
+def screenshot_path(page: str) -> Path:
+    """``_build/screenshots/<page>.png``: the page's file name, or its whole path where names repeat."""
+    stems = [Path(f).name for f in toc_files()]
+    name = Path(page).stem if stems.count(Path(page).stem) == 1 else page.removesuffix(".html").replace("/", "__")
+    return SCREENSHOTS / f"{name}.png"
+
+
+def write_summary(reports: dict[str, PageReport], origin: str) -> None:
+    """What was checked, for a reviewer: ``_build/screenshots/summary.json``."""
+    summary = {
+        "pages": sorted(reports),
+        "internal_links": sum(1 for r in reports.values() for link in r.data["links"] if site_path(link["href"], origin)),
+        "images": sum(len(r.data["images"]) for r in reports.values()),
+        "math_elements": sum(len(r.data["math"]) for r in reports.values()),
+        "requests": sum(r.requests for r in reports.values()),
+        "solutions_clicked": sum(len(r.solutions) for r in reports.values()),
+        "screenshots": sorted(str(r.screenshot.relative_to(ROOT)) for r in reports.values() if r.screenshot),
+    }
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    (SCREENSHOTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+# -- the book -------------------------------------------------------------------------------
+
+
+def _assert_none(problems: dict[str, list[str]]) -> None:
+    problems = {page: p for page, p in problems.items() if p}
+    assert not problems, "\n".join(f"{page}:\n  " + "\n  ".join(p) for page, p in problems.items())
+
+
+def test_every_page_of_the_table_of_contents_is_built_and_visited(book):
+    origin, reports = book
+    toc = [f"{f}.html" for f in toc_files()]
+    assert len(chapter_files()) >= 7
+    assert [p for p in toc if p not in reports] == []
+    for path in toc:
+        assert screenshot_path(path).stat().st_size > 10_000, path
+    landing = reports["index.html"]  # the site's root redirects to the book's first page
+    assert landing.requests > 0 and site_path(landing.final_url, origin) == f"{toc_files()[0]}.html"
+
+
+def test_no_console_errors_page_errors_or_failed_requests(book):
+    origin, reports = book
+    _assert_none({path: load_problems(report) for path, report in reports.items()})
+
+
+def test_no_request_leaves_the_local_server(book):
+    origin, reports = book
+    _assert_none({path: [f"request to {url}" for url in r.foreign_requests] for path, r in reports.items()})
+
+
+def test_internal_links_resolve(book):
+    origin, reports = book
+    problems, checked = link_problems(reports, origin, SITE)
+    assert checked > 100, checked
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_image_loads(book):
+    origin, reports = book
+    assert sum(len(r.data["images"]) for r in reports.values()) > 0
+    _assert_none({path: image_problems(report) for path, report in reports.items()})
+
+
+def test_math_is_typeset_by_mathjax_served_with_the_book(book):
+    origin, reports = book
+    _assert_none({path: math_problems(report) for path, report in reports.items()})
+    with_math = [r for r in reports.values() if r.data["math"]]
+    assert {f"{f}.html" for f in chapter_files()} <= {r.path for r in with_math}, "every chapter has math"
+    for report in with_math:  # MathJax 3, loaded from the book's own _static/mathjax
+        assert report.data["mathjax"].startswith("3."), (report.path, report.data["mathjax"])
+        local = [s for s in report.data["scripts"] if site_path(s, origin) and "/_static/mathjax/" in s]
+        assert local and all(site_path(s, origin) or "mathjax" not in s.lower() for s in report.data["scripts"])
+
+
+def test_colab_link_of_each_chapter(book):
+    origin, reports = book
+    for doc in chapter_files():
+        colab = {
+            link["href"] for link in reports[f"{doc}.html"].data["links"]
+            if link["href"].startswith("https://colab.research.google.com/")
+        }
+        assert colab == {expected_colab_url(doc)}, doc
+        assert (ROOT / f"{doc}.ipynb").is_file()
+
+
+def test_solutions_start_collapsed_and_open_on_click(book):
+    origin, reports = book
+    for doc in chapter_files():
+        report = reports[f"{doc}.html"]
+        assert len(report.solutions) == solution_count(doc) > 0, doc
+    _assert_none({f"{doc}.html": solution_problems(reports[f"{doc}.html"]) for doc in chapter_files()})
+
+
+def test_figures_have_captions_and_alt_text(book):
+    origin, reports = book
+    _assert_none({f"{doc}.html": figure_problems(reports[f"{doc}.html"].figures) for doc in chapter_files()})
+
+
+def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
+    """A word of the chapter's prose found in no other chapter's prose (the most frequent such)."""
+    words = lambda text: re.findall(r"\b[a-z]{8,}\b", text.lower())  # noqa: E731
+    others = set()
+    for other in chapter_files():
+        if other != doc:
+            others.update(words(reports[f"{other}.html"].data["prose"]))
+    counts = Counter(w for w in words(reports[f"{doc}.html"].data["prose"]) if w not in others)
+    assert counts, f"{doc}: no word of its own"
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[0][0]
+
+
+def search_results(context, origin: str, query: str) -> list[str]:
+    report = PageReport("search.html")
+    page = open_page(context, f"{origin}/search.html?q={quote(query)}", report)
+    try:
+        page.wait_for_function(
+            "() => /found|did not match/i.test((document.querySelector('#search-results') || {}).innerText || '')",
+            timeout=TIMEOUT_MS,
+        )
+        hrefs = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map((a) => a.href)")
+    finally:
+        page.close()
+    assert load_problems(report) == [] and report.foreign_requests == []
+    return sorted({site_path(h.split("#")[0].split("?")[0], origin) for h in hrefs})
+
+
+def test_search_finds_each_chapter_by_a_word_of_it(book, context):
+    origin, reports = book
+    assert search_results(context, origin, "zqxwvjkplm") == []  # the search can come back empty
+    for doc in chapter_files():
+        word = distinctive_word(doc, reports)
+        assert f"{doc}.html" in search_results(context, origin, word), (doc, word)
+
+
+# -- the checks themselves, on hand-made pages ----------------------------------------------
+
+BROKEN_PAGE = """<!doctype html><html><head><title>broken</title></head><body><main><article>
+<p>Prose with raw \\(x^2\\) left over.</p>
+<span class="math">\\(y\\)</span>
+<a href="missing.html">missing page</a> <a href="index.html#nowhere">missing id</a> <a href="#here">fine</a>
+<span id="here"></span>
+<img src="missing.png" alt="a missing image">
+<img src="https://cdn.example.invalid/logo.png" alt="a foreign image">
+<script>console.error("boom"); undefinedFunction();</script>
+</article></main></body></html>"""
+
+FIGURES_PAGE = """<!doctype html><html><body><main><article>
+<figure><img src="_images/a.png" alt="Attention weights of head 1"><figcaption>Head 1 attends to the diagonal.</figcaption></figure>
+<figure><img src="_images/b.png" alt="_images/b.png"><figcaption>Caption.</figcaption></figure>
+<figure><img src="_images/c.png" alt="Loss curve"><figcaption> </figcaption></figure>
+<div><img src="_images/d.png" alt="Heat map"></div>
+<img src="_images/e.png">
+</article></main></body></html>"""
+
+SOLUTIONS_PAGE = """<!doctype html><html><body><main><article>
+<details><summary><b>Solution of a</b> (click to show)</summary>The answer is 42.<br>Because.</details>
+<details open><summary><b>Solution of b</b></summary><pre>x = 1</pre></details>
+<details><summary><b>Solution of c</b></summary></details>
+</article></main></body></html>"""
+
+
+def test_the_checks_catch_a_broken_page(context, tmp_path):
+    (tmp_path / "index.html").write_text(BROKEN_PAGE)
+    with LocalServer(tmp_path) as server:
+        reports = {"index.html": visit(context, server.origin, "index.html")}
+        links, checked = link_problems(reports, server.origin, tmp_path)
+    report = reports["index.html"]
+    assert report.foreign_requests == ["https://cdn.example.invalid/logo.png"]
+    assert any("boom" in m for m in report.console_errors)
+    assert any("undefinedFunction" in m for m in report.page_errors)
+    assert any("missing.png (HTTP 404)" in m for m in report.failed_requests)
+    assert checked == 3 and len(links) == 2
+    assert "missing file missing.html" in links[0] and "no id 'nowhere'" in links[1]
+    assert len(image_problems(report)) == 2
+    assert math_problems(report) == [
+        "raw TeX outside math: 'Prose with raw \\\\(x^2\\\\) left over.'",
+        "1 math elements but MathJax is not loaded",
+        "math not typeset: '\\\\(y\\\\)'",
+    ]
+
+
+def test_figure_and_solution_checks_on_hand_made_pages(context, tmp_path):
+    (tmp_path / "figures.html").write_text(FIGURES_PAGE)
+    (tmp_path / "solutions.html").write_text(SOLUTIONS_PAGE)
+    with LocalServer(tmp_path) as server:
+        figures = visit(context, server.origin, "figures.html", chapter=True)
+        solutions = visit(context, server.origin, "solutions.html", chapter=True)
+    assert figure_problems(figures.figures) == [
+        "b.png: no alt text (alt='_images/b.png')",
+        "c.png: <figure> without a caption",
+        "d.png: not in a <figure>",
+        "e.png: no alt text (alt='')",
+        "e.png: not in a <figure>",
+    ]
+    assert [(b["shown"], a["shown"]) for b, a in solutions.solutions] == [(False, True), (True, False), (False, False)]
+    assert solution_problems(solutions) == [
+        "'Solution of b' is open before any click",
+        "'Solution of b' did not open on click",
+        "'Solution of c' did not open on click",
+    ]
