@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import threading
-import tomllib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -34,7 +33,7 @@ from urllib.parse import quote, unquote, urlsplit
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from project_tools import ROOT, normalize
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 REQUIRED = os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1"
@@ -99,11 +98,9 @@ def chapter_files() -> list[str]:
 
 
 def repository() -> tuple[str, str, str]:
-    """``(org, repo, branch)`` from ``[project.urls]`` of pyproject.toml."""
-    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
-    url = urls["Repository"].rstrip("/")
-    branch = urls["Branch"].removeprefix(url + "/tree/")
-    org, repo = url.removeprefix("https://github.com/").split("/")
+    """``(org, repo, branch)`` of the repository written in ``[project.urls]`` of pyproject.toml."""
+    url, branch = normalize.repository()
+    org, repo = url.rstrip("/").removeprefix("https://github.com/").split("/")
     return org, repo, branch
 
 

@@ -19,7 +19,6 @@ be reached; any other failure fails.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -37,10 +36,7 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("normalize_notebooks", ROOT / "tools" / "normalize_notebooks.py")
-normalize = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(normalize)
+from project_tools import ROOT, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
 RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel")

@@ -1,18 +1,13 @@
 """Repository-wide checks: the repository URL is written once (pyproject.toml) and everything else
 agrees with it; every figure of the book is described; every chapter states its objectives and ends
 with a summary."""
-import importlib.util
 import json
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("normalize_notebooks", ROOT / "tools" / "normalize_notebooks.py")
-normalize = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(normalize)
+from project_tools import ROOT, normalize
 
 URL, BRANCH = normalize.repository()
 
