@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("0*.ipynb"))
 CJK = re.compile(r"[\u4e00-\u9fff]")
+# (label, identifier, chapter) of every row of the exercise index
+EXERCISE_ROWS = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
+                           (BOOK / "exercises.md").read_text(), flags=re.MULTILINE)
 
 
 def markdown_cells(notebook: Path) -> list[str]:
@@ -46,8 +49,7 @@ def glossary_entries() -> dict[str, str]:
 
 
 def test_exercise_index_lists_every_exercise_of_the_package_in_book_order():
-    rows = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
-                      (BOOK / "exercises.md").read_text(), flags=re.MULTILINE)
+    rows = EXERCISE_ROWS
     assert sorted(ident for _, ident, _ in rows) == sorted(item["id"] for item in list_exercises())
     book_order = []
     for notebook in CHAPTERS:
@@ -56,9 +58,7 @@ def test_exercise_index_lists_every_exercise_of_the_package_in_book_order():
     assert [(label, chapter) for label, _, chapter in rows] == book_order
 
 
-@pytest.mark.parametrize("label, ident, chapter", re.findall(
-    r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
-    (BOOK / "exercises.md").read_text(), flags=re.MULTILINE))
+@pytest.mark.parametrize("label, ident, chapter", EXERCISE_ROWS)
 def test_each_indexed_exercise_is_checked_under_its_identifier(label, ident, chapter):
     text = notebook_text(BOOK / f"{chapter}.ipynb")
     after_label = text[text.index(f":label: {label}"):]
