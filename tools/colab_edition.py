@@ -1,0 +1,595 @@
+"""Generate the Colab edition of the book: ``notebooks/<name>.ipynb`` from ``book/<name>.ipynb``.
+
+Colab (like JupyterLab and nbconvert) renders a Markdown cell as CommonMark plus ``$`` math, so
+the MyST of the book's Markdown cells would show as raw text there. This converter rewrites
+each chapter's Markdown cells into plain CommonMark with links to the published book, and
+copies every code cell byte for byte:
+
+* ``{term}`queries <query>``` -> a link to the term on the glossary page of the published site;
+* ``{cite:p}`key``` -> "(Vaswani et al., 2017)", linked to the references page (authors and
+  year from ``book/references.bib``);
+* ``{numref}`label``` -> "Figure 3.2" / "Section 6.5" / "Exercise 1.2", linked to the chapter
+  page; the numbers are the book's: the chapter's place in the numbered part of ``_toc.yml``,
+  then the ordinal of the figure, exercise or (numbered) section within the chapter;
+* ``{doc}`name``` -> the page's title, linked; ``{ref}`` and ``{math}`` likewise;
+* admonitions (``:::{admonition} Title``, ```` ```{note} ````, ...) -> a quoted block with a bold title;
+* ``{exercise-start}`` -> a heading "Exercise 1.2: Title"; ``{exercise-end}`` and
+  ``{solution-end}`` disappear; ``{solution-start}`` -> a heading "Solution to Exercise 1.2";
+* section headings get the book's numbers ("## 1.3. Why divide ..."), labels ``(name)=`` go;
+* a figure's caption (myst-nb cell metadata) becomes a Markdown cell under its code cell,
+  "**Figure 1.1.** caption";
+* Markdown cells tagged ``remove-cell`` are dropped; code cells all stay, in order (so the
+  set-up cell stays first), with their tags.
+
+Anything the converter does not know (an unknown role or directive, a label that does not
+exist) stops it with an error naming the chapter, rather than leaving MyST for Colab to show.
+
+The published site's URL is ``Homepage`` in ``[project.urls]`` of pyproject.toml; the
+chapters are those of ``_toc.yml``. Nothing here names a chapter.
+
+Usage: ``python tools/colab_edition.py`` (or ``make colab``) rewrites ``notebooks/``;
+``python tools/colab_edition.py --check`` lists what is out of date and exits with 1 (a test
+runs it, so a chapter edit cannot leave the Colab edition stale).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+OUT = ROOT / "notebooks"
+GENERATED_NOTE = "generated from"
+
+# Admonition directives and the title they show when the directive gives none.
+ADMONITIONS = {
+    "admonition": "", "note": "Note", "tip": "Tip", "hint": "Hint", "important": "Important",
+    "warning": "Warning", "caution": "Caution", "attention": "Attention", "danger": "Danger",
+    "error": "Error", "seealso": "See also", "margin": "", "sidebar": "", "dropdown": "", "topic": "",
+}
+ROLE = re.compile(r"\{(?P<name>[a-z][a-z0-9:_-]*)\}`(?P<content>[^`]*)`")
+CODE_SPAN = re.compile(r"(?P<ticks>`+)(?P<code>.+?)(?<!`)(?P=ticks)(?!`)", re.S)
+TARGET = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
+FENCE_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[a-zA-Z][\w:-]*)\}\s*(?P<args>.*?)\s*$")
+CODE_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?!.*\{)")
+LABEL_LINE = re.compile(r"^\((?P<label>[^()\s]+)\)=\s*$")
+HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.+?)\s*#*\s*$")
+OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*)$")
+MATH_LABEL = re.compile(r"^(?P<close>.*\$\$)\s*\([^()]+\)\s*$")
+
+
+class ConversionError(ValueError):
+    """MyST the converter cannot turn into CommonMark; names the chapter and what was found."""
+
+
+# -- the book: site URL, table of contents, glossary, references ------------------------------
+
+
+def project_urls() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+
+
+def site_url() -> str:
+    """The published book, ``Homepage`` of ``[project.urls]``, with a trailing slash."""
+    return project_urls()["Homepage"].rstrip("/") + "/"
+
+
+def page_url(doc: str, anchor: str = "") -> str:
+    """The URL of ``doc`` (``book/glossary``) on the published site, with ``#anchor``."""
+    return site_url() + doc + ".html" + (f"#{anchor}" if anchor else "")
+
+
+@cache
+def toc() -> list[tuple[str, int | None]]:
+    """``(doc, chapter number or None)`` for every chapter of ``_toc.yml``, in order.
+
+    Numbered parts count on from one another (Jupyter Book's multi-toc numbering); nested
+    ``sections`` are not chapters of their own here.
+    """
+    data = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    out, number = [], 0
+    for part in data.get("parts", [{"chapters": data.get("chapters", [])}]):
+        for chapter in part.get("chapters", []):
+            if "file" not in chapter:
+                continue
+            if part.get("numbered"):
+                number += 1
+                out.append((chapter["file"], number))
+            else:
+                out.append((chapter["file"], None))
+    return out
+
+
+def chapters() -> list[tuple[str, int | None]]:
+    """The documents of ``_toc.yml`` that are notebooks (``book/01_x``), with their numbers."""
+    return [(doc, n) for doc, n in toc() if (ROOT / f"{doc}.ipynb").exists()]
+
+
+def term_id(term: str) -> str:
+    """The id Sphinx gives a glossary term: ``make_id(env, document, "term", term)``."""
+    from sphinx.util.nodes import _make_id
+
+    return _make_id(f"term-{term}")
+
+
+@cache
+def glossary() -> dict[str, str]:
+    """``{term in lower case: anchor}`` of the glossary page (``term-<id>``, as Sphinx writes it)."""
+    text = (BOOK / "glossary.md").read_text()
+    terms = {}
+    for match in re.finditer(r"^:{3,}\{glossary\}\n(?P<body>.*?)^:{3,}\s*$", text, re.S | re.M):
+        for line in match.group("body").splitlines():
+            if line and not line[0].isspace() and not line.startswith(":"):
+                terms[line.strip().lower()] = term_id(line.strip())
+    if len(set(terms.values())) != len(terms):
+        raise ConversionError("two glossary terms share an anchor")
+    return terms
+
+
+def _latex_to_text(text: str) -> str:
+    from pybtex.richtext import Text
+
+    return Text.from_latex(text).render_as("text")
+
+
+@cache
+def bib_entries() -> dict:
+    from pybtex.database import parse_file
+
+    return dict(parse_file(str(BOOK / "references.bib")).entries)
+
+
+@cache
+def bibliography() -> dict[str, tuple[str, str]]:
+    """``{key: (authors, year)}`` of ``book/references.bib``: "Vaswani et al.", "2017"."""
+    out = {}
+    for key, entry in bib_entries().items():
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [_latex_to_text(" ".join(p.prelast_names + p.last_names) or str(p)) for p in people]
+        if not names:  # no author: the title (its original words, before a translation in parentheses)
+            title = _latex_to_text(entry.fields.get("title", key))
+            names = [f"*{title.split(' (')[0].strip()}*"]
+        authors = names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
+        year = _latex_to_text(entry.fields.get("year", "n.d."))
+        out[key] = (authors, year)
+    return out
+
+
+# One id per entry and per {bibliography} directive of the references page, as _config.yml's
+# ``bibtex_cite_id: "cite-{bibliography_count}-{key}"`` makes sphinxcontrib-bibtex write them.
+BIB_FILTER = re.compile(r"""^(?P<negate>not\s+)?(?P<field>\w+)\s*%\s*(?P<quote>["'])(?P<pattern>.*)(?P=quote)$""")
+
+
+@cache
+def bibliography_sections() -> list[str]:
+    """The ``:filter:`` of each ``{bibliography}`` directive of ``book/references.md``, in order."""
+    text = (BOOK / "references.md").read_text()
+    filters = []
+    for match in re.finditer(r"^(`{3,}|:{3,})\{bibliography\}[^\n]*\n(?P<options>(?::[^\n]*\n)*)", text, re.M):
+        option = re.search(r"^:filter:\s*(.*)$", match.group("options"), re.M)
+        filters.append(option.group(1).strip() if option else "")
+    return filters
+
+
+def _admits(condition: str, fields: dict) -> bool:
+    if not condition:
+        return True
+    match = BIB_FILTER.match(condition)
+    if match is None:
+        raise ConversionError(f"references.md: a :filter: the Colab edition cannot read: {condition!r}")
+    found = re.search(match.group("pattern"), str(fields.get(match.group("field"), "")), re.I) is not None
+    return found != bool(match.group("negate"))
+
+
+def cite_anchor(key: str) -> str:
+    """The id of a citation on the references page: its first bibliography that admits it."""
+    from docutils.nodes import make_id
+
+    fields = {k.lower(): v for k, v in bib_entries()[key].fields.items()}
+    for count, condition in enumerate(bibliography_sections(), start=1):
+        if _admits(condition, fields):
+            return make_id(f"cite-{count}-{key}")
+    raise ConversionError(f"references.md lists no bibliography that holds {key!r}")
+
+
+# -- what the chapters define: numbered sections, figures, exercises, titles ------------------
+
+
+@dataclass
+class Target:
+    kind: str  # "Section", "Figure", "Exercise"
+    number: str | None  # "3.2"; None in an unnumbered chapter
+    doc: str
+    title: str = ""
+
+
+@dataclass
+class Chapter:
+    doc: str
+    number: int | None
+    title: str = ""
+    targets: dict[str, Target] = field(default_factory=dict)
+    # ordinal of each heading of the chapter, in order: [(level, "1.2")]
+    headings: list[str | None] = field(default_factory=list)
+
+
+def _markdown_lines(source: str):
+    """``(line, in_code)`` for each line: ``in_code`` inside a fenced code block (not a directive)."""
+    fence = None
+    for line in source.splitlines():
+        if fence is None:
+            match = CODE_FENCE.match(line)
+            if match:
+                fence = match.group("fence")
+                yield line, True
+                continue
+            yield line, False
+        else:
+            yield line, True
+            if line.strip().startswith(fence[0] * len(fence)) and set(line.strip()) == {fence[0]}:
+                fence = None
+
+
+def _number(chapter: int | None, *ordinals: int) -> str | None:
+    return None if chapter is None else ".".join(str(n) for n in (chapter, *ordinals))
+
+
+def scan_chapter(doc: str, number: int | None) -> Chapter:
+    """Number the sections, figures and exercises of one chapter in the order the book does."""
+    nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
+    chapter = Chapter(doc, number)
+    counters = [0] * 7  # by heading level
+    figures = exercises = 0
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            name = cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name")
+            if name:
+                figures += 1
+                chapter.targets[name] = Target("Figure", _number(number, figures), doc)
+            continue
+        if cell["cell_type"] != "markdown" or "remove-cell" in cell.get("metadata", {}).get("tags", []):
+            continue
+        pending_label = None
+        lines = list(_markdown_lines(source))
+        for index, (line, in_code) in enumerate(lines):
+            if in_code:
+                continue
+            label = LABEL_LINE.match(line)
+            if label:
+                pending_label = label.group("label")
+                continue
+            heading = HEADING.match(line)
+            if heading:
+                level = len(heading.group("hashes"))
+                if level == 1:
+                    chapter.title = chapter.title or heading.group("title")
+                    chapter.headings.append(None)
+                else:
+                    counters[level] += 1
+                    counters[level + 1:] = [0] * (6 - level)
+                    ordinal = _number(number, *counters[2:level + 1])
+                    chapter.headings.append(ordinal)
+                    if pending_label:
+                        chapter.targets[pending_label] = Target("Section", ordinal, doc, heading.group("title"))
+                pending_label = None
+                continue
+            directive = FENCE_OPEN.match(line)
+            if directive and directive.group("name") in ("exercise-start", "exercise"):
+                exercises += 1
+                for option_line, _ in lines[index + 1:]:
+                    option = OPTION.match(option_line)
+                    if not option:
+                        break
+                    if option.group("key") == "label":
+                        chapter.targets[option.group("value").strip()] = Target(
+                            "Exercise", _number(number, exercises), doc, directive.group("args"))
+            if line.strip():
+                pending_label = None
+    return chapter
+
+
+@cache
+def book_index() -> dict[str, Chapter]:
+    return {doc: scan_chapter(doc, number) for doc, number in chapters()}
+
+
+def find_target(label: str) -> Target:
+    for chapter in book_index().values():
+        if label in chapter.targets:
+            return chapter.targets[label]
+    raise ConversionError(f"no figure, section or exercise is labelled {label!r}")
+
+
+def doc_title(doc: str) -> str:
+    """The title of a page of the book: its first ``# `` heading."""
+    path = next((ROOT / f"{doc}{suffix}" for suffix in (".ipynb", ".md") if (ROOT / f"{doc}{suffix}").exists()), None)
+    if path is None:
+        raise ConversionError(f"no page {doc!r} in the book")
+    if path.suffix == ".ipynb":
+        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    match = re.search(r"^# (.+)$", text, re.M)
+    return match.group(1).strip() if match else doc
+
+
+# -- converting Markdown ------------------------------------------------------------------------
+
+
+class Converter:
+    """Converts the Markdown of one chapter (``doc``, a path without suffix such as ``book/01_x``)."""
+
+    def __init__(self, doc: str):
+        self.doc = doc
+        self.chapter = book_index()[doc]
+        self.heading_index = 0
+
+    def fail(self, what: str) -> None:
+        raise ConversionError(f"{self.doc}.ipynb: {what}")
+
+    def resolve_doc(self, name: str) -> str:
+        """A ``{doc}`` target, relative to the chapter's folder, as a path from the book root."""
+        base = Path(self.doc).parent
+        path = (base / name).as_posix() if not name.startswith("/") else name.lstrip("/")
+        return re.sub(r"\.(ipynb|md)$", "", path)
+
+    # inline -----------------------------------------------------------------------------------
+
+    def role(self, name: str, content: str) -> str:
+        split = TARGET.match(content)
+        text, target = (split.group("text"), split.group("target")) if split else (None, content)
+        if name == "term":
+            anchor = glossary().get(target.strip().lower())
+            if anchor is None:
+                self.fail(f"{{term}}`{content}`: no such glossary term")
+            return f"[{text or target}]({page_url('book/glossary', anchor)})"
+        if name in ("cite", "cite:p", "cite:t", "cite:ps", "cite:ts"):
+            refs = []
+            for key in (k.strip() for k in target.split(",")):
+                if key not in bibliography():
+                    self.fail(f"{{{name}}}`{content}`: no entry {key!r} in references.bib")
+                authors, year = bibliography()[key]
+                link = page_url("book/references", cite_anchor(key))
+                refs.append(f"[{authors} ({year})]({link})" if name.startswith("cite:t") else f"[{authors}, {year}]({link})")
+            return "; ".join(refs) if name.startswith("cite:t") else f"({'; '.join(refs)})"
+        if name == "numref":
+            found = find_target(target.strip())
+            if found.number is None:
+                self.fail(f"{{numref}}`{content}`: the target is in an unnumbered chapter")
+            words = text.replace("%s", found.number).replace("{number}", found.number) if text else f"{found.kind} {found.number}"
+            return f"[{words}]({page_url(found.doc, target.strip())})"
+        if name == "ref":
+            found = find_target(target.strip())
+            return f"[{text or found.title or found.kind}]({page_url(found.doc, target.strip())})"
+        if name == "doc":
+            doc = self.resolve_doc(target.strip())
+            return f"[{text or doc_title(doc)}]({page_url(doc)})"
+        if name == "math":
+            return f"${content}$"
+        self.fail(f"the role {{{name}}} has no Colab rendering")
+        return ""
+
+    def inline(self, text: str) -> str:
+        """Roles replaced, everything inside code spans left alone."""
+        out, position = [], 0
+        pattern = re.compile(f"{ROLE.pattern}|{CODE_SPAN.pattern}", re.S)
+        for match in pattern.finditer(text):
+            out.append(text[position:match.start()])
+            out.append(self.role(match.group("name"), match.group("content")) if match.group("name") else match.group(0))
+            position = match.end()
+        out.append(text[position:])
+        return "".join(out)
+
+    # blocks -----------------------------------------------------------------------------------
+
+    def heading(self, line: str) -> str:
+        match = HEADING.match(line)
+        ordinal = self.chapter.headings[self.heading_index] if self.heading_index < len(self.chapter.headings) else None
+        self.heading_index += 1
+        hashes, title = match.group("hashes"), self.inline(match.group("title"))
+        if len(hashes) == 1 and self.chapter.number is not None:
+            return f"# {self.chapter.number}. {title}"
+        return f"{hashes} {ordinal}. {title}" if ordinal else f"{hashes} {title}"
+
+    def directive(self, name: str, args: str, options: dict[str, str], body: list[str]) -> list[str]:
+        content = self.blocks(body) if body else []
+        if name in ("exercise-start", "exercise"):
+            found = self.chapter.targets.get(options.get("label", ""))
+            if found is None or found.number is None:
+                self.fail(f"an exercise without a :label: of a numbered chapter ({args!r})")
+            title = self.inline(args)
+            head = f"### Exercise {found.number}" + (f": {title}" if title else "")
+            return [head, *([""] + content if content else [])]
+        if name in ("exercise-end", "solution-end"):
+            return []
+        if name in ("solution-start", "solution"):
+            found = find_target(args.strip())
+            title = f"Solution to Exercise {found.number}"
+            if name == "solution-start":
+                return [f"#### {title}"]
+            return self.quote(title, content)
+        if name in ADMONITIONS:
+            return self.quote(self.inline(args) or ADMONITIONS[name] or name.capitalize(), content)
+        if name == "math":
+            return ["$$", *body, "$$"]
+        self.fail(f"the directive {{{name}}} has no Colab rendering")
+        return []
+
+    @staticmethod
+    def quote(title: str, content: list[str]) -> list[str]:
+        lines = [f"**{title}**", "", *content] if title else content
+        return [f"> {line}" if line else ">" for line in lines]
+
+    def blocks(self, lines: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        in_math = False
+        while i < len(lines):
+            line = lines[i]
+            code = CODE_FENCE.match(line)
+            if code and not in_math:  # a fenced code block: verbatim up to its closing fence
+                fence = code.group("fence")
+                out.append(line)
+                i += 1
+                while i < len(lines):
+                    out.append(lines[i])
+                    i += 1
+                    if set(lines[i - 1].strip()) == {fence[0]} and len(lines[i - 1].strip()) >= len(fence):
+                        break
+                continue
+            directive = FENCE_OPEN.match(line)
+            if directive and not in_math:
+                fence = directive.group("fence")
+                i += 1
+                options = {}
+                while i < len(lines) and OPTION.match(lines[i]):
+                    option = OPTION.match(lines[i])
+                    options[option.group("key")] = option.group("value").strip()
+                    i += 1
+                body = []
+                while i < len(lines) and not (set(lines[i].strip()) == {fence[0]} and len(lines[i].strip()) >= len(fence)):
+                    body.append(lines[i])
+                    i += 1
+                if i == len(lines):
+                    self.fail(f"the directive {{{directive.group('name')}}} is not closed")
+                i += 1
+                while body and not body[0].strip():
+                    body.pop(0)
+                out.extend(self.directive(directive.group("name"), directive.group("args"), options, body))
+                continue
+            if LABEL_LINE.match(line) and not in_math:
+                i += 1
+                continue
+            if line.strip().startswith("$$"):
+                closes_here = line.strip() != "$$" and line.rstrip().endswith("$$") and len(line.strip()) > 2
+                if in_math or closes_here:
+                    label = MATH_LABEL.match(line)
+                    line = label.group("close") if label else line
+                    in_math = False if in_math else in_math
+                else:
+                    in_math = True
+                out.append(line)
+                i += 1
+                continue
+            if in_math:
+                label = MATH_LABEL.match(line)
+                if label:  # "... $$ (label)"
+                    line, in_math = label.group("close"), False
+                elif line.rstrip().endswith("$$"):
+                    in_math = False
+                out.append(line)
+                i += 1
+                continue
+            begin = re.match(r"^\\begin\{(?P<env>[a-zA-Z*]+)\}", line)
+            if begin:  # a top-level amsmath environment: Colab needs it inside $$
+                end = f"\\end{{{begin.group('env')}}}"
+                block = [line]
+                while end not in block[-1] and i + 1 < len(lines):
+                    i += 1
+                    block.append(lines[i])
+                out.extend(["$$", *block, "$$"])
+                i += 1
+                continue
+            if HEADING.match(line):
+                out.append(self.heading(line))
+            else:
+                out.append(self.inline(line))
+            i += 1
+        return out
+
+    def markdown(self, source: str) -> str:
+        lines = self.blocks(source.splitlines())
+        text = "\n".join(lines)
+        return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+# -- notebooks ----------------------------------------------------------------------------------
+
+
+def banner(doc: str, number: int | None) -> str:
+    name = f"chapter {number}" if number is not None else "a chapter"
+    return (f"*The Colab edition of [{name}]({page_url(doc)}) of [the book]({site_url()}), "
+            f"{GENERATED_NOTE} `{doc}.ipynb` (edit that, not this).*")
+
+
+def convert(doc: str) -> dict:
+    """The Colab notebook of chapter ``doc`` (``book/01_x``)."""
+    nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
+    converter = Converter(doc)
+    cells, titled = [], False
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell["cell_type"] == "code":
+            cells.append(cell)
+            figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+            if figure.get("name"):
+                found = converter.chapter.targets[figure["name"]]
+                caption = converter.inline(figure.get("caption", "").strip())
+                label = f"Figure {found.number}." if found.number else "Figure."
+                cells.append({"cell_type": "markdown", "id": f"{cell.get('id', 'cell')}-caption", "metadata": {},
+                              "source": f"**{label}** {caption}"})
+            continue
+        if cell["cell_type"] != "markdown" or "remove-cell" in tags:
+            continue
+        text = converter.markdown("".join(cell["source"]))
+        if not titled and text.startswith("# "):
+            title, _, rest = text.partition("\n")
+            text = f"{title}\n\n{banner(doc, converter.chapter.number)}\n{rest}".rstrip("\n")
+            titled = True
+        if text.strip():
+            cells.append({"cell_type": "markdown", "id": cell.get("id", f"md{len(cells)}"), "metadata": {}, "source": text})
+    out = {key: value for key, value in nb.items() if key != "cells"}
+    out["cells"] = cells
+    return out
+
+
+def dump(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def expected() -> dict[Path, str]:
+    """``{path under notebooks/: text}`` of the whole Colab edition."""
+    return {OUT / f"{Path(doc).name}.ipynb": dump(convert(doc)) for doc, _ in chapters()}
+
+
+def stale() -> list[str]:
+    """What differs between ``notebooks/`` and what the book generates (empty when in sync)."""
+    want = expected()
+    problems = [f"{OUT.name}/{path.name} is out of date" for path, text in want.items()
+                if not path.exists() or path.read_text() != text]
+    problems += [f"{OUT.name}/{path.name} is no chapter of _toc.yml" for path in sorted(OUT.glob("*.ipynb"))
+                 if path not in want]
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        problems = stale()
+        for problem in problems:
+            print(f"{problem} (run python tools/colab_edition.py)")
+        return 1 if problems else 0
+    OUT.mkdir(exist_ok=True)
+    want = expected()
+    for path in OUT.glob("*.ipynb"):
+        if path not in want:
+            path.unlink()
+    for path, text in want.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
