@@ -11,7 +11,7 @@ BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test benchmark clean
+.PHONY: book test colab benchmark clean
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -27,6 +27,10 @@ $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 	touch $@
 
 book: $(BOOK)
+
+# The Colab edition: notebooks/ regenerated from book/ (tests/test_colab_edition.py checks it is in step).
+colab: $(BIN)/.installed
+	$(BIN)/python tools/colab_edition.py
 
 test: $(BIN)/.installed $(BOOK)
 	$(BIN)/python -m pytest

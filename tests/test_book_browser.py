@@ -6,7 +6,7 @@ every page of ``_toc.yml`` and every other HTML file of the build. On each page:
 request, no request to any host but the local server (the book must work offline); every
 internal link resolves (the file exists and its ``#fragment`` is an id on the target page);
 every image loads; the math is typeset by MathJax. On each chapter (notebook) page: the
-Colab link opens that notebook on the repository and branch of ``pyproject.toml``; the
+Colab link opens that chapter's Colab edition (``notebooks/``) on the repository and branch of ``pyproject.toml``; the
 exercise solutions start collapsed and open on click; every figure has a caption and alt
 text. The search page finds each chapter by a word of it. A full-page screenshot of every
 page of the table of contents is saved to ``_build/screenshots/<page>.png``, and the counts of
@@ -105,8 +105,10 @@ def repository() -> tuple[str, str, str]:
 
 
 def expected_colab_url(doc: str) -> str:
+    """The chapter's Colab edition (``notebooks/<name>.ipynb``), which Colab can render, on the branch."""
     org, repo, branch = repository()
-    return f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/{doc}.ipynb"
+    name = doc.rsplit("/", 1)[-1]
+    return f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/notebooks/{name}.ipynb"
 
 
 def solution_count(doc: str) -> int:

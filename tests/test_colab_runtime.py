@@ -1,4 +1,8 @@
-"""Every notebook runs in a fresh Colab-like runtime, installing the package with its own first cell.
+"""Every notebook of the Colab edition runs in a fresh Colab-like runtime, installing the package with its own first cell.
+
+The notebooks run are those a Colab user opens: ``notebooks/<name>.ipynb``, generated from
+``book/`` by ``tools/colab_edition.py`` (``tests/test_colab_edition.py`` keeps them in step
+with the book and proves their code cells are the book's, byte for byte).
 
 A new virtual environment gets only what a Colab runtime already has that matters here
 (torch, numpy, matplotlib and ipykernel, at the versions pinned in requirements.txt) and
@@ -36,11 +40,12 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from packaging.requirements import Requirement
 
-from project_tools import ROOT, normalize
+from project_tools import ROOT, colab, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
 RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel")
-NOTEBOOKS = normalize.notebooks()
+# The Colab edition, in the order of _toc.yml (what the Colab buttons and the README open).
+NOTEBOOKS = [colab.OUT / f"{Path(doc).name}.ipynb" for doc, _ in colab.chapters()]
 # pip's words when it cannot reach a package index (then the test is skipped, not failed).
 NO_INDEX = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution"

@@ -7,9 +7,10 @@ import tomllib
 
 import yaml
 
-from project_tools import ROOT, normalize
+from project_tools import ROOT, colab, normalize
 
 URL, BRANCH = normalize.repository()
+SITE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
 
 
 def test_canonical_url():
@@ -28,8 +29,35 @@ def test_readme_agrees():
     readme = (ROOT / "README.md").read_text()
     assert f"git+{URL}" in readme
     owner_repo = URL.removeprefix("https://github.com/")
-    for path in normalize.notebooks():  # every chapter has its Colab link
-        assert f"colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/book/{path.name}" in readme, path.name
+    for path in normalize.notebooks():  # every chapter has its Colab link, to its Colab edition
+        assert f"colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/notebooks/{path.name}" in readme, path.name
+        assert (ROOT / "notebooks" / path.name).is_file(), path.name
+    for link in re.findall(r"colab\.research\.google\.com/github/(\S+?\.ipynb)", readme):  # none to book/
+        assert link.startswith(f"{owner_repo}/blob/{BRANCH}/notebooks/"), link
+
+
+def test_site_url_is_written_once_and_everything_agrees():
+    """The published book is the GitHub Pages site of the repository; the rest derives from pyproject.toml."""
+    owner, repo = URL.removeprefix("https://github.com/").split("/")
+    assert SITE == f"https://{owner}.github.io/{repo}/"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["html"]["baseurl"] == SITE
+    assert colab.site_url() == SITE
+    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:5])  # the README's first lines
+    assert SITE in head and "(notebooks/)" in head
+    for name in ("README.md", "CONTRIBUTING.md", "_config.yml", ".github/workflows/book.yml", "book/intro.md"):
+        text = (ROOT / name).read_text()
+        for url in re.findall(r"https://[\w.-]+\.github\.io/[\w./-]*", text):
+            assert url.startswith(SITE.rstrip("/")), (name, url)
+
+
+def test_exercise_index_opens_the_colab_edition():
+    text = (ROOT / "book" / "exercises.md").read_text()
+    links = re.findall(r"https://colab\.research\.google\.com/github/([^)\s]+)", text)
+    assert links
+    for link in links:
+        assert link.startswith(f"{URL.removeprefix('https://github.com/')}/blob/{BRANCH}/notebooks/"), link
+        assert (ROOT / link.split(f"/blob/{BRANCH}/", 1)[1]).is_file(), link
 
 
 def test_every_notebook_is_normalised():
