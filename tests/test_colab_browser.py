@@ -5,7 +5,7 @@ notebook's Markdown rendered as CommonMark, its math left to MathJax), with Math
 served locally (the copy the book itself serves, from ``sphinx-mathjax-offline``) and
 configured as Jupyter configures it (``$...$`` and ``$$...$$``, environments processed).
 The page is opened in the browser test's Chromium (``tests/test_book_browser.py``): every
-formula must be typeset without error, no raw TeX (``$$``, ``\\frac``) and no raw MyST may
+formula must be typeset without error (or unknown macro), no raw TeX (``$$``, ``\\frac``) and no raw MyST may
 show in the page's text, and each exercise must have its "Exercise N.k" heading. A
 full-page screenshot of each chapter goes to ``_build/colab_screenshots/<name>.png``.
 
@@ -48,7 +48,8 @@ async () => {
   return {
     mathjax: (window.MathJax && MathJax.version) || null,
     typeset: document.querySelectorAll("mjx-container").length,
-    errors: document.querySelectorAll("mjx-merror, [data-mjx-error]").length,
+    // A TeX error, or a macro MathJax does not know (its noundefined package shows it in red).
+    errors: document.querySelectorAll("mjx-merror, [data-mjx-error], mjx-container mjx-mtext[style*='color: red']").length,
     text: text,
     exercises: [...document.querySelectorAll("h3")].map((h) => h.innerText.trim()).filter((t) => /^Exercise /.test(t)),
     figures: [...document.querySelectorAll("p")].map((p) => p.innerText.trim()).filter((t) => /^Figure \d+(\.\d+)*\. /.test(t)).length,
@@ -121,12 +122,15 @@ def expected_exercises(doc: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, browser):  # noqa: F811 - the fixture imported above
-    """Every generated notebook rendered, and the book's first chapter as it is (the counter-example)."""
+    """Every generated notebook rendered, and the book's first chapter as it is plus a bad macro (the counter-example)."""
     folder = tmp_path_factory.mktemp("colab-html")
     shutil.copytree(mathjax_folder(), folder / "mathjax")
     for doc in CHAPTERS:
         render(json.loads((colab.OUT / f"{Path(doc).name}.ipynb").read_text()), folder / f"{Path(doc).name}.html")
-    render(json.loads((ROOT / f"{CHAPTERS[0]}.ipynb").read_text()), folder / "raw-book-chapter.html")
+    raw = json.loads((ROOT / f"{CHAPTERS[0]}.ipynb").read_text())
+    raw["cells"].append({"cell_type": "markdown", "id": "bad-macro", "metadata": {},
+                         "source": "A macro MathJax lacks: $\\notamacro{x}$."})
+    render(raw, folder / "raw-book-chapter.html")
     context = browser.new_context(viewport={"width": 1100, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
     with LocalServer(folder) as server:
@@ -152,6 +156,7 @@ def test_the_check_fails_on_the_books_own_notebook(served):
     problems = page_problems(data, expected_exercises(CHAPTERS[0]))
     assert any(p.startswith("raw MyST") for p in problems)
     assert any(p.startswith("exercise headings") for p in problems)
+    assert any("MathJax errors" in p for p in problems)  # the undefined macro appended to the page
     broken = dict(data, typeset=0, errors=1, mathjax=None, text=data["text"] + "\nthe formula $$\\frac{a}{b}$$ raw")
     problems = page_problems(broken, [])
     for expected in ("MathJax 3 did not load", "no formula typeset", "MathJax errors", "raw TeX"):
