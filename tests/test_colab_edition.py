@@ -178,6 +178,30 @@ def test_converter_refuses_what_it_cannot_render(monkeypatch):
     assert converter.markdown("Not `{term}`code`` here") == "Not `{term}`code`` here"
 
 
+def test_converter_numbers_equations_and_figure_directives(tmp_path, monkeypatch):
+    """Constructs the current chapters do not use yet: a labelled equation, {eq}, a {figure} directive."""
+    (tmp_path / "book").mkdir()
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    cells = [
+        {"cell_type": "code", "source": "plot()", "metadata": {"mystnb": {"figure": {"name": "fig-t-code", "caption": "C."}}}},
+        {"cell_type": "markdown", "source": "# Title\n\n$$\na = b\n$$ (eq-t-a)\n\nSee {eq}`eq-t-a` and "
+         "{numref}`fig-t-pic`.\n\n```{figure} images/pic.png\n:name: fig-t-pic\n:alt: A picture\n\nThe caption.\n```"},
+    ]
+    (tmp_path / "book" / "09_t.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
+    monkeypatch.setattr(colab, "ROOT", tmp_path)
+    converter = colab.Converter.__new__(colab.Converter)
+    converter.doc, converter.heading_index = "book/09_t", 0
+    converter.chapter = colab.scan_chapter("book/09_t", 9)
+    assert {k: (t.kind, t.number) for k, t in converter.chapter.targets.items()} == {
+        "fig-t-code": ("Figure", "9.1"), "eq-t-a": ("Equation", "9.1"), "fig-t-pic": ("Figure", "9.2")}
+    out = converter.markdown(cells[1]["source"])
+    assert "a = b\n\\tag{9.1} $$" in out
+    assert f"[(9.1)]({SITE_URL}book/09_t.html#equation-eq-t-a)" in out
+    assert f"[Figure 9.2]({SITE_URL}book/09_t.html#fig-t-pic)" in out
+    assert f"![A picture]({SITE_URL}_images/pic.png)\n\n**Figure 9.2.** The caption." in out
+    assert markdown_problems({"cells": [{"cell_type": "markdown", "source": out}]}) == []
+
+
 # -- against the built book --------------------------------------------------------------------
 
 
@@ -214,6 +238,9 @@ def site_problems(nb: dict, site: Path) -> list[str]:
             continue
         tokens = list(walk(parse(cell["source"])))
         for position, token in enumerate(tokens):
+            if token.type == "image" and token.attrs["src"].startswith(SITE_URL):
+                if not (site / token.attrs["src"].removeprefix(SITE_URL)).is_file():
+                    problems.append(f"{token.attrs['src']}: no such image in the built book")
             if token.type != "link_open" or not token.attrs["href"].startswith(SITE_URL):
                 continue
             href = token.attrs["href"]
@@ -279,10 +306,12 @@ def test_built_book_check_can_fail():
         if cell["cell_type"] == "markdown":
             cell["source"] = (cell["source"].replace("[Figure 1.2]", "[Figure 1.3]")
                               .replace("#term-", "#term-no-such-").replace("[Exercise 1.", "[Exercise 7."))
-    wrong["cells"].append({"cell_type": "markdown", "source": f"[Exercise 1.2]({colab.page_url(CHAPTERS[0], 'ex-none')})"})
+    wrong["cells"].append({"cell_type": "markdown", "source": f"[Exercise 1.2]({colab.page_url(CHAPTERS[0], 'ex-none')}) "
+                                                              f"![a picture]({SITE_URL}_images/no-such-picture.png)"})
     problems = site_problems(wrong, BUILT)
     assert any("no id 'term-no-such-" in p for p in problems)
     assert any("no id 'ex-none'" in p for p in problems)
+    assert any("no-such-picture.png: no such image" in p for p in problems)
     assert any("'Figure 1.3'" in p and "Fig. 1.2" in p for p in problems)
     renumbered = json.loads(json.dumps(nb))
     for cell in renumbered["cells"]:

@@ -11,7 +11,9 @@ copies every code cell byte for byte:
 * ``{numref}`label``` -> "Figure 3.2" / "Section 6.5" / "Exercise 1.2", linked to the chapter
   page; the numbers are the book's: the chapter's place in the numbered part of ``_toc.yml``,
   then the ordinal of the figure, exercise or (numbered) section within the chapter;
-* ``{doc}`name``` -> the page's title, linked; ``{ref}`` and ``{math}`` likewise;
+* ``{doc}`name``` -> the page's title, linked; ``{ref}`` and ``{math}`` likewise; ``{eq}`label```
+  -> "(3.1)" linked, and the labelled equation ``$$ ... $$ (label)`` gets ``\\tag{3.1}``;
+* a ``{figure}`` directive -> the image from the published site, then "**Figure 3.2.** caption";
 * admonitions (``:::{admonition} Title``, ```` ```{note} ````, ...) -> a quoted block with a bold title;
 * ``{exercise-start}`` -> a heading "Exercise 1.2: Title"; ``{exercise-end}`` and
   ``{solution-end}`` disappear; ``{solution-start}`` -> a heading "Solution to Exercise 1.2";
@@ -66,7 +68,7 @@ CODE_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?!.*\{)")
 LABEL_LINE = re.compile(r"^\((?P<label>[^()\s]+)\)=\s*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.+?)\s*#*\s*$")
 OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*)$")
-MATH_LABEL = re.compile(r"^(?P<close>.*\$\$)\s*\([^()]+\)\s*$")
+MATH_LABEL = re.compile(r"^(?P<close>.*\$\$)\s*\((?P<label>[^()]+)\)\s*$")
 
 
 class ConversionError(ValueError):
@@ -250,7 +252,7 @@ def scan_chapter(doc: str, number: int | None) -> Chapter:
     nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
     chapter = Chapter(doc, number)
     counters = [0] * 7  # by heading level
-    figures = exercises = 0
+    figures = exercises = equations = 0
     for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "code":
@@ -285,7 +287,25 @@ def scan_chapter(doc: str, number: int | None) -> Chapter:
                         chapter.targets[pending_label] = Target("Section", ordinal, doc, heading.group("title"))
                 pending_label = None
                 continue
+            math_label = MATH_LABEL.match(line)
+            if math_label:  # a labelled $$ ... $$ (label): Sphinx numbers it
+                equations += 1
+                chapter.targets[math_label.group("label")] = Target("Equation", _number(number, equations), doc)
             directive = FENCE_OPEN.match(line)
+            options = {}
+            if directive:
+                for option_line, _ in lines[index + 1:]:
+                    option = OPTION.match(option_line)
+                    if not option:
+                        break
+                    options[option.group("key")] = option.group("value").strip()
+            if directive and directive.group("name") == "figure":
+                figures += 1
+                if options.get("name"):
+                    chapter.targets[options["name"]] = Target("Figure", _number(number, figures), doc)
+            if directive and directive.group("name") == "math" and options.get("label"):
+                equations += 1
+                chapter.targets[options["label"]] = Target("Equation", _number(number, equations), doc)
             if directive and directive.group("name") in ("exercise-start", "exercise"):
                 exercises += 1
                 for option_line, _ in lines[index + 1:]:
@@ -339,6 +359,10 @@ class Converter:
     def fail(self, what: str) -> None:
         raise ConversionError(f"{self.doc}.ipynb: {what}")
 
+    def find(self, label: str) -> Target:
+        """A target of this chapter, or of any chapter of the book."""
+        return self.chapter.targets.get(label) or find_target(label)
+
     def resolve_doc(self, name: str) -> str:
         """A ``{doc}`` target, relative to the chapter's folder, as a path from the book root."""
         base = Path(self.doc).parent
@@ -365,19 +389,24 @@ class Converter:
                 refs.append(f"[{authors} ({year})]({link})" if name.startswith("cite:t") else f"[{authors}, {year}]({link})")
             return "; ".join(refs) if name.startswith("cite:t") else f"({'; '.join(refs)})"
         if name == "numref":
-            found = find_target(target.strip())
+            found = self.find(target.strip())
             if found.number is None:
                 self.fail(f"{{numref}}`{content}`: the target is in an unnumbered chapter")
             words = text.replace("%s", found.number).replace("{number}", found.number) if text else f"{found.kind} {found.number}"
             return f"[{words}]({page_url(found.doc, target.strip())})"
         if name == "ref":
-            found = find_target(target.strip())
+            found = self.find(target.strip())
             return f"[{text or found.title or found.kind}]({page_url(found.doc, target.strip())})"
         if name == "doc":
             doc = self.resolve_doc(target.strip())
             return f"[{text or doc_title(doc)}]({page_url(doc)})"
         if name == "math":
             return f"${content}$"
+        if name == "eq":
+            found = self.find(target.strip())
+            if found.kind != "Equation" or found.number is None:
+                self.fail(f"{{eq}}`{content}`: no numbered equation of that label")
+            return f"[{text or f'({found.number})'}]({page_url(found.doc, 'equation-' + target.strip())})"
         self.fail(f"the role {{{name}}} has no Colab rendering")
         return ""
 
@@ -415,7 +444,7 @@ class Converter:
         if name in ("exercise-end", "solution-end"):
             return []
         if name in ("solution-start", "solution"):
-            found = find_target(args.strip())
+            found = self.find(args.strip())
             title = f"Solution to Exercise {found.number}"
             if name == "solution-start":
                 return [f"#### {title}"]
@@ -423,9 +452,30 @@ class Converter:
         if name in ADMONITIONS:
             return self.quote(self.inline(args) or ADMONITIONS[name] or name.capitalize(), content)
         if name == "math":
-            return ["$$", *body, "$$"]
+            tag = self.tag(options.get("label"))
+            return ["$$", *body, *([tag] if tag else []), "$$"]
+        if name in ("figure", "image"):
+            found = self.chapter.targets.get(options.get("name", ""))
+            image = f"![{options.get('alt', '')}]({site_url()}_images/{Path(args.strip()).name})"
+            if name == "image" or not content:
+                return [image]
+            label = f"**Figure {found.number}.**" if found and found.number else "**Figure.**"
+            return [image, "", f"{label} {' '.join(content)}"]
         self.fail(f"the directive {{{name}}} has no Colab rendering")
         return []
+
+    def labelled(self, match: re.Match) -> str:
+        """The closing line of ``$$ ... $$ (label)`` without the label, the number tagged before ``$$``."""
+        close = match.group("close")
+        tag = self.tag(match.group("label"))
+        return f"{close[:-2].rstrip()} {tag} $$".lstrip() if tag else close
+
+    def tag(self, label: str | None) -> str:
+        """``\\tag{3.1}`` for a labelled equation, so the Colab reader sees the book's number."""
+        if not label:
+            return ""
+        found = self.chapter.targets.get(label)
+        return f"\\tag{{{found.number}}}" if found and found.number else ""
 
     @staticmethod
     def quote(title: str, content: list[str]) -> list[str]:
@@ -476,7 +526,7 @@ class Converter:
                 closes_here = line.strip() != "$$" and line.rstrip().endswith("$$") and len(line.strip()) > 2
                 if in_math or closes_here:
                     label = MATH_LABEL.match(line)
-                    line = label.group("close") if label else line
+                    line = self.labelled(label) if label else line
                     in_math = False if in_math else in_math
                 else:
                     in_math = True
@@ -486,7 +536,7 @@ class Converter:
             if in_math:
                 label = MATH_LABEL.match(line)
                 if label:  # "... $$ (label)"
-                    line, in_math = label.group("close"), False
+                    line, in_math = self.labelled(label), False
                 elif line.rstrip().endswith("$$"):
                     in_math = False
                 out.append(line)
