@@ -319,3 +319,17 @@ def test_built_book_check_can_fail():
             cell["source"] = re.sub(r"^(#+) 1\.2\. ", r"\1 1.9. ", cell["source"], flags=re.M)
             cell["source"] = cell["source"].replace("### Exercise 1.1", "### Exercise 1.4")
     assert len(numbering_problems(CHAPTERS[0], renumbered, BUILT)) == 2
+
+
+def test_the_books_colab_button_opens_the_colab_edition():
+    """tools/book_fixes.py rewrites the theme's Colab URL (of book/<name>.ipynb) to notebooks/<name>.ipynb."""
+    from project_tools import _load
+
+    fixes = _load("book_fixes")
+    owner_repo = colab.project_urls()["Repository"].removeprefix("https://github.com/")
+    for doc in CHAPTERS:
+        theme = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{doc}.ipynb"
+        ours = fixes.colab_edition_url(theme)
+        assert ours == f"https://colab.research.google.com/github/{owner_repo}/blob/main/notebooks/{Path(doc).name}.ipynb"
+        assert (ROOT / ours.split("/blob/main/", 1)[1]).is_file()
+    assert fixes.colab_edition_url("https://mybinder.org/v2/gh/x/y/main?urlpath=tree/book/a.ipynb").startswith("https://mybinder")
