@@ -126,6 +126,9 @@ def test_code_cells_are_the_books_byte_for_byte(doc):
     assert json.dumps(ours, ensure_ascii=False) == json.dumps(theirs, ensure_ascii=False)
     assert generated(doc)["cells"][0] == book(doc)["cells"][0]  # the set-up cell stays first
     assert generated(doc)["metadata"]["kernelspec"]["name"] == "python3"
+    import nbformat
+
+    nbformat.validate(nbformat.from_dict(generated(doc)))  # a valid nbformat 4 notebook, as Colab needs
 
 
 @pytest.mark.parametrize("doc", CHAPTERS, ids=[Path(d).name for d in CHAPTERS])
