@@ -179,6 +179,14 @@ def test_converter_refuses_what_it_cannot_render(monkeypatch):
     assert converter.markdown(f"```{{solution-start}} {label}\n```\nText\n```{{solution-end}}\n```") == \
         f"#### Solution to Exercise {number}\nText"
     assert converter.markdown("Not `{term}`code`` here") == "Not `{term}`code`` here"
+    assert converter.markdown("See [masks](03_masking.ipynb#masking-padding), [the list](exercises.md), "
+                              "[PyTorch](https://pytorch.org) and [above](#top).") == (
+        f"See [masks]({SITE_URL}book/03_masking.html#masking-padding), [the list]({SITE_URL}book/exercises.html), "
+        "[PyTorch](https://pytorch.org) and [above](#top).")
+    with pytest.raises(colab.ConversionError):
+        converter.markdown("[gone](no_such_page.ipynb)")
+    assert converter.markdown("{abbr}`GQA (grouped-query attention)` and {sub}`2`") == \
+        "GQA (grouped-query attention) and <sub>2</sub>"
 
 
 def test_converter_numbers_equations_and_figure_directives(tmp_path, monkeypatch):

@@ -402,6 +402,11 @@ class Converter:
             return f"[{text or doc_title(doc)}]({page_url(doc)})"
         if name == "math":
             return f"${content}$"
+        if name in ("abbr", "sub", "sup", "kbd", "code", "samp", "file", "command", "guilabel"):
+            inner = re.sub(r"\s*\(([^()]*)\)$", r" (\1)", content) if name == "abbr" else content
+            return {"sub": f"<sub>{content}</sub>", "sup": f"<sup>{content}</sup>", "kbd": f"<kbd>{content}</kbd>",
+                    "code": f"`{content}`", "samp": f"`{content}`", "file": f"`{content}`",
+                    "command": f"`{content}`"}.get(name, inner)
         if name == "eq":
             found = self.find(target.strip())
             if found.kind != "Equation" or found.number is None:
@@ -410,13 +415,29 @@ class Converter:
         self.fail(f"the role {{{name}}} has no Colab rendering")
         return ""
 
+    def link(self, target: str) -> str:
+        """A Markdown link's target: a relative link to a page of the book becomes its published URL."""
+        if re.match(r"^([a-z][a-z0-9+.-]*:|#)", target, re.I):
+            return target  # absolute (https:, mailto:) or an in-notebook anchor
+        path, _, anchor = target.partition("#")
+        doc = self.resolve_doc(path)
+        if not any((ROOT / f"{doc}{suffix}").exists() for suffix in (".ipynb", ".md")):
+            self.fail(f"the link ({target}) names no page of the book")
+        return page_url(doc, anchor)
+
     def inline(self, text: str) -> str:
-        """Roles replaced, everything inside code spans left alone."""
+        """Roles replaced and relative links made absolute; everything inside code spans left alone."""
         out, position = [], 0
-        pattern = re.compile(f"{ROLE.pattern}|{CODE_SPAN.pattern}", re.S)
+        link = r"(?P<link>\]\((?P<target>[^()\s]+)\))"
+        pattern = re.compile(f"{ROLE.pattern}|{CODE_SPAN.pattern}|{link}", re.S)
         for match in pattern.finditer(text):
             out.append(text[position:match.start()])
-            out.append(self.role(match.group("name"), match.group("content")) if match.group("name") else match.group(0))
+            if match.group("name"):
+                out.append(self.role(match.group("name"), match.group("content")))
+            elif match.group("link"):
+                out.append(f"]({self.link(match.group('target'))})")
+            else:
+                out.append(match.group(0))
             position = match.end()
         out.append(text[position:])
         return "".join(out)
