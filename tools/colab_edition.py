@@ -548,7 +548,7 @@ class Converter:
                 if in_math or closes_here:
                     label = MATH_LABEL.match(line)
                     line = self.labelled(label) if label else line
-                    in_math = False if in_math else in_math
+                    in_math = False
                 else:
                     in_math = True
                 out.append(line)
