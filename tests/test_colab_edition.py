@@ -3,8 +3,9 @@
 * ``notebooks/`` is in step with ``book/`` and ``_toc.yml`` (a chapter edit cannot leave it stale);
 * its code cells are the book's, byte for byte, the set-up cell first;
 * its Markdown, parsed by markdown-it-py (the CommonMark parser family Jupyter front ends use),
-  holds no MyST role or directive syntax, every link is absolute to the published site (or an
-  in-notebook anchor), and every link to a figure, section or exercise names its number;
+  holds no MyST role or directive syntax, every link is absolute (to the published site, an
+  in-notebook anchor, or another site's https URL such as a paper's; never relative, never the
+  book's source), and every link to a figure, section or exercise names its number;
 * where the book has been built (``make test`` builds it first), every link's page and anchor
   exists in ``_build/html`` and each number is the one the built book shows.
 
@@ -60,7 +61,10 @@ def markdown_problems(nb: dict) -> list[str]:
                 problems.append(f"{where}: raw MyST {MYST_TEXT.search(token.content).group(0)!r} in {token.content[:60]!r}")
             elif token.type == "link_open":
                 href = token.attrs.get("href", "")
-                if not (href.startswith(SITE_URL) or href.startswith("#")):
+                # On the published site, an in-notebook anchor, or another site's https URL (a paper);
+                # never relative (Colab has no book around the notebook), never the book's source.
+                external = href.startswith("https://") and urlsplit(href).netloc != urlsplit(SITE_URL).netloc
+                if not (href.startswith(SITE_URL) or href.startswith("#") or external) or "/blob/" in href:
                     problems.append(f"{where}: link {href!r} is neither on {SITE_URL} nor an in-notebook anchor")
                 fragment = urlsplit(href).fragment
                 text = tokens[position + 1].content if position + 1 < len(tokens) else ""
@@ -152,11 +156,12 @@ def test_markdown_check_fails_on_the_books_own_notebooks():
         assert myst_fragments(book(doc)) > 0
     broken = {"cells": [
         {"cell_type": "markdown", "source": "See [the code](book/01_x.ipynb) and [this](#fig-x)."},
+        {"cell_type": "markdown", "source": "[src](https://github.com/o/r/blob/main/book/01_x.ipynb), [p](http://x.org)"},
         {"cell_type": "markdown", "source": ":::{note}\nText\n:::\n\n```{exercise-start} T\n:label: ex-a\n```"},
         {"cell_type": "markdown", "source": f"[Figure]({SITE_URL}book/x.html#fig-y) and `{{term}}`x` `"},
     ]}
     problems = markdown_problems(broken)
-    assert any("neither on" in p for p in problems)
+    assert sum("neither on" in p for p in problems) == 3  # relative, the book's source, plain http
     assert any("'fig-x'" in p and "not its number" in p for p in problems)
     assert any("directive fence" in p for p in problems)
     assert sum("raw MyST" in p for p in problems) >= 2  # ":::{note}" and ":::"
