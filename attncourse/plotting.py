@@ -156,3 +156,275 @@ def plot_heads(
     if suptitle:
         fig.suptitle(suptitle)
     return fig
+
+
+# -- Schematics: drawings of the mechanisms, with every shape taken from running the package ------
+
+__all__ += ["draw_attention_schematic", "draw_head_split", "draw_mask_schematic", "draw_encoder_decoder"]
+
+_HEAD_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+
+
+def _new_axes(ax: Optional[Axes], size: tuple) -> Axes:
+    if ax is None:
+        _, ax = plt.subplots(figsize=size, layout="constrained")
+    ax.set_axis_off()
+    ax.set_aspect("equal")
+    return ax
+
+
+def _grid(ax: Axes, x: float, y: float, rows: int, cols: int, *, cell: float = 0.3, colours=None, label: str = "",
+          shape: Optional[tuple] = None, hatch=None) -> tuple:
+    """Draw a ``rows x cols`` matrix of cells with its top-left corner at ``(x, y)``; returns its (left, right, top, bottom).
+
+    ``colours`` is one colour, or a function ``(i, j) -> colour``; ``shape`` is written under the matrix.
+    """
+    from matplotlib.patches import Rectangle
+
+    for i in range(rows):
+        for j in range(cols):
+            colour = colours(i, j) if callable(colours) else (colours or "#dddddd")
+            ax.add_patch(Rectangle((x + j * cell, y - (i + 1) * cell), cell, cell, facecolor=colour, edgecolor="white", linewidth=1))
+    right, bottom = x + cols * cell, y - rows * cell
+    if label:
+        ax.text((x + right) / 2, y + 0.12, label, ha="center", va="bottom", fontsize=9)
+    if shape is not None:
+        ax.text((x + right) / 2, bottom - 0.12, fmt_shape(shape), ha="center", va="top", fontsize=8, color="#444444")
+    return x, right, y, bottom
+
+
+def _arrow(ax: Axes, start: tuple, end: tuple, text: str = "", *, colour: str = "#333333", rad: float = 0.0) -> None:
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color=colour, lw=1.2, connectionstyle=f"arc3,rad={rad}"))
+    if text:
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.1, text, ha="center", va="bottom", fontsize=8, color=colour)
+
+
+def draw_attention_schematic(L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2, *, ax: Optional[Axes] = None) -> Axes:
+    """Scaled dot-product attention as matrices: ``Q, K, V -> scores -> softmax -> weights @ V``.
+
+    The shapes written under each matrix come from running
+    :func:`attncourse.attention.scaled_dot_product_attention` on inputs of these sizes.
+
+    Args:
+        L, S: number of queries and of keys/values.
+        d_k, d_v: width of queries and keys, width of values.
+        ax: axes to draw on; a new figure is made when omitted.
+
+    Returns:
+        The axes drawn on.
+    """
+    from .attention import scaled_dot_product_attention
+
+    for name, value in (("L", L), ("S", S), ("d_k", d_k), ("d_v", d_v)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 12:
+            raise ValueError(f"{name} must be an int from 1 to 12 (a drawing, not a computation), got {value!r}")
+    q, k, v = torch.zeros(L, d_k), torch.zeros(S, d_k), torch.zeros(S, d_v)
+    output, weights = scaled_dot_product_attention(q, k, v)
+    scores = q @ k.transpose(-2, -1)
+    ax = _new_axes(ax, (9, 3.4))
+    c = 0.3
+    blue, green, orange, grey = "#9ecae1", "#a1d99b", "#fdae6b", "#d9d9d9"
+    qx = _grid(ax, 0, 0, L, d_k, cell=c, colours=blue, label="Q", shape=q.shape)
+    kx = _grid(ax, 0, -L * c - 0.8, S, d_k, cell=c, colours=blue, label="K", shape=k.shape)
+    vx = _grid(ax, 0, -(L + S) * c - 1.6, S, d_v, cell=c, colours=green, label="V", shape=v.shape)
+    x1 = max(qx[1], kx[1]) + 1.1
+    sx = _grid(ax, x1, 0, *scores.shape, cell=c, colours=grey, label="scores\n$QK^\\top/\\sqrt{d_k}$ + mask", shape=scores.shape)
+    x2 = sx[1] + 1.4
+    wx = _grid(ax, x2, 0, *weights.shape, cell=c, colours=lambda i, j: orange if (i + j) % 2 else "#fdd0a2",
+               label="weights\nsoftmax of each row", shape=weights.shape)
+    x3 = wx[1] + 1.4
+    ox = _grid(ax, x3, 0, *output.shape, cell=c, colours=green, label="output\nweights @ V", shape=output.shape)
+    _arrow(ax, (qx[1] + 0.05, -L * c / 2), (sx[0] - 0.05, -L * c / 2))
+    _arrow(ax, (kx[1] + 0.05, (kx[2] + kx[3]) / 2), (sx[0] - 0.05, sx[3] + 0.05), "$K^\\top$")
+    _arrow(ax, (sx[1] + 0.05, -L * c / 2), (wx[0] - 0.05, -L * c / 2), "softmax")
+    _arrow(ax, (wx[1] + 0.05, -L * c / 2), (ox[0] - 0.05, -L * c / 2), "@ V")
+    _arrow(ax, (vx[1] + 0.05, (vx[2] + vx[3]) / 2), (ox[0] + 0.1, ox[3] - 0.35), "values")
+    ax.text(x2 + S * c / 2, wx[3] - 0.6, "each row sums to 1", ha="center", fontsize=8, style="italic")
+    ax.set_xlim(-0.3, ox[1] + 0.4)
+    ax.set_ylim(vx[3] - 0.5, 0.9)
+    return ax
+
+
+def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axes:
+    """The multi-head layer ``layer`` (a :class:`attncourse.multihead.MultiHeadAttention`) as a drawing:
+    ``X W^Q`` cut into ``h`` column blocks, one attention per head, the heads concatenated, ``W^O``.
+
+    Every size is read from the layer or from running it on zeros of shape ``(1, length, embed_dim)``:
+    the split comes from :func:`attncourse.multihead.split_heads`, the concatenation from
+    :func:`attncourse.multihead.merge_heads`. Head ``i`` has one colour throughout, so the row block
+    of ``W^O`` that mixes it in has its colour too.
+
+    Returns:
+        The axes drawn on.
+    """
+    from .multihead import MultiHeadAttention, merge_heads, split_heads
+
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
+    h, E = layer.num_heads, layer.embed_dim
+    if h > len(_HEAD_COLOURS) or E > 24 or not 1 <= length <= 8:
+        raise ValueError(f"too large to draw: num_heads={h} (at most {len(_HEAD_COLOURS)}), embed_dim={E} (at most 24), length={length} (1 to 8)")
+    param = next(layer.parameters())
+    x = torch.zeros(1, length, E, dtype=param.dtype, device=param.device)
+    projected = layer.q_proj(x)  # (1, L, E)
+    heads = split_heads(projected, h)  # (1, h, L, d_k)
+    output, weights = layer(x, x, x)
+    concat = merge_heads(heads)  # (1, L, h * d_k)
+    w_o = layer.out_proj.weight.T  # (h * d_v, E): rows i*d_v ... meet head i
+    d = heads.size(-1)
+    head_of = lambda j: _HEAD_COLOURS[j // d]  # noqa: E731
+    ax = _new_axes(ax, (12, 4.2))
+    c = 0.22
+    L = length
+    xg = _grid(ax, 0, 0, L, E, cell=c, colours="#d9d9d9", label="X", shape=tuple(x.shape[1:]))
+    pg = _grid(ax, xg[1] + 1.0, 0, L, E, cell=c, colours=lambda i, j: head_of(j), label="$XW^Q$ (one projection)", shape=tuple(projected.shape[1:]))
+    _arrow(ax, (xg[1] + 0.05, -L * c / 2), (pg[0] - 0.05, -L * c / 2), "$W^Q$")
+    x0 = pg[1] + 1.2
+    tops = []
+    for i in range(h):
+        top = -i * (L * c + 0.55)
+        g = _grid(ax, x0, top, L, d, cell=c, colours=_HEAD_COLOURS[i], shape=tuple(heads.shape[2:]) if i == h - 1 else None)
+        ax.text(x0 - 0.1, top - L * c / 2, f"head {i}", ha="right", va="center", fontsize=8, color=_HEAD_COLOURS[i])
+        tops.append(g)
+    ax.text(x0 + d * c / 2, 0.12, "split_heads", ha="center", va="bottom", fontsize=9)
+    _arrow(ax, (pg[1] + 0.05, -L * c / 2), (x0 - 0.75, -L * c / 2))
+    x1 = x0 + d * c + 1.1
+    for i, g in enumerate(tops):
+        a = _grid(ax, x1, g[2], L, d, cell=c, colours=_HEAD_COLOURS[i])
+        _arrow(ax, (g[1] + 0.05, (g[2] + g[3]) / 2), (a[0] - 0.05, (g[2] + g[3]) / 2), "attention" if i == 0 else "")
+    ax.text(x1 + d * c / 2, 0.12, "$\\mathrm{head}_i$", ha="center", va="bottom", fontsize=9)
+    x2 = x1 + d * c + 1.2
+    cg = _grid(ax, x2, 0, L, concat.size(-1), cell=c, colours=lambda i, j: head_of(j), label="Concat", shape=tuple(concat.shape[1:]))
+    _arrow(ax, (x1 + d * c + 0.05, -L * c / 2), (cg[0] - 0.05, -L * c / 2))
+    og = _grid(ax, x2, cg[3] - 0.75, w_o.size(0), w_o.size(1), cell=c * 0.6, colours=lambda i, j: head_of(i),
+               shape=tuple(w_o.shape))
+    ax.text(og[0] - 0.1, (og[2] + og[3]) / 2, "$W^O$", ha="right", va="center", fontsize=9)
+    x3 = max(cg[1], og[1]) + 1.2
+    outg = _grid(ax, x3, 0, L, output.size(-1), cell=c, colours="#bcbddc", label="output: heads mixed", shape=tuple(output.shape[1:]))
+    _arrow(ax, (cg[1] + 0.05, -L * c / 2), (outg[0] - 0.05, -L * c / 2), "@ $W^O$")
+    ax.text(x0, tops[-1][3] - 0.45, f"h = {h} heads of d_k = {d} = {E} / {h}; weights {fmt_shape(weights.shape)}",
+            ha="left", va="top", fontsize=8, color="#444444")
+    ax.set_xlim(-0.3, outg[1] + 0.3)
+    ax.set_ylim(min(tops[-1][3], og[3]) - 0.9, 0.7)
+    return ax
+
+
+def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[Sequence[Sequence[str]]] = None, *,
+                        ax: Optional[Axes] = None) -> Axes:
+    """How a decoder's mask is built for a padded batch: for each sequence, the key padding row
+    broadcast over the queries, AND the causal triangle, = the mask (dark: may attend).
+
+    The grids are :func:`attncourse.masks.padding_mask`, :func:`attncourse.masks.causal_mask` and
+    :func:`attncourse.masks.combine_masks` evaluated on ``lengths``.
+
+    Args:
+        lengths: real length of each sequence (``B`` of them, each at most ``max_len``).
+        max_len: padded length ``L = S``.
+        tokens: optional ``B`` lists of ``max_len`` token labels.
+
+    Returns:
+        The axes drawn on.
+    """
+    from .masks import causal_mask, combine_masks, padding_mask
+
+    if not 1 <= max_len <= 10 or not 1 <= len(lengths) <= 4:
+        raise ValueError(f"too large to draw: max_len={max_len} (1 to 10), {len(lengths)} sequences (1 to 4)")
+    if tokens is not None and (len(tokens) != len(lengths) or any(len(t) != max_len for t in tokens)):
+        raise ValueError(f"tokens must be {len(lengths)} lists of {max_len} labels")
+    keep = padding_mask(torch.as_tensor(list(lengths)), max_len)  # (B, S)
+    causal = causal_mask(max_len)  # (L, S)
+    combined = combine_masks(causal, keep[:, None, :])  # (B, L, S)
+    n = max_len
+    c = 0.28
+    ax = _new_axes(ax, (9, 2.3 * len(lengths) + 0.4))
+    dark, light, pad = "#2b5d8a", "#e8e8e8", "#f4a582"
+    for b in range(len(lengths)):
+        top = -b * (n * c + 0.9)
+        grids = [
+            _grid(ax, 0, top, n, n, cell=c, colours=lambda i, j, b=b: dark if keep[b, j] else pad,
+                  label=f"sequence {b + 1}: keys kept" if b == 0 else f"sequence {b + 1}"),
+            _grid(ax, n * c + 0.9, top, n, n, cell=c, colours=lambda i, j: dark if causal[i, j] else light, label="causal" if b == 0 else ""),
+            _grid(ax, 2 * (n * c + 0.9), top, n, n, cell=c, colours=lambda i, j, b=b: dark if combined[b, i, j] else light,
+                  label="mask: may attend" if b == 0 else ""),
+        ]
+        middle = top - n * c / 2
+        ax.text(n * c + 0.45, middle, "AND", ha="center", va="center", fontsize=9)
+        ax.text(2 * n * c + 1.35, middle, "=", ha="center", va="center", fontsize=12)
+        ax.text(grids[2][1] + 0.15, middle, f"length {int(lengths[b])}: {int(combined[b].sum())} pairs", ha="left", va="center", fontsize=8)
+        if tokens is not None:
+            for j, word in enumerate(tokens[b]):
+                ax.text(j * c + c / 2, top - n * c - 0.05, word, ha="right", va="top", fontsize=7, rotation=60)
+    ax.text(0, -len(lengths) * (n * c + 0.9) + 0.35, "rows: queries, columns: keys; orange: padded keys, hidden from every query",
+            ha="left", va="top", fontsize=8, color="#444444")
+    ax.set_xlim(-0.3, 3 * n * c + 2.0 + 1.6)
+    ax.set_ylim(-len(lengths) * (n * c + 0.9) + 0.05, 0.6)
+    return ax
+
+
+def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
+    """An encoder-decoder (a :class:`attncourse.transformer.Seq2SeqTransformer`) as boxes: the encoder's
+    blocks, the decoder's blocks with their sublayers, and a cross-attention arrow (keys and values)
+    from the encoder's output to every decoder block that has cross-attention.
+
+    The number of blocks and the sublayers of each are read from ``model``.
+
+    Returns:
+        The axes drawn on.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    from .transformer import Seq2SeqTransformer
+
+    if not isinstance(model, Seq2SeqTransformer):
+        raise TypeError(f"model must be an attncourse Seq2SeqTransformer, got {type(model).__name__}")
+    ax = _new_axes(ax, (8, 1.6 + 1.9 * max(len(model.encoder), len(model.decoder))))
+
+    def box(x, y, w, h, text, colour):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.03", facecolor=colour, edgecolor="#555555"))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
+
+    def sublayers(block):
+        names = [("self-attention" if block.cross_attn is not None else "self-attention", "#c6dbef")]
+        if block.cross_attn is not None:
+            names = [("masked self-attention", "#c6dbef"), ("cross-attention", "#fdd0a2")]
+        if block.ffn is not None:
+            names.append(("feed-forward", "#d9d9d9"))
+        return names
+
+    height, gap, width = 0.42, 0.35, 2.4
+    enc_x, dec_x = 0.0, 4.2
+    ax.text(enc_x + width / 2, -0.55, "source tokens", ha="center", fontsize=9)
+    ax.text(dec_x + width / 2, -0.55, "target tokens so far", ha="center", fontsize=9)
+    y = 0.0
+    for n, block in enumerate(model.encoder):
+        y0 = y
+        for name, colour in sublayers(block):
+            box(enc_x, y, width, height, name, colour)
+            y += height + 0.08
+        ax.text(enc_x - 0.1, (y0 + y) / 2, f"encoder\nblock {n}", ha="right", va="center", fontsize=8)
+        _arrow(ax, (enc_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02), (enc_x + width / 2, y0 - 0.02))
+        y += gap
+    memory_y = y - gap + 0.05
+    box(enc_x, y, width, height, "memory (B, S, d_model)", "#e5f5e0")
+    _arrow(ax, (enc_x + width / 2, y - gap + 0.02), (enc_x + width / 2, y - 0.02))
+    memory_point = (enc_x + width + 0.03, y + height / 2)
+    y = 0.0
+    for n, block in enumerate(model.decoder):
+        y0 = y
+        for name, colour in sublayers(block):
+            box(dec_x, y, width, height, name, colour)
+            if name == "cross-attention":
+                ax.annotate("", xy=(dec_x - 0.03, y + height / 2), xytext=memory_point,
+                            arrowprops=dict(arrowstyle="->", color="#d94801", lw=1.4, connectionstyle="arc3,rad=-0.15"))
+                ax.text(dec_x - 0.35, y + height / 2 + 0.05, "K, V", ha="right", va="bottom", fontsize=8, color="#d94801")
+                ax.text(dec_x + width + 0.05, y + height / 2, "Q: from below", ha="left", va="center", fontsize=7, color="#555555")
+            y += height + 0.08
+        ax.text(dec_x + width + 0.05, y0 - 0.02, f"decoder block {n}", ha="left", va="bottom", fontsize=8)
+        _arrow(ax, (dec_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02), (dec_x + width / 2, y0 - 0.02))
+        y += gap
+    box(dec_x, y, width, height, "linear: logits (B, L, vocab)", "#e5f5e0")
+    _arrow(ax, (dec_x + width / 2, y - gap + 0.02), (dec_x + width / 2, y - 0.02))
+    top = max(y, memory_y) + height + 0.3
+    ax.set_xlim(-1.1, dec_x + width + 1.9)
+    ax.set_ylim(-0.8, top)
+    return ax

@@ -1,10 +1,14 @@
 """The chapter 1 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from attncourse import scaled_dot_product_attention
 from attncourse.exercises import check
-from attncourse.exercises.ch01_dot_product import _attention_solution, _scores_solution
+from attncourse.exercises.ch01_dot_product import _attention_solution, _fixed_masked_attention_solution, _scores_solution
+from exercise_helpers import assert_fails as _failed, stub as _stub
 
 # -- dot-product/scores ---------------------------------------------------------------------
 
@@ -211,3 +215,86 @@ def test_variance_rejects_wrong_values(wrong, diagnosis):
 def test_variance_rejects_non_numbers():
     result = check("dot-product/score-variance", "64")
     assert not result.passed and "number" in result.message
+
+
+# -- find the bug: the mask after the softmax ------------------------------------------------------
+
+
+def _fixed_einsum(query, key, value, mask):
+    scores = torch.einsum("...ld,...sd->...ls", query.double(), key.double()) / math.sqrt(query.shape[-1])
+    scores[~mask.expand_as(scores)] = float("-inf")  # in place
+    return (torch.softmax(scores, -1) @ value.double()).to(query.dtype)
+
+
+def _fixed_renormalised(query, key, value, mask):
+    weights = torch.softmax(query @ key.transpose(-2, -1) / query.size(-1) ** 0.5, -1) * mask
+    return weights / weights.sum(-1, keepdim=True) @ value  # renormalising after the mask is also right
+
+
+def _fixed_numpy(query, key, value, mask):
+    q, k, v, m = (t.numpy() for t in (query, key, value, mask))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(m, s, -1e9)  # a large negative number is fine when every row keeps a key
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return torch.from_numpy(w / w.sum(-1, keepdims=True) @ v)
+
+
+@pytest.mark.parametrize("answer", [_fixed_masked_attention_solution, _fixed_einsum, _fixed_renormalised, _fixed_numpy])
+def test_fix_mask_accepts_right_answers(answer):
+    assert check("dot-product/fix-mask-after-softmax", answer).passed
+
+
+def _buggy(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0) @ value
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [
+        (_buggy, "still the given code"),
+        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(m, float("-inf")), -1) @ v, "polarity"),
+        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, float("-inf")), -1) @ v, "scale went missing"),
+        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~m, float("-inf")), -2).nan_to_num(0.0) @ v, "over the queries"),
+        (lambda q, k, v, m: (q @ k.transpose(-2, -1)).masked_fill(~m, 0.0) @ v, "differs from softmax"),
+        (lambda q, k, v, m: _buggy(q, k, v, m)[..., :-1], "should have shape"),
+    ],
+)
+def test_fix_mask_rejects(wrong, words):
+    _failed("dot-product/fix-mask-after-softmax", wrong, words)
+
+
+def test_fix_mask_stub_is_not_attempted():
+    assert check("dot-product/fix-mask-after-softmax", _stub).status == "not attempted yet"
+
+
+# -- experiment: the gradient ratio at d_k = 512 -------------------------------------------------
+
+
+def _measure_gradient_ratio(n: int, seed: int) -> float:
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(n, 1, 512, generator=g), torch.randn(n, 16, 512, generator=g)
+    raw = (q @ k.transpose(-2, -1)).squeeze(1)
+    upstream = torch.randn(n, 16, generator=g)
+    sizes = []
+    for s in (raw, raw / 512**0.5):
+        s = s.clone().requires_grad_(True)
+        (torch.softmax(s, -1) * upstream).sum().backward()
+        sizes.append(s.grad.norm(dim=-1).mean().item())
+    return sizes[0] / sizes[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gradient_ratio_accepts_independent_measurements(seed):
+    ratio = _measure_gradient_ratio(5000, seed)  # an independent measurement, as the learner makes it
+    assert check("dot-product/saturation-gradient", ratio).passed
+    assert check("dot-product/saturation-gradient", torch.tensor(ratio)).passed
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [(4.93, "divided the other way"), (0.058, "unscaled gradient size alone"), (0.29, "scaled gradient size alone"),
+     (1.0, "both runs saw the same scores"), (0.5, "is outside the range"), ("0.2", "should be a number")],
+)
+def test_gradient_ratio_rejects(wrong, words):
+    _failed("dot-product/saturation-gradient", wrong, words)

@@ -1,4 +1,5 @@
 """Chapter 2 checkers accept the reference and name the usual mistakes."""
+import numpy as np
 import pytest
 import torch
 
@@ -115,3 +116,76 @@ def test_parameter_count():
     _failed("multi-head/parameter-count", truth * 8, "multiplied by the number of heads")
     _failed("multi-head/parameter-count", 12345, "is not it")
     _failed("multi-head/parameter-count", "1050624", "should be a number")
+
+
+# -- find the bug: merging the heads -----------------------------------------------------------------
+
+from attncourse.exercises.ch02_multihead import _merge_solution  # noqa: E402
+
+
+def _merge_einops_style(heads):
+    B, h, L, d = heads.shape
+    return heads.permute(0, 2, 1, 3).contiguous().view(B, L, h * d)
+
+
+def _merge_cat(heads):
+    return torch.cat(heads.unbind(1), dim=-1)  # Concat(head_1, ..., head_h) along the features
+
+
+def _merge_numpy(heads):
+    a = heads.numpy()
+    return torch.from_numpy(np.concatenate([a[:, i] for i in range(a.shape[1])], axis=-1))
+
+
+def _merge_in_place(heads):
+    B, h, L, d = heads.shape
+    out = torch.empty(B, L, h * d, dtype=heads.dtype)
+    for i in range(h):
+        out[..., i * d:(i + 1) * d] = heads[:, i]
+    return out
+
+
+@pytest.mark.parametrize("answer", [_merge_solution, _merge_einops_style, _merge_cat, _merge_numpy, _merge_in_place])
+def test_merge_accepts_right_answers(answer):
+    assert check("multi-head/fix-merge", answer).passed
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [
+        (lambda t: t.reshape(t.size(0), t.size(2), -1), "still the given code"),
+        (lambda t: t.permute(0, 2, 3, 1).reshape(t.size(0), t.size(2), -1), "interleaved"),
+        (lambda t: t.flip(1).transpose(1, 2).reshape(t.size(0), t.size(2), -1), "reverse order"),
+        (lambda t: t.transpose(1, 2).view(t.size(0), t.size(2), -1), "not contiguous"),
+        (lambda t: t.mean(1), "summed or averaged"),
+        (lambda t: t.transpose(1, 2).reshape(t.size(0), t.size(2), -1).float(), "dtype"),
+        (lambda t: t.transpose(1, 2).reshape(t.size(0), t.size(2), -1) * 2, "should give x back"),
+    ],
+)
+def test_merge_rejects(wrong, words):
+    _failed("multi-head/fix-merge", wrong, words)
+
+
+def test_merge_stub_is_not_attempted():
+    assert check("multi-head/fix-merge", _stub).status == "not attempted yet"
+
+
+# -- experiment: dropout on the weights ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dropout_std_accepts_independent_measurements(seed):
+    torch.manual_seed(seed)
+    sums = torch.nn.functional.dropout(torch.full((20_000, 10), 0.1), p=0.5, training=True).sum(-1)
+    assert check("multi-head/dropout-row-sum", sums.std()).passed  # a one-element tensor
+    assert check("multi-head/dropout-row-sum", float(np.std(sums.numpy()))).passed
+    assert check("multi-head/dropout-row-sum", (0.5 / (0.5 * 10)) ** 0.5).passed  # the worked value
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [(0.0, "dropout did nothing"), (0.158, "without the 1 / (1 - p) rescaling"), (0.1, "variance"),
+     (1.0, "mean of the row sums"), (0.5, "probability of dropping"), (0.25, "not what the experiment gives")],
+)
+def test_dropout_std_rejects(wrong, words):
+    _failed("multi-head/dropout-row-sum", wrong, words)

@@ -1,4 +1,5 @@
 """Chapter 3 checkers accept the reference and name the usual mistakes."""
+import numpy as np
 import pytest
 import torch
 
@@ -113,3 +114,72 @@ def test_attention_mask_rejects_more():
     _failed("masking/attention-mask", lambda n, S, causal: _mask(n, S, True), "no causal part")
     _failed("masking/attention-mask", lambda n, S, causal: torch.arange(S)[None, :] < n[:, None], "must be (B, L, S)")
     _failed("masking/attention-mask", lambda n, S, causal: _mask(n, S, causal).float(), "should be boolean")
+
+
+# -- predict: the number of True entries of a decoder mask ------------------------------------------
+
+
+def test_count_allowed_accepts_the_count_made_independently():
+    lengths, n = [6, 4, 2], 6
+    count = sum(1 for length in lengths for i in range(n) for j in range(n) if j <= i and j < length)  # plain Python
+    assert check("masking/count-allowed", count).passed
+    assert check("masking/count-allowed", torch.tensor(count)).passed
+    assert check("masking/count-allowed", float(count)).passed
+    assert check("masking/count-allowed", ...).status == "not attempted yet"
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [(63, "causal mask alone"), (72, "padding mask alone"), (38, "removed the diagonal"), (34, "padded queries"),
+     (58, "False entries"), (108, "every entry"), (200, "once per head"), (49, "is not it"), ("50", "should be a number")],
+)
+def test_count_allowed_rejects(wrong, words):
+    _failed("masking/count-allowed", wrong, words)
+
+
+# -- find the bug: the padding mask that lines the batch up with the heads ---------------------------
+
+from attncourse.exercises.ch03_masking import _padded_scores_solution  # noqa: E402
+
+
+def _padded_where(scores, keep):
+    return torch.where(keep.bool()[:, None, None, :], scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+
+
+def _padded_large_negative(scores, keep):
+    out = scores.clone()
+    out.masked_fill_(~keep.bool().view(keep.size(0), 1, 1, -1), -1e9)  # in place, -1e9: right when a row keeps a key
+    return out
+
+
+def _padded_additive(scores, keep):
+    additive = torch.zeros(keep.shape, dtype=scores.dtype).masked_fill(keep == 0, float("-inf"))
+    return scores + additive.unsqueeze(1).unsqueeze(2)
+
+
+def _padded_numpy(scores, keep):
+    s, k = scores.numpy(), keep.numpy()
+    return torch.from_numpy(np.where(k[:, None, None, :] == 1, s, -np.inf))
+
+
+@pytest.mark.parametrize("answer", [_padded_scores_solution, _padded_where, _padded_large_negative, _padded_additive, _padded_numpy])
+def test_fix_padding_accepts_right_answers(answer):
+    assert check("masking/fix-padding-broadcast", answer).passed
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [
+        (lambda s, k: s.masked_fill(k.unsqueeze(1) == 0, float("-inf")), "still the given code"),
+        (lambda s, k: s.masked_fill(k[:, None, :, None] == 0, float("-inf")), "masked queries instead of keys"),
+        (lambda s, k: s.masked_fill(k[:, None, None, :] == 1, float("-inf")), "polarity"),
+        (lambda s, k: s, "still puts weight on padded keys"),
+        (lambda s, k: s.masked_fill(k[:, None, None, :] == 0, float("-inf"))[0], "should have shape"),
+    ],
+)
+def test_fix_padding_rejects(wrong, words):
+    _failed("masking/fix-padding-broadcast", wrong, words)
+
+
+def test_fix_padding_stub_is_not_attempted():
+    assert check("masking/fix-padding-broadcast", _stub).status == "not attempted yet"

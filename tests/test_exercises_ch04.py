@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from attncourse.exercises import check, hint, solution
+from exercise_helpers import assert_fails as _failed
 from attncourse.exercises.ch04_cross_attention import _cross_attention_solution
 from attncourse.multihead import MultiHeadAttention
 
@@ -145,3 +146,88 @@ def test_shapes_bad_forms():
     shapes = _true_shapes()
     assert "a tuple of integers" in check(SHAPES, {**shapes, "output": "2, 5, 48"}).message
     assert "(2, 1, 1, 9)" in solution(SHAPES).text
+
+
+# -- predict: the parameters of a cross-attention layer ---------------------------------------------
+
+
+def test_cross_count_accepts_the_count_of_torch():
+    reference = torch.nn.MultiheadAttention(48, 4, kdim=32, vdim=32)  # an independent implementation
+    count = sum(p.numel() for p in reference.parameters())
+    assert check("cross-attention/parameter-count", count).passed
+    assert check("cross-attention/parameter-count", torch.tensor(count)).passed
+    assert check("cross-attention/parameter-count", ...).status == "not attempted yet"
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [(9408, "without kdim and vdim"), (7680, "left out the biases"), (9216, "4 x 48 x 48"), (6816, "projected keys and values to width 32"),
+     (1968, "one head's share"), (31488, "multiplied by the 4 heads"), (7873, "is not it"), ([7872], "should be a number")],
+)
+def test_cross_count_rejects(wrong, words):
+    _failed("cross-attention/parameter-count", wrong, words)
+
+
+# -- find the bug: which line --------------------------------------------------------------------------
+
+
+def _buggy_cross_attention(target, source, w_q, w_k, w_v, source_mask):
+    q, k = target @ w_q, source @ w_k
+    v = source @ w_v
+    scores = q @ k.transpose(-2, -1) / k.size(-1) ** 0.5
+    scores = scores.masked_fill(~source_mask[:, None, :], float("-inf"))
+    weights = torch.softmax(scores, dim=1)
+    return weights @ v, weights
+
+
+def test_the_given_code_has_the_bug_the_checker_names():
+    """The notebook's claim: NaN on a padded batch, and the fix of line (d) alone removes it."""
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, generator=g) for s in ((2, 4, 6), (2, 5, 3), (6, 4), (3, 4), (3, 2))]
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    out, _ = _buggy_cross_attention(*args, mask)
+    assert out.isnan().any()
+    fixed = _cross_attention_solution(*args, mask)[0]
+    q, k, v = args[0] @ args[2], args[1] @ args[3], args[1] @ args[4]
+    scores = (q @ k.transpose(-2, -1) / 2).masked_fill(~mask[:, None, :], float("-inf"))
+    torch.testing.assert_close(fixed, torch.softmax(scores, dim=-1) @ v)  # line (d) with dim=-1
+    for answer in ("d", "D", " (d) ", "(D)"):
+        assert check("cross-attention/which-bug", answer).passed
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [("a", "Line (a) is right"), ("b", "Line (b) is right"), ("c", "Line (c) is right"), ("e", "Line (e) is right"),
+     ("f", "Answer with one letter"), (4, "Answer with one letter"), ("dim=1", "Answer with one letter")],
+)
+def test_which_bug_rejects(wrong, words):
+    _failed("cross-attention/which-bug", wrong, words)
+
+
+# -- experiment: the same-position head ------------------------------------------------------------------
+
+
+def test_diagonal_baseline_accepts_an_independent_measurement():
+    from attncourse.toy_translation import make_data, split_numbers
+
+    data = make_data(split_numbers(0.2, seed=0)[1])
+    hits = total = 0
+    for row in data.alignment.tolist():  # plain Python: target position i against source position i
+        for i, j in enumerate(row):
+            if j >= 0:
+                total += 1
+                hits += i == j
+    assert 0.2 < hits / total < 0.35
+    assert check("cross-attention/diagonal-baseline", hits / total).passed
+    assert check("cross-attention/diagonal-baseline", torch.tensor(hits / total)).passed
+    assert check("cross-attention/diagonal-baseline", round(hits / total, 3)).passed
+    assert check("cross-attention/diagonal-baseline", ...).status == "not attempted yet"
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [(28.06, "as a percentage"), (0.2179, "end-of-sentence"), (0.2576, "always picks the first word"),
+     (0.98, "is not what this head scores"), ("0.28", "should be a number")],
+)
+def test_diagonal_baseline_rejects(wrong, words):
+    _failed("cross-attention/diagonal-baseline", wrong, words)

@@ -71,3 +71,84 @@ def test_plot_heads_accepts_a_list_with_own_scales():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# -- schematics: their numbers come from running the package --------------------------------------
+
+from attncourse import MultiHeadAttention  # noqa: E402
+from attncourse.plotting import draw_attention_schematic, draw_encoder_decoder, draw_head_split, draw_mask_schematic  # noqa: E402
+from attncourse.transformer import Seq2SeqTransformer  # noqa: E402
+
+
+def _texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def _cell_colours(ax, cell_size):
+    """The face colours of the square cells of one size, in drawing order."""
+    return [p.get_facecolor() for p in ax.patches if abs(p.get_width() - cell_size) < 1e-9 and abs(p.get_height() - cell_size) < 1e-9]
+
+
+def test_attention_schematic_writes_the_shapes_of_every_step():
+    ax = draw_attention_schematic(L=3, S=5, d_k=4, d_v=2)
+    texts = _texts(ax)
+    for shape in ["(3, 4)", "(5, 4)", "(5, 2)", "(3, 5)", "(3, 2)"]:  # Q, K, V, scores and weights, output
+        assert shape in texts, shape
+    assert texts.count("(3, 5)") == 2
+    assert len(ax.patches) == 3 * 4 + 5 * 4 + 5 * 2 + 2 * 3 * 5 + 3 * 2  # one square per matrix entry
+    assert not ax.axison
+
+
+def test_head_split_colours_each_head_and_its_rows_of_w_o():
+    layer = MultiHeadAttention(12, 3)
+    ax = draw_head_split(layer, length=2)
+    texts = _texts(ax)
+    assert "(2, 12)" in texts and "(2, 4)" in texts and "(12, 12)" in texts  # X, one head, W^O
+    assert [t for t in texts if t.startswith("head ")] == ["head 0", "head 1", "head 2"]
+    w_o = _cell_colours(ax, 0.22 * 0.6)  # the smaller cells: W^O, row by row
+    assert len(w_o) == 12 * 12
+    row_colour = [w_o[12 * i] for i in range(12)]
+    assert all(row_colour[i] == row_colour[4 * (i // 4)] for i in range(12))  # rows 4i..4i+3 meet head i
+    assert len({tuple(c) for c in row_colour}) == 3
+    projected = _cell_colours(ax, 0.22)[2 * 12:2 * 12 + 12]  # first row of X W^Q
+    assert [tuple(c) for c in projected[:4]] == [tuple(row_colour[0])] * 4
+
+
+def test_mask_schematic_draws_the_package_masks():
+    from attncourse.masks import causal_mask, combine_masks, padding_mask
+
+    ax = draw_mask_schematic([3, 1], 3, [["Have", "you", "?"], ["Have", "<pad>", "<pad>"]])
+    colours = _cell_colours(ax, 0.28)
+    assert len(colours) == 2 * 3 * 9  # 2 sequences, 3 grids of 3 x 3
+    dark = matplotlib.colors.to_rgba("#2b5d8a")
+    expected = combine_masks(causal_mask(3), padding_mask(torch.tensor([3, 1]), 3)[:, None, :])
+    for b in range(2):
+        combined = colours[b * 27 + 18: b * 27 + 27]
+        assert [c == dark for c in combined] == expected[b].flatten().tolist()
+    assert "length 3: 6 pairs" in _texts(ax) and "length 1: 3 pairs" in _texts(ax)
+
+
+def test_encoder_decoder_draws_one_cross_attention_arrow_per_decoder_block():
+    model = Seq2SeqTransformer(10, 12, d_model=16, num_heads=2, num_layers=3)
+    ax = draw_encoder_decoder(model)
+    texts = _texts(ax)
+    assert texts.count("cross-attention") == 3 and texts.count("masked self-attention") == 3
+    assert texts.count("self-attention") == 3  # the encoder's
+    assert texts.count("K, V") == 3
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: draw_attention_schematic(L=0), ValueError, "L must be an int from 1 to 12"),
+        (lambda: draw_attention_schematic(d_k=2.5), ValueError, "d_k must be an int"),
+        (lambda: draw_head_split(torch.nn.MultiheadAttention(8, 2)), TypeError, "attncourse MultiHeadAttention"),
+        (lambda: draw_head_split(MultiHeadAttention(64, 8)), ValueError, "embed_dim=64"),
+        (lambda: draw_mask_schematic([3, 1], 3, [["a", "b", "c"]]), ValueError, "tokens must be 2 lists of 3 labels"),
+        (lambda: draw_mask_schematic([3], 11), ValueError, "max_len=11"),
+        (lambda: draw_encoder_decoder(MultiHeadAttention(8, 2)), TypeError, "Seq2SeqTransformer"),
+    ],
+)
+def test_schematics_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

@@ -132,13 +132,13 @@ def test_install_url_override_is_documented():
 
 # --- Figures: every plotting cell has a caption, a name and alt text (myst-nb cell metadata) ---
 
-# Calls that draw: the package's heat maps, matplotlib through ``plt``, an Axes' ``.plot(`` and
+# Calls that draw: the package's heat maps and schematics, matplotlib through ``plt``, an Axes' ``.plot(`` and
 # anything else that makes a figure (``subplots``, ``imshow``, a ``plot`` helper of a module).
 PLOTTING_CALL = re.compile(
-    r"\b(plot_attention|plot_heads|heatmap)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
+    r"\b(plot_attention|plot_heads|heatmap|draw_\w+)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
 )
-# Calls that make a new figure; ``heatmap`` and ``plot_attention`` make one only without ``ax=``.
-NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap)\s*\(")
+# Calls that make a new figure; ``heatmap``, ``plot_attention`` and the ``draw_*`` schematics make one only without ``ax=``.
+NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+)\s*\(")
 FIGURE_NAME = re.compile(r"fig-[a-z0-9]+(-[a-z0-9]+)+")
 
 
@@ -167,7 +167,7 @@ def new_figures(source: str) -> int:
     code = _code_lines(source)
     count = 0
     for call in NEW_FIGURE_CALL.finditer(code):
-        if call.group(1) in ("plot_attention", "heatmap") and re.search(r"\bax\s*=", _arguments(code, call.end() - 1)):
+        if (call.group(1) in ("plot_attention", "heatmap") or call.group(1).startswith("draw_")) and re.search(r"\bax\s*=", _arguments(code, call.end() - 1)):
             continue  # draws into an existing figure
         count += 1
     return count

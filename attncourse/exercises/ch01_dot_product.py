@@ -228,3 +228,107 @@ def _check_variance(answer) -> str:
         right="Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k).",
         otherwise="{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by term.",
     )
+
+
+# -- 4. find the bug: the mask applied after the softmax ----------------------------------------
+
+
+def _fixed_masked_attention_solution(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5  # (..., L, S)
+    scores = scores.masked_fill(~mask, float("-inf"))  # mask the SCORES: True = may attend
+    weights = torch.softmax(scores, dim=-1)  # the kept weights of each row sum to 1
+    return weights @ value
+
+
+@exercise(
+    "dot-product/fix-mask-after-softmax",
+    title="Find the bug: a mask applied after the softmax",
+    hint="""
+        Run the given function on a small example and sum each row of its weights. Which step
+        produces weights that do not sum to 1? Masking must happen where the -inf can still be
+        normalised away: on the scores, before the softmax.
+    """,
+    solution=_fixed_masked_attention_solution,
+)
+def _check_fixed_masked_attention(fn) -> str:
+    """Property: on random inputs (every row keeps a key), the output equals the package's."""
+    generator = torch.Generator().manual_seed(30)
+    for case, shape in (("L=4, S=6", (4, 6)), ("with a batch (2, 3)", (2, 3, 4, 6))):
+        *batch, L, S = shape
+        q, k, v = _random(*batch, L, 8, seed=31), _random(*batch, S, 8, seed=32), _random(*batch, S, 5, seed=33)
+        mask = torch.rand(*batch, L, S, generator=generator) > 0.5
+        mask[..., 0] = True  # every query keeps at least one key
+        expected, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = call(fn, q, k, v, mask)
+        expect_tensor(out, expected.shape, f"{case}: the output")
+        if matches(out, expected):
+            continue
+        raw = q @ k.transpose(-2, -1) / 8**0.5
+        after = torch.softmax(raw, -1).masked_fill(~mask, 0.0)
+        renormalised = after / after.sum(-1, keepdim=True)
+        raise Mistake(
+            diagnose(
+                out,
+                {
+                    "This is still the given code: the weights are masked after the softmax, so each row sums to less than 1. "
+                    "Fill the masked scores with -inf, then take the softmax.": after @ v,
+                    "The mask polarity is inverted: True means 'may attend', so fill the scores where mask is False.":
+                        torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v,
+                    "The scale went missing: divide the scores by sqrt(d_k) as the given code did.":
+                        torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")), -1) @ v,
+                    "The softmax runs over the queries (dim=-2); each row (one query) must sum to 1 over the keys.":
+                        torch.softmax(raw.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v,
+                },
+                default=f"{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at masked keys) V. "
+                "(Renormalising the masked weights would also be right; "
+                + ("yours are not that either.)" if not matches(out, renormalised @ v) else "check the shapes.)"),
+            )
+        )
+    return "Right: the mask belongs on the scores, before the softmax; then every row of weights sums to 1."
+
+
+# -- 5. a measured experiment: how much gradient reaches unscaled scores at d_k = 512 -----------
+
+_GRADIENT_RATIO = "UVpGXlA="
+_GRADIENT_RATIO_MISTAKES = (
+    "GlZAQFpcV0hTRzgbAU4HBgMbFwAFVAAGBk8aBhsAE1QDDxpVVQYbAEERDAsRDBwBFkUABx8dQwkaAFMRCRFUGw0cFhMfAAVUExwCCxwXHRFBBx"
+    "0UBk8RGwUMBREQTgEWVQYbAEEHFw8PChFSHAsEVFwPQwEAHxEAE1QWCw8AAlJCTE9WWE5BX1tCRlJWVk5OQTsdEwdFCAdUGgsKVQcdFgIVGAsH"
+    "TxIAEgEIERoaQxwcCBZFABgbAAZUVRYaEwgQEU4KG1UQCkUVHBFOEAYPF1MKB1QABgZPEgASAQgRGhpDGBwGG0USFxUCBgtVARAKExEHQEFDVV"
+    "BDS1NMQ0xZT1cmGwQVVB0dQxsdF1MWAhUYCwdPEgASAQgRGhpDHBwIFkUAGBsABlRVBhsAQRUaHRQKB1IaFkEAHAtDGhsBEAQNERBOEAYPF1MB"
+    "CAIdCgYLVRAKRQgAWkxPT1dDUV9BVjVOEQ4BGxxFDhJUX0MCEBMdFkEWGxoLTwcHHRZBBxUZQxsdF1MWABkRThAMGgAWFltUEAcVBhEXUwoPEV"
+    "QBBU8BGhYIQRYNThAeBwZbAT4fXU5eTwYDARFJQUVcSk8XFxUKExFUGgsKVQEcAxUZFRZNTQg="
+)
+_GRADIENT_RATIO_SOLUTION = (
+    "LBEVHRYdEBZTEggAHE5SX0VeQ1VRVAUbBh0cFwBfQQAcC0MaGwEQBA0REE4EHRQWGgAPAFQADB0YUhITBAYVCQYcVRMRChQAVF5NX0BKUwQPEF"
+    "QaCwpVARAEDREQTgwBEHgSBw4BAE5TQUdKRElBFVQcAhscHVMKB1QVDAwaAVJDS1NEVEYFHRofU1VPRUxOFwBVQl1XU1QDBxcHVUBfVVFEVB8W"
+    "CgcbFhZBFRoKQwABGhYXQQcRCwccXFx5b0FUVE4SQ1UZU1hBABscAAdbABILBRpcAE9PRF5TUFBGXUJDGxoAEA1PBhUABwFdHF9FUEJYTlZeR1"
+    "t5RUFUVBwCGFVPU00QVDROCEEBABILEgQbHQZHWEBfRUxFXUdNHAQHFgAbEVxfSmVVUlNFFAQHGhEKFB9TWEEAGxwAB1sAEgsFGlwAT09ERFpv"
+    "QVRUThAGDxcARVxULzNpT1VSUwMOBlQdQwYbUlsXAANYThEOAlJcRVRFRk5JRVVCXVBITn5OQ09VUlNFQQdUU0McWxEfCg8RXEdNHRADBgwTEQ"
+    "cxBB0UFixNNQYBC0plVVJTRUFUVE5LGxoAEA1PBxsIFwIUClsWTVRZX0pPX1IGFRIABgsCAlxcABAMXF1AAQ4WGQQEExBcR2lPVVJTRUFUVB0K"
+    "FRABXQQRBBEAB0cGXBQXABBaAAwdGFoXDAxJWV9KQRgXEgtJXVoHFwoYWlpMa1RUTkMdFAYaCkFJVB0KFRABKFU8VFtOEAYPFwA+UCl+ZDcHEF"
+    "IGCxIXFQIGC1UBEAoTEQdOCw4DF1MEQQcADw0LFAAXRQURAgcCGxwdHUUOElQdEh0BWkZUU11YTgINGgcHRVNGWlhZTwEaFkUNFQYJBhwBUhwD"
+    "QUVCThYcABMfCRh+AwcNHFUQCkUMFRoXQxobGwcWTVQABgZPBh0VEQwVDE4KHFUcFgQTGA1ODAEQXxsKFVQVAAdPHAYARSsVFwEBBhQcUwEIFR"
+    "NGFEZVX1MSQQMqOkMBEBMBCRhUDgsRAFs="
+)
+
+
+@exercise(
+    "dot-product/saturation-gradient",
+    title="Measure how much gradient reaches unscaled scores at d_k = 512",
+    hint="""
+        Repeat the chapter's saturation experiment at one size: q (n, 1, 512) and k (n, 16, 512)
+        standard normal, scores = (q @ k^T).squeeze(1) of shape (n, 16), a random upstream
+        signal of the same shape, loss = (softmax(scores) * upstream).sum(). Take scores with
+        requires_grad, call backward, and average the L2 norm of each row of scores.grad. Do it
+        for raw scores and for scores / sqrt(512), with n of 5,000 or more, and divide.
+    """,
+    solution=_GRADIENT_RATIO_SOLUTION,
+)
+def _check_gradient_ratio(answer) -> str:
+    return check_number(
+        answer, _GRADIENT_RATIO, _GRADIENT_RATIO_MISTAKES, what="ratio", rel_tol=0.15, mistake_rel_tol=0.03,
+        right="Right: without the scale only about a fifth of the gradient reaches the scores at d_k = 512, "
+        "and the share shrinks further as d_k grows (the chapter's figure).",
+        otherwise="{value:g} is outside the range a measurement gives (the checker allows 15% for sampling noise). "
+        "Follow the hint step by step, with at least 5,000 queries.",
+    )

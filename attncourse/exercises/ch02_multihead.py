@@ -181,3 +181,100 @@ def _check_count(answer) -> str:
         right="Right: 4 d_model^2 + 4 d_model, whatever the number of heads.",
         otherwise="{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).",
     )
+
+
+# -- 4. find the bug: merging the heads back ----------------------------------------------------
+
+
+def _merge_solution(heads):
+    B, h, L, d = heads.shape
+    return heads.transpose(1, 2).reshape(B, L, h * d)  # (B, L, h, d): each position's heads side by side
+
+
+@exercise(
+    "multi-head/fix-merge",
+    title="Find the bug: merging the heads with a reshape alone",
+    hint="""
+        merge must undo split_heads: head i's d columns of position t must land in columns
+        i*d ... (i+1)*d - 1 of row t. In (B, h, L, d) memory, the L positions of head 0 come
+        first; a reshape keeps that order. Bring the positions in front of the heads first
+        (transpose(1, 2)), then reshape (a view needs .contiguous() after a transpose).
+    """,
+    solution=_merge_solution,
+)
+def _check_merge(fn) -> str:
+    """Property: merge inverts the package's split_heads, on several shapes, and keeps dtype."""
+    for B, h, L, d in ((2, 3, 4, 5), (1, 4, 6, 2), (3, 2, 2, 8)):
+        x = _random(B, L, h * d, seed=40 + h)
+        heads = split_heads(x, h).contiguous()  # (B, h, L, d), contiguous like an attention output
+        try:
+            out = call(fn, heads)
+        except Mistake as mistake:
+            if "view" in str(mistake):
+                raise Mistake(f"{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or .contiguous().view.") from None
+            raise
+        if isinstance(out, torch.Tensor) and out.shape == (B, L, d):
+            raise Mistake(f"Your output has shape (B, L, d) = {(B, L, d)}: the heads were summed or averaged, not concatenated.")
+        expect_tensor(out, (B, L, h * d), f"For heads of shape {(B, h, L, d)} the merged output")
+        if not matches(out, x):
+            raise Mistake(
+                diagnose(
+                    out,
+                    {
+                        "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions together, so row t "
+                        "mixes pieces of several positions. Transpose to (B, L, h, d) first, then reshape.": heads.reshape(B, L, h * d),
+                        "The columns are interleaved (column j*h + i holds head i's feature j): concatenate whole heads, "
+                        "head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1)).": heads.permute(0, 2, 3, 1).reshape(B, L, h * d),
+                        "The heads are concatenated in reverse order.": heads.flip(1).transpose(1, 2).reshape(B, L, h * d),
+                    },
+                    default=f"For heads {(B, h, L, d)} your output is not Concat(head_1, ..., head_h) per position: "
+                    "merge(split_heads(x, h)) should give x back.",
+                )
+            )
+        if out.dtype != heads.dtype:
+            raise Mistake(f"The output's dtype is {out.dtype}; keep the input's {heads.dtype}.")
+    return "Right: transpose to (B, L, h, d), then reshape: merge undoes split_heads exactly."
+
+
+# -- 5. a measured experiment: dropout on the attention weights -----------------------------------
+
+_DROPOUT_STD = "UVpHX1Vd"
+_DROPOUT_STD_MISTAKES = (
+    "GlZETFlPVzNTFhEGEQ8HTxoUU1VBGREPDRxVFgEKERsBGkMLHBZTCw4AHAcNCE9SNUsFBhseDBoBUh4QEgBUCQYbVQYBBAgaHQAEUiEABgBBXB"
+    "oATSsHHQMKFABUBxBPGhQVRQASAAsRT1sXBQQNXF1HTU1ZUlFVT0VBVlJNT1JRMQkVAE4KHFUGGwBBBwQcBg4RUgQMFRwbGxdPARoWRVBUW05L"
+    "XlVfUxVIVAYLEAwUHhoLBk5UKE0LBx0DChQAVAoKGRwWFhZBABwLQwQQAgdFFhEdCQsbBlIRHEFFVENDH1lSAApBGREPEBoHF1MMFQdUARYbBQ"
+    "cHRQAHVAcXTxwBXUdNVFZeTV5XSFNHNRwVGkMGBlIHDQRUAg8RBhQcEABBGxJOFwcQUgEKFlQHGw4cTlIHDQRUERYGHRYbAABBFQcFEE8THQFF"
+    "FRwRBxFPBgYSCwUVBgpDCxAEGgQVHRsAQ0ccBgBFEgUBDxEKVQAcChVdWkxPT1dDUV9BViAGAhtVGwBFFRwRTg4KFBxTCgdUAAYGTwcdBEUSAR"
+    "kdQ0cRABwVDgEATggKEAIARQgAVA8XT0RbSEUVHBFOBhcQABAMEhFUDxAEBlIVChNUAAYGBgdSABEAGhAPEQtVFhYTCBUABwwBW1BfRUNEWltB"
+    "VVVQQ0tUVB0dQx9ZUgcNBFQEHAwNFBAaCQgADU4MCVUWAQoRBB0ABE8aHBZFFhEdCQsbTlIeAAAHARwGTwEaFkUSBAYLAgtVHRVFFRwRThEAAl"
+    "IAEAwHWkwe"
+)
+_DROPOUT_STD_SOLUTION = (
+    "QVRUThQKHBUbERJUSU4XAAcRG0sHARgCS0dEQkM6UUREQkNeRVtfRVFaRUdpT1VSUwETGwQeBgtVT1MRDgYXBk0BG1wVEA8XAAcMARQeXQETGw"
+    "QBFhtdBRYMBhwAHU9PBU9DS1RYVBoRDhwcGgsGSSAcFgpceFNFQVQHGw4cVU9TARMbBB4GC1sBBghJWUVHaU9VUlMVEx0aGkscAB8ASwwRFQBL"
+    "RllSABAMB1odFwtdW1pFQVRXTgINGgcHRVBaRF5DDhsWU1VPR0VYaWUwExANQQMRBwQHAVIRAAIbGQsQT0VcQkVOVFxfQ0JVAlpFXFREQFFPAh"
+    "sHDUEEBgEBDhcbHwwVDVRfQ0JVAlMEDxBUXkMAARoWFxYdBwtPTwYdUwRBBhsZRBxVAQYIQR0HZFNBR1IHDAwRB04XBxBSHRAMFhEcQwATUhgA"
+    "EQBUGQYGEhoHFk1UFU4hBhsdHgwAGFxfU0NVQl1QSE5UGAIdHBMdBgRUREBRMUdSWUVQRFREQ19bQEZFXFREQFJDfwEHBA8QFRwHTxEXBQwAAB"
+    "0BDU8GAwERSURaX0pPSFJDS1JFQkBDJhtSFAAPEQYPD08GAwERSQRUQUNHXUNTSEEEXU4wRlxSFQoTVAEACgkaAB5FFhEdCQsbBlIcEwQGVD1D"
+    "BBALAEs="
+)
+
+
+@exercise(
+    "multi-head/dropout-row-sum",
+    title="Measure how much dropout on the weights shakes a row's sum",
+    hint="""
+        weights = torch.full((N, 10), 0.1) is N rows of uniform attention over 10 keys. Apply
+        torch.nn.functional.dropout(weights, p=0.5, training=True), sum each row (sum(-1)), and
+        take the standard deviation of the N sums (N = 100,000 is quick). Check the mean too:
+        dropout divides the survivors by 1 - p, so the mean stays 1.
+    """,
+    solution=_DROPOUT_STD_SOLUTION,
+)
+def _check_dropout_std(answer) -> str:
+    return check_number(
+        answer, _DROPOUT_STD, _DROPOUT_STD_MISTAKES, what="standard deviation", rel_tol=0.05, mistake_rel_tol=0.03,
+        right="Right: the rows sum to 1 only on average; a single row's sum has a standard deviation of about 0.32 "
+        "(sqrt(p / ((1 - p) S))): a training-mode output is a noisy copy of the eval-mode one.",
+        otherwise="{value:g} is not what the experiment gives (the checker allows 5% for sampling noise). Follow the hint.",
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import causal_mask, combine_masks, padding_mask
-from ._core import Mistake, call, diagnose, exercise, expect_tensor
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _boolean(out, shape, what) -> torch.Tensor:
@@ -175,3 +175,97 @@ def _check_attention_mask(fn) -> str:
                 mistakes["With causal=False there is no causal part: only the padding is masked."] = tri & pad[:, None, :]
             raise Mistake(diagnose(out, mistakes, atol=0, default=f"{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if causal)."))
     return "Right: key padding for every query, AND the causal triangle for a decoder; shape (B, L, S)."
+
+
+# -- 4. predict: how many pairs may attend -----------------------------------------------------
+
+_ALLOWED = "VEQ="
+_ALLOWED_MISTAKES = (
+    "GlZCXUFVVVBFVkEdB04XBxBSEAQUBxUCQwIUARhFABgbAAZDVUBCRREVHRwQTxMdAUUEFRcGQwATUgcNBFRHThAKBAcWCwIRB1RDGx0XUxUAEB"
+    "ALB08eFwoWQRkBHRdPFxdTFwQZGxgGC1UGHApPVlhOQVhHUElFQ0NGTgocVQYbAEEEFQoHBhsVUwgABx9OAgMaHBZFSUJUHxYKBxsWFkEAHQMG"
+    "HFVEU05BQFRFQ11VABYEDVQfCxocXEhTEQkRVAgWGwAAFkUKEQ0dQwIAAQdFAxFUHAYCGgQWAUEAGwFNTVlSUVZZVk5OQTYaB1MXBBkbGAYLVQ"
+    "YbAEEQHQ8EABsTH0UAB1QZBgMZSFMEQRcVGxAOGVIeBBIfVAIGGwZSFgQCHFQfFgoHC1MWBBFUBxccVR0EC0EEGx0KGxwdHUVJHlRSXk8cW11H"
+    "TVRWXVdNT1JRPA4BVBwGAhoEFgFBABwLQx8UFhcABVQFGwYdHBcAQkEGGxkQTwEdHEtBNVQFBhZVAhIBBR0aCUMCFAEYRQkdEAsQTx4XChZaVA"
+    "AGBk8HHQQWQRsSThMOERYWAUEFAQsRBhABUw4EEQROFwcQGwFFExEVAkMfFAEHRQoRDR1DRwEaFgwTVBsbFx8ABgBFAAYRTgoIGx0BAAVUGA8X"
+    "CgdeUwcYVAAGBk8ZHQAWSFpWQkNNQEpRX0FWQVZDBgZSBw0EVBobDg0QAFMKB1QyDw8cEFIWCxUGHQsQVVURHBAPAFQaCwpVAhIMEwdUGgsOAV"
+    "IeBBhUFRoXChsWU001BgELSkFXXlNHUERMTFlPV0NDXUEdB04GGRAACkUEGgAcGk8aFFMRCRFURlBDVURfRVddVAMCHB5IUwYOARoaQwAbHgpF"
+    "FRwRThMOHAAARRUcFRpDAhQLUwQVABEAB0FXXlNHU0RETFlPVyYbBBVUFwEWAQEBUwAAFxxOEw4cAFMKDxcRThMKB1IbAAAQVEZXTx0XEgESXU"
+    "5OFwcQUh4EEh9UAQVPARoaFkERDAsRDBwBFkUJFQdODQBVGhYEBVQQBw4KGwEaCg9aVhM="
+)
+_ALLOWED_SOLUTION = (
+    "MAERHBpPHFIcA0EVVB0GHgAXHQYEVAMHFwdVHFMXBBUYThcAHhcdFkEZFRdDHBAXUwgIGlwHQ0RVQ19FD11UBQYWBkh5b0FUVE4NT0hSRV9BVE"
+    "VOSE9HUlhFUlRfTldPXlJGRUpUQk5eT0dDeUVBVFQAQ1JVRklFQUVURUNdVVlTVkFfVFpDRFVGU05BQFRTQ15NeFNFQVQaTl5PR0hTRVBUX05R"
+    "T15SQUVKVEZOSE9HUlhFU1RJTlJef3hGVUEdGk4CAxlcUzIIABxOFwcQUgMEAh8VCQZVf3hTRUFUGQ8QBFVPUwYOGRYHDQoqHxIWCgdcDQIaBh"
+    "MfOgwVBwVLWVxeUxUAEBAHDQgqHxIWClwAAREMHVwHAA8HGxxLNENeU1FNVEYzSkNVRFo+W1hUIAwBEF5TXzxdfk5DT1UbHRFJGRUdCEEGBx5N"
+    "SF1UTkNMVUdD"
+)
+
+
+@exercise(
+    "masking/count-allowed",
+    title="Predict how many query-key pairs a decoder mask keeps",
+    hint="""
+        Count per sequence, query by query. Query i of a sequence with n real tokens may see the
+        keys j <= i (causal) that are also real (j < n): min(i + 1, n) keys. Add over the 6 queries
+        of each sequence (the padded queries too: their rows are not removed by a key padding
+        mask), then over the 3 sequences.
+    """,
+    solution=_ALLOWED_SOLUTION,
+)
+def _check_allowed(answer) -> str:
+    return check_number(
+        answer, _ALLOWED, _ALLOWED_MISTAKES, what="count",
+        right="Right: the causal triangle of 21, cut by each sequence's padded keys.",
+        otherwise="{value:g} is not it. Count query by query as in the hint, or build the mask with the package and sum it.",
+    )
+
+
+# -- 5. find the bug: a padding mask that lines the batch up with the heads --------------------
+
+
+def _padded_scores_solution(scores, keep):
+    return scores.masked_fill(keep[:, None, None, :] == 0, float("-inf"))  # (B, S) -> (B, 1, 1, S)
+
+
+@exercise(
+    "masking/fix-padding-broadcast",
+    title="Find the bug: a padding mask that does not line up",
+    hint="""
+        Write down the shapes aligned from the right: scores (B, h, L, S) against
+        keep.unsqueeze(1), which is (B, 1, S). Which dimension of the scores does the mask's B
+        meet? The mask must vary along the batch and the keys only: give it shape (B, 1, 1, S).
+    """,
+    solution=_padded_scores_solution,
+)
+def _check_padded_scores(fn) -> str:
+    """Property: for several batch and head counts (B == h among them), the softmax of the result
+    puts no weight on padded keys and equals the reference; -1e9 is accepted, as it is right here."""
+    generator = torch.Generator().manual_seed(50)
+    for B, h, L, S in ((2, 2, 3, 3), (3, 4, 2, 5), (2, 2, 4, 3), (1, 3, 3, 4)):
+        scores = torch.randn(B, h, L, S, generator=generator, dtype=torch.float64)
+        lengths = torch.randint(1, S + 1, (B,), generator=generator)
+        lengths[0] = S
+        lengths[-1] = 1 if B > 1 else lengths[-1]
+        keep = (torch.arange(S)[None, :] < lengths[:, None]).long()  # (B, S), 1 = a real token
+        case = f"B={B}, h={h}, L={L}, S={S}"
+        out = call(fn, scores.clone(), keep.clone())
+        expect_tensor(out, scores.shape, f"{case}: the masked scores")
+        expected = torch.softmax(_padded_scores_solution(scores, keep), -1)
+        got = torch.softmax(out.to(torch.float64), -1)
+        if matches(got, expected):
+            continue
+        if B == h and L == S:
+            wrong = {
+                "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which broadcasts as (1, B, 1, S) and "
+                "lines the batch up with the heads. Use keep[:, None, None, :], shape (B, 1, 1, S).":
+                    torch.softmax(scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1),
+                "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives in the keys, the last dimension.":
+                    torch.softmax(scores.masked_fill(keep[:, None, :, None] == 0, float("-inf")), -1).nan_to_num(0.0),
+            }
+        else:
+            wrong = {}
+        wrong["The mask polarity is inverted: keep is 1 at real tokens; fill where it is 0."] = torch.softmax(
+            scores.masked_fill(keep[:, None, None, :] == 1, float("-inf")), -1).nan_to_num(0.0)
+        raise Mistake(diagnose(got.nan_to_num(0.0), wrong, default=f"{case}: the softmax of your scores still puts weight on padded keys, "
+                                                  "or changes the real ones. Fill only the padded keys, in every head and every query row."))
+    return "Right: a (B, S) key padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores."

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from ._core import Mistake, call, exercise, expect_tensor, matches, reveal
+from ._core import Mistake, call, check_number, exercise, expect_tensor, matches, number, reveal
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -203,3 +203,145 @@ def _check_shapes(answer) -> str:
     if wrong:
         raise Mistake("\n".join(wrong))
     return "Right: the output follows the queries (target), the weights have one column per source position."
+
+
+# -- 3. predict: the parameters of a cross-attention layer -----------------------------------------
+
+_CROSS_COUNT = "VkxDXA=="
+_CROSS_COUNT_MISTAKES = (
+    "GlZNWlNXV0hTR1hARFZDBgZSPhANAB0mBg4RMwcRBBoABwwBXUZLSUFAXU4UBgEaHBAVVB8KCgJVEx0BQQIQBw5VVSUtLkEVGgpDOCskUxcEFR"
+    "BOCgEFBwcWQRsSThQGEQYbRVJGVAYGHRBeUxYOVBEPAAdVGhIWQUdGThtPQUpTEgQdEwYXHFtQX0VDQ0JWU01PUlE8DgFUAgYJAVIcEBVUAAYG"
+    "TxcbEhYEB05OBg4WGlMKB1QABgZPEx0GF0EEBgEJChYGGgoPB1QGAhxVHR0AQRsSThQGEQYbRVVMWkxPT1dLQVRXVk5OQTsdEwdFCAdUWkMXVU"
+    "ZLRRlUQFZZTwEaFkUKEQ1OAgERUgUEDQERTgoBBQcHFkEVBgtDXEdSBAwFEVhOAgERUhYEAhxUHhEAHxcQEQgbGk4LDgZSEkUDHRUdQxsaHV1H"
+    "TVRWWFteQ1BJRUMtGxtDHwcdGQACABEKQwQQCwBFABoQThUOGQcWFkEAG04UBhEGG0VSRk5OCAscH1MEDxBUGAcGGFISFwRUAAYGTwIbFxEJB1"
+    "QBBU8BGhZFCBoEGxccTlIkOypUFQAHTyIsJUUSAB0CD08FABwPBBcAThcAVRceBwQQKwoKAlVPU1FZVFwaCwpVGhYEBQdUHRMDHAZTUVldWkxP"
+    "T1dDSlNZVk5OQTsdEwdFCAdUAQ0KVRoWBAVTB04QBxQAFl9BABwLQwcQExcWQQcEAgobVQYbAEEEBgEJChYGGgoPB1hOFwcQC1MBDlQaARdPGA"
+    "cfEQgEGBdDAAdSFwwXHRALQxsdF1MGDgEaGkMAE1IHDQRUGA8aCgdcUUlBVkdfV1dNUElFQy0bG0MCAB4HDBEYHQsHTxcLUxEJEVRaQwcQExcW"
+    "W1QABgZPHRcSARJUBx4PBgFSBw0EVAQcDAUQEQcMDhoHQkMbHRcKRQAQEE4NAFUCEhcAGREaBh0GXFEY"
+)
+_CROSS_COUNT_SOLUTION = (
+    "QVRUTjQxJEhTUVlUDE5XV1VZU1FZVElOUVxAQFNFQVwFGwYdHBcARQ4SVBkKCwEaUwAMFhEKPAscH1NYQUBMR2lPVVJTMj8/Tk5QXVUKU1FZVF"
+    "9OV1dVT1NUVExATkNPXRkWHBJUGwhDGBwWBw1BHxAHDk9IUkBXTVQEHAwFEBEHAAVUAAFDW01beUVBVFQ5PTlPUkBXQQxUWltPXlJHXUFJVF9W"
+    "V0FSU0VJAhUCFgoGUhwDQQMdChcHVQQXDAxUSU5QXVlSAxcOHhENFwoRUgcKQUBMR2lPVVJTMj87Tk5XV1UKU1FZVF9OV1dVT1NXUkFGZGlYTU"
+    "VBRQgaVA8PA1lSBw0AAFQHEE9HUjY7U1RfTiZPHhYaCEFfVCtDGREbHkVKVEBOJk8CGwcNQTFUU0NbTVxTJgkRFwVZZQYHHk0RWhobDgoZWlpF"
+    "BxsGThNPHBxTKBQYAAcrChQWMhEVERoaCgAbWkddTVRAQkMEERseWFJGWE4VCxwfTlZTXVoeAh0UHxYRBAYHRkpG"
+)
+
+
+@exercise(
+    "cross-attention/parameter-count",
+    title="How many parameters has MultiHeadAttention(48, 4, kdim=32, vdim=32)?",
+    hint="""
+        Four nn.Linear layers, each with a bias of its output width. W^Q maps the queries'
+        width to embed_dim, W^K and W^V map kdim and vdim to embed_dim, W^O maps embed_dim to
+        embed_dim. The number of heads does not change the count.
+    """,
+    solution=_CROSS_COUNT_SOLUTION,
+)
+def _check_cross_count(answer) -> str:
+    return check_number(
+        answer, _CROSS_COUNT, _CROSS_COUNT_MISTAKES, what="parameter count",
+        right="Right: kdim and vdim change only the input side of W^K and W^V; everything is projected to embed_dim.",
+        otherwise="{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).",
+    )
+
+
+# -- 4. a measured experiment: how much of the alignment is position alone -------------------------
+
+
+_DIAGONAL_SOLUTION = (
+    "QVRUTi1DVT5TWEEAER0XMBETBwRPFRgHBAEYFx0RTwccDxMKf1JTRUEnVFNDGxABBzoFFQAPTRwHEV0WCA4RRlJGf1JTRUEHFQMGMAUdAAwVHR"
+    "sAQ1JVBhwXAhxaCxoKXT5fRTJdWgsbHxQcF00vWFQiT08mW1NFQVdUGgIdEhcHRREbBwcXBhocUwxBGBsBCBxVEwdFEhsBHAAKVQIcFggAHQEN"
+    "Txx4U0VBVBUCCggbHxYLFSsVDQAaBxMQHEkHFQMGMAUdAAwVHRsAT08BFwARPhAVGgJBFB4aAg8ZEQAXRlVSU0ZBFRYBFhtVQl1XWUV+ZDMABh"
+    "sHDA4aVA8PABsXUwMIGhAdQxsdF1MWDgEGDQZPAh0BAUEbEk5RV1BSHANBABwLQwcQHhdIDgEATgcGEhsHFk9UIAYGTwIdAQESVBsIQw5VHAYI"
+    "AxEGTgIdEHgABAgQVAcNTxQcUwoTEBEcQ0cBGhwQEhUaChBDVVAHDQ4BBw8NC1deUw0UGhAcBgsGXlNHCQEaChEKEVBfRRQaHRoQQ1VQEgsFVl"
+    "hOFwobAVpFFRwVGkMfAAYAbwwbBxpDCxwVGhESU1QZDB0RAVMEFVQbGgsKB1IDChIdAAcMAQZSBw0AGlQaCwpVFhoCCAAHQkMcGlISRQkRFQpD"
+    "AgABB0UTERUKQxsdF1MSDgYQHUMbGlISCQgTGmQXBxAfSUUVHBFOFx0UGx0ABVQZAQcKGVUARQ0VBxpDAxQLFhdBExEaEE8UEBwQFVRNVkZB"
+)
+
+
+def _diagonal_baseline() -> tuple:
+    """(the accuracy of the same-position head, of an always-the-first-word head, with the EOS counted)."""
+    from ..toy_translation import alignment_accuracy, make_data, split_numbers
+
+    _, test_numbers = split_numbers(0.2, seed=0)
+    data = make_data(test_numbers)
+    N, L = data.alignment.shape
+    S = data.src.size(1)
+    weights = torch.eye(L, S).expand(N, L, S)
+    counted = data.alignment >= 0
+    with_eos = ((weights.argmax(-1) == data.alignment) & counted).sum().item() / (N * L)
+    return alignment_accuracy(weights, data.alignment), alignment_accuracy(torch.zeros(N, L, S), data.alignment), with_eos
+
+
+@exercise(
+    "cross-attention/diagonal-baseline",
+    title="Measure the alignment accuracy of a head that ignores content",
+    hint="""
+        Build the held-out data as the chapter does (split_numbers(0.2, seed=0), make_data).
+        A head that looks at the same position is one-hot weights: torch.eye(L, S) expanded to
+        (N, L, S), with L = test_data.alignment.size(1) and S = test_data.src.size(1). Score it
+        with alignment_accuracy(weights, test_data.alignment), which skips the end-of-sentence
+        token. Give a fraction between 0 and 1.
+    """,
+    solution=_DIAGONAL_SOLUTION,
+)
+def _check_diagonal_baseline(answer) -> str:
+    value = number(answer, "accuracy")
+    right, first_word, with_eos = _diagonal_baseline()
+    if abs(value - right) <= 0.005:
+        return (f"Right: {right:.1%}. Position alone finds the source word of fewer than a third of the digits; "
+                "the trained cross-attention, which reads the words, finds nearly all of them.")
+    if abs(value / 100 - right) <= 0.005:
+        raise Mistake("That is the right measurement as a percentage: give it as a fraction between 0 and 1.")
+    if abs(value - with_eos) <= 0.005:
+        raise Mistake("You counted the end-of-sentence tokens as misses: they have no source word (alignment -1) and are "
+                      "not scored; alignment_accuracy skips them.")
+    if abs(value - first_word) <= 0.005:
+        raise Mistake("That is the accuracy of a head that always picks the first word (argmax of equal or zero weights "
+                      "is position 0): put the weight of target position i on source position i.")
+    raise Mistake(f"{value:g} is not what this head scores on the held-out numbers; follow the hint (the checker "
+                  "allows 0.005 around its own measurement).")
+
+
+# -- 5. find the bug: name it ---------------------------------------------------------------------
+
+_WHICH_BUG = "BQ=="
+_WHICH_BUG_MISTAKES = (
+    "GlYVTFlPVz4aCwRUXA9KTxwBUxcIExwaWU8GFwMEExUAC0M4KzlTBA8QVDk9OVUeFhFBFVQdDBoHERZFERsHBxcGGhxTBwRUEgEWARFSERxBGx"
+    "oLQxsdGx0CQRUaCkMHFBwXRQ4CERxDDhsdBw0EBk9OFxYcHBRFFRwRA0NHI1JORTkrRk40MT5bUwwSVAAGBk8GHQYXAhFUGgYXAVUARQwdBxoC"
+    "BBBeUwsOAFQaCwYGUhAKBRFTHU1NWVJRB0NOVEwvBhsXU00DXVQHEE8HGxQNFU5UGgsKVQEQChMRB04CHRBSFwoVVAQcDAsAEQcWQRsSTgcwHl"
+    "8EDAURVBgGDAEdARZNVAcBQxwEAAdNBSsfR0MGBlIHDQRUBw0CAxBJUxEJEVQdDBoHERZCElQDBwcbHVIXOlNUBAICFgZSHQpBBBUcF09dBhsM"
+    "ElQXBgIfARcBRQwRFR0WHRABUwwVXVpMT09XEVFfQVY4Bw0KVVoQTEEdB04RBhIaB19BBBUKBwYbFVMJCAIRHUMGG1IHDQRUHwsaHFlSAApBAB"
+    "wLQ0c3XlM2SFQZDxAEVRAWBg4ZER1DRzdeU1RNVCdHT08BGhZFEhUZC0MJGgBTABcRBhdDGxQAFAAVVAQBEAYBGxwLT1ZYTkEKV0hTRy0dGgtD"
+    "RxBbUwwSVAYHBAcBSFMRCRFUARYbBQcHRQkVB04MARBSAQoWVAQLEU8EBxYXGFhUGgsKVQYSFwYRAEkQTxkXHQIVHFQiT08UHBdFFRwRThQKHB"
+    "UbERJUFRwGTwcXBxATGhEKQw0QARoBBFQdGk1NCA=="
+)
+_WHICH_BUG_SOLUTION = (
+    "SRBdQEM7HRdTFgIbBgsQTxQAFkVJNlhOL0NVIVpfQRAdAwYBBhscC0FFVAcQTwEaFkUVFQYJBhtVAhwWCAAdAQ0cW1IACgcAGQ8bRxEbHlhQXV"
+    "QDAgQQAVMAABccZBAAAAAQAEEXGwIWAhtSABAMVAABQ15VHQUAE1QABgZPBAcWFwgRB0JDHBpSEkUQAREcGkgGUgQACBMcGhBPGx1TCQ4aEwsR"
+    "TwYHHkUVG1RfT08UHBdFAFQEDwcLEBZ5Fg4BBg0GTxYdHxAMGlhOTgYbFFMDDgZUCxUKBwtTFBQRBhdPTxcXEAoMEQdOU0BFUk5FLxU6QkMYHR"
+    "sQDUEHBBwGDhEBUwwPABtOBhkQAApFDgEAHhYbVR0VRRUcEWQQChsGFgsCEVpOJQYNSFMSBB0TBhccVU9TEQ4GFwZNHBoUBwgADFwdAAAHFwBJ"
+    "QRAdA15CRFtd"
+)
+_WHICH_BUG_CHOICES = "abcde"
+
+
+@exercise(
+    "cross-attention/which-bug",
+    title="Find the bug: which line of this cross-attention is wrong?",
+    hint="""
+        Run the function on a batch whose second sentence has padding and look for NaN. Then
+        sum its weights over the last dimension: a query's weights should sum to 1 over the
+        source positions. Which line decides over which dimension they sum?
+    """,
+    solution=_WHICH_BUG_SOLUTION,
+)
+def _check_which_bug(answer) -> str:
+    if not isinstance(answer, str) or answer.strip().lower().strip("()") not in _WHICH_BUG_CHOICES:
+        raise Mistake(f"Answer with one letter from {', '.join(_WHICH_BUG_CHOICES)}, as a string such as \"a\".")
+    letter = answer.strip().lower().strip("()")
+    if letter == reveal(_WHICH_BUG):
+        return ("Right: softmax(dim=1) normalises each source column over the target positions; a padded column is "
+                "all -inf there, so it turns into NaN. Use dim=-1, over the keys.")
+    raise Mistake(json.loads(reveal(_WHICH_BUG_MISTAKES))[letter])
