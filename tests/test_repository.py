@@ -135,10 +135,10 @@ def test_install_url_override_is_documented():
 # Calls that draw: the package's heat maps and schematics, matplotlib through ``plt``, an Axes' ``.plot(`` and
 # anything else that makes a figure (``subplots``, ``imshow``, a ``plot`` helper of a module).
 PLOTTING_CALL = re.compile(
-    r"\b(plot_attention|plot_heads|heatmap|draw_\w+)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
+    r"\b(plot_attention|plot_heads|heatmap|draw_\w+|plot_transformer_blocks)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
 )
 # Calls that make a new figure; ``heatmap``, ``plot_attention`` and the ``draw_*`` schematics make one only without ``ax=``.
-NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+)\s*\(")
+NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+|plot_transformer_blocks)\s*\(")
 FIGURE_NAME = re.compile(r"fig-[a-z0-9]+(-[a-z0-9]+)+")
 
 
