@@ -14,13 +14,14 @@
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask, combine_masks
+from .inference import KVCache
 from .multihead import MultiHeadAttention
 
 __all__ = ["FeedForward", "TransformerBlock", "CausalLM", "Seq2SeqTransformer"]
@@ -64,11 +65,18 @@ class TransformerBlock(nn.Module):
         self.cross_weights: Optional[Tensor] = None
 
     def forward(
-        self, x: Tensor, mask: Optional[Tensor] = None, memory: Optional[Tensor] = None, memory_mask: Optional[Tensor] = None
+        self,
+        x: Tensor,
+        mask: Optional[Tensor] = None,
+        memory: Optional[Tensor] = None,
+        memory_mask: Optional[Tensor] = None,
+        *,
+        cache: Optional[KVCache] = None,
     ) -> Tensor:
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
-        encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``. Returns ``(B, L, d_model)``."""
-        attended, weights = self.self_attn(x, x, x, mask)
+        encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
+        self-attention's :class:`attncourse.inference.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
+        attended, weights = self.self_attn(x, x, x, mask, cache=cache)
         self.self_weights = weights.detach()
         h = self.norm1(x + attended)
         if self.cross_attn is not None:
@@ -97,17 +105,18 @@ class _Embedding(nn.Module):
         self.tokens = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_len, d_model)
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
         require_tensor("tokens", tokens)
         require_rank("tokens", tokens, 2, "(B, L)")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
-        if tokens.size(1) > self.positions.num_embeddings:
+        if offset + tokens.size(1) > self.positions.num_embeddings:
             raise ValueError(
-                f"tokens has length {tokens.size(1)} but the model has max_len={self.positions.num_embeddings} "
+                f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.positions.num_embeddings} "
                 f"(tokens shape {fmt_shape(tokens.shape)})"
             )
-        positions = torch.arange(tokens.size(1), device=tokens.device)
+        positions = torch.arange(offset, offset + tokens.size(1), device=tokens.device)
         return self.tokens(tokens) + self.positions(positions)
 
 
@@ -139,13 +148,29 @@ class CausalLM(nn.Module):
         blocks = [TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers)]
         return cls(vocab_size, d_model, max_len, blocks)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only."""
-        x = self.embed(tokens)
-        mask = causal_mask(tokens.size(1), device=tokens.device)
-        for block in self.blocks:
-            x = block(x, mask)
+    def forward(self, tokens: Tensor, cache: Optional[List[KVCache]] = None) -> Tensor:
+        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only.
+
+        With ``cache`` (one :class:`attncourse.inference.KVCache` per block, from
+        :meth:`new_cache`), ``tokens`` continue the cached sequence: they sit at positions
+        ``cache[0].seen ..`` and attend to the cached positions as well (chapter 6).
+        """
+        if cache is None:
+            x = self.embed(tokens)
+            mask = causal_mask(tokens.size(1), device=tokens.device)
+            for block in self.blocks:
+                x = block(x, mask)
+            return self.head(x)
+        if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
+            raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
+        x = self.embed(tokens, offset=cache[0].seen)
+        for block, layer_cache in zip(self.blocks, cache):
+            x = block(x, cache=layer_cache)  # the cache supplies the causal mask
         return self.head(x)
+
+    def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
+        """An empty KV cache per block (``window``: a rolling buffer of that many positions)."""
+        return [KVCache(window) for _ in self.blocks]
 
 
 class Seq2SeqTransformer(nn.Module):
