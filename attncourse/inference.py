@@ -22,15 +22,15 @@ has seen and a step computes only the new position's query, key and value::
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_non_negative_int, require_positive_int, require_rank, require_tensor
+from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask
 
-__all__ = ["generate", "KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "mean_pool_kv_heads", "kv_cache_bytes"]
+__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "mean_pool_kv_heads", "kv_cache_bytes"]
 
 
 def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window: int, device: Optional[torch.device] = None) -> Tensor:
@@ -204,7 +204,8 @@ def mean_pool_kv_heads(layer: "torch.nn.Module", num_kv_heads: int) -> "torch.nn
     if layer.num_kv_heads != layer.num_heads:
         raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
     bias = layer.q_proj.bias is not None
-    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias, num_kv_heads=num_kv_heads)
+    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
+                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
     pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
     group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
     with torch.no_grad():
@@ -225,52 +226,3 @@ def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length:
         require_positive_int(name, value)
     return 2 * num_layers * num_kv_heads * head_dim * length * batch * bytes_per_element
 
-
-@torch.no_grad()
-def generate(
-    model: "torch.nn.Module",
-    tokens: Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
-    use_cache: bool = False,
-) -> Tensor:
-    """Continue ``tokens`` ``(B, T)`` by ``max_new_tokens`` sampled tokens; returns ``(B, T + max_new_tokens)``.
-
-    Each step turns the last position's logits into probabilities ``softmax(logits / temperature)``
-    (``temperature = 0``: the most likely token), keeps the ``top_k`` most likely tokens
-    when given, and samples one with ``generator``.
-
-    ``use_cache=False`` runs ``model(sequence so far)`` at every step: step ``t`` recomputes
-    all ``T + t`` positions. ``use_cache=True`` runs the prompt once to fill one
-    :class:`KVCache` per layer (``model.new_cache()``), then feeds only the newest token
-    (``model(token, cache)``): the same logits, so the same tokens, for a fraction of the work.
-    """
-    require_tensor("tokens", tokens)
-    require_rank("tokens", tokens, 2, "(B, T)")
-    require_non_negative_int("max_new_tokens", max_new_tokens)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if top_k is not None:
-        require_positive_int("top_k", top_k)
-    was_training = model.training
-    model.eval()
-    cache: Optional[List[KVCache]] = model.new_cache() if use_cache else None
-    out, step_input = tokens, tokens
-    for _ in range(max_new_tokens):
-        logits = model(step_input, cache) if use_cache else model(out)
-        logits = logits[:, -1, :]  # (B, V): the next-token logits
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if temperature == 0:
-            nxt = logits.argmax(dim=-1, keepdim=True)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)
-        out = torch.cat([out, nxt], dim=1)
-        step_input = nxt
-    model.train(was_training)
-    return out

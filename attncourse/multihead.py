@@ -49,6 +49,11 @@ class MultiHeadAttention(nn.Module):
         kdim: width of the key input (defaults to ``embed_dim``).
         vdim: width of the value input (defaults to ``embed_dim``).
         bias: whether the four projections have biases.
+        dropout: attention dropout, as in ``nn.MultiheadAttention``: in training mode each
+            attention weight is zeroed with probability ``dropout`` and the kept ones are
+            scaled by ``1 / (1 - dropout)`` before they weight the values, so the output is
+            unchanged in expectation; in ``eval()`` mode (and with the default ``0.0``) nothing
+            is dropped. The weights returned are the dropped-out ones, as torch's are.
         num_kv_heads: key/value heads (defaults to ``num_heads``, multi-head attention); it
             must divide ``num_heads``. Each K/V head serves ``num_heads // num_kv_heads``
             consecutive query heads: grouped-query attention, multi-query with ``1``
@@ -66,6 +71,7 @@ class MultiHeadAttention(nn.Module):
         kdim: Optional[int] = None,
         vdim: Optional[int] = None,
         bias: bool = True,
+        dropout: float = 0.0,
         num_kv_heads: Optional[int] = None,
     ) -> None:
         super().__init__()
@@ -88,6 +94,9 @@ class MultiHeadAttention(nn.Module):
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
         require_positive_int("vdim", vdim)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim, vdim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^Q = [W_1^Q ... W_h^Q]
@@ -185,6 +194,9 @@ class MultiHeadAttention(nn.Module):
         group = self.num_heads // self.num_kv_heads
         k, v = repeat_kv(k, group), repeat_kv(v, group)  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
         heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
+            weights = nn.functional.dropout(weights, self.dropout)
+            heads = weights @ v
         return self.out_proj(merge_heads(heads)), weights
 
     @classmethod
@@ -196,15 +208,16 @@ class MultiHeadAttention(nn.Module):
         Torch's masks use ``True`` = ignore and a 3-D ``attn_mask`` of shape
         ``(B * num_heads, L, S)``: convert ``attn_mask`` and ``key_padding_mask`` together with
         :func:`attncourse.masks.from_multihead_masks` before passing them here.
-        This layer has no dropout: it equals ``module`` in ``eval()`` mode or with
-        ``dropout=0``. Not supported (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
+        The layer gets ``module``'s dropout probability: it equals ``module`` in ``eval()``
+        mode, and in training mode it draws the same dropout mask from the same random
+        state (when torch is asked for the weights, ``need_weights=True``). Not supported (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
         bias = module.in_proj_bias is not None
-        layer = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=bias)
+        layer = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=bias, dropout=module.dropout)
         layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
         e = module.embed_dim
         with torch.no_grad():

@@ -2,9 +2,14 @@
 
 * :class:`TransformerBlock`: a post-LayerNorm layer as in "Attention Is All You Need"::
 
-      h   = LayerNorm(x + SelfAttention(x))
-      h   = LayerNorm(h + CrossAttention(h, memory))      (decoder blocks only)
-      out = LayerNorm(h + FFN(h))
+      h   = LayerNorm(x + Dropout(SelfAttention(x)))
+      h   = LayerNorm(h + Dropout(CrossAttention(h, memory)))      (decoder blocks only)
+      out = LayerNorm(h + Dropout(FFN(h)))
+
+  or, with ``norm_first=True``, a pre-LayerNorm layer (GPT-2; Xiong et al., 2020)::
+
+      h   = x + Dropout(SelfAttention(LayerNorm(x)))
+      out = h + Dropout(FFN(LayerNorm(h)))
 
 * :class:`Seq2SeqTransformer`: encoder-decoder (chapter 4, cross-attention).
 * :class:`CausalLM`: decoder-only language model over any stack of blocks. A block is any
@@ -23,6 +28,7 @@ from ._checks import fmt_shape, require_positive_int, require_rank, require_tens
 from .masks import causal_mask, combine_masks
 from .inference import KVCache
 from .multihead import MultiHeadAttention
+from .positions import sinusoidal_encoding
 
 __all__ = ["FeedForward", "TransformerBlock", "CausalLM", "Seq2SeqTransformer"]
 
@@ -40,29 +46,59 @@ class FeedForward(nn.Module):
         return self.linear2(torch.relu(self.linear1(x)))
 
 
+def _check_dropout(dropout: object) -> float:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+    return float(dropout)
+
+
 class TransformerBlock(nn.Module):
-    """One post-LayerNorm Transformer layer; with ``cross_attention=True`` a decoder layer.
+    """One Transformer layer (post-LayerNorm by default); with ``cross_attention=True`` a decoder layer.
 
     Args:
         d_model: width of the hidden states.
         num_heads: heads of each attention sublayer.
         d_ff: inner width of the feed-forward sublayer; ``0`` leaves that sublayer out.
         cross_attention: add encoder-decoder attention between self-attention and the FFN.
+        dropout: probability of the attention dropout inside each attention sublayer and of
+            the residual dropout on each sublayer's output before it is added to the residual
+            stream (Vaswani et al., 2017, section 5.4); active in training mode only.
+        norm_first: pre-LayerNorm: normalise each sublayer's input and leave the residual
+            stream un-normalised (stack a final LayerNorm after the last such block, as
+            ``CausalLM(..., final_norm=True)`` does).
 
     After each call, ``self_weights`` (and ``cross_weights``) hold the detached attention
     weights ``(B, num_heads, L, S)`` of the last forward pass, for plotting.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, cross_attention: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        cross_attention: bool = False,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+    ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        dropout = _check_dropout(dropout)
+        self.norm_first = bool(norm_first)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads) if cross_attention else None
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
         self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
         self.ffn = FeedForward(d_model, d_ff) if d_ff > 0 else None
         self.norm3 = nn.LayerNorm(d_model) if d_ff > 0 else None
+        self.dropout = nn.Dropout(dropout)  # residual dropout
         self.self_weights: Optional[Tensor] = None
         self.cross_weights: Optional[Tensor] = None
+
+    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, f) -> Tensor:
+        """``x + Dropout(f(LayerNorm(x)))`` (pre-LN) or ``LayerNorm(x + Dropout(f(x)))`` (post-LN)."""
+        if self.norm_first:
+            return x + self.dropout(f(norm(x)))
+        return norm(x + self.dropout(f(x)))
 
     def forward(
         self,
@@ -76,34 +112,50 @@ class TransformerBlock(nn.Module):
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
         self-attention's :class:`attncourse.inference.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
-        attended, weights = self.self_attn(x, x, x, mask, cache=cache)
-        self.self_weights = weights.detach()
-        h = self.norm1(x + attended)
-        if self.cross_attn is not None:
-            if memory is None:
-                raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
+        if self.cross_attn is None and memory is not None:
+            raise ValueError("memory was given but this block has no cross-attention")
+        if self.cross_attn is not None and memory is None:
+            raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
+
+        def self_attention(h: Tensor) -> Tensor:
+            attended, weights = self.self_attn(h, h, h, mask, cache=cache)
+            self.self_weights = weights.detach()
+            return attended
+
+        def cross_attention(h: Tensor) -> Tensor:
             attended, weights = self.cross_attn(h, memory, memory, memory_mask)
             self.cross_weights = weights.detach()
-            h = self.norm2(h + attended)
-        elif memory is not None:
-            raise ValueError("memory was given but this block has no cross-attention")
+            return attended
+
+        h = self._sublayer(x, self.norm1, self_attention)
+        if self.cross_attn is not None:
+            h = self._sublayer(h, self.norm2, cross_attention)
         if self.ffn is not None:
-            h = self.norm3(h + self.ffn(h))
+            h = self._sublayer(h, self.norm3, self.ffn)
         return h
 
 
 class _Embedding(nn.Module):
-    """Token embedding plus a learned position embedding, both initialised N(0, 1).
+    """Token embedding plus a position embedding: learned (the default), sinusoidal or none.
+
+    ``positional="learned"``: a table of ``max_len`` trained vectors, initialised N(0, 1) like
+    the tokens'; ``"sinusoidal"``: the fixed :func:`attncourse.positions.sinusoidal_encoding`;
+    ``"none"``: no position information at all (chapter 5's control).
 
     No sqrt(d_model) factor on the tokens: that factor belongs with embeddings initialised at
     scale 1/sqrt(d_model). Applied to N(0, 1) embeddings it makes every token component
     sqrt(d_model) times larger than the position components, which then carry almost no signal
     (tasks that need "the token k positions back" learned far more slowly with it)."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "learned") -> None:
         super().__init__()
+        if positional not in ("learned", "sinusoidal", "none"):
+            raise ValueError(f"positional must be 'learned', 'sinusoidal' or 'none', got {positional!r}")
+        self.positional, self.max_len = positional, max_len
         self.tokens = nn.Embedding(vocab_size, d_model)
-        self.positions = nn.Embedding(max_len, d_model)
+        self.positions = nn.Embedding(max_len, d_model) if positional == "learned" else None
+        if positional == "sinusoidal":
+            self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
@@ -111,13 +163,17 @@ class _Embedding(nn.Module):
         require_rank("tokens", tokens, 2, "(B, L)")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
-        if offset + tokens.size(1) > self.positions.num_embeddings:
+        if offset + tokens.size(1) > self.max_len:
             raise ValueError(
-                f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.positions.num_embeddings} "
+                f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.max_len} "
                 f"(tokens shape {fmt_shape(tokens.shape)})"
             )
-        positions = torch.arange(offset, offset + tokens.size(1), device=tokens.device)
-        return self.tokens(tokens) + self.positions(positions)
+        x = self.tokens(tokens)
+        if self.positional == "learned":
+            x = x + self.positions(torch.arange(offset, offset + tokens.size(1), device=tokens.device))
+        elif self.positional == "sinusoidal":
+            x = x + self.table[offset : offset + tokens.size(1)].to(x.dtype)
+        return x
 
 
 class CausalLM(nn.Module):
@@ -128,25 +184,58 @@ class CausalLM(nn.Module):
         d_model: hidden width.
         max_len: longest sequence the position embedding covers.
         blocks: the layers, each called as ``block(x, mask)`` with the ``(L, L)`` causal mask.
+        positional: ``"learned"`` (default), ``"sinusoidal"`` or ``"none"`` position embeddings.
+        dropout: dropout on the sum of token and position embeddings (training mode only).
+        final_norm: a LayerNorm after the last block (needed after pre-LayerNorm blocks, whose
+            residual stream is never normalised otherwise).
 
-    ``forward`` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
+    ``forward`` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``;
+    ``max_len`` is the longest input (:func:`attncourse.sampling.generate` crops to it).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, blocks: Sequence[nn.Module]) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        blocks: Sequence[nn.Module],
+        *,
+        positional: str = "learned",
+        dropout: float = 0.0,
+        final_norm: bool = False,
+    ) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("max_len", max_len)):
             require_positive_int(name, value)
-        self.embed = _Embedding(vocab_size, d_model, max_len)
+        self.max_len = max_len
+        self.embed = _Embedding(vocab_size, d_model, max_len, positional)
+        self.dropout = nn.Dropout(_check_dropout(dropout))
         self.blocks = nn.ModuleList(blocks)
+        self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
 
     @classmethod
     def standard(
-        cls, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, d_ff: int = 256, num_layers: int = 2, max_len: int = 128
+        cls,
+        vocab_size: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        d_ff: int = 256,
+        num_layers: int = 2,
+        max_len: int = 128,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        positional: str = "learned",
     ) -> "CausalLM":
-        """A standard Transformer language model of ``num_layers`` :class:`TransformerBlock` layers."""
-        blocks = [TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers)]
-        return cls(vocab_size, d_model, max_len, blocks)
+        """A language model of ``num_layers`` :class:`TransformerBlock` layers.
+
+        Post-LayerNorm blocks by default; ``norm_first=True`` gives GPT-2's layout, pre-LayerNorm
+        blocks and a final LayerNorm. ``dropout`` is used everywhere (embeddings, attention
+        weights, residuals), as nanoGPT does.
+        """
+        blocks = [TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first) for _ in range(num_layers)]
+        return cls(vocab_size, d_model, max_len, blocks, positional=positional, dropout=dropout, final_norm=norm_first)
 
     def forward(self, tokens: Tensor, cache: Optional[List[KVCache]] = None) -> Tensor:
         """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only.
@@ -156,16 +245,18 @@ class CausalLM(nn.Module):
         ``cache[0].seen ..`` and attend to the cached positions as well (chapter 6).
         """
         if cache is None:
-            x = self.embed(tokens)
+            x = self.dropout(self.embed(tokens))
             mask = causal_mask(tokens.size(1), device=tokens.device)
             for block in self.blocks:
                 x = block(x, mask)
-            return self.head(x)
-        if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
-            raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
-        x = self.embed(tokens, offset=cache[0].seen)
-        for block, layer_cache in zip(self.blocks, cache):
-            x = block(x, cache=layer_cache)  # the cache supplies the causal mask
+        else:
+            if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
+                raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
+            x = self.dropout(self.embed(tokens, offset=cache[0].seen))
+            for block, layer_cache in zip(self.blocks, cache):
+                x = block(x, cache=layer_cache)  # the cache supplies the causal mask
+        if self.norm is not None:
+            x = self.norm(x)
         return self.head(x)
 
     def new_cache(self, window: Optional[int] = None) -> List[KVCache]:

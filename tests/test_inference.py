@@ -12,7 +12,6 @@ from attncourse import CausalLM, MultiHeadAttention
 from attncourse.adaptive_span import soft_span_mask
 from attncourse.inference import (
     KVCache,
-    generate,
     kv_cache_bytes,
     mean_pool_kv_heads,
     repeat_kv,
@@ -20,6 +19,7 @@ from attncourse.inference import (
     window_mask_from_positions,
 )
 from attncourse.masks import causal_mask
+from attncourse.sampling import generate
 from attncourse.multihead import merge_heads
 
 
@@ -283,6 +283,7 @@ def test_generate_top_k_and_validation():
         model(prompt, [KVCache()])
     with pytest.raises(ValueError, match="max_len"):
         generate(model, prompt, 41, use_cache=True)  # the 41st step would run position 40
+    assert generate(model, prompt, 40, use_cache=True).shape == (1, 41)
 
 
 def test_cache_snapshot_by_shallow_copy():

@@ -1,0 +1,111 @@
+"""Generating text with a trained causal language model (chapter 5).
+
+:func:`generate` appends one token at a time: run the model on the context (the last
+``max_len`` tokens), turn the logits of the last position into a distribution with
+:func:`next_token_distribution` (temperature, top-k) and draw from it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import fmt_shape, require_floating, require_non_negative_int, require_positive_int, require_tensor
+
+__all__ = ["next_token_distribution", "sample_next", "generate"]
+
+
+def _check_sampling(temperature: float, top_k: Optional[int]) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0.0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if top_k is not None:
+        require_positive_int("top_k", top_k)
+
+
+def next_token_distribution(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None) -> Tensor:
+    """Probabilities ``(..., V)`` from logits ``(..., V)``: ``softmax(logits / temperature)`` over the top ``k``.
+
+    With ``top_k`` every logit below the ``k``-th largest is removed first (ties with the
+    ``k``-th are kept). ``temperature = 0`` is the limit: all the mass on the largest logit
+    (the first one, for a tie), which is greedy decoding.
+    """
+    require_floating("logits", logits)
+    if logits.dim() < 1:
+        raise ValueError(f"logits must be (..., V), got {fmt_shape(logits.shape)}")
+    _check_sampling(temperature, top_k)
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1) the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if temperature == 0.0:
+        return nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+    return torch.softmax(logits.float() / temperature, dim=-1).to(logits.dtype)
+
+
+def sample_next(
+    logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None, generator: Optional[torch.Generator] = None
+) -> Tensor:
+    """Draw one token id per row of ``logits`` ``(B, V)``; returns ``(B, 1)`` int64."""
+    require_tensor("logits", logits)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (B, V), got {fmt_shape(logits.shape)}")
+    probs = next_token_distribution(logits, temperature=temperature, top_k=top_k)
+    if temperature == 0.0:
+        return probs.argmax(-1, keepdim=True)
+    return torch.multinomial(probs.float(), 1, generator=generator)
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    tokens: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
+    use_cache: bool = False,
+) -> Tensor:
+    """Continue ``tokens`` ``(B, T)`` by ``max_new_tokens`` sampled tokens; returns ``(B, T + max_new_tokens)``.
+
+    Each step runs ``model`` (tokens ``(B, L)`` -> logits ``(B, L, V)``) on the last
+    ``model.max_len`` tokens and samples from the last position's logits, so the whole
+    context is recomputed every step. The model runs in ``eval()`` mode (no dropout) and is
+    put back in the mode it had. ``temperature=0`` (or ``top_k=1``) is greedy decoding; pass
+    a seeded ``generator`` for reproducible samples.
+
+    ``use_cache=True`` (chapter 6) runs the prompt once through the model with an empty KV
+    cache per layer (``model.new_cache()``), then feeds only the newest token
+    (``model(token, cache)``): each step computes one new position instead of the whole
+    context, and the logits, hence the tokens, are those of the uncached loop. The cache
+    keeps every position, so ``T + max_new_tokens - 1`` must not exceed ``model.max_len``
+    (there is no cropping to slide learned positions along).
+    """
+    require_tensor("tokens", tokens)
+    if tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.size(1) == 0:
+        raise ValueError(f"tokens must be a non-empty integer tensor (B, T), got {tokens.dtype} {fmt_shape(tokens.shape)}")
+    require_non_negative_int("max_new_tokens", max_new_tokens)
+    _check_sampling(temperature, top_k)
+    max_len = getattr(model, "max_len", None)
+    if use_cache and max_len is not None and tokens.size(1) + max_new_tokens - 1 > max_len:
+        raise ValueError(
+            f"with use_cache=True the prompt ({tokens.size(1)} tokens) plus max_new_tokens - 1 = {max_new_tokens - 1} "
+            f"must fit the model's max_len={max_len}: the cache keeps every position"
+        )
+    cache = model.new_cache() if use_cache else None
+    step_input = tokens  # with the cache: the prompt first, then the newest token only
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            if cache is not None:
+                logits = model(step_input, cache)[:, -1]  # (B, V): only the new positions are computed
+            else:
+                context = tokens if max_len is None else tokens[:, -max_len:]
+                logits = model(context)[:, -1]  # (B, V)
+            next_token = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)
+            step_input = next_token.to(tokens.device, tokens.dtype)
+            tokens = torch.cat([tokens, step_input], dim=1)
+    finally:
+        model.train(was_training)
+    return tokens
