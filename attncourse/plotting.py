@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from ._checks import fmt_shape
 
-__all__ = ["heatmap", "plot_attention", "plot_heads", "draw_kv_cache", "plot_decode_times"]
+__all__ = ["heatmap", "plot_attention", "plot_heads", "block_stages", "plot_transformer_blocks", "draw_kv_cache", "plot_decode_times"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
 
@@ -157,6 +157,71 @@ def plot_heads(
         fig.suptitle(suptitle)
     return fig
 
+
+def block_stages(block) -> list:
+    """The stages of a :class:`attncourse.transformer.TransformerBlock` from input to output.
+
+    Read off the block itself (its ``norm_first`` flag and the sublayers it has), so the
+    schematic of :func:`plot_transformer_blocks` is the code's order. Each stage is a label:
+    ``"LayerNorm"``, a sublayer name, ``"dropout"`` or ``"+"`` (the residual addition, whose
+    skip connection starts at the ``"residual from"`` stage before it).
+    """
+    sublayers = [("masked self-attention", True)]
+    if getattr(block, "cross_attn", None) is not None:
+        sublayers.append(("cross-attention", True))
+    if getattr(block, "ffn", None) is not None:
+        sublayers.append(("feed-forward", True))
+    stages = ["input"]
+    for name, _ in sublayers:
+        if block.norm_first:
+            stages += ["LayerNorm", name, "dropout", "+"]
+        else:
+            stages += [name, "dropout", "+", "LayerNorm"]
+    return stages + ["output"]
+
+
+def plot_transformer_blocks(blocks: Sequence, titles: Sequence[str]) -> Figure:
+    """Draw each block's stages bottom to top, with its residual connections as arrows on the side.
+
+    Args:
+        blocks: :class:`attncourse.transformer.TransformerBlock` instances (e.g. a post-LN and a pre-LN one).
+        titles: one title per block.
+    """
+    if len(blocks) != len(titles) or not blocks:
+        raise ValueError(f"give one title per block: {len(blocks)} blocks, {len(titles)} titles")
+    colours = {"LayerNorm": "#f2d7a6", "dropout": "#e0e0e0", "+": "white", "input": "white", "output": "white"}
+    stage_lists = [block_stages(b) for b in blocks]
+    height = max(len(s) for s in stage_lists)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(3.4 * len(blocks), 0.55 * height + 0.6), squeeze=False)
+    for ax, stages, title in zip(axes[0], stage_lists, titles):
+        ax.set_xlim(0, 3)
+        ax.set_ylim(-0.7, len(stages) - 0.3)
+        ax.axis("off")
+        ax.set_title(title)
+        back = 4 if _is_pre(stages) else 3  # "+" adds the value of the stage this far below it
+        for y, label in enumerate(stages):
+            is_plus = label == "+"
+            width = 0.35 if is_plus else 1.9
+            if label in ("input", "output"):
+                ax.text(1.2, y, label, ha="center", va="center", fontsize=10, style="italic")
+            else:
+                face = colours.get(label, "#b9d3ee")
+                ax.add_patch(plt.Rectangle((1.2 - width / 2, y - 0.3), width, 0.6, facecolor=face, edgecolor="black"))
+                ax.text(1.2, y, label, ha="center", va="center", fontsize=14 if is_plus else 9)
+            if y > 0:
+                ax.annotate("", xy=(1.2, y - 0.3), xytext=(1.2, y - 0.7), arrowprops=dict(arrowstyle="->"))
+            if is_plus:  # the skip connection: from just above the stage `back` below, round the side, into "+"
+                start = y - back + 0.5
+                ax.plot([1.2, 2.45, 2.45], [start, start, y], color="tab:red", lw=1.2)
+                ax.annotate("", xy=(1.2 + width / 2, y), xytext=(2.45, y), arrowprops=dict(arrowstyle="->", color="tab:red"))
+        ax.plot([], [], color="tab:red", label="residual")
+    axes[0][0].legend(loc="lower left", fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _is_pre(stages: Sequence[str]) -> bool:
+    return len(stages) > 1 and stages[1] == "LayerNorm"
 
 def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int] = None, ax: Optional[Axes] = None) -> Axes:
     """The KV cache during decoding, one row per step: which position each cache slot holds.

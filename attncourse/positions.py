@@ -63,7 +63,7 @@ def rope_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) -> T
 def apply_rope(x: Tensor, positions: Tensor, *, base: float = 10000.0) -> Tensor:
     """Rotate each pair ``(x[..., 2i], x[..., 2i+1])`` of ``x`` ``(..., L, head_dim)`` by ``positions[l] * theta_i``.
 
-    The pairs are interleaved as in the RoFormer paper (Su et al., 2021, eq. 34); some
+    The pairs are interleaved as in the RoFormer paper (Su et al., 2021); some
     libraries pair ``i`` with ``i + head_dim / 2`` instead, a fixed permutation of the features.
     Apply it to queries and keys (not values): then ``apply_rope(q, m) . apply_rope(k, n)``
     depends on the positions only through ``m - n``.

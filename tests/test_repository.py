@@ -107,10 +107,10 @@ def test_install_url_override_is_documented():
 # Calls that draw: the package's heat maps, matplotlib through ``plt``, an Axes' ``.plot(`` and
 # anything else that makes a figure (``subplots``, ``imshow``, a ``plot`` helper of a module).
 PLOTTING_CALL = re.compile(
-    r"\b(plot_attention|plot_heads|heatmap)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
+    r"\b(plot_attention|plot_heads|plot_transformer_blocks|heatmap)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
 )
 # Calls that make a new figure; ``heatmap`` and ``plot_attention`` make one only without ``ax=``.
-NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap)\s*\(")
+NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|plot_transformer_blocks|benchmark\.plot|plot_attention|heatmap)\s*\(")
 FIGURE_NAME = re.compile(r"fig-[a-z0-9]+(-[a-z0-9]+)+")
 
 

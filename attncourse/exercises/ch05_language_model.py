@@ -1,0 +1,273 @@
+"""Chapter 5 exercises: from attention to a language model."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..positions import apply_rope, sinusoidal_encoding
+from ..sampling import next_token_distribution
+from ..training import next_token_loss
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+
+
+def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# -- 1. the initial loss (predict a number) ------------------------------------------------------
+
+_LOSS = "VVpFWlBeRkZEV1dHTV9WXEY="
+_LOSS_MISTAKES = (
+    "GlZBQFpYQkBEXFhGR1paVkxDREdbVFY6Cw4BUhoWQRgbCVFHQ0FaSUEAHAtDAxoBAEUIGlQMChsGSVM1GCAbHAAHUgFTBhMbBx1OChsGAQoRDVQbEAoGUgcNBFQaDxcaBxMfRQ0bEw8RBgEaHklBBxtOFwcQUhILEgMRHEMGBlIaC0EaFRoQQVdeU0dXR1ZUQ01DQVMMElQABgZPAx0QBAMBGA8RFlUBGh8EVCJVQxsdF1MJDgcHTgwJVRNTEA8dEgERAlUVBgASB1QHEE8BGhZFDRsTDxEGARoeRQ4SVBoLClUcBggDEQZODAlVERsKCBcRHU1NWVJRUU9FQ1pQV0JARVxZTUFYUFhXSFNHV0FUBxBPARoWRRcbFw8BGhkTARxBGxJOFwcQUgYWFBUYThcGGwteNgkVHwsQHxATAQBBEh0CBlRVERwQDwBUGgsKVRYaFhUdGg0XTxYaEhcAFwALERxVHRVFFRwdHUMbEAoHRUkAGwVNGRoREgc+Bx0UBkZbUF9FQ0RaXlJaTUVAVVBBTFlQX0RHS1JTVk5OQV5aREBFCAdUGgsKVQIBCgMVFgcPBgELUxEJEVQbDQYTHQEIQRkbCgYDVRUaEwQHVBoLClUAGgIJAFQNCw4HExARBAZPThcHEFIfChIHVAcQTxgbHRASVB0aEE8ZHRQEEx0ABg5BV15TR1JaR11TX0FFSlRTQ0ReUlZMRlFfQVYgBgIbVRsARRUcEU4GAQEAHBUYVBsIQxsdF1MGCRUGDwAbEABTAxMRBRsGARYbFhZBXAAGBk8AHBoCExUZTgEOBhcfDA8RXUJDGx0XUwkOBwdODAlVE1MIDhARAkMbHRMHRQkVB04PChQAHRFBABwLQwkHFwIQBBoXBwYcTlISEUEdGgcXBhQeGhYAAB0BDU8cBlMNAAdUAgYOBxwHRQ8bAAYKARJcUUlBVkVAVFZMQUdVVEBNWlZcQEpCUkNOVEw3BxQGUwwSVBgBBF5FWkVWSE9UGgsKVREBChIHWQsNGwcdAxxBAQcLEE8BGhZFDxUAGxEOGVIfCgYVBgcXBxhcURg="
+)
+_LOSS_SOLUTION = (
+    "NRwRThYBAQASDA8REE4OABEXH0VJDhEcDE8aBwcVFABUAgIWEABaRQYdAgsQTxAEFhcYVBsABk8aFFMRCRFUOENSVURARQIcFRwCDAEXARZBABwLQxwUHxZFDRsTBxdDVQEcbxIbEhoODg1SFAwXEQdOBg4WGlMVExsWDwEGGRsHHEFFW1hQTxQcF0UVHBFOAB0aAQBIBBoAHAwfDFIcA0EVGhdDGxQAFAAVVB0dQ0IZHFtUTkJHR0NSVR4dRVdHVFNDW1tDR1ZBGhUaEGVdR11cVkNUDAobBltdRSBUGAEQHFUFFgkNVBUMDBkQUh8LQSJUDxdPBgYWFUFEVAMGDhsBUxEJEVQHDQYBGxIJQRgbCQobBlISFwRUFwENCRwWFgsVGA1OFB0aHBRL"
+)
+
+
+@exercise(
+    "language-model/initial-loss",
+    title="The loss of an untrained character model",
+    hint="""
+        An untrained model whose output layer is zero gives every character the same logit.
+        What probability does softmax then give the right character, and what is the
+        cross-entropy (natural logarithm) of that probability? The vocabulary is
+        CharTokenizer(load_text()).vocab_size characters.
+    """,
+    solution=_LOSS_SOLUTION,
+)
+def _check_initial_loss(answer) -> str:
+    return check_number(
+        answer, _LOSS, _LOSS_MISTAKES, what="loss", rel_tol=1e-3, mistake_rel_tol=1e-3,
+        right="Right: ln V nats. Check it on every new model before training: a much larger first loss means confidently wrong initial logits.",
+        otherwise="{value:g} is not it. The model spreads its probability evenly over the V characters; the loss is -ln of the probability of the right one.",
+    )
+
+
+# -- 2. sinusoidal encoding ----------------------------------------------------------------------
+
+
+def _sinusoidal_solution(length, d_model):
+    position = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    pe = torch.zeros(length, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(position * inv_freq)
+    pe[:, 1::2] = torch.cos(position * inv_freq)
+    return pe
+
+
+def _sinusoidal_variants(length, d_model):
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = pos * 10000.0 ** (-i / d_model)
+
+    def interleave(even, odd):
+        pe = torch.zeros(length, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = even, odd
+        return pe
+
+    half = pos * 10000.0 ** (-(i / 2) / d_model)  # exponent i / d instead of 2i / d
+    return {
+        "Sine and cosine are swapped: the even features (0, 2, 4, ...) are sines, the odd ones cosines.": interleave(angle.cos(), angle.sin()),
+        "The sines fill the first half and the cosines the second (a concatenation, as tensor2tensor does): the paper interleaves them, PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos.":
+            torch.cat([angle.sin(), angle.cos()], dim=-1),
+        "The frequencies are wrong: the exponent is 2i / d_model, where 2i is the even feature index (0, 2, 4, ...), so use arange(0, d_model, 2) / d_model.":
+            interleave(half.sin(), half.cos()),
+        "You multiplied the position by 10000^(2i/d) instead of dividing: the wavelengths grow from 2*pi to 10000 * 2*pi.":
+            interleave((pos * 10000.0 ** (i / d_model)).sin(), (pos * 10000.0 ** (i / d_model)).cos()),
+        "The positions start at 1; they start at 0 (the first row is sin 0 = 0, cos 0 = 1).":
+            interleave(((pos + 1) * 10000.0 ** (-i / d_model)).sin(), ((pos + 1) * 10000.0 ** (-i / d_model)).cos()),
+    }
+
+
+@exercise(
+    "language-model/sinusoidal",
+    title="Sinusoidal position encodings",
+    hint="""
+        Build a (length, 1) column of positions and a (d_model / 2,) row of inverse frequencies
+        10000^(-2i / d_model) for 2i = 0, 2, 4, ...; their product is the (length, d_model / 2)
+        table of angles. Write sin(angles) into the even columns pe[:, 0::2] and cos(angles)
+        into the odd columns pe[:, 1::2].
+    """,
+    solution=_sinusoidal_solution,
+)
+def _check_sinusoidal(fn) -> str:
+    for length, d_model in ((7, 10), (50, 16)):
+        expected = sinusoidal_encoding(length, d_model, dtype=torch.float64)
+        out = expect_tensor(call(fn, length, d_model), (length, d_model), f"The encoding for length={length}, d_model={d_model}")
+        if not matches(out, expected):
+            raise Mistake(diagnose(out, _sinusoidal_variants(length, d_model),
+                                   default=f"Your table differs from PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...) for length={length}, d_model={d_model}."))
+    return "Your encoding matches the paper's formula."
+
+
+# -- 3. RoPE --------------------------------------------------------------------------------------
+
+
+def _rope_solution(x, positions):
+    d = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angle = positions.double()[:, None] * theta  # (L, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def _rope_variants(x, positions):
+    d = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = positions.double()[:, None] * theta
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    h1, h2 = x[..., : d // 2], x[..., d // 2 :]
+    return {
+        "You rotate the wrong way (by -m*theta): the second component is x1 sin + x2 cos, the first x1 cos - x2 sin.":
+            torch.stack([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).flatten(-2),
+        "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA layout); this exercise follows the paper and pairs neighbours (2i, 2i + 1).":
+            torch.cat([h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1),
+        "The frequencies are wrong: theta_i = 10000^(-2i/d) for i = 0 .. d/2 - 1.":
+            torch.stack([x1 * (angle / 2).cos() - x2 * (angle / 2).sin(), x1 * (angle / 2).sin() + x2 * (angle / 2).cos()], dim=-1).flatten(-2),
+        "You added the rotation (x + cos/sin terms) instead of rotating: RoPE multiplies each pair by a rotation matrix.":
+            x + torch.stack([cos, sin], dim=-1).flatten(-2),
+    }
+
+
+@exercise(
+    "language-model/rope",
+    title="Rotary position embedding",
+    hint="""
+        Pair the features as (x[..., 0::2], x[..., 1::2]): each pair is a point in the plane.
+        Rotate the pair of position m by the angle m * theta_i, theta_i = 10000^(-2i/d):
+        (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). Put the results back interleaved
+        (torch.stack([...], dim=-1).flatten(-2)). Or view the pairs as complex numbers and
+        multiply by exp(i m theta).
+    """,
+    solution=_rope_solution,
+)
+def _check_rope(fn) -> str:
+    x, positions = _random(2, 6, 8, seed=30), torch.arange(6)
+    out = expect_tensor(call(fn, x, positions), (2, 6, 8), "apply_rope for x (2, 6, 8)")
+    if not matches(out, apply_rope(x, positions)):
+        raise Mistake(diagnose(out, _rope_variants(x, positions), default="Your rotation differs from RoPE on x (2, 6, 8), positions 0..5."))
+    x, positions = _random(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
+    out = call(fn, x, positions)
+    if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
+        raise Mistake("Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch dimensions: use the positions you are given.")
+    q, k = _random(1, 16, seed=32), _random(1, 16, seed=33)
+    score = lambda m, n: (call(fn, q, torch.tensor([m])) @ call(fn, k, torch.tensor([n])).T).item()  # noqa: E731
+    if abs(score(7, 2) - score(105, 100)) > 1e-8:
+        raise Mistake("The score of a rotated query and key should depend only on m - n.")
+    return "Your RoPE matches: the score of positions m and n depends only on m - n."
+
+
+# -- 4. temperature and top-k -----------------------------------------------------------------------
+
+
+def _top_k_solution(logits, k, temperature):
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def _top_k_variants(logits, k, temperature):
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    kth_k1 = torch.topk(logits, k + 1, dim=-1).values[..., -1:] if k + 1 <= logits.size(-1) else kth
+    return {
+        "The probabilities outside the top k were set to zero after the softmax, without renormalising: the kept ones must sum to 1 (mask the logits with -inf, then softmax).":
+            probs * (logits >= kth),
+        "The temperature multiplies the logits; divide them by it (a low temperature sharpens the distribution).":
+            torch.softmax((logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1),
+        "The temperature is ignored.": torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1),
+        "You kept k + 1 tokens: keep the logits >= the k-th largest (topk(...).values[..., -1:] is the k-th).":
+            torch.softmax((logits / temperature).masked_fill(logits < kth_k1, float("-inf")), dim=-1),
+        "top-k is missing: every token keeps some probability.": probs,
+    }
+
+
+@exercise(
+    "language-model/top-k",
+    title="Temperature and top-k sampling",
+    hint="""
+        1. Find the k-th largest logit of each row: torch.topk(logits, k, dim=-1).values[..., -1:].
+        2. Set every logit below it to -inf.
+        3. Return softmax(logits / temperature) over the last dimension.
+    """,
+    solution=_top_k_solution,
+)
+def _check_top_k(fn) -> str:
+    for shape, k, temperature in (((4, 10), 3, 0.7), ((2, 3, 50), 5, 1.5), ((5, 10), 10, 1.0)):
+        logits = _random(*shape, seed=40 + k)
+        expected = next_token_distribution(logits, temperature=temperature, top_k=k)
+        out = expect_tensor(call(fn, logits, k, temperature), shape, f"The distribution for logits {shape}")
+        if not matches(out, expected):
+            raise Mistake(diagnose(out, _top_k_variants(logits, k, temperature),
+                                   default=f"Your distribution differs from softmax(top-k logits / T) for logits {shape}, k={k}, T={temperature}."))
+    return "Your top-k distribution matches: exactly k tokens keep probability, renormalised, sharpened or flattened by T."
+
+
+# -- 5. find the bug: the next-token loss -------------------------------------------------------------
+
+
+def _shifted_loss_solution(logits, tokens):
+    predicted = logits[:, :-1]  # the logits at t predict the token at t + 1
+    targets = tokens[:, 1:]
+    return torch.nn.functional.cross_entropy(predicted.reshape(-1, predicted.size(-1)), targets.reshape(-1))
+
+
+@exercise(
+    "language-model/shifted-loss",
+    title="Find the bug: a language-model loss that is too easy",
+    hint="""
+        A causal model's logits at position t have seen tokens 0..t. Which token may they be
+        asked to predict? Drop the last position's logits and the first token.
+    """,
+    solution=_shifted_loss_solution,
+)
+def _check_shifted_loss(fn) -> str:
+    logits, tokens = _random(3, 9, 11, seed=50), torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51))
+    out = call(fn, logits, tokens)
+    if not isinstance(out, torch.Tensor) or out.dim() != 0:
+        raise Mistake("Return the mean loss as a scalar tensor.")
+    expected = next_token_loss(logits, tokens)
+    if matches(out, expected):
+        return "Right: the logits at t are scored on token t + 1; unshifted, the model would only have to copy its input."
+    ce = torch.nn.functional.cross_entropy
+    v = logits.size(-1)
+    raise Mistake(diagnose(out, {
+        "The loss is still unshifted: logits[:, t] are compared with tokens[:, t], the token the model already sees. Compare them with tokens[:, t + 1].":
+            ce(logits.reshape(-1, v), tokens.reshape(-1)),
+        "Shifted the wrong way: logits[:, 1:] against tokens[:, :-1] asks each position for the token before it. Use logits[:, :-1] and tokens[:, 1:].":
+            ce(logits[:, 1:].reshape(-1, v), tokens[:, :-1].reshape(-1)),
+        "The loss is summed; take the mean over the predicted positions.": ce(logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1), reduction="sum"),
+    }, default="Your loss differs from the mean cross-entropy of logits[:, :-1] against tokens[:, 1:]."))
+
+
+# -- 6. a measured experiment: sampling at temperature 0.5 ----------------------------------------------
+
+_TEMP = "UVpCW1RXTEZEVldMQFxSX0BB"
+_TEMP_MISTAKES = (
+    "GlZEQFZNT1JRVU9BVAcQTwEaFkURBhsMAg0cHhoRGFQVGkMbEB8DABMVABsRClVDSUUVHBFOFwoYAhYXAAABHAZPAhMARQ8bAE4CHwUeGgAFWlQqChkcFhZFFRwRTg8AEhsHFkEWDU5TQUBSEQAHGwYLQxsdF1MWDhIAAwIXW1BfRUNEWlpSWkFGRlxQR0ZbU1xBQkJRQ05UTDcHFAZTDBJUAAYGTxMAFhQUERoNGk8UBlMRBBkECxEOAQcBAEFGTk4aAABSHhANAB0eDwYQFlMRCRFUAgwIHAYARQMNVBoLClUGFggREQYPFxoHF0hFBR0CBwcKVQYbAAxUFhdDBgFcUUlBVkVAU01PUlFUT0RUBxBPEgAWAAUNVAoGDBoWGgsGVFwaBgIFFwEEFQEGC0NfXElTBBVUAAsOHxAAEhEUBhFOU0FAUgcNBFQbGgsKB1IHCgoRGh1DDgcXUxcABhEcT08bHQdFCBkEARAcHBAfAE9WCQ=="
+)
+_TEMP_SOLUTION = (
+    "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGhQHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsTAxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQCAQYFFhdBSVRGBx0UBQBFXElUXkpBEx4cBBVcXUAOChQcW0xPHQALDkdcUlNFQlQVDAwaAVJDS1dBTGQnBgMbFwwPE1QaCwpVHhwCCAAHTgEWVSZTWEFEWltDHAQHEhcEB1QaCwpVAgEKAxUWBw8GARsWFkEWEQgMHRBSAQAPGwYDAgMcARoLBk5UXk1dQFJcRUlEWlxWT15SQ0tRTVRFQ19bQkdMQUlUXk1ZQEpd"
+)
+
+
+@exercise(
+    "language-model/temperature-experiment",
+    title="Measure what temperature 0.5 does",
+    hint="""
+        logits = torch.log(torch.tensor([0.5, 0.3, 0.2])) is a model's output for three tokens.
+        Draw 20,000 tokens at temperature 0.5 (softmax(logits / 0.5), then torch.multinomial
+        with replacement=True and a seeded generator) and report the fraction that are token 0.
+    """,
+    solution=_TEMP_SOLUTION,
+)
+def _check_temperature(answer) -> str:
+    return check_number(
+        answer, _TEMP, _TEMP_MISTAKES, what="frequency", rel_tol=0.03, mistake_rel_tol=0.03,  # 20,000 draws: sd about 0.0034
+        right="Right (within the sampling error of 20,000 draws): temperature 0.5 squares the probabilities and renormalises, so the likeliest token gains.",
+        otherwise="{value:g} is not it (a measurement of 20,000 draws should be within about 0.01 of the true frequency). Divide the logits by 0.5 before the softmax.",
+    )

@@ -1,0 +1,249 @@
+"""The chapter 5 (language model) checkers accept right answers in several styles and name realistic mistakes."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attncourse.exercises import check
+from attncourse.exercises.ch05_language_model import (
+    _rope_solution,
+    _shifted_loss_solution,
+    _sinusoidal_solution,
+    _top_k_solution,
+)
+
+
+def passes(exercise_id, answer):
+    result = check(exercise_id, answer)
+    assert result.passed, result.message
+
+
+def fails(exercise_id, answer, diagnosis):
+    result = check(exercise_id, answer)
+    assert not result.passed
+    assert diagnosis in result.message, result.message
+
+
+# -- language-model/initial-loss -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [math.log(63), 4.143, torch.tensor(63.0).log(), np.log(63)])
+def test_initial_loss_accepts(answer):
+    passes("language-model/initial-loss", float(answer) if isinstance(answer, np.floating) else answer)
+
+
+@pytest.mark.parametrize(
+    "answer, diagnosis",
+    [(math.log2(63), "bits"), (63, "vocabulary size"), (math.log(65), "tiny-Shakespeare"), (1 / 63, "minus its logarithm"),
+     (3.33, "unigram"), (2.5, "is not it"), ("4.14", "should be a number")],
+)
+def test_initial_loss_rejects(answer, diagnosis):
+    fails("language-model/initial-loss", answer, diagnosis)
+
+
+# -- language-model/sinusoidal --------------------------------------------------------------------
+
+
+def sinusoidal_loops(length, d_model):
+    pe = torch.zeros(length, d_model)
+    for pos in range(length):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d_model))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d_model))
+    return pe
+
+
+def sinusoidal_numpy(length, d_model):
+    angle = np.arange(length)[:, None] / np.power(10000.0, np.arange(0, d_model, 2) / d_model)
+    return torch.from_numpy(np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(length, d_model))
+
+
+def sinusoidal_swapped(length, d_model):
+    return _sinusoidal_solution(length, d_model).view(length, -1, 2).flip(-1).reshape(length, d_model)
+
+
+def sinusoidal_concat(length, d_model):
+    pe = _sinusoidal_solution(length, d_model)
+    return torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=-1)
+
+
+def sinusoidal_i_over_d(length, d_model):
+    angle = torch.arange(length)[:, None] / 10000 ** (torch.arange(d_model // 2) / d_model)
+    return torch.stack([angle.sin(), angle.cos()], -1).reshape(length, d_model)
+
+
+def sinusoidal_from_one(length, d_model):
+    return _sinusoidal_solution(length + 1, d_model)[1:]
+
+
+@pytest.mark.parametrize("answer", [_sinusoidal_solution, sinusoidal_loops, sinusoidal_numpy])
+def test_sinusoidal_accepts(answer):
+    passes("language-model/sinusoidal", answer)
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [(sinusoidal_swapped, "swapped"), (sinusoidal_concat, "interleaves"), (sinusoidal_i_over_d, "exponent is 2i / d_model"),
+     (sinusoidal_from_one, "start at 0"), (lambda L, d: torch.zeros(d, L), "should have shape")],
+)
+def test_sinusoidal_rejects(wrong, diagnosis):
+    fails("language-model/sinusoidal", wrong, diagnosis)
+
+
+# -- language-model/rope --------------------------------------------------------------------------
+
+
+def rope_complex(x, positions):
+    d = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rot = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64), positions[:, None].double() * theta)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(z * rot).reshape(x.shape).to(x.dtype)
+
+
+def rope_in_place(x, positions):
+    out = x.clone()
+    d = x.size(-1)
+    for i in range(d // 2):
+        a = positions.double() * 10000.0 ** (-2 * i / d)
+        c, s = a.cos()[:, None].squeeze(-1), a.sin()
+        x1, x2 = x[..., 2 * i].clone(), x[..., 2 * i + 1].clone()
+        out[..., 2 * i] = x1 * c - x2 * s
+        out[..., 2 * i + 1] = x1 * s + x2 * c
+    return out
+
+
+def rope_backwards(x, positions):
+    return _rope_solution(x, -positions)
+
+
+def rope_neox(x, positions):
+    d = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    a = positions.double()[:, None] * theta
+    h1, h2 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([h1 * a.cos() - h2 * a.sin(), h1 * a.sin() + h2 * a.cos()], -1)
+
+
+def rope_ignores_positions(x, positions):
+    return _rope_solution(x, torch.arange(x.size(-2)))
+
+
+@pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place])
+def test_rope_accepts(answer):
+    passes("language-model/rope", answer)
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [(rope_backwards, "wrong way"), (rope_neox, "GPT-NeoX"), (rope_ignores_positions, "use the positions"),
+     (lambda x, p: x, "differs from RoPE")],
+)
+def test_rope_rejects(wrong, diagnosis):
+    fails("language-model/rope", wrong, diagnosis)
+
+
+# -- language-model/top-k -------------------------------------------------------------------------
+
+
+def top_k_scatter(logits, k, temperature):
+    values, idx = torch.topk(logits / temperature, k, dim=-1)
+    out = torch.zeros_like(logits)
+    return out.scatter_(-1, idx, torch.softmax(values, -1))
+
+
+def top_k_numpy(logits, k, temperature):
+    z = logits.numpy() / temperature
+    kth = np.sort(z, axis=-1)[..., -k][..., None]
+    z = np.where(z >= kth, z, -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return torch.from_numpy(e / e.sum(-1, keepdims=True))
+
+
+def top_k_not_renormalised(logits, k, temperature):
+    p = torch.softmax(logits / temperature, -1)
+    kth = torch.topk(logits, k, -1).values[..., -1:]
+    return p * (logits >= kth)
+
+
+def top_k_times_t(logits, k, temperature):
+    return _top_k_solution(logits * temperature * temperature, k, temperature)
+
+
+def top_k_no_temperature(logits, k, temperature):
+    return _top_k_solution(logits, k, 1.0)
+
+
+def top_k_plus_one(logits, k, temperature):
+    return _top_k_solution(logits, min(k + 1, logits.size(-1)), temperature)
+
+
+@pytest.mark.parametrize("answer", [_top_k_solution, top_k_scatter, top_k_numpy])
+def test_top_k_accepts(answer):
+    passes("language-model/top-k", answer)
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [(top_k_not_renormalised, "without renormalising"), (top_k_times_t, "multiplies the logits"),
+     (top_k_no_temperature, "temperature is ignored"), (top_k_plus_one, "k + 1"),
+     (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing")],
+)
+def test_top_k_rejects(wrong, diagnosis):
+    fails("language-model/top-k", wrong, diagnosis)
+
+
+# -- language-model/shifted-loss -------------------------------------------------------------------
+
+
+def loss_log_softmax(logits, tokens):
+    logp = torch.log_softmax(logits[:, :-1], -1)
+    return -logp.gather(-1, tokens[:, 1:, None]).mean()
+
+
+def loss_transpose(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+
+
+@pytest.mark.parametrize("answer", [_shifted_loss_solution, loss_log_softmax, loss_transpose])
+def test_shifted_loss_accepts(answer):
+    passes("language-model/shifted-loss", answer)
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [(lambda z, t: F.cross_entropy(z.reshape(-1, z.size(-1)), t.reshape(-1)), "still unshifted"),
+     (lambda z, t: F.cross_entropy(z[:, 1:].reshape(-1, z.size(-1)), t[:, :-1].reshape(-1)), "wrong way"),
+     (lambda z, t: F.cross_entropy(z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="sum"), "summed"),
+     (lambda z, t: F.cross_entropy(z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="none"), "scalar")],
+)
+def test_shifted_loss_rejects(wrong, diagnosis):
+    fails("language-model/shifted-loss", wrong, diagnosis)
+
+
+# -- language-model/temperature-experiment -----------------------------------------------------------
+
+
+def measured(temperature, seed=0, n=20_000):
+    probs = torch.softmax(torch.log(torch.tensor([0.5, 0.3, 0.2])) / temperature, -1)
+    draws = torch.multinomial(probs, n, replacement=True, generator=torch.Generator().manual_seed(seed))
+    return (draws == 0).float().mean().item()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_temperature_experiment_accepts_measurements(seed):
+    passes("language-model/temperature-experiment", measured(0.5, seed))
+
+
+def test_temperature_experiment_accepts_the_exact_value():
+    passes("language-model/temperature-experiment", torch.tensor(0.25 / 0.38))
+
+
+@pytest.mark.parametrize(
+    "answer, diagnosis",
+    [(measured(1.0), "temperature was not applied"), (measured(2.0), "multiplied the logits"), (1.0, "greedy"), (0.8, "is not it")],
+)
+def test_temperature_experiment_rejects(answer, diagnosis):
+    fails("language-model/temperature-experiment", answer, diagnosis)

@@ -1,0 +1,31 @@
+"""The block schematic of chapter 5 is read off the blocks themselves."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from attncourse import TransformerBlock  # noqa: E402
+from attncourse.plotting import block_stages, plot_transformer_blocks  # noqa: E402
+
+
+def test_stages_follow_the_layout():
+    assert block_stages(TransformerBlock(8, 2, 16)) == [
+        "input", "masked self-attention", "dropout", "+", "LayerNorm", "feed-forward", "dropout", "+", "LayerNorm", "output"]
+    assert block_stages(TransformerBlock(8, 2, 16, norm_first=True)) == [
+        "input", "LayerNorm", "masked self-attention", "dropout", "+", "LayerNorm", "feed-forward", "dropout", "+", "output"]
+    decoder = block_stages(TransformerBlock(8, 2, 0, cross_attention=True))
+    assert "cross-attention" in decoder and "feed-forward" not in decoder and decoder.count("+") == 2
+
+
+def test_plot_draws_every_stage_and_one_residual_per_sublayer():
+    blocks = [TransformerBlock(8, 2, 16), TransformerBlock(8, 2, 16, norm_first=True)]
+    fig = plot_transformer_blocks(blocks, ["post", "pre"])
+    for ax, block in zip(fig.axes, blocks):
+        texts = [t.get_text() for t in ax.texts if t.get_text()]  # arrows are empty annotations
+        assert texts == block_stages(block)
+        residual_lines = [line for line in ax.lines if line.get_color() == "tab:red" and len(line.get_xdata()) == 3]
+        assert len(residual_lines) == 2
+    plt.close(fig)
+    with pytest.raises(ValueError, match="one title per block"):
+        plot_transformer_blocks(blocks, ["only one"])
