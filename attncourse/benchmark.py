@@ -9,7 +9,7 @@ against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when prese
 a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
 torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json``.
 
-``--cache`` times one decoding step of a small :class:`attncourse.CausalLM` instead (chapter
+``--cache`` times one decoding step of a small :class:`attncourse.transformer.CausalLM` instead (chapter
 6): with a KV cache holding the context (one new query per layer) and without (the whole
 context recomputed), side by side at each context length, and writes
 ``attncourse/results/ch06_cache_benchmark_<device>.json`` with their ratio.
@@ -90,7 +90,7 @@ def build_decode(impl: str, context: int, *, batch: int = 1, device: str = "cpu"
     to a shallow copy of them (an update rebinds the cache's tensors, never writes into them,
     so every call starts from the same ``context`` rows). ``"uncached"``: ``fn`` runs the
     model over all ``context + 1`` tokens. Both return the next-token logits ``(batch, V)``.
-    Model sizes default to :data:`DECODE_MODEL`.
+    Model sizes default to ``DECODE_MODEL``.
     """
     require_positive_int("context", context)
     sizes = {**DECODE_MODEL, **model_sizes}
