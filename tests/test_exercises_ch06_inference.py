@@ -254,6 +254,8 @@ def test_mqa_gap_rejects(trained):
     assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": _gap(model, tokens, 2)}, "2 K/V heads")
     assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap * 1.5}, "differs from the one measured")
     assert_fails("inference/mqa-gap", gap, "Pass a dict")
+    assert_fails("inference/mqa-gap", lambda m, t: gap, "not a function")
+    assert check("inference/mqa-gap", stub).status == "not attempted yet"
     assert check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": ...}).status == "not attempted yet"
     converted = copy.deepcopy(model)
     converted.blocks[0].self_attn = mean_pool_kv_heads(converted.blocks[0].self_attn, 1)

@@ -282,6 +282,12 @@ def _mqa_gap_solution(model, val_tokens):
     solution=_mqa_gap_solution,
 )
 def _check_mqa_gap(answer) -> str:
+    if callable(answer):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
+        try:
+            call(answer)
+        except Mistake:
+            pass
+        raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.')
     if not isinstance(answer, dict) or not {"model", "tokens", "gap"} <= set(answer):
         raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}.')
     model, tokens = answer["model"], answer["tokens"]
