@@ -33,7 +33,7 @@ TEXT_SOURCE = (
 
 def load_text() -> str:
     """The shipped text, as one string (about 368,000 characters, 63 distinct ones)."""
-    return resources.files("attncourse").joinpath("data", "shakespeare.txt").read_text(encoding="ascii")
+    return resources.files("attncourse").joinpath("data").joinpath("shakespeare.txt").read_text(encoding="ascii")
 
 
 class CharTokenizer:
