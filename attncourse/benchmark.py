@@ -8,10 +8,16 @@ lengths up to 16384 (and the package's ``MultiHeadAttention``
 against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when present. It prints
 a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
 torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json``.
+
+``--cache`` times one decoding step of a small :class:`attncourse.transformer.CausalLM` instead (chapter
+6): with a KV cache holding the context (one new query per layer) and without (the whole
+context recomputed), side by side at each context length, and writes
+``attncourse/results/ch06_cache_benchmark_<device>.json`` with their ratio.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -26,10 +32,12 @@ from torch import nn
 from .attention import scaled_dot_product_attention
 from .efficient import tiled_attention
 from .masks import causal_mask
+from ._checks import require_positive_int
 from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
 from .multihead import MultiHeadAttention
+from .transformer import CausalLM
 
-__all__ = ["build", "build_layer", "run", "machine", "table", "load", "plot", "main"]
+__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "plot", "main"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
 # Shipped inside the package (package data), so chapter 5 finds the committed results in a
@@ -70,6 +78,65 @@ def build_layer(impl: str, length: int, causal: bool, batch: int = 1, embed_dim:
         raise ValueError(f"impl must be 'ours' or 'torch', got {impl!r}")
     small = (lambda: build_layer(impl, 64, causal, batch, embed_dim, num_heads, device, seed)["fn"]()) if length > 64 else None
     return {"fn": lambda: _no_grad(fn), "warmup": small, "inputs": (x,)}
+
+
+DECODE_MODEL = {"vocab_size": 64, "d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4}
+
+
+def build_decode(impl: str, context: int, *, batch: int = 1, device: str = "cpu", seed: int = 0, **model_sizes: int) -> Dict[str, object]:
+    """One decoding step at ``context`` tokens of context, as a zero-argument ``fn``.
+
+    ``"cached"``: the KV caches of the context are filled once; ``fn`` feeds the next token
+    to a shallow copy of them (an update rebinds the cache's tensors, never writes into them,
+    so every call starts from the same ``context`` rows). ``"uncached"``: ``fn`` runs the
+    model over all ``context + 1`` tokens. Both return the next-token logits ``(batch, V)``.
+    Model sizes default to ``DECODE_MODEL``.
+    """
+    require_positive_int("context", context)
+    sizes = {**DECODE_MODEL, **model_sizes}
+    torch.manual_seed(seed)
+    model = CausalLM.standard(sizes["vocab_size"], d_model=sizes["d_model"], num_heads=sizes["num_heads"],
+                              d_ff=sizes["d_ff"], num_layers=sizes["num_layers"], max_len=context + 1).to(device).eval()
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, sizes["vocab_size"], (batch, context + 1), generator=g).to(device)
+    if impl == "cached":
+        with torch.no_grad():
+            filled = model.new_cache()
+            model(tokens[:, :context], filled)
+        fn = lambda: model(tokens[:, context:], [copy.copy(c) for c in filled])[:, -1]
+    elif impl == "uncached":
+        fn = lambda: model(tokens)[:, -1]
+    else:
+        raise ValueError(f"impl must be 'cached' or 'uncached', got {impl!r}")
+    return {"fn": lambda: _no_grad(fn), "model": model, "tokens": tokens}
+
+
+def run_cache(contexts: List[int], device: str = "cpu", *, repeats: int = 5, batch: int = 1) -> Dict[str, object]:
+    """Time a decoding step with and without the KV cache at each context length, interleaved.
+
+    Returns ``{"machine", "device", "model", "rows"}``; each row holds the context, both
+    medians in seconds and ``speedup`` = uncached / cached.
+    """
+    result: Dict[str, object] = {"machine": machine(device), "device": device, "model": dict(DECODE_MODEL, batch=batch)}
+    rows = []
+    for context in contexts:
+        built = {impl: build_decode(impl, context, batch=batch, device=device)["fn"] for impl in ("cached", "uncached")}
+        timings = time_interleaved(built, repeats=repeats, warmup=1, device=torch.device(device))
+        cached, uncached = timings["cached"].median, timings["uncached"].median
+        rows.append({"context": context, "cached_s": cached, "uncached_s": uncached, "speedup": uncached / cached,
+                     "cached_times": timings["cached"].times, "uncached_times": timings["uncached"].times})
+    result["rows"] = rows
+    if hasattr(os, "getloadavg"):
+        result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+    return result
+
+
+def cache_table(rows: List[Dict[str, object]]) -> str:
+    """The rows of :func:`run_cache` as a text table: ms per token with and without the cache, and their ratio."""
+    lines = [f"{'context':>8} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9}"]
+    for r in rows:
+        lines.append(f"{r['context']:>8} {1e3 * r['cached_s']:>10.2f} {1e3 * r['uncached_s']:>12.2f} {r['speedup']:>9.1f}")
+    return "\n".join(lines)
 
 
 def _no_grad(fn):
@@ -239,11 +306,23 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
     parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
+    parser.add_argument("--cache", action="store_true", help="time a decoding step with and without the KV cache (chapter 6)")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048], help="context lengths for --cache")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
+    if args.cache:
+        for device in devices:
+            print(f"== {device}: one decoding step, KV cache or not ==", flush=True)
+            result = run_cache(args.contexts, device)
+            print(cache_table(result["rows"]))  # type: ignore[arg-type]
+            args.output.mkdir(parents=True, exist_ok=True)
+            path = args.output / f"ch06_cache_benchmark_{device}{args.tag}.json"
+            path.write_text(json.dumps(result, indent=1) + "\n")
+            print(f"written to {path}")
+        return
     for device in devices:
         print(f"== {device} ==", flush=True)
         print(table([]), flush=True)

@@ -15,6 +15,8 @@ from torch import Tensor, nn
 
 from ._checks import check_mask, fmt_shape, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
+from .inference import KVCache, repeat_kv
+from .masks import combine_masks
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
 
@@ -52,13 +54,17 @@ class MultiHeadAttention(nn.Module):
             scaled by ``1 / (1 - dropout)`` before they weight the values, so the output is
             unchanged in expectation; in ``eval()`` mode (and with the default ``0.0``) nothing
             is dropped. The weights returned are the dropped-out ones, as torch's are.
+        num_kv_heads: key/value heads (defaults to ``num_heads``, multi-head attention); it
+            must divide ``num_heads``. Each K/V head serves ``num_heads // num_kv_heads``
+            consecutive query heads: grouped-query attention, multi-query with ``1``
+            (chapter 6). The key and value projections are ``num_kv_heads * head_dim`` wide.
 
     Shapes in :meth:`forward`: query ``(B, L, embed_dim)``, key ``(B, S, kdim)``, value
     ``(B, S, vdim)``; output ``(B, L, embed_dim)`` and per-head weights ``(B, h, L, S)``.
     """
 
     def __init__(
-                self,
+        self,
         embed_dim: int,
         num_heads: int,
         *,
@@ -66,6 +72,7 @@ class MultiHeadAttention(nn.Module):
         vdim: Optional[int] = None,
         bias: bool = True,
         dropout: float = 0.0,
+        num_kv_heads: Optional[int] = None,
     ) -> None:
         super().__init__()
         require_positive_int("embed_dim", embed_dim)
@@ -75,6 +82,14 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads} must divide embed_dim={embed_dim} "
                 f"(each head gets embed_dim // num_heads columns)"
             )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        require_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
+                f"(each key/value head serves num_heads // num_kv_heads query heads)"
+            )
+        self.num_kv_heads = num_kv_heads
         kdim = embed_dim if kdim is None else kdim
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
@@ -85,11 +100,14 @@ class MultiHeadAttention(nn.Module):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim, vdim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^Q = [W_1^Q ... W_h^Q]
-        self.k_proj = nn.Linear(kdim, embed_dim, bias=bias)  # W^K
-        self.v_proj = nn.Linear(vdim, embed_dim, bias=bias)  # W^V
+        kv_width = num_kv_heads * self.head_dim  # embed_dim for multi-head attention
+        self.k_proj = nn.Linear(kdim, kv_width, bias=bias)  # W^K
+        self.v_proj = nn.Linear(vdim, kv_width, bias=bias)  # W^V
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^O
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None, *, cache: Optional[KVCache] = None
+    ) -> Tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value``.
 
         Args:
@@ -102,6 +120,11 @@ class MultiHeadAttention(nn.Module):
                 :func:`attncourse.masks.padding_mask` goes in as ``mask[:, None, :]``.
                 Masks in ``nn.MultiheadAttention``'s convention are converted by
                 :func:`attncourse.masks.from_multihead_masks`.
+            cache: optional :class:`attncourse.inference.KVCache` of this layer (self-attention
+                at inference, chapter 6). ``key``/``value`` are then the ``L`` new positions;
+                they are appended to the cache and the queries attend over the cached and the
+                new positions (``S = len(cache) + L``) under the cache's causal (windowed)
+                mask, combined with ``mask`` when one is given (shape ``(..., L, S)``).
 
         Returns:
             ``(output, weights)``: ``(B, L, embed_dim)`` and ``(B, h, L, S)``. A query whose
@@ -143,6 +166,8 @@ class MultiHeadAttention(nn.Module):
                 f"{query.device}, {key.device} and {value.device}"
             )
         batch, length, source = query.size(0), query.size(1), key.size(1)
+        if cache is not None:  # key, value: the new positions; the queries also see the cached ones
+            source = cache.attended_length(source)
         if mask is not None:
             require_tensor("mask", mask)
             if mask.dim() == 2 and mask.shape == (batch, source) and (batch, source) != (length, source):
@@ -161,8 +186,13 @@ class MultiHeadAttention(nn.Module):
                     f"{fmt_shape((batch, self.num_heads, length, source))}, got {fmt_shape(mask.shape)}"
                 )
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, h, S, head_dim)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, h, S, head_dim)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        if cache is not None:
+            k, v, cache_mask = cache.update(k, v)  # (B, h_kv, S, head_dim), cached rows first
+            mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
+        group = self.num_heads // self.num_kv_heads
+        k, v = repeat_kv(k, group), repeat_kv(v, group)  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
         heads, weights = scaled_dot_product_attention(q, k, v, mask)
         if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
             weights = nn.functional.dropout(weights, self.dropout)

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from ._checks import fmt_shape
 
-__all__ = ["heatmap", "plot_attention", "plot_heads", "block_stages", "plot_transformer_blocks"]
+__all__ = ["heatmap", "plot_attention", "plot_heads", "block_stages", "plot_transformer_blocks", "draw_kv_cache", "plot_decode_times"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
 
@@ -494,3 +494,64 @@ def plot_transformer_blocks(blocks: Sequence, titles: Sequence[str]) -> Figure:
 
 def _is_pre(stages: Sequence[str]) -> bool:
     return len(stages) > 1 and stages[1] == "LayerNorm"
+
+def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int] = None, ax: Optional[Axes] = None) -> Axes:
+    """The KV cache during decoding, one row per step: which position each cache slot holds.
+
+    The picture is drawn from a real :class:`attncourse.inference.KVCache` fed with
+    ``prompt_len`` positions at once and then one position per step, so it shows what the code
+    does: without a window the cache grows by one slot per step; with ``window=W`` it is a
+    rolling buffer of ``W`` slots where position ``p`` overwrites slot ``p % W``. Each cell
+    shows the position held (orange: written in that step, blue: kept from earlier steps);
+    the newest query attends to every filled slot of its row.
+    """
+    from matplotlib.patches import Rectangle
+
+    from .inference import KVCache
+
+    cache = KVCache(window)
+    rows = []  # per step: (positions held after the update, slots written this step)
+    steps = [prompt_len] + [1] * (num_tokens - prompt_len)
+    for size in steps:
+        before = None if cache.positions is None else cache.positions.clone()
+        zeros = torch.zeros(1, 1, size, 1)
+        cache.update(zeros, zeros)
+        held = cache.positions.tolist()
+        written = [s for s, p in enumerate(held) if before is None or s >= len(before) or int(before[s]) != p]
+        rows.append((held, written))
+    slots = max(len(held) for held, _ in rows)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.5 * slots, 0.8 + 0.45 * len(rows)), layout="constrained")
+    for r, (held, written) in enumerate(rows):
+        for slot, position in enumerate(held):
+            if position < 0:
+                colour, label = "white", ""
+            else:
+                colour, label = ("#f4a259" if slot in written else "#9ecae1"), str(position)
+            ax.add_patch(Rectangle((slot, r), 1, 1, facecolor=colour, edgecolor="#555555", linewidth=0.8))
+            ax.text(slot + 0.5, r + 0.5, label, ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, slots)
+    ax.set_ylim(len(rows), 0)
+    ax.set_xticks([s + 0.5 for s in range(slots)], [str(s) for s in range(slots)])
+    ax.set_yticks([r + 0.5 for r in range(len(rows))], ["prompt"] + [f"step {r}" for r in range(1, len(rows))])
+    ax.set_xlabel("cache slot")
+    ax.set_title("rolling buffer, window W = %d" % window if window else "full KV cache")
+    ax.set_aspect("equal")
+    return ax
+
+
+def plot_decode_times(rows: Sequence[dict], *, ax: Optional[Axes] = None) -> Axes:
+    """Time per generated token against the context length, with and without a KV cache.
+
+    ``rows`` are those of :func:`attncourse.benchmark.run_cache` (``context``, ``cached_s``,
+    ``uncached_s``), drawn on log-log axes in milliseconds.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
+    contexts = [r["context"] for r in rows]
+    ax.loglog(contexts, [1e3 * r["uncached_s"] for r in rows], "-o", color="tab:red", label="no cache (recompute the context)", base=2)
+    ax.loglog(contexts, [1e3 * r["cached_s"] for r in rows], "-s", color="tab:blue", label="KV cache (one new position)", base=2)
+    ax.set(xlabel="context length (tokens)", ylabel="time per token (ms)", title="one decoding step")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

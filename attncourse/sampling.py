@@ -64,6 +64,7 @@ def generate(
     temperature: float = 1.0,
     top_k: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
+    use_cache: bool = False,
 ) -> Tensor:
     """Continue ``tokens`` ``(B, T)`` by ``max_new_tokens`` sampled tokens; returns ``(B, T + max_new_tokens)``.
 
@@ -72,6 +73,13 @@ def generate(
     context is recomputed every step. The model runs in ``eval()`` mode (no dropout) and is
     put back in the mode it had. ``temperature=0`` (or ``top_k=1``) is greedy decoding; pass
     a seeded ``generator`` for reproducible samples.
+
+    ``use_cache=True`` (chapter 6) runs the prompt once through the model with an empty KV
+    cache per layer (``model.new_cache()``), then feeds only the newest token
+    (``model(token, cache)``): each step computes one new position instead of the whole
+    context, and the logits, hence the tokens, are those of the uncached loop. The cache
+    keeps every position, so ``T + max_new_tokens - 1`` must not exceed ``model.max_len``
+    (there is no cropping to slide learned positions along).
     """
     require_tensor("tokens", tokens)
     if tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.size(1) == 0:
@@ -79,14 +87,25 @@ def generate(
     require_non_negative_int("max_new_tokens", max_new_tokens)
     _check_sampling(temperature, top_k)
     max_len = getattr(model, "max_len", None)
+    if use_cache and max_len is not None and tokens.size(1) + max_new_tokens - 1 > max_len:
+        raise ValueError(
+            f"with use_cache=True the prompt ({tokens.size(1)} tokens) plus max_new_tokens - 1 = {max_new_tokens - 1} "
+            f"must fit the model's max_len={max_len}: the cache keeps every position"
+        )
+    cache = model.new_cache() if use_cache else None
+    step_input = tokens  # with the cache: the prompt first, then the newest token only
     was_training = model.training
     model.eval()
     try:
         for _ in range(max_new_tokens):
-            context = tokens if max_len is None else tokens[:, -max_len:]
-            logits = model(context)[:, -1]  # (B, V)
+            if cache is not None:
+                logits = model(step_input, cache)[:, -1]  # (B, V): only the new positions are computed
+            else:
+                context = tokens if max_len is None else tokens[:, -max_len:]
+                logits = model(context)[:, -1]  # (B, V)
             next_token = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)
-            tokens = torch.cat([tokens, next_token.to(tokens.device, tokens.dtype)], dim=1)
+            step_input = next_token.to(tokens.device, tokens.dtype)
+            tokens = torch.cat([tokens, step_input], dim=1)
     finally:
         model.train(was_training)
     return tokens

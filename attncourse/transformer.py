@@ -19,13 +19,14 @@
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask, combine_masks
+from .inference import KVCache
 from .multihead import MultiHeadAttention
 from .positions import sinusoidal_encoding
 
@@ -100,17 +101,24 @@ class TransformerBlock(nn.Module):
         return norm(x + self.dropout(f(x)))
 
     def forward(
-        self, x: Tensor, mask: Optional[Tensor] = None, memory: Optional[Tensor] = None, memory_mask: Optional[Tensor] = None
+        self,
+        x: Tensor,
+        mask: Optional[Tensor] = None,
+        memory: Optional[Tensor] = None,
+        memory_mask: Optional[Tensor] = None,
+        *,
+        cache: Optional[KVCache] = None,
     ) -> Tensor:
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
-        encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``. Returns ``(B, L, d_model)``."""
+        encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
+        self-attention's :class:`attncourse.inference.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
         if self.cross_attn is None and memory is not None:
             raise ValueError("memory was given but this block has no cross-attention")
         if self.cross_attn is not None and memory is None:
             raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
 
         def self_attention(h: Tensor) -> Tensor:
-            attended, weights = self.self_attn(h, h, h, mask)
+            attended, weights = self.self_attn(h, h, h, mask, cache=cache)
             self.self_weights = weights.detach()
             return attended
 
@@ -149,21 +157,22 @@ class _Embedding(nn.Module):
         if positional == "sinusoidal":
             self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
         require_tensor("tokens", tokens)
         require_rank("tokens", tokens, 2, "(B, L)")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
-        if tokens.size(1) > self.max_len:
+        if offset + tokens.size(1) > self.max_len:
             raise ValueError(
-                f"tokens has length {tokens.size(1)} but the model has max_len={self.max_len} "
+                f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.max_len} "
                 f"(tokens shape {fmt_shape(tokens.shape)})"
             )
         x = self.tokens(tokens)
         if self.positional == "learned":
-            x = x + self.positions(torch.arange(tokens.size(1), device=tokens.device))
+            x = x + self.positions(torch.arange(offset, offset + tokens.size(1), device=tokens.device))
         elif self.positional == "sinusoidal":
-            x = x + self.table[: tokens.size(1)].to(x.dtype)
+            x = x + self.table[offset : offset + tokens.size(1)].to(x.dtype)
         return x
 
 
@@ -228,15 +237,31 @@ class CausalLM(nn.Module):
         blocks = [TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first) for _ in range(num_layers)]
         return cls(vocab_size, d_model, max_len, blocks, positional=positional, dropout=dropout, final_norm=norm_first)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only."""
-        x = self.dropout(self.embed(tokens))
-        mask = causal_mask(tokens.size(1), device=tokens.device)
-        for block in self.blocks:
-            x = block(x, mask)
+    def forward(self, tokens: Tensor, cache: Optional[List[KVCache]] = None) -> Tensor:
+        """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only.
+
+        With ``cache`` (one :class:`attncourse.inference.KVCache` per block, from
+        :meth:`new_cache`), ``tokens`` continue the cached sequence: they sit at positions
+        ``cache[0].seen ..`` and attend to the cached positions as well (chapter 6).
+        """
+        if cache is None:
+            x = self.dropout(self.embed(tokens))
+            mask = causal_mask(tokens.size(1), device=tokens.device)
+            for block in self.blocks:
+                x = block(x, mask)
+        else:
+            if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
+                raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
+            x = self.dropout(self.embed(tokens, offset=cache[0].seen))
+            for block, layer_cache in zip(self.blocks, cache):
+                x = block(x, cache=layer_cache)  # the cache supplies the causal mask
         if self.norm is not None:
             x = self.norm(x)
         return self.head(x)
+
+    def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
+        """An empty KV cache per block (``window``: a rolling buffer of that many positions)."""
+        return [KVCache(window) for _ in self.blocks]
 
 
 class Seq2SeqTransformer(nn.Module):

@@ -1,6 +1,7 @@
 """The benchmark command runs end to end at tiny sizes and writes a table and JSON that agree."""
 import json
 
+import pytest
 import torch
 
 from attncourse import benchmark
@@ -31,3 +32,20 @@ def test_command_writes_json(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "tiled" in printed and "x torch" in printed
     assert benchmark.load("cpu", tmp_path, "_t") == result
+
+
+def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
+    """Both decoding steps give the same logits; the --cache command writes rows that match its table."""
+    for context in (1, 9):
+        cached = benchmark.build_decode("cached", context)["fn"]()
+        uncached = benchmark.build_decode("uncached", context)["fn"]()
+        torch.testing.assert_close(cached, uncached, rtol=1e-4, atol=1e-5)
+    step = benchmark.build_decode("cached", 9)["fn"]
+    torch.testing.assert_close(step(), step(), rtol=0, atol=0)  # every call starts from the same cache
+    benchmark.main(["--cache", "--contexts", "8", "16", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    result = json.loads((tmp_path / "ch06_cache_benchmark_cpu_t.json").read_text())
+    assert [r["context"] for r in result["rows"]] == [8, 16]
+    for r in result["rows"]:
+        assert r["speedup"] == r["uncached_s"] / r["cached_s"]
+    with pytest.raises(ValueError, match="impl"):
+        benchmark.build_decode("other", 4)

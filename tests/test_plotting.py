@@ -152,3 +152,25 @@ def test_encoder_decoder_draws_one_cross_attention_arrow_per_decoder_block():
 def test_schematics_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_draw_kv_cache_shows_the_positions_each_slot_holds():
+    from attncourse.plotting import draw_kv_cache
+
+    ax = draw_kv_cache(6, prompt_len=2)
+    assert [t.get_text() for t in ax.texts[:2]] == ["0", "1"]  # the prompt's two slots
+    assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][-5:]  # last row: every position
+    assert len(ax.patches) == 2 + 3 + 4 + 5 + 6  # the cache grows by one slot per step
+    ax = draw_kv_cache(6, prompt_len=2, window=3)
+    last = [t.get_text() for t in ax.texts[-3:]]
+    assert last == ["3", "4", "5"]  # slot p % 3 holds position p
+    assert len(ax.patches) == 5 * 3  # a fixed buffer of 3 slots
+
+
+def test_plot_decode_times_draws_both_lines():
+    from attncourse.plotting import plot_decode_times
+
+    rows = [{"context": c, "cached_s": 1e-3, "uncached_s": c * 1e-5} for c in (64, 128, 256)]
+    ax = plot_decode_times(rows)
+    assert len(ax.lines) == 2
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.64, 1.28, 2.56])

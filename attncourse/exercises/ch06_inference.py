@@ -1,0 +1,318 @@
+"""Chapter 6 exercises: attention at inference (the KV cache, grouped-query attention, a sliding window)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import scaled_dot_product_attention
+from ..inference import mean_pool_kv_heads, repeat_kv, window_mask_from_positions
+from ..masks import causal_mask
+from ..multihead import MultiHeadAttention
+from ..training import next_token_loss
+from ._core import Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, matches, number
+
+
+def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# -- 1. predict a number: the cache of Llama 2 70B ------------------------------------------
+
+_CACHE_BYTES = "UEdAXFJYQkBLVQ=="
+_CACHE_BYTES_MISTAKES = (
+    "GlZCWVJfTUpFUVFWTk5BOx0TB0UIB1QGAgMTUgcNBFQVABAYEABJRRgbAU4PChMGUwoUAFQaCwpVFBIGFRsGTlFPXRAcEQlUP04CARFSJUUABhFOAA4WGhYBSFhUARFPFh0GCxUREE4GAxAfFgsVB1hODQABUhEcFREHTksNEx4cBBVFQk4XDh4XAEVTVBYXFwoGUhYEAhxdQkMAB1IHCg4fVAYGDhEtFwwMVElOVVtVWhoRQR0HTlteTEBTSkFCQE5eT0RAS0xPVlhOQVxGR0ZRVUdGXkFVVVAnDQAAVAcQTxRSAhAABgALEU8aFFMRCRFUDw0cAhcBX0ENGxtDAxAUB0UOAQBOAQABGlMRCRFUCAIMAR0BRVNUEgERTz5SEgsFVCJOAgERUgcNBFRGTgEWARcARRERBk4GAxAfFgsVWlZCQ01EQkRWVkBFVlFbRVBJRUMtGxtDGgYXF0UVHBFOVVtVAwYAEw1UBgYOEQFIRQYGGxsTChFfAhAEBg1OAhsBFx0RCBsaTgAOFhoWFkEbGgIaTwEaFkVZVD9BNU8dFxIBElpWQkNNQEFFXVZETV9RX1dIU0c4GwFOFhwQFlMRCRFUWFdPBAcWFxhUHAsCCwZSEgsFVBgLBRtVHQYRQRVUCAIMAR0BRVNUXCVDDhsWUzNNVBscQxsdF1MHGAARHUpVVRESBgkRVBoLClVKUy5OIlQGBg4RAV9FKlQVAAdPI15TV0EWDRoGHFUXEgYJWlZCQ01HREtRUkFAW1VfV0hTRzUcFRpDBgZSBxIIFxFOFwcQUhILEgMRHFlPFxQfCgAARVhDGxQZFhZBRlQMGhsQAV9FDxsATldPXR0BRRgbAU4AAAAcBwAFVD9OAgERUiVFFQMdDQZGW1BfRUNFQllUWEdDRUdbVFY6Cw4BUhoWQRsaC0MDFAsWF0YHVA0CDB0XSUUMARgaCh8ZC1MHGFQABgZPTUJTCQANERwQQVdeU0dZQUxXWlxBR0pXUVZOTkE2GgdTEBIREE4XBxBSHgoFERhOFAYRBhtFWUVNXEMfEABTLk4iVAYGDhFJUwAAFxxOKEAjUhsAABBUBxBPHRcSAT4QHQNDUlVKQlxTVFtOVVtVT1NUU0xUGQoLEFxRGA=="
+)
+_CACHE_BYTES_SOLUTION = (
+    "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABhsHDA4aB04bT0dSERwVEQdkXk9EXkBRU1hFWVRDR0pDRQMNAAsQT0hSQktTQVQpCi1VAhYXQQcRHxYKGxEWSUEbBk5QXUVSOAwjVAQLEU8BHRgAD1p+OQobHVIeEA0AHUMLChQWUwQVABEAFwYaHFNNV0BUJUw5VRoWBAUHXU4KG1UFHBANEFQMBk9NUgcMDBEHTgIcVR8GBglYVF9TTzIbMUUREQZOV19MRF4RDh8RAEMcEAMGAA8XEUA="
+)
+
+
+@exercise(
+    "inference/cache-bytes",
+    title="Predict the KV cache of Llama 2 70B",
+    hint="""
+        Every layer caches one key and one value vector per K/V head per position:
+        2 (K and V) x layers x kv_heads x head_dim x L x bytes per element. Llama 2 70B has 80
+        layers, 64 query heads but only 8 K/V heads (grouped-query attention), head_dim = 8192 / 64.
+        bfloat16 takes 2 bytes.
+    """,
+    solution=_CACHE_BYTES_SOLUTION,
+)
+def _check_cache_bytes(answer) -> str:
+    if isinstance(answer, float) and 0 < answer < 1e3:
+        raise Mistake(f"{answer:g} looks like GiB or GB; give the size in bytes (an integer such as 123456789).")
+    return check_number(
+        answer, _CACHE_BYTES, _CACHE_BYTES_MISTAKES, what="number of bytes", mistake_rel_tol=1e-6,
+        right="Right: 1,342,177,280 bytes = 1.25 GiB for one 4096-token sequence (multi-head attention would need 8 times as much).",
+        otherwise="{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per element.",
+    )
+
+
+# -- 2. repeat the K/V heads -----------------------------------------------------------------
+
+
+def _repeat_kv_solution(x, num_groups):
+    # (B, kv_heads, S, d) -> (B, kv_heads * num_groups, S, d): K/V head g serves query heads g*num_groups ...
+    return x.repeat_interleave(num_groups, dim=1)
+
+
+@exercise(
+    "inference/repeat-kv",
+    title="Share each K/V head among a group of query heads",
+    hint="""
+        Query head i of grouped-query attention reads K/V head i // num_groups. So the output's
+        heads are K/V head 0 num_groups times, then K/V head 1 num_groups times, and so on:
+        repeat each head in place (x.repeat_interleave(num_groups, dim=1)), not the whole block.
+    """,
+    solution=_repeat_kv_solution,
+)
+def _check_repeat_kv(fn) -> str:
+    x = _random(2, 3, 5, 4, seed=60)
+    expected = repeat_kv(x, 4)
+    out = call(fn, x.clone(), 4)
+    if isinstance(out, torch.Tensor) and out.shape == (2, 3, 20, 4):
+        raise Mistake("Your output repeats along the sequence (dim 2): repeat along the head dimension, dim=1, to get (B, kv_heads * num_groups, S, head_dim).")
+    expect_tensor(out, (2, 12, 5, 4), "For x (2, 3, 5, 4) and num_groups=4 the output")
+    if not matches(out, expected, atol=0, rtol=0):
+        raise Mistake(
+            diagnose(
+                out,
+                {
+                    "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole block): query head i "
+                    "must read K/V head i // num_groups, so repeat each head in place (repeat_interleave).": x.repeat(1, 4, 1, 1),
+                },
+                default="Your output differs from repeating each K/V head num_groups times in place.",
+                atol=0,
+            )
+        )
+    if not matches(call(fn, x.clone(), 1), x, atol=0, rtol=0):
+        raise Mistake("With num_groups=1 (multi-head attention) the output must equal the input.")
+    y = x.float()
+    if call(fn, y, 2).dtype != torch.float32:
+        raise Mistake("Keep the input's dtype.")
+    # the test that matters: attention with the repeated heads equals torch's grouped-query attention
+    q, k, v = _random(2, 6, 5, 4, seed=61), _random(2, 2, 5, 4, seed=62), _random(2, 2, 5, 4, seed=63)
+    mine = scaled_dot_product_attention(q, call(fn, k, 3), call(fn, v, 3))[0]
+    if not matches(mine, F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
+        raise Mistake("Attention over your repeated heads differs from F.scaled_dot_product_attention(..., enable_gqa=True).")
+    return "Right: attention over your repeated K/V heads equals torch's grouped-query attention (enable_gqa=True)."
+
+
+# -- 3. find the bug: one cached decoding step ------------------------------------------------
+
+
+def _cached_attention_solution(query, new_key, new_value, past_key, past_value):
+    # append first: the new positions must see themselves
+    key = torch.cat([past_key, new_key], dim=-2)  # (..., S, d) with S = S_past + L
+    value = torch.cat([past_value, new_value], dim=-2)
+    mask = causal_mask(query.size(-2), key.size(-2), device=query.device)  # bottom right: the last query sees every key
+    output = scaled_dot_product_attention(query, key, value, mask)[0]
+    return output, key, value
+
+
+def _buggy_top_left(query, new_key, new_value, past_key, past_value):
+    key = torch.cat([past_key, new_key], dim=-2)
+    value = torch.cat([past_value, new_value], dim=-2)
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True), key, value
+
+
+@exercise(
+    "inference/cached-step",
+    title="Find the bug in a cached attention step",
+    hint="""
+        Run the buggy function with one new query and a cache of 5 positions and look at which
+        keys it may attend to. F.scaled_dot_product_attention's is_causal=True aligns the first
+        query with the first key (top left): with L = 1 query and S = 6 keys, which keys does
+        that leave? The cache needs the bottom-right alignment of causal_mask(L, S).
+    """,
+    solution=_cached_attention_solution,
+)
+def _check_cached_step(fn) -> str:
+    past_k, past_v = _random(2, 3, 5, 4, seed=64), _random(2, 3, 5, 4, seed=65)
+    for length in (1, 3):
+        q, k, v = _random(2, 3, length, 4, seed=66 + length), _random(2, 3, length, 4, seed=68 + length), _random(2, 3, length, 4, seed=70 + length)
+        expected, key, value = _cached_attention_solution(q, k, v, past_k, past_v)
+        result = call(fn, q, k, v, past_k.clone(), past_v.clone())
+        if not isinstance(result, tuple) or len(result) != 3:
+            raise Mistake(f"Return a triple (output, key, value), as the buggy function does; got {type(result).__name__}.")
+        output, new_key, new_value = result
+        case = f"With {length} new quer{'y' if length == 1 else 'ies'} and 5 cached positions"
+        if isinstance(new_key, torch.Tensor) and new_key.shape == (2, 3, 5, 4):
+            raise Mistake(f"{case}: the returned key holds only the 5 old positions: append the new keys to the cache.")
+        expect_tensor(new_key, key.shape, f"{case}: the returned key")
+        if not (matches(new_key, key) and matches(new_value, value)):
+            raise Mistake(f"{case}: the returned key/value must be the cached rows followed by the new ones (torch.cat along dim=-2).")
+        expect_tensor(output, expected.shape, f"{case}: the output")
+        if matches(output, expected):
+            continue
+        old_only = scaled_dot_product_attention(q, past_k, past_v)[0]
+        raise Mistake(
+            diagnose(
+                output,
+                {
+                    f"{case}: the output is still the buggy one. is_causal=True aligns the top left corner, so the first new "
+                    "query sees only the first cached key; use the bottom-right mask causal_mask(L, S).": _buggy_top_left(q, k, v, past_k, past_v)[0],
+                    f"{case}: the queries attend to the old keys only: append the new key and value first, then attend.": old_only,
+                    f"{case}: the new queries see each other's future: with several new positions, query t may see keys up to "
+                    "its own position only (causal_mask(L, S)).": scaled_dot_product_attention(q, key, value)[0],
+                },
+                default=f"{case}: your output differs from attention over the cached and new keys under causal_mask(L, S).",
+            )
+        )
+    return "Right: append, then attend with the bottom-right causal mask; one query sees the whole cache, a chunk stays causal."
+
+
+# -- 4. the rolling buffer -------------------------------------------------------------------
+
+
+def _rolling_update_solution(keys, positions, new_key, position):
+    window = keys.size(-2)
+    slot = position % window  # position p lives in slot p % W, overwriting position p - W
+    keys = keys.clone()
+    positions = positions.clone()
+    keys[..., slot, :] = new_key[..., 0, :]
+    positions[slot] = position
+    return keys, positions
+
+
+def _run_buffer(fn, window: int, steps: int, seed: int):
+    """Feed ``steps`` keys one by one to the learner's update; return (keys, positions, all keys)."""
+    stream = _random(1, 2, steps, 3, seed=seed)
+    keys = torch.zeros(1, 2, window, 3, dtype=torch.float64)
+    positions = torch.full((window,), -1, dtype=torch.long)
+    for p in range(steps):
+        result = call(fn, keys, positions, stream[:, :, p:p + 1].clone(), p)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise Mistake(f"Return a pair (keys, positions); got {type(result).__name__}.")
+        keys, positions = result
+        expect_tensor(keys, (1, 2, window, 3), f"After position {p}, the buffer (window {window})")
+        expect_tensor(positions, (window,), f"After position {p}, positions")
+        if positions.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
+            raise Mistake(f"positions must stay an integer tensor, got {positions.dtype}.")
+    return keys, positions, stream
+
+
+@exercise(
+    "inference/rolling-buffer",
+    title="A rolling-buffer KV cache",
+    hint="""
+        The buffer has W = keys.size(-2) slots. Position p goes to slot p % W; once p >= W it
+        overwrites position p - W, which has just left the window. Record which position each
+        slot holds in positions (-1 = empty): the rows are no longer in time order, and the
+        attention mask is computed from positions.
+    """,
+    solution=_rolling_update_solution,
+)
+def _check_rolling_buffer(fn) -> str:
+    for window, steps in ((4, 11), (3, 2), (1, 5)):
+        keys, positions, stream = _run_buffer(fn, window, steps, seed=80 + window)
+        held = sorted(int(p) for p in positions if p >= 0)
+        expected = list(range(max(0, steps - window), steps))
+        case = f"With W = {window} after {steps} positions"
+        if held != expected:
+            if held == list(range(min(window, steps))):
+                raise Mistake(f"{case}: the buffer still holds positions {held}, the first ones: once it is full, overwrite the oldest (slot p % W).")
+            if len(set(held)) != len(held):
+                raise Mistake(f"{case}: positions lists {positions.tolist()}: a position appears twice.")
+            raise Mistake(f"{case}: the buffer holds positions {held}; it should hold the last W, {expected}.")
+        for slot, p in enumerate(positions.tolist()):
+            if p >= 0 and not matches(keys[:, :, slot], stream[:, :, p], atol=0, rtol=0):
+                raise Mistake(f"{case}: slot {slot} says it holds position {p} but its row is another position's key: write the key where you record its position.")
+    # the buffer in use: the newest query over the buffer equals sliding-window attention
+    keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
+    query = _random(1, 2, 1, 3, seed=91)
+    mask = window_mask_from_positions(torch.tensor([8]), positions, 4)
+    got = scaled_dot_product_attention(query, keys, keys, mask)[0]
+    want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
+    if not matches(got, want):
+        raise Mistake("Attention over your buffer differs from attention over the last W keys.")
+    return "Right: the buffer holds the last W positions, each row with its position; attention over it is sliding-window attention."
+
+
+# -- 5. experiment: what does mean-pooling to one K/V head cost? -----------------------------
+
+
+def _converted(model, num_kv_heads: int, how: str = "mean"):
+    converted = copy.deepcopy(model)
+    for block in converted.blocks:
+        layer = block.self_attn
+        if how == "mean":
+            block.self_attn = mean_pool_kv_heads(layer, num_kv_heads)
+        else:  # keep the first head of each group (a conversion Ainslie et al. compare with)
+            group, d = layer.num_heads // num_kv_heads, layer.head_dim
+            first = copy.deepcopy(layer)
+            for name in ("k_proj", "v_proj"):
+                w = getattr(layer, name).weight.detach().view(num_kv_heads, group, d, -1)[:, 0]
+                setattr(first, name, torch.nn.Linear(layer.embed_dim, num_kv_heads * d, bias=getattr(layer, name).bias is not None))
+                getattr(first, name).weight.data.copy_(w.reshape(num_kv_heads * d, -1))
+                if getattr(layer, name).bias is not None:
+                    getattr(first, name).bias.data.copy_(getattr(layer, name).bias.detach().view(num_kv_heads, group, d)[:, 0].reshape(-1))
+            first.num_kv_heads = num_kv_heads
+            first.to(layer.q_proj.weight.dtype)
+            block.self_attn = first
+    return converted.eval()
+
+
+@torch.no_grad()
+def _loss(model, tokens) -> float:
+    return float(next_token_loss(model.eval()(tokens), tokens))
+
+
+def _mqa_gap_solution(model, val_tokens):
+    mqa = copy.deepcopy(model)  # convert a copy: the checker needs the original
+    for block in mqa.blocks:
+        block.self_attn = mean_pool_kv_heads(block.self_attn, 1)  # one K/V head per layer
+    with torch.no_grad():
+        gap = (next_token_loss(mqa.eval()(val_tokens), val_tokens)
+               - next_token_loss(model.eval()(val_tokens), val_tokens)).item()
+    return {"model": model, "tokens": val_tokens, "gap": gap}
+
+
+@exercise(
+    "inference/mqa-gap",
+    title="Measure what mean-pooling to one K/V head costs",
+    hint="""
+        Convert a copy (copy.deepcopy) of the trained model: replace every block's self_attn by
+        mean_pool_kv_heads(block.self_attn, 1). Then gap = loss of the converted copy minus
+        loss of the original, both with next_token_loss on the same validation tokens, in
+        eval() mode. Pass {"model": the original model, "tokens": those tokens, "gap": your gap}.
+    """,
+    solution=_mqa_gap_solution,
+)
+def _check_mqa_gap(answer) -> str:
+    if callable(answer):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
+        try:
+            call(answer)
+        except Mistake:
+            pass
+        raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.')
+    if not isinstance(answer, dict) or not {"model", "tokens", "gap"} <= set(answer):
+        raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}.')
+    model, tokens = answer["model"], answer["tokens"]
+    if answer["gap"] is None or answer["gap"] is Ellipsis:
+        raise NotAttempted()
+    gap = number(answer["gap"], "gap")
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or not all(isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks):
+        raise Mistake("model should be the chapter's CausalLM, whose blocks have a MultiHeadAttention self_attn.")
+    if any(b.self_attn.num_kv_heads != b.self_attn.num_heads for b in blocks):
+        raise Mistake("Your model has already been converted (num_kv_heads < num_heads): convert a copy (copy.deepcopy) and pass the original.")
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        raise Mistake("tokens should be the (B, L) validation tokens you measured on.")
+    before = _loss(model, tokens)
+    true_gap = _loss(_converted(model, 1), tokens) - before
+    tolerance = max(0.02 * abs(true_gap), 1e-3)  # stated tolerance: 2 % or 0.001 nats
+    if abs(gap - true_gap) <= tolerance:
+        return f"Right: mean-pooling every layer to one K/V head costs {true_gap:.3f} nats on these tokens (checked within 2 %)."
+    known = {
+        "You gave the loss of the converted model; the gap is that loss minus the original model's.": before + true_gap,
+        "Your gap has the wrong sign: converted minus original (a loss that went up is a positive gap).": -true_gap,
+        "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 (multi-query attention).": _loss(_converted(model, 2), tokens) - before,
+        "That is the gap of keeping the first head of each group; the exercise asks for the mean of the group's heads.": _loss(_converted(model, 1, "first"), tokens) - before,
+    }
+    for message, value in known.items():
+        if abs(gap - value) <= max(0.02 * abs(value), 1e-3):
+            raise Mistake(message)
+    raise Mistake(f"Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you measure in eval() mode on the same tokens?")

@@ -1,0 +1,228 @@
+"""Attention at inference (chapter 6): the KV cache, grouped-query attention, a sliding window.
+
+A decoder generates one token at a time. Without a cache, every step runs the model over the
+whole sequence again; with a cache, each layer keeps the keys and values of the positions it
+has seen and a step computes only the new position's query, key and value::
+
+    keys, values, mask = cache.update(k_new, v_new)   # attend over cached + new positions
+    output = Attention(q_new, keys, values, mask)
+
+* :class:`KVCache`: one layer's cache. With ``window=None`` it keeps every position; with
+  ``window=W`` it is a rolling buffer of ``W`` slots (position ``p`` lives in slot ``p % W``),
+  the sliding-window cache of Mistral 7B, and each query sees itself and the ``W - 1``
+  positions before it.
+* :func:`sliding_window_mask`: that window as a mask, chapter 3's bottom-right
+  :func:`attncourse.masks.causal_mask` with a lower edge.
+* :func:`repeat_kv`: grouped-query attention shares one key/value head among
+  ``num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
+  ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
+* :func:`mean_pool_kv_heads`: converts a trained multi-head layer to grouped-query attention
+  by averaging the key and value projections of each group (Ainslie et al., 2023).
+* :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .masks import causal_mask
+
+__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "mean_pool_kv_heads", "kv_cache_bytes"]
+
+
+def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window: int, device: Optional[torch.device] = None) -> Tensor:
+    """Causal mask with a window: query ``i`` may attend to key ``j`` when ``0 <= (i + S - L) - j < window``.
+
+    The last query is aligned with the last key, as in :func:`attncourse.masks.causal_mask`
+    (which this equals for ``window >= S``): each query sees its own position and the
+    ``window - 1`` positions before it.
+
+    Returns:
+        ``(L, S)`` boolean, ``True`` = may attend.
+    """
+    require_positive_int("window", window)
+    causal = causal_mask(query_len, key_len, device=device)
+    key_len = causal.size(1)
+    i = torch.arange(query_len, device=device)[:, None]
+    j = torch.arange(key_len, device=device)[None, :]
+    return causal & (i + (key_len - query_len) - j < window)
+
+
+def window_mask_from_positions(query_positions: Tensor, key_positions: Tensor, window: Optional[int] = None) -> Tensor:
+    """Which key each query may attend to, from their absolute positions.
+
+    Key ``j`` is visible to query ``i`` when ``0 <= query_positions[i] - key_positions[j]``
+    (and ``< window`` when a window is given). A negative key position marks an empty
+    cache slot, never visible.
+
+    Args:
+        query_positions: ``(L,)`` integer positions of the queries.
+        key_positions: ``(S,)`` integer positions of the keys, in any order.
+        window: optional positive int.
+
+    Returns:
+        ``(L, S)`` boolean, ``True`` = may attend.
+    """
+    require_tensor("query_positions", query_positions)
+    require_tensor("key_positions", key_positions)
+    require_rank("query_positions", query_positions, 1, "(L,)")
+    require_rank("key_positions", key_positions, 1, "(S,)")
+    distance = query_positions[:, None] - key_positions[None, :]
+    visible = (distance >= 0) & (key_positions[None, :] >= 0)
+    if window is not None:
+        require_positive_int("window", window)
+        visible = visible & (distance < window)
+    return visible
+
+
+class KVCache:
+    """One attention layer's cache of keys and values, for incremental decoding.
+
+    Args:
+        window: ``None`` keeps every position (the cache grows by one row per step);
+            ``W`` keeps the last ``W`` positions in a rolling buffer of ``W`` slots.
+
+    Attributes:
+        keys, values: ``(B, kv_heads, S, head_dim)`` stored rows (``None`` before the first
+            update). In a rolling buffer, slot ``p % W`` holds position ``p``: the rows are
+            not in time order, and :attr:`positions` says which position each row holds.
+        positions: ``(S,)`` the absolute position of each stored row (``-1``: an empty slot).
+        seen: how many positions went through the cache: the position of the next token.
+    """
+
+    def __init__(self, window: Optional[int] = None) -> None:
+        if window is not None:
+            require_positive_int("window", window)
+        self.window = window
+        self.keys: Optional[Tensor] = None
+        self.values: Optional[Tensor] = None
+        self.positions: Optional[Tensor] = None
+        self.seen = 0
+
+    def __len__(self) -> int:
+        """The number of stored rows (at most ``window``)."""
+        return 0 if self.positions is None else int((self.positions >= 0).sum())
+
+    def attended_length(self, new: int) -> int:
+        """``S``: how many key rows :meth:`update` returns for ``new`` new positions (stored rows, empty slots included, plus the new)."""
+        return (0 if self.keys is None else self.keys.size(2)) + new
+
+    def update(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Add the keys and values of ``L`` new positions; return what the new queries attend over.
+
+        Args:
+            key: ``(B, kv_heads, L, head_dim)`` keys of positions ``seen .. seen + L - 1``.
+            value: ``(B, kv_heads, L, head_dim_v)``.
+
+        Returns:
+            ``(keys, values, mask)``: the stored rows followed by the new ones,
+            ``(B, kv_heads, S_old + L, ...)``, and the ``(L, S_old + L)`` boolean mask that lets
+            each new query see the positions up to its own (within the window). The cache
+            then keeps all of them, or, with a window, the last ``W`` positions.
+        """
+        require_tensor("key", key)
+        require_tensor("value", value)
+        require_rank("key", key, 4, "(B, kv_heads, L, head_dim)")
+        require_rank("value", value, 4, "(B, kv_heads, L, head_dim_v)")
+        if key.shape[:3] != value.shape[:3]:
+            raise ValueError(f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}")
+        if self.keys is not None and (key.shape[:2] != self.keys.shape[:2] or key.shape[3] != self.keys.shape[3]
+                                      or value.shape[3] != self.values.shape[3]):
+            raise ValueError(
+                f"key {fmt_shape(key.shape)} does not fit the cache's rows {fmt_shape(self.keys.shape)} "
+                f"(B, kv_heads and head_dim must stay the same)"
+            )
+        length = key.size(2)
+        new_positions = torch.arange(self.seen, self.seen + length, device=key.device)
+        if self.keys is None:
+            keys, values, positions = key, value, new_positions
+        else:
+            keys = torch.cat([self.keys, key], dim=2)
+            values = torch.cat([self.values, value], dim=2)
+            positions = torch.cat([self.positions, new_positions])
+        mask = window_mask_from_positions(new_positions, positions, self.window)
+        self.seen += length
+        if self.window is None:
+            self.keys, self.values, self.positions = keys, values, positions
+        else:
+            self._store_in_buffer(key, value, new_positions)
+        return keys, values, mask
+
+    def _store_in_buffer(self, key: Tensor, value: Tensor, new_positions: Tensor) -> None:
+        """Write the last ``min(L, W)`` new positions into slots ``position % W`` (the rolling buffer)."""
+        window = self.window
+        if self.keys is None:
+            batch, heads, _, head_dim = key.shape
+            self.keys = key.new_zeros(batch, heads, window, head_dim)
+            self.values = value.new_zeros(batch, heads, window, value.size(3))
+            self.positions = torch.full((window,), -1, dtype=torch.long, device=key.device)
+        keep = slice(max(0, key.size(2) - window), key.size(2))
+        slots = new_positions[keep] % window
+        self.keys[:, :, slots] = key[:, :, keep]
+        self.values[:, :, slots] = value[:, :, keep]
+        self.positions[slots] = new_positions[keep]
+
+    def nbytes(self) -> int:
+        """Bytes held by the stored keys and values."""
+        if self.keys is None:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+
+def repeat_kv(x: Tensor, num_groups: int) -> Tensor:
+    """``(B, kv_heads, S, head_dim)`` -> ``(B, kv_heads * num_groups, S, head_dim)``.
+
+    K/V head ``g`` serves query heads ``g * num_groups .. (g + 1) * num_groups - 1``: each
+    K/V head is repeated ``num_groups`` times in place (``repeat_interleave`` along the head
+    dimension, which is what ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does).
+    """
+    require_tensor("x", x)
+    require_rank("x", x, 4, "(B, kv_heads, S, head_dim)")
+    require_positive_int("num_groups", num_groups)
+    if num_groups == 1:
+        return x
+    batch, heads, length, head_dim = x.shape
+    return x[:, :, None].expand(batch, heads, num_groups, length, head_dim).reshape(batch, heads * num_groups, length, head_dim)
+
+
+def mean_pool_kv_heads(layer: "torch.nn.Module", num_kv_heads: int) -> "torch.nn.Module":
+    """A grouped-query copy of a multi-head ``MultiHeadAttention`` layer, its K/V heads mean-pooled.
+
+    The ``num_heads`` key (and value) projections are split into ``num_kv_heads`` groups of
+    consecutive heads; each group's weight rows (and biases) are averaged into one K/V head,
+    as Ainslie et al. (2023) convert a multi-head checkpoint before uptraining. The query
+    and output projections are copied unchanged. ``num_kv_heads = 1`` gives multi-query
+    attention; ``num_kv_heads = num_heads`` an exact copy.
+    """
+    from .multihead import MultiHeadAttention
+
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
+    if layer.num_kv_heads != layer.num_heads:
+        raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
+    bias = layer.q_proj.bias is not None
+    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
+                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
+    pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
+    group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
+    with torch.no_grad():
+        pooled.q_proj.load_state_dict(layer.q_proj.state_dict())
+        pooled.out_proj.load_state_dict(layer.out_proj.state_dict())
+        for source, target in ((layer.k_proj, pooled.k_proj), (layer.v_proj, pooled.v_proj)):
+            weight = source.weight.view(num_kv_heads, group, head_dim, -1).mean(dim=1)
+            target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
+            if bias:
+                target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
+    return pooled
+
+
+def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length: int, batch: int = 1, bytes_per_element: int = 2) -> int:
+    """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                        ("length", length), ("batch", batch), ("bytes_per_element", bytes_per_element)):
+        require_positive_int(name, value)
+    return 2 * num_layers * num_kv_heads * head_dim * length * batch * bytes_per_element
+

@@ -1,0 +1,271 @@
+"""The chapter 6 (inference) checkers accept right answers in several styles and reject
+realistic wrong ones with the right diagnosis."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attncourse import CausalLM
+from attncourse.exercises import check
+from attncourse.exercises.ch06_inference import (
+    _buggy_top_left,
+    _cached_attention_solution,
+    _repeat_kv_solution,
+    _rolling_update_solution,
+)
+from attncourse.inference import mean_pool_kv_heads
+from attncourse.masks import causal_mask
+from attncourse.training import next_token_loss
+from exercise_helpers import assert_fails, stub
+
+# -- inference/cache-bytes -----------------------------------------------------------------
+
+RIGHT_BYTES = 2 * 80 * 8 * 128 * 4096 * 2
+
+
+@pytest.mark.parametrize("answer", [RIGHT_BYTES, float(RIGHT_BYTES), torch.tensor(RIGHT_BYTES), 1.25 * 2**30])
+def test_cache_bytes_accepts(answer):
+    assert check("inference/cache-bytes", answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (RIGHT_BYTES // 2, "factor 2"),
+        (RIGHT_BYTES // 4, "quarter"),
+        (RIGHT_BYTES * 8, "64 query heads"),
+        (RIGHT_BYTES * 4, "64 query heads and left out"),
+        (RIGHT_BYTES * 2, "not 4"),
+        (RIGHT_BYTES // 80, "80 layers"),
+        (RIGHT_BYTES // 2, "elements, not bytes"),
+        (RIGHT_BYTES // 2, "head_dim = 64"),
+        (2 * 80 * 8 * 8192 * 4096 * 2, "width 8192"),
+        (1.25, "GiB"),
+        (12345, "is not it"),
+        ("1342177280", "should be a number"),
+    ],
+)
+def test_cache_bytes_rejects(answer, words):
+    assert_fails("inference/cache-bytes", answer, words)
+
+
+# -- inference/repeat-kv ---------------------------------------------------------------------
+
+
+def repeat_expand(x, g):
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, g, s, d).reshape(b, h * g, s, d)
+
+
+def repeat_index(x, g):
+    return x[:, torch.arange(x.size(1) * g) // g]
+
+
+def repeat_numpy(x, g):
+    return torch.from_numpy(np.repeat(x.numpy(), g, axis=1)).to(x.dtype)
+
+
+def repeat_loop(x, g):
+    return torch.cat([x[:, i:i + 1] for i in range(x.size(1)) for _ in range(g)], dim=1)
+
+
+@pytest.mark.parametrize("answer", [_repeat_kv_solution, repeat_expand, repeat_index, repeat_numpy, repeat_loop])
+def test_repeat_kv_accepts(answer):
+    result = check("inference/repeat-kv", answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda x, g: x.repeat(1, g, 1, 1), "0, 1, 2, 0, 1, 2"),
+        (lambda x, g: x.repeat_interleave(g, dim=2), "along the sequence"),
+        (lambda x, g: x, "should have shape"),
+        (lambda x, g: x.repeat_interleave(g, dim=1).double() if g == 2 else x.repeat_interleave(g, dim=1), "dtype"),
+        (lambda x, g: x.repeat_interleave(g, dim=1).flip(1), "differs from repeating"),
+    ],
+)
+def test_repeat_kv_rejects(wrong, words):
+    assert_fails("inference/repeat-kv", wrong, words)
+
+
+def test_repeat_kv_stub_is_not_attempted():
+    assert check("inference/repeat-kv", stub).status == "not attempted yet"
+
+
+# -- inference/cached-step -------------------------------------------------------------------
+
+
+def step_explicit_mask(query, new_key, new_value, past_key, past_value):
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    L, S = query.size(-2), key.size(-2)
+    keep = torch.arange(S)[None, :] <= torch.arange(L)[:, None] + (S - L)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=keep), key, value
+
+
+def step_einsum(query, new_key, new_value, past_key, past_value):
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    scores = torch.einsum("bhld,bhsd->bhls", query, key) / query.size(-1) ** 0.5
+    scores = scores.masked_fill(~causal_mask(query.size(-2), key.size(-2)), float("-inf"))
+    return torch.einsum("bhls,bhsd->bhld", scores.softmax(-1), value), key, value
+
+
+def step_attend_before_append(query, new_key, new_value, past_key, past_value):
+    out = F.scaled_dot_product_attention(query, past_key, past_value)
+    return out, torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+
+
+def step_no_mask(query, new_key, new_value, past_key, past_value):
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    return F.scaled_dot_product_attention(query, key, value), key, value
+
+
+def step_forgets_to_append(query, new_key, new_value, past_key, past_value):
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    return step_explicit_mask(query, new_key, new_value, past_key, past_value)[0], past_key, past_value
+
+
+@pytest.mark.parametrize("answer", [_cached_attention_solution, step_explicit_mask, step_einsum])
+def test_cached_step_accepts(answer):
+    result = check("inference/cached-step", answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_buggy_top_left, "is_causal=True aligns the top left"),
+        (step_attend_before_append, "old keys only"),
+        (step_no_mask, "each other's future"),
+        (step_forgets_to_append, "only the 5 old positions"),
+        (lambda *args: _cached_attention_solution(*args)[0], "triple"),
+    ],
+)
+def test_cached_step_rejects(wrong, words):
+    assert_fails("inference/cached-step", wrong, words)
+
+
+# -- inference/rolling-buffer ----------------------------------------------------------------
+
+
+def rolling_in_place(keys, positions, new_key, position):
+    slot = position % keys.size(-2)
+    keys[:, :, slot] = new_key[:, :, 0]
+    positions[slot] = position
+    return keys, positions
+
+
+def rolling_shift(keys, positions, new_key, position):
+    """A FIFO that shifts left and writes the last slot: another right answer (positions are tracked)."""
+    keys = torch.cat([keys[:, :, 1:], new_key], dim=2)
+    positions = torch.cat([positions[1:], torch.tensor([position])])
+    return keys, positions
+
+
+def rolling_stops_when_full(keys, positions, new_key, position):
+    if position >= keys.size(-2):
+        return keys, positions
+    return _rolling_update_solution(keys, positions, new_key, position)
+
+
+def rolling_forgets_positions(keys, positions, new_key, position):
+    keys, _ = _rolling_update_solution(keys, positions, new_key, position)
+    positions = positions.clone()
+    positions[min(position, keys.size(-2) - 1)] = position
+    return keys, positions
+
+
+def rolling_key_in_wrong_slot(keys, positions, new_key, position):
+    window = keys.size(-2)
+    keys, positions = keys.clone(), positions.clone()
+    keys[:, :, (position + 1) % window] = new_key[:, :, 0]
+    positions[position % window] = position
+    return keys, positions
+
+
+@pytest.mark.parametrize("answer", [_rolling_update_solution, rolling_in_place, rolling_shift])
+def test_rolling_buffer_accepts(answer):
+    result = check("inference/rolling-buffer", answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (rolling_stops_when_full, "the first ones"),
+        (rolling_forgets_positions, "it should hold the last W"),
+        (rolling_key_in_wrong_slot, "its row is another position's key"),
+        (lambda k, p, n, q: k, "pair"),
+        (lambda k, p, n, q: (k, p.float()), "integer"),
+    ],
+)
+def test_rolling_buffer_rejects(wrong, words):
+    assert_fails("inference/rolling-buffer", wrong, words)
+
+
+# -- inference/mqa-gap -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A small model trained a few steps on a repeating pattern, so that its heads differ."""
+    torch.manual_seed(0)
+    model = CausalLM.standard(11, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(60):
+        start = torch.randint(0, 11, (16, 1), generator=g)
+        tokens = (start + torch.arange(24) * torch.randint(1, 4, (16, 1), generator=g)) % 11
+        loss = next_token_loss(model(tokens), tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    tokens = (torch.arange(8)[:, None] + torch.arange(24) * 2) % 11
+    return model, tokens
+
+
+def _gap(model, tokens, num_kv_heads=1):
+    converted = copy.deepcopy(model)
+    for block in converted.blocks:
+        block.self_attn = mean_pool_kv_heads(block.self_attn, num_kv_heads)
+    with torch.no_grad():
+        return (next_token_loss(converted(tokens), tokens) - next_token_loss(model(tokens), tokens)).item()
+
+
+def test_mqa_gap_accepts(trained):
+    model, tokens = trained
+    gap = _gap(model, tokens)
+    assert abs(gap) > 0.01  # the experiment measures something
+    for answer in (gap, torch.tensor(gap), gap * 1.01):
+        result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": answer})
+        assert result.passed, result.message
+
+
+def test_mqa_gap_rejects(trained):
+    model, tokens = trained
+    gap = _gap(model, tokens)
+    with torch.no_grad():
+        before = next_token_loss(model(tokens), tokens).item()
+    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": before + gap}, "loss of the converted model")
+    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": -gap}, "wrong sign")
+    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": _gap(model, tokens, 2)}, "2 K/V heads")
+    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap * 1.5}, "differs from the one measured")
+    assert_fails("inference/mqa-gap", gap, "Pass a dict")
+    assert_fails("inference/mqa-gap", lambda m, t: gap, "not a function")
+    assert check("inference/mqa-gap", stub).status == "not attempted yet"
+    assert check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": ...}).status == "not attempted yet"
+    converted = copy.deepcopy(model)
+    converted.blocks[0].self_attn = mean_pool_kv_heads(converted.blocks[0].self_attn, 1)
+    assert_fails("inference/mqa-gap", {"model": converted, "tokens": tokens, "gap": gap}, "already been converted")
+
+
+def test_mqa_gap_names_first_head_selection(trained):
+    from attncourse.exercises.ch06_inference import _converted, _loss
+
+    model, tokens = trained
+    first = _loss(_converted(model, 1, "first"), tokens) - _loss(model, tokens)
+    assert abs(first - _gap(model, tokens)) > 0.01  # the two conversions differ here
+    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": first}, "first head of each group")

@@ -1,0 +1,299 @@
+"""Attention at inference (chapter 6): grouped-query attention against torch's SDPA with
+``enable_gqa=True`` and against repeated K/V heads, the KV cache against uncached decoding at
+every step, the rolling-buffer cache against full attention under a sliding-window mask."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attncourse import CausalLM, MultiHeadAttention
+from attncourse.adaptive_span import soft_span_mask
+from attncourse.inference import (
+    KVCache,
+    kv_cache_bytes,
+    mean_pool_kv_heads,
+    repeat_kv,
+    sliding_window_mask,
+    window_mask_from_positions,
+)
+from attncourse.masks import causal_mask
+from attncourse.sampling import generate
+from attncourse.multihead import merge_heads
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _layer(embed_dim, num_heads, num_kv_heads, *, seed=0, device="cpu", dtype=torch.float64, bias=True):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias).to(device=device, dtype=dtype)
+
+
+# -- grouped-query attention ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 8), (8, 4), (8, 2), (8, 1), (6, 3), (3, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_layer_equals_torch_sdpa_enable_gqa(device, num_heads, num_kv_heads, causal):
+    embed_dim, L = 4 * num_heads, 7
+    layer = _layer(embed_dim, num_heads, num_kv_heads, device=device)
+    x = torch.randn(2, L, embed_dim, generator=_gen(1), dtype=torch.float64).to(device)
+    mask = causal_mask(L, device=device) if causal else None
+    out, weights = layer(x, x, x, mask)
+    assert layer.k_proj.weight.shape == (num_kv_heads * 4, embed_dim)
+    assert weights.shape == (2, num_heads, L, L)
+    # the reference: torch's projections by hand, torch's SDPA with enable_gqa (K/V keep num_kv_heads heads)
+    q = F.linear(x, layer.q_proj.weight, layer.q_proj.bias).view(2, L, num_heads, 4).transpose(1, 2)
+    k = F.linear(x, layer.k_proj.weight, layer.k_proj.bias).view(2, L, num_kv_heads, 4).transpose(1, 2)
+    v = F.linear(x, layer.v_proj.weight, layer.v_proj.bias).view(2, L, num_kv_heads, 4).transpose(1, 2)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    expected = F.linear(ref.transpose(1, 2).reshape(2, L, embed_dim), layer.out_proj.weight, layer.out_proj.bias)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    # and equal to plain multi-head attention with each K/V head repeated (repeat_interleave)
+    group = num_heads // num_kv_heads
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal)
+    torch.testing.assert_close(out, layer.out_proj(merge_heads(ref)), rtol=1e-10, atol=1e-12)
+
+
+def test_repeat_kv_is_repeat_interleave_not_repeat():
+    x = torch.randn(2, 3, 5, 4, generator=_gen(2))
+    torch.testing.assert_close(repeat_kv(x, 4), x.repeat_interleave(4, dim=1), rtol=0, atol=0)
+    assert not torch.equal(repeat_kv(x, 2), x.repeat(1, 2, 1, 1))  # head order matters: 0,0,1,1,2,2
+    assert repeat_kv(x, 1) is x
+
+
+def test_gqa_with_equal_heads_per_group_equals_mha():
+    """An MHA layer whose heads in each group share K/V weights is exactly the GQA layer."""
+    mha = _layer(16, 4, 4, seed=3)
+    gqa = _layer(16, 4, 2, seed=4)
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(gqa, name).load_state_dict(getattr(mha, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            w, b = getattr(gqa, name).weight.view(2, 4, 16), getattr(gqa, name).bias.view(2, 4)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(2, 0).reshape(16, 16))
+            getattr(mha, name).bias.copy_(b.repeat_interleave(2, 0).reshape(16))
+    x = torch.randn(3, 6, 16, generator=_gen(5), dtype=torch.float64)
+    torch.testing.assert_close(gqa(x, x, x)[0], mha(x, x, x)[0])
+    # mean pooling that MHA layer gives back the GQA layer's weights: the conversion is lossless here
+    pooled = mean_pool_kv_heads(mha, 2)
+    for name in ("k_proj", "v_proj", "q_proj", "out_proj"):
+        torch.testing.assert_close(getattr(pooled, name).weight, getattr(gqa, name).weight)
+        torch.testing.assert_close(getattr(pooled, name).bias, getattr(gqa, name).bias)
+
+
+def test_mean_pool_averages_each_group_of_heads():
+    mha = _layer(12, 6, 6, seed=6)
+    pooled = mean_pool_kv_heads(mha, 2)
+    assert pooled.num_kv_heads == 2 and pooled.k_proj.weight.shape == (4, 12)
+    heads = mha.k_proj.weight.view(6, 2, 12)  # (head, head_dim, in)
+    torch.testing.assert_close(pooled.k_proj.weight[:2], heads[0:3].mean(0))
+    torch.testing.assert_close(pooled.k_proj.weight[2:], heads[3:6].mean(0))
+    torch.testing.assert_close(pooled.v_proj.bias[2:], mha.v_proj.bias.view(6, 2)[3:6].mean(0))
+    same = mean_pool_kv_heads(mha, 6)
+    x = torch.randn(2, 5, 12, generator=_gen(7), dtype=torch.float64)
+    torch.testing.assert_close(same(x, x, x)[0], mha(x, x, x)[0])
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        mean_pool_kv_heads(pooled, 1)
+    with pytest.raises(TypeError):
+        mean_pool_kv_heads(nn.Linear(2, 2), 1)
+
+
+def test_num_kv_heads_validation():
+    with pytest.raises(ValueError, match=r"num_kv_heads=3.*num_heads=8"):
+        MultiHeadAttention(32, 8, num_kv_heads=3)
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="num_kv_heads"):
+            MultiHeadAttention(32, 8, num_kv_heads=bad)
+    assert MultiHeadAttention(32, 8).num_kv_heads == 8
+
+
+def test_from_torch_still_multi_head():
+    ref = nn.MultiheadAttention(16, 4, batch_first=True).double().eval()
+    layer = MultiHeadAttention.from_torch(ref)
+    assert layer.num_kv_heads == 4
+    x = torch.randn(2, 5, 16, generator=_gen(8), dtype=torch.float64)
+    torch.testing.assert_close(layer(x, x, x)[0], ref(x, x, x, need_weights=False)[0])
+
+
+# -- the KV cache --------------------------------------------------------------------------
+
+
+def _decode_in_chunks(layer, x, chunks, cache):
+    """Feed ``x`` through ``layer`` with ``cache``, ``chunks`` positions at a time."""
+    outs, weights, start = [], [], 0
+    for size in chunks:
+        part = x[:, start:start + size]
+        out, w = layer(part, part, part, cache=cache)
+        outs.append(out)
+        weights.append(w)
+        start += size
+    return torch.cat(outs, dim=1), weights
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("chunks", [[1] * 9, [4, 1, 1, 1, 1, 1], [3, 3, 3], [9]])
+def test_cached_layer_equals_full_causal_attention(device, num_kv_heads, chunks):
+    layer = _layer(16, 4, num_kv_heads, seed=10, device=device)
+    x = torch.randn(2, 9, 16, generator=_gen(11), dtype=torch.float64).to(device)
+    full, full_w = layer(x, x, x, causal_mask(9, device=device))
+    cache = KVCache()
+    out, weights = _decode_in_chunks(layer, x, chunks, cache)
+    torch.testing.assert_close(out, full, rtol=1e-10, atol=1e-12)
+    # each chunk's weights are the rows of the full weights, over the keys seen so far
+    start = 0
+    for size, w in zip(chunks, weights):
+        torch.testing.assert_close(w, full_w[:, :, start:start + size, :start + size], rtol=1e-10, atol=1e-12)
+        start += size
+    assert len(cache) == cache.seen == 9
+    assert cache.keys.shape == (2, num_kv_heads, 9, 4)  # the cache holds K/V heads, not query heads
+    assert cache.nbytes() == kv_cache_bytes(num_layers=1, num_kv_heads=num_kv_heads, head_dim=4, length=9, batch=2, bytes_per_element=8)
+
+
+def test_cache_mask_is_bottom_right_causal_mask():
+    cache = KVCache()
+    k = torch.zeros(1, 1, 3, 2)
+    assert torch.equal(cache.update(k, k)[2], causal_mask(3))
+    assert torch.equal(cache.update(k[:, :, :2], k[:, :, :2])[2], causal_mask(2, 5))
+    # torch's is_causal=True (top left) would hide the cache from the new queries
+    assert not torch.equal(causal_mask(2, 5), torch.ones(2, 5, dtype=torch.bool).tril())
+
+
+def test_forgotten_offset_would_be_caught():
+    """The equality test fails for a cache whose new positions restart at 0 (the classic bug)."""
+    layer = _layer(8, 2, 2, seed=12)
+    x = torch.randn(1, 6, 8, generator=_gen(13), dtype=torch.float64)
+    full = layer(x, x, x, causal_mask(6))[0]
+
+    class NoOffset(KVCache):
+        def update(self, key, value):
+            keys, values, mask = super().update(key, value)
+            return keys, values, causal_mask(key.size(2), keys.size(2)).flip(1)  # wrong alignment
+
+    out, _ = _decode_in_chunks(layer, x, [3, 1, 1, 1], NoOffset())
+    assert not torch.allclose(out, full)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 8, 20])
+@pytest.mark.parametrize("chunks", [[1] * 12, [5, 1, 1, 1, 1, 1, 1, 1], [7, 5], [12]])
+def test_rolling_buffer_equals_sliding_window_attention(device, window, chunks):
+    layer = _layer(16, 4, 2, seed=14, device=device)
+    x = torch.randn(2, 12, 16, generator=_gen(15), dtype=torch.float64).to(device)
+    full = layer(x, x, x, sliding_window_mask(12, window=window, device=device))[0]
+    cache = KVCache(window=window)
+    out, _ = _decode_in_chunks(layer, x, chunks, cache)
+    torch.testing.assert_close(out, full, rtol=1e-10, atol=1e-12)
+    assert len(cache) == min(window, 12) and cache.seen == 12
+    assert cache.keys.size(2) == window  # the buffer never grows
+    # slot p % W holds position p: the last W positions, not in time order
+    stored = sorted(cache.positions[cache.positions >= 0].tolist())
+    assert stored == list(range(max(0, 12 - window), 12))
+    for slot, position in enumerate(cache.positions.tolist()):
+        assert position < 0 or position % window == slot
+
+
+def test_sliding_window_mask_against_causal_mask_and_adaptive_span():
+    for L, S in [(6, 6), (3, 8), (1, 10)]:
+        assert torch.equal(sliding_window_mask(L, S, window=S), causal_mask(L, S))
+        for window in (1, 2, 4):
+            mask = sliding_window_mask(L, S, window=window)
+            assert bool((mask.sum(-1) <= window).all())
+            i = torch.arange(L)[:, None] + (S - L)
+            j = torch.arange(S)[None, :]
+            distance = i - j  # how far back each key is
+            # adaptive span's soft mask with span z = W - 1 and ramp R = 1 is this window, as a hard 0/1 mask
+            assert torch.equal(mask, (soft_span_mask(distance, window - 1.0, 1.0) > 0) & causal_mask(L, S))
+            assert torch.equal(mask, window_mask_from_positions(i[:, 0], j[0], window))
+    with pytest.raises(ValueError, match="window"):
+        sliding_window_mask(4, window=0)
+
+
+def test_kv_cache_validation():
+    cache = KVCache()
+    with pytest.raises(ValueError, match="key"):
+        cache.update(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match=r"key and value"):
+        cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 2, 4))
+    cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="does not fit"):
+        cache.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
+    with pytest.raises(ValueError, match="window"):
+        KVCache(window=0)
+    layer = _layer(8, 2, 2)
+    x = torch.zeros(1, 1, 8, dtype=torch.float64)
+    cache = KVCache()
+    layer(x, x, x, cache=cache)
+    with pytest.raises(ValueError, match="mask"):  # S = 2 with the cache, not 1
+        layer(x, x, x, torch.ones(1, 3, dtype=torch.bool), cache=cache)
+    assert cache.seen == 1  # a rejected call leaves the cache as it was
+
+
+def test_kv_cache_bytes_llama2_7b():
+    # Llama 2 7B: 32 layers, 32 heads of 128 (no GQA at 7B), fp16: 0.5 MiB per token, 2 GiB at 4096
+    assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=1) == 2**19
+    assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=4096) == 2**31
+    assert kv_cache_bytes(num_layers=32, num_kv_heads=8, head_dim=128, length=4096) == 2**29  # Mistral 7B's 8 KV heads
+    with pytest.raises(ValueError, match="head_dim"):
+        kv_cache_bytes(num_layers=1, num_kv_heads=1, head_dim=0, length=1)
+
+
+# -- the model and generation --------------------------------------------------------------
+
+
+def _model(device="cpu"):
+    torch.manual_seed(20)
+    return CausalLM.standard(17, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=40).to(device=device, dtype=torch.float64).eval()
+
+
+def test_cached_model_logits_equal_uncached_at_every_step(device):
+    model = _model(device)
+    tokens = torch.randint(0, 17, (3, 30), generator=_gen(21)).to(device)
+    full = model(tokens)
+    cache = model.new_cache()
+    steps = [model(tokens[:, :10], cache)] + [model(tokens[:, t:t + 1], cache) for t in range(10, 30)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+    assert all(c.seen == 30 for c in cache)
+    # the cached step attends one query row over t keys; the uncached pass computes all rows
+    assert model.blocks[0].self_weights.shape == (3, 4, 1, 30)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=1.0), dict(temperature=0.7, top_k=4)])
+def test_generate_with_cache_equals_without(device, kwargs):
+    model = _model(device)
+    prompt = torch.randint(0, 17, (2, 6), generator=_gen(22)).to(device)
+    a = generate(model, prompt, 30, generator=_gen(23) if device.type == "cpu" else None, use_cache=False, **kwargs)
+    b = generate(model, prompt, 30, generator=_gen(23) if device.type == "cpu" else None, use_cache=True, **kwargs)
+    assert a.shape == (2, 36) and torch.equal(a[:, :6], prompt)
+    if device.type == "cpu" or kwargs.get("temperature") == 0:
+        assert torch.equal(a, b)
+
+
+def test_generate_top_k_and_validation():
+    model = _model()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    out = generate(model, prompt, 20, temperature=1.0, top_k=1, generator=_gen(24))
+    assert torch.equal(out, generate(model, prompt, 20, temperature=0))  # top_k=1 is greedy
+    for bad in (dict(temperature=-1), dict(top_k=0)):
+        with pytest.raises(ValueError):
+            generate(model, prompt, 2, **bad)
+    with pytest.raises(TypeError, match="cache"):
+        model(prompt, [KVCache()])
+    with pytest.raises(ValueError, match="max_len"):
+        generate(model, prompt, 41, use_cache=True)  # the 41st step would run position 40
+    assert generate(model, prompt, 40, use_cache=True).shape == (1, 41)
+
+
+def test_cache_snapshot_by_shallow_copy():
+    """A shallow copy of a full cache is a snapshot: updates rebind the tensors, never write into them."""
+    model = _model()
+    tokens = torch.randint(0, 17, (1, 8), generator=_gen(25))
+    cache = model.new_cache()
+    model(tokens[:, :7], cache)
+    snapshot = [copy.copy(c) for c in cache]
+    a = model(tokens[:, 7:], snapshot)
+    b = model(tokens[:, 7:], [copy.copy(c) for c in cache])
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert cache[0].seen == 7 and snapshot[0].seen == 8
