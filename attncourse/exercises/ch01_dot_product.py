@@ -59,8 +59,24 @@ def _check_scores(fn) -> str:
         expect_tensor(out, (2, 4, 3, 6), "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that")
     except Mistake as mistake:
         raise Mistake(f"{advice}\n({mistake})") from None
-    if not matches(out, query @ key.transpose(-2, -1) / 4):
-        raise Mistake(advice)
+    raw = query @ key.transpose(-2, -1)
+    if not matches(out, raw / 4):
+        # the transpose is right if the output is the right product, scaled by some other number: blame the scale
+        where = "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16)"
+        raise Mistake(
+            diagnose(
+                out,
+                {
+                    f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. d_k is the "
+                    "LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1].": raw / 2,
+                    f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k is the "
+                    "LAST dimension: query.size(-1).": raw / 2**0.5,
+                    f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": raw / 3**0.5,
+                    f"{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is query.size(-1).": raw / 6**0.5,
+                },
+                default=advice,
+            )
+        )
     return "Your scores match Q K^T / sqrt(d_k), with and without batch dimensions."
 
 
@@ -181,6 +197,21 @@ def _check_attention(fn) -> str:
         _outputs(fn, q, k, v, additive),
         scaled_dot_product_attention(q, k, v, additive),
         {"A float mask is added to the scores; treat only boolean masks as True/False.": scaled_dot_product_attention(q, k, v)},
+    )
+
+    bias = 2 * _random(2, 5, 6, seed=20)  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
+    scaled = (q @ k.transpose(-2, -1) + bias) / 8**0.5
+    _compare(
+        "With a finite float mask (a bias added to the scaled scores)",
+        _outputs(fn, q, k, v, bias),
+        scaled_dot_product_attention(q, k, v, bias),
+        {
+            "The float mask is added before the scale: add it to the scaled scores, Q K^T * scale + mask.":
+                (torch.softmax(scaled, -1) @ v, torch.softmax(scaled, -1)),
+            "A float mask is added to the scores, whatever its values; only a boolean mask means True/False.":
+                scaled_dot_product_attention(q, k, v, torch.isfinite(bias)),
+            "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(q, k, v),
+        },
     )
 
     empty = mask.clone()

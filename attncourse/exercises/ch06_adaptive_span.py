@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..adaptive_span import soft_span_mask, span_window
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, integer, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -97,15 +97,14 @@ def _check_window(fn) -> str:
         (torch.tensor([12.0, 4.0]), 8.0),
         (torch.tensor([0.0, 0.0, 0.0]), 4.0),
         (torch.tensor([30.6, 29.9]), 2.5),
+        (torch.tensor([2.3, 0.6]), 1.5),  # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
     ]
     for spans, ramp in cases:
-        got = call(fn, spans.clone(), ramp)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if isinstance(got, bool) or not isinstance(got, int):
-            raise Mistake(f"Return a whole number of keys (an int), got {got!r}.")
+        got = call(fn, spans, ramp)
+        try:
+            got = integer(got, "number of keys")
+        except Mistake as mistake:
+            raise Mistake(f"{mistake} Return a whole number of keys (an int). (spans {spans.tolist()}, R = {ramp:g})") from None
         expected = span_window(spans, ramp)
         if got == expected:
             continue
@@ -118,6 +117,10 @@ def _check_window(fn) -> str:
             math.ceil(float(spans.min()) + ramp): "You used the shortest span: the longest head needs its keys too.",
             math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
         }
+        known.setdefault(
+            math.ceil(z) + math.ceil(ramp),
+            "You rounded z and R up separately: ceil(z) + ceil(R) can exceed ceil(z + R). Round the sum once.",
+        )
         message = known.get(got) if got != expected else None
         raise Mistake(
             (message or f"For spans {spans.tolist()} and ramp {ramp:g} you returned {got}.")
