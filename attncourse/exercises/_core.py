@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import decimal
 import html
 import inspect
 import json
@@ -177,20 +178,20 @@ def check(exercise_id: str, answer: Any) -> Result:
             note = ex.checker(answer)
         except NotAttempted:
             if context.timed_out:
-                return Result(exercise_id, FAILED, _TIMEOUT_MESSAGE)
+                return Result(exercise_id, FAILED, _timeout_message())
             return Result(exercise_id, NOT_ATTEMPTED, "Your function still raises NotImplementedError: write its body, then run this cell again.")
         except Mistake as mistake:
-            text = _TIMEOUT_MESSAGE if context.timed_out else _text(mistake)
+            text = _timeout_message() if context.timed_out else _text(mistake)
             return Result(exercise_id, FAILED, text + f"\nStuck? Run hint({exercise_id!r}).")
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: BLE001 - the checker met an answer it did not foresee
             if context.timed_out:
-                return Result(exercise_id, FAILED, _TIMEOUT_MESSAGE)
+                return Result(exercise_id, FAILED, _timeout_message())
             return Result(exercise_id, FAILED, f"{UNGRADABLE} ({type(error).__name__}: {_text(error)}). "
                           "Check that your answer has the form the exercise asks for.")
         if context.timed_out:  # a checker that swallowed the time-out must not pass the answer
-            return Result(exercise_id, FAILED, _TIMEOUT_MESSAGE)
+            return Result(exercise_id, FAILED, _timeout_message())
         return Result(exercise_id, PASSED, note if isinstance(note, str) and note else "Well done.")
     finally:
         _CONTEXT = outer
@@ -238,10 +239,13 @@ TIME_LIMIT_S = 10.0
 #: The start of the message of a :class:`Result` for an answer the checker could not grade.
 UNGRADABLE = "Your answer could not be graded"
 
-_TIMEOUT_MESSAGE = (
-    f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was stopped. "
-    "Look for a loop that never ends, a sleep or an input(): the reference takes milliseconds."
-)
+
+
+def _timeout_message() -> str:
+    return (
+        f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was stopped. "
+        "Look for a loop that never ends, a sleep or an input(): the reference takes milliseconds."
+    )
 
 
 class _TimeUp(BaseException):
@@ -423,7 +427,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except _TimeUp:
         if context is not None:
             context.timed_out = True
-        raise Mistake(_TIMEOUT_MESSAGE) from None
+        raise Mistake(_timeout_message()) from None
     except NotImplementedError:
         raise NotAttempted() from None
     except KeyboardInterrupt:
@@ -477,7 +481,7 @@ def _scalar(answer: Any, what: str) -> Any:
             return int(answer)
         except Exception:  # noqa: BLE001
             raise Mistake(f"The {what} should be a number, got {kind}.") from None
-    if isinstance(answer, numbers.Real):
+    if isinstance(answer, (numbers.Real, decimal.Decimal)):
         try:
             return float(answer)
         except Exception:  # noqa: BLE001
@@ -525,10 +529,10 @@ def integer(answer: Any, what: str = "answer") -> int:
     return int(value)
 
 
-def as_shape(answer: Any, what: str = "shape") -> tuple:
+def as_shape(answer: Any, what: str = "The shape") -> tuple:
     """A shape given as a ``torch.Size``, a tuple or list of integers (Python, numpy or torch),
     or a 1-D integer array or tensor, as a tuple of Python ints; else a :class:`Mistake`."""
-    message = f"The {what} should be a shape, a tuple of integers such as (2, 3)"
+    message = f"{what} should be a shape, a tuple of integers such as (2, 3)"
     if isinstance(answer, torch.Size):
         return tuple(int(n) for n in answer)
     if isinstance(answer, Tensor) or type(answer).__module__ == "numpy":

@@ -117,10 +117,11 @@ def _check_window(fn) -> str:
             math.ceil(float(spans.min()) + ramp): "You used the shortest span: the longest head needs its keys too.",
             math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
         }
-        known.setdefault(
-            math.ceil(z) + math.ceil(ramp),
-            "You rounded z and R up separately: ceil(z) + ceil(R) can exceed ceil(z + R). Round the sum once.",
-        )
+        if math.ceil(z) + math.ceil(ramp) != math.ceil(z + ramp):  # then it is one too many
+            known[math.ceil(z) + math.ceil(ramp)] = (
+                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed ceil(z + R) by one; "
+                "round the sum once."
+            )
         message = known.get(got) if got != expected else None
         raise Mistake(
             (message or f"For spans {spans.tolist()} and ramp {ramp:g} you returned {got}.")
