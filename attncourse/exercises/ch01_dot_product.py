@@ -184,16 +184,16 @@ def _check_attention(fn) -> str:
     _compare("Without a mask (L=4, S=6, d_k=8, d_v=5)", got, scaled_dot_product_attention(q, k, v), _variants(q, k, v))
 
     q, k, v = _random(2, 3, 4, 8, seed=13), _random(2, 3, 7, 8, seed=14), _random(2, 3, 7, 6, seed=15)
-    _compare("With batch dimensions (2, 3)", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+    _compare("With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
 
     q, k, v = _random(2, 5, 8, seed=16), _random(2, 6, 8, seed=17), _random(2, 6, 4, seed=18)
     mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
     mask[..., 0] = True  # every row keeps at least one key here
-    _compare("With a boolean mask", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
+    _compare("With a boolean mask (B=2, L=5, S=6)", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
 
     additive = torch.zeros(2, 5, 6, dtype=torch.float64).masked_fill(~mask, float("-inf"))
     _compare(
-        "With an additive float mask (0 keeps, -inf removes)",
+        "With an additive float mask (0 keeps, -inf removes; B=2, L=5, S=6)",
         _outputs(fn, q, k, v, additive),
         scaled_dot_product_attention(q, k, v, additive),
         {"A float mask is added to the scores; treat only boolean masks as True/False.": scaled_dot_product_attention(q, k, v)},
@@ -217,11 +217,11 @@ def _check_attention(fn) -> str:
     empty = mask.clone()
     empty[1, 2] = False  # query 2 of the second sequence may attend to nothing
     _compare(
-        "With a fully masked row", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
+        "With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
     )
 
     _compare(
-        "With scale=0.5", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
+        "With scale=0.5 (B=2, L=5, S=6)", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
         {"The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": scaled_dot_product_attention(q, k, v)},
     )
 

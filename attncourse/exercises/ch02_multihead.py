@@ -140,8 +140,10 @@ def _check_forward(fn) -> str:
         q, k, v = (split_heads(t, num_heads) for t in (x_q @ w_q.T, x_kv @ w_k.T, x_kv @ w_v.T))
         expected = merge_heads(scaled_dot_product_attention(q, k, v)[0]) @ w_o.T
         if not matches(out, expected):
+            case = f"With B={batch}, L={length}, S={source}, E={E}, h={num_heads} (head_dim={head_dim})"
             raise Mistake(
-                diagnose(out, _forward_variants(*args), default="Your output differs from Concat(head_1, ..., head_h) W^O.")
+                f"{case}: "
+                + diagnose(out, _forward_variants(*args), default="your output differs from Concat(head_1, ..., head_h) W^O.")
             )
     return "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by W^O (also with L != S)."
 
