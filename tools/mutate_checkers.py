@@ -164,6 +164,13 @@ def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> 
         for other in params:
             if other != node.id:  # an argument ignored, another one used in its place
                 yield lambda n, other=other: ast.Name(other, ast.Load())
+    elif isinstance(node, ast.Slice):
+        if node.lower is not None:
+            yield lambda n: ast.Slice(None, n.upper, n.step)  # x[a:b] -> x[:b]
+        if node.upper is not None:
+            yield lambda n: ast.Slice(n.lower, None, n.step)  # x[a:b] -> x[a:]
+        if (node.lower is None) != (node.upper is None):
+            yield lambda n: ast.Slice(n.upper, n.lower, n.step)  # x[:k] -> x[k:], the other part
     elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
         yield lambda n: n.value
     elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 2:
