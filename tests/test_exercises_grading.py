@@ -502,6 +502,19 @@ def test_a_hanging_function_is_stopped_and_reported(short_limit):
     assert check("dot-product/attention", _REGISTRY["dot-product/attention"].reference).passed  # usable afterwards
 
 
+def test_an_outer_timer_is_put_back(short_limit):
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100.0)
+        assert check("dot-product/scores", _REGISTRY["dot-product/scores"].reference).passed
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left <= 100.0 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_the_limit_counts_the_learner_time_of_all_calls(short_limit):
     reference = _REGISTRY["dot-product/attention"].reference
 

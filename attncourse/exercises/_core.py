@@ -361,13 +361,17 @@ def _run_with_time_limit(fn: Callable[..., Any], args: Sequence[Any], kwargs: Di
                 raise _TimeUp()
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
+        started = time.monotonic()
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
             return fn(*args, **kwargs)
         finally:
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer_delay > 0:  # someone else's timer (pytest-timeout, ...) was pending: put it back
+                left = outer_delay - (time.monotonic() - started)
+                signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)
     box: Dict[str, Any] = {}
 
     def target() -> None:
