@@ -586,6 +586,14 @@ def test_a_scale_from_the_wrong_dimension_is_not_blamed_on_key_T():
     assert "query.size(-1)" in result.message and "key.T" not in result.message, result.message
 
 
+def test_each_wrong_scale_gets_its_own_diagnosis():
+    """With L = 3 = sqrt(d_k) (the old first case) d_k ** 0.25 was blamed on sqrt(L), and q.size(0) passed."""
+    for wrong, words in [(lambda q, k: q @ k.mT / q.size(-1) ** 0.25, "differ"), (lambda q, k: q @ k.mT / q.size(0), "differ"),
+                         (lambda q, k: q @ k.mT / q.size(0) ** 0.5, "sqrt(L)")]:
+        result = check("dot-product/scores", wrong)
+        assert result.status == FAILED and words in result.message, result.message
+
+
 def test_a_float_mask_added_before_the_scale_is_rejected():
     reference = _REGISTRY["dot-product/attention"].reference
 

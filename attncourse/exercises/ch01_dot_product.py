@@ -32,12 +32,13 @@ def _scores_solution(query, key):
     solution=_scores_solution,
 )
 def _check_scores(fn) -> str:
-    query, key = _random(3, 9, seed=1), _random(5, 9, seed=2)  # d_k = 9, so sqrt(d_k) = 3
+    # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25, so each wrong scale shows
+    query, key = _random(4, 9, seed=1), _random(5, 9, seed=2)
     expected = query @ key.T / 3
     out = call(fn, query, key)
-    if isinstance(out, torch.Tensor) and out.shape == (5, 3):
-        raise Mistake("Your scores have shape (S, L) = (5, 3): you computed key @ query^T. Put the queries first: query @ key^T.")
-    expect_tensor(out, (3, 5), "The scores for query (3, 9) and key (5, 9)")
+    if isinstance(out, torch.Tensor) and out.shape == (5, 4):
+        raise Mistake("Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries first: query @ key^T.")
+    expect_tensor(out, (4, 5), "The scores for query (4, 9) and key (5, 9)")
     if not matches(out, expected):
         raise Mistake(
             diagnose(
@@ -46,10 +47,10 @@ def _check_scores(fn) -> str:
                     "Your scores are not scaled: divide Q K^T by sqrt(d_k).": query @ key.T,
                     "You divided by d_k; the scale is 1 / sqrt(d_k).": query @ key.T / 9,
                     "You multiplied by sqrt(d_k); divide by it instead.": query @ key.T * 3,
-                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(3),
+                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(4),
                     "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(5),
                 },
-                default="Your scores differ from Q K^T / sqrt(d_k) on a 3 x 5 example.",
+                default="Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9).",
             )
         )
     query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
@@ -136,7 +137,8 @@ def _variants(query, key, value, mask=None):
             kept,
         )
         big = torch.softmax((raw / d_k**0.5).masked_fill(~mask, -1e9), dim=-1)
-        out["A fully masked row came out uniform: -1e9 is not -inf. Give a row with no allowed key zero weights and zero output."] = (
+        out["A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give a row with no allowed key "
+            "zero weights and zero output."] = (
             big @ value,
             big,
         )
@@ -157,8 +159,8 @@ def _compare(case: str, got, expected, variants) -> None:
             raise Mistake(f"{case}: {message}")
     if torch.isnan(weights).any() or torch.isnan(output).any():
         raise Mistake(
-            f"{case}: your result contains NaN. A row whose keys are all masked gives softmax(-inf, ..., -inf) = 0/0; "
-            "give such a row zero weights and a zero output."
+            f"{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row whose keys are all masked gives "
+            "softmax(-inf, ..., -inf) = 0/0; give such a row zero weights and a zero output."
         )
     raise Mistake(f"{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).")
 
