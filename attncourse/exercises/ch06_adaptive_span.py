@@ -161,8 +161,9 @@ def _weights_mistakes(scores, span, ramp):
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
         "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": probs * mask,
-        "The distance has the wrong sign (j - i): every past key then gets mask 1 and the span limits nothing. "
-        "For query i and key j the distance is i - j.": flipped_w / flipped_w.sum(-1, keepdim=True),
+        "Every past key kept its full weight, so the span limits nothing: either the mask is not applied, or the "
+        "distance has the wrong sign (j - i gives every past key mask 1). For query i and key j the distance is i - j, "
+        "and the weights are probs * m_z(i - j), renormalised.": flipped_w / flipped_w.sum(-1, keepdim=True),
         "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then renormalise.": torch.softmax(
             (scores * mask).masked_fill(~causal, float("-inf")), -1
         ),
