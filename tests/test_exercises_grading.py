@@ -218,6 +218,17 @@ def test_call_hands_the_learner_copies_even_of_expanded_and_non_contiguous_tenso
         assert torch.equal(t, before)
 
 
+def test_the_dtype_rule_promotes_as_torch_does():
+    x32, x64, zero_d64 = torch.ones(3), torch.ones(3, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    assert call(lambda x, s: x * s, x32, zero_d64).dtype == torch.float32  # a 0-d tensor does not promote
+    assert call(lambda x, y: x + y, x32, x64).dtype == torch.float64
+    with pytest.raises(Mistake, match="keep the input's dtype"):
+        call(lambda x, y: x, x32, x64)
+    with pytest.raises(Mistake, match="keep the input's dtype"):
+        call(lambda x: (x.float(), x), x64)
+    assert call(lambda n: torch.ones(n), 3).dtype == torch.float32  # no floating input: no rule
+
+
 def test_in_place_idioms_of_the_issue_are_right_answers():
     def scores(query, key):
         query *= query.size(-1) ** -0.5  # q *= scale

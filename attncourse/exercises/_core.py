@@ -311,29 +311,31 @@ def _copy(value: Any, memo: Dict[int, Any]) -> Any:
     return copied
 
 
-def _floating_dtypes(values: Any, out: List[torch.dtype], depth: int = 0) -> List[torch.dtype]:
-    """The dtypes of the floating tensors in ``values`` (tensors, and tuples/lists/dicts of them)."""
+def _floating_tensors(values: Any, out: List[Tensor], depth: int = 0) -> List[Tensor]:
+    """The floating tensors in ``values`` (tensors, and tuples/lists/dicts of them)."""
     if isinstance(values, Tensor):
         if values.is_floating_point():
-            out.append(values.dtype)
+            out.append(values)
     elif depth < 3 and isinstance(values, (list, tuple)):
         for v in values:
-            _floating_dtypes(v, out, depth + 1)
+            _floating_tensors(v, out, depth + 1)
     elif depth < 3 and isinstance(values, dict):
         for v in values.values():
-            _floating_dtypes(v, out, depth + 1)
+            _floating_tensors(v, out, depth + 1)
     return out
 
 
 def _check_dtype(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> None:
-    """The dtype rule: floating outputs keep the (promoted) dtype of the floating inputs."""
-    given = _floating_dtypes(list(args) + list(kwargs.values()), [])
+    """The dtype rule: floating outputs keep the dtype of the floating inputs, promoted as
+    torch's operators promote them (a 0-d tensor does not raise the dtype of a larger one)."""
+    given = _floating_tensors(list(args) + list(kwargs.values()), [])
     if not given:
         return
-    expected = given[0]
-    for dtype in given[1:]:
-        expected = torch.promote_types(expected, dtype)
-    for dtype in _floating_dtypes(result, []):
+    promoted = torch.empty((0,) * min(given[0].dim(), 1), dtype=given[0].dtype)
+    for t in given[1:]:
+        promoted = promoted + torch.empty((0,) * min(t.dim(), 1), dtype=t.dtype)
+    expected = promoted.dtype
+    for dtype in (t.dtype for t in _floating_tensors(result, [])):
         if dtype != expected:
             raise Mistake(
                 f"Your function was given {expected} tensors and returned a {dtype} tensor: keep the input's dtype "
