@@ -165,8 +165,8 @@ def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> 
             if other != node.id:  # an argument ignored, another one used in its place
                 yield lambda n, other=other: ast.Name(other, ast.Load())
     elif isinstance(node, ast.Slice):
-        if node.lower is not None:
-            yield lambda n: ast.Slice(None, n.upper, n.step)  # x[a:b] -> x[:b]
+        if node.lower is not None and not (isinstance(node.lower, ast.Constant) and node.lower.value == 0):
+            yield lambda n: ast.Slice(None, n.upper, n.step)  # x[a:b] -> x[:b] (x[0:b] -> x[:b] is the same slice)
         if node.upper is not None:
             yield lambda n: ast.Slice(n.lower, None, n.step)  # x[a:b] -> x[a:]
         if (node.lower is None) != (node.upper is None):
