@@ -96,7 +96,7 @@ def numpy_round_trip(reference):
 
     def answer(*args, **kwargs):
         out = reference(*args, **kwargs)
-        back = lambda t: torch.from_numpy(np.ascontiguousarray(t.detach().numpy()))  # noqa: E731
+        back = lambda t: torch.from_numpy(np.array(t.detach().numpy(), copy=True))  # noqa: E731 (0-d stays 0-d)
         return _map(lambda t: back(t).mT.contiguous().mT if t.dim() >= 2 else back(t), out)
 
     return answer
