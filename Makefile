@@ -2,6 +2,7 @@
 #   make book   builds the book into _build/html, executing every notebook
 #   make test   runs every test: unit tests, checker tests, every notebook under nbval, and the
 #               browser test of the built book (so it builds the book first when it is missing or stale)
+#   make mutation-checkers   mutation testing of the exercise checkers (also run by the tests)
 # Both create the virtual environment .venv from requirements.txt on first use.
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -11,7 +12,7 @@ BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test colab benchmark clean
+.PHONY: book test colab benchmark clean mutation-checkers
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -34,6 +35,10 @@ colab: $(BIN)/.installed
 
 test: $(BIN)/.installed $(BOOK)
 	$(BIN)/python -m pytest
+
+# every mutant of every exercise's solution through its checker: a table of kill rates per exercise
+mutation-checkers: $(BIN)/.installed
+	$(BIN)/python tools/mutate_checkers.py
 
 clean:
 	rm -rf _build

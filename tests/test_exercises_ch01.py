@@ -168,7 +168,7 @@ def test_attention_accepts_correct_answers(answer):
         (scale_by_d_v, "sqrt(d_v)"),
         (inverted_mask, "polarity is inverted"),
         (mask_after_softmax, "after the softmax"),
-        (minus_1e9_fill, "-1e9 is not -inf"),
+        (minus_1e9_fill, "-1e9 instead of -inf"),
         (nan_on_empty_rows, "NaN"),
         (key_query_swapped, "key @ query^T"),
         (ignores_scale_argument, "scale argument is ignored"),

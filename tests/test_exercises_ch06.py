@@ -121,7 +121,7 @@ def _softmax_twice(s, z, r):
 
 WEIGHT_MISTAKES = {
     "not renormalised": _no_renorm,
-    "wrong sign (j - i)": _flipped,
+    "wrong sign (j - i gives every past key mask 1)": _flipped,
     "mask on the scores": _on_scores,
     "added the mask": _added,
     "future is not masked": _not_causal,

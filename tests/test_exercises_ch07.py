@@ -163,7 +163,9 @@ def test_head_learner_error_is_reported():
 
 def test_ffn_accepts_reference():
     assert check(FFN, lambda w1, w2: (w1, w2.T)).passed
-    assert check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).passed
+    assert check(FFN, lambda w1, w2: (w1.clone(), w2.T.contiguous())).passed
+    # float64 weights answered in float32 lose precision: the dtype rule of the harness rejects it
+    assert "keep the input's dtype" in check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).message
 
 
 @pytest.mark.parametrize(

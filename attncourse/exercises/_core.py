@@ -8,10 +8,17 @@ that raises ``NotImplementedError`` (the untouched stub) counts as not attempted
 from __future__ import annotations
 
 import base64
+import copy
+import decimal
 import html
-import json
 import inspect
+import json
+import math
+import numbers
+import signal
 import textwrap
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -90,19 +97,42 @@ class Exercise:
     hint: str
     solution: Callable[[], str]
     solution_is_code: bool
+    reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
+    keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
+
+    @property
+    def answer_is_function(self) -> bool:
+        """Whether the answer is a function like ``reference`` (a solution with parameters);
+        a solution without parameters is code that computes a value answer."""
+        if self.reference is None:
+            return False
+        try:
+            return bool(inspect.signature(self.reference).parameters)
+        except (TypeError, ValueError):
+            return True
 
 
 _REGISTRY: Dict[str, Exercise] = {}
 
 
 def exercise(
-    exercise_id: str, *, title: str, hint: str, solution: Any, solution_is_code: Optional[bool] = None
+    exercise_id: str,
+    *,
+    title: str,
+    hint: str,
+    solution: Any,
+    solution_is_code: Optional[bool] = None,
+    keep_dtype: bool = True,
 ) -> Callable[[Callable[[Any], Optional[str]]], Callable[[Any], Optional[str]]]:
     """Register the decorated checker under ``exercise_id``.
 
-    ``solution`` is a function (its source is shown: a reference implementation) or a
-    string produced by :func:`conceal` (shown decoded: a worked answer that must not appear
-    in plain text in the source).
+    ``solution`` is a function (its source is shown: a reference implementation, which the
+    checker must accept and which the checker mutation tests mutate) or a string produced by
+    :func:`conceal` (shown decoded: a worked answer that must not appear in plain text in the
+    source). ``keep_dtype`` (default True): every floating tensor the learner's function
+    returns must have the dtype of its floating tensor inputs (torch's type promotion of
+    them), so float64 inputs answered in float32 fail with a message saying so; pass False
+    for an exercise whose output dtype legitimately differs.
     """
 
     def register(checker: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
@@ -114,14 +144,18 @@ def exercise(
         else:
             text = lambda: reveal(solution)
             is_code = False if solution_is_code is None else solution_is_code
-        _REGISTRY[exercise_id] = Exercise(exercise_id, title, checker, textwrap.dedent(hint).strip(), text, is_code)
+        reference = solution if callable(solution) and is_code else None
+        _REGISTRY[exercise_id] = Exercise(
+            exercise_id, title, checker, textwrap.dedent(hint).strip(), text, is_code, reference, keep_dtype
+        )
         return checker
 
     return register
 
 
 def _get(exercise_id: str) -> Exercise:
-    if exercise_id not in _REGISTRY:
+    """The registered exercise; an unknown id (a typo in the notebook) raises ``KeyError``."""
+    if not isinstance(exercise_id, str) or exercise_id not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         raise KeyError(f"no exercise {exercise_id!r}; the exercises are: {known}")
     return _REGISTRY[exercise_id]
@@ -130,19 +164,48 @@ def _get(exercise_id: str) -> Exercise:
 def check(exercise_id: str, answer: Any) -> Result:
     """Check ``answer`` for the exercise ``exercise_id`` and return a :class:`Result`.
 
-    Never raises for a wrong or unfinished answer: an untouched stub (a function raising
-    ``NotImplementedError``, or ``...``/``None`` for a value) is reported as not attempted.
+    What ``check`` guarantees, whatever the answer is (any Python object):
+
+    * it never raises: a wrong answer, an answer of the wrong type, a function that raises,
+      loops forever or returns something odd all come back as a failed :class:`Result` with a
+      message. An untouched stub (a function raising ``NotImplementedError``, or ``...`` /
+      ``None`` for a value) is reported as not attempted. Only an unknown ``exercise_id``
+      (a mistake in the notebook, not in the answer) raises ``KeyError``, and a
+      ``KeyboardInterrupt`` (the reader pressing stop) is let through;
+    * the learner's code runs at most :data:`TIME_LIMIT_S` seconds in all per check (see
+      :func:`call`): a function that hangs is stopped and reported, the kernel stays usable;
+    * every call of the learner's function gets fresh copies of its inputs, so changing them
+      in place (``q *= scale``, ``mask.logical_not_()``) is allowed and cannot affect the
+      reference the answer is compared with.
     """
     ex = _get(exercise_id)
-    if answer is None or answer is Ellipsis:
-        return Result(exercise_id, NOT_ATTEMPTED, "Replace the placeholder with your answer, then run this cell again.")
+    global _CONTEXT
+    context, outer = _Context(ex), _CONTEXT
+    _CONTEXT = context
     try:
-        note = ex.checker(answer)
-    except NotAttempted:
-        return Result(exercise_id, NOT_ATTEMPTED, "Your function still raises NotImplementedError: write its body, then run this cell again.")
-    except Mistake as mistake:
-        return Result(exercise_id, FAILED, str(mistake) + f"\nStuck? Run hint({exercise_id!r}).")
-    return Result(exercise_id, PASSED, note or "Well done.")
+        try:
+            if answer is None or answer is Ellipsis:
+                return Result(exercise_id, NOT_ATTEMPTED, "Replace the placeholder with your answer, then run this cell again.")
+            note = ex.checker(answer)
+        except NotAttempted:
+            if context.timed_out:
+                return Result(exercise_id, FAILED, _timeout_message())
+            return Result(exercise_id, NOT_ATTEMPTED, "Your function still raises NotImplementedError: write its body, then run this cell again.")
+        except Mistake as mistake:
+            text = _timeout_message() if context.timed_out else _text(mistake)
+            return Result(exercise_id, FAILED, text + f"\nStuck? Run hint({exercise_id!r}).")
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 - the checker met an answer it did not foresee
+            if context.timed_out:
+                return Result(exercise_id, FAILED, _timeout_message())
+            return Result(exercise_id, FAILED, f"{UNGRADABLE} ({type(error).__name__}: {_text(error)}). "
+                          "Check that your answer has the form the exercise asks for.")
+        if context.timed_out:  # a checker that swallowed the time-out must not pass the answer
+            return Result(exercise_id, FAILED, _timeout_message())
+        return Result(exercise_id, PASSED, note if isinstance(note, str) and note else "Well done.")
+    finally:
+        _CONTEXT = outer
 
 
 def hint(exercise_id: str) -> Reveal:
@@ -178,49 +241,376 @@ def reveal(encoded: str) -> str:
     return bytes(b ^ _KEY[i % len(_KEY)] for i, b in enumerate(raw)).decode()
 
 
-# -- helpers for checkers ----------------------------------------------------------------
+# -- running the learner's code: copies, a time limit, no crash ---------------------------------
+
+#: Seconds of learner code one :func:`check` may run in all (every call of the learner's
+#: function counts; the checker's own work does not).
+TIME_LIMIT_S = 10.0
+
+#: The start of the message of a :class:`Result` for an answer the checker could not grade.
+UNGRADABLE = "Your answer could not be graded"
+
+
+
+def _timeout_message() -> str:
+    return (
+        f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was stopped. "
+        "Look for a loop that never ends, a sleep or an input(): the reference takes milliseconds."
+    )
+
+
+class _TimeUp(BaseException):
+    """Raised inside the learner's code when the time limit of the check is spent.
+
+    A ``BaseException``, so that a learner's ``except Exception`` does not swallow it."""
+
+
+class _Context:
+    """The state of one :func:`check`: the exercise and the learner time spent so far."""
+
+    def __init__(self, ex: Optional[Exercise]) -> None:
+        self.exercise = ex
+        self.spent = 0.0
+        self.timed_out = False
+
+
+_CONTEXT: Optional[_Context] = None
+
+
+def _text(error: BaseException) -> str:
+    """``str(error)``, even for an exception whose ``__str__`` fails."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001
+        return type(error).__name__
+
+
+def _copy(value: Any, memo: Dict[int, Any]) -> Any:
+    """A deep copy of ``value`` for the learner: tensors cloned (expanded and non-contiguous
+    ones too: the clone owns its memory), arrays copied, containers rebuilt; objects that
+    cannot be copied are passed as they are. ``memo`` keeps one object passed twice one object."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    if isinstance(value, Tensor):
+        copied = value.detach().clone()
+        if value.requires_grad:
+            copied.requires_grad_(True)
+    elif isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        copied = type(value)(_copy(v, memo) for v in value)
+    elif isinstance(value, dict) and type(value) is dict:
+        copied = {k: _copy(v, memo) for k, v in value.items()}
+    elif isinstance(value, (int, float, complex, str, bytes, bool, type(None))):
+        copied = value
+    else:
+        try:
+            copied = copy.deepcopy(value, {})
+        except Exception:  # noqa: BLE001 - not copyable: the learner gets the object itself
+            copied = value
+    memo[key] = copied
+    return copied
+
+
+def _floating_tensors(values: Any, out: List[Tensor], depth: int = 0) -> List[Tensor]:
+    """The floating tensors in ``values`` (tensors, and tuples/lists/dicts of them)."""
+    if isinstance(values, Tensor):
+        if values.is_floating_point():
+            out.append(values)
+    elif depth < 3 and isinstance(values, (list, tuple)):
+        for v in values:
+            _floating_tensors(v, out, depth + 1)
+    elif depth < 3 and isinstance(values, dict):
+        for v in values.values():
+            _floating_tensors(v, out, depth + 1)
+    return out
+
+
+def _check_dtype(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> None:
+    """The dtype rule: floating outputs keep the dtype of the floating inputs, promoted as
+    torch's operators promote them (a 0-d tensor does not raise the dtype of a larger one)."""
+    given = _floating_tensors(list(args) + list(kwargs.values()), [])
+    if not given:
+        return
+    promoted = torch.empty((0,) * min(given[0].dim(), 1), dtype=given[0].dtype)
+    for t in given[1:]:
+        promoted = promoted + torch.empty((0,) * min(t.dim(), 1), dtype=t.dtype)
+    expected = promoted.dtype
+    for dtype in (t.dtype for t in _floating_tensors(result, [])):
+        if dtype != expected:
+            raise Mistake(
+                f"Your function was given {expected} tensors and returned a {dtype} tensor: keep the input's dtype "
+                "(a .float(), .double(), .to(...) or torch.tensor(..., dtype=...) changed it; create new "
+                "tensors with dtype=x.dtype, or compute in another dtype and convert back at the end)."
+            )
+
+
+def _run_with_time_limit(fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any], seconds: float) -> Any:
+    """``fn(*args, **kwargs)``, interrupted with :class:`_TimeUp` after ``seconds``.
+
+    On the main thread of a POSIX process (a Jupyter or Colab kernel, a script, pytest) a
+    ``SIGALRM`` timer interrupts the learner's Python code, so a hang ends and the kernel
+    stays usable (a single long torch operation finishes first). Elsewhere (another thread,
+    Windows) the function runs in a daemon thread that is abandoned, still running, after
+    ``seconds``: the check reports the hang and returns.
+    """
+    if seconds <= 0:
+        raise _TimeUp()
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        armed = [True]
+
+        def on_alarm(signum: int, frame: Any) -> None:
+            if armed[0]:
+                raise _TimeUp()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        started = time.monotonic()
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer_delay > 0:  # someone else's timer (pytest-timeout, ...) was pending: put it back
+                left = outer_delay - (time.monotonic() - started)
+                signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)
+    box: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - handed back to the caller's thread
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name="attncourse-learner-code", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _TimeUp()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _describe_args(args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, Tensor):
+            return f"tensor{tuple(v.shape)}"
+        return type(v).__name__
+
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's ``fn``: a stub becomes :class:`NotAttempted`, any other error a :class:`Mistake`."""
+    """Call the learner's ``fn`` safely and return what it returns.
+
+    * ``fn`` gets deep copies of ``args`` and ``kwargs`` (see :func:`_copy`): whatever it does
+      to them in place, the checker's tensors stay as they were, so references and known
+      mistakes computed from them (before or after this call) are right.
+    * Inside :func:`check` the learner's time is limited (:data:`TIME_LIMIT_S` in all).
+    * An untouched stub (``NotImplementedError``) becomes :class:`NotAttempted`; any other
+      error, a wrong signature, a result of the wrong dtype (the exercise's ``keep_dtype``
+      rule) or a time-out becomes a :class:`Mistake`.
+    * torch's default dtype and grad mode are restored afterwards if the learner changed them.
+    """
+    if inspect.isclass(fn):
+        raise Mistake(f"Expected a function, got the class {fn.__name__}: pass a function written with def (or a lambda).")
     if not callable(fn):
         raise Mistake(f"Expected a function, got {type(fn).__name__}.")
     try:
-        return fn(*args, **kwargs)
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise Mistake(
+                f"Your function cannot be called as fn({_describe_args(args, kwargs)}): {error}. "
+                "Keep the parameters of the stub."
+            ) from None
+    memo: Dict[int, Any] = {}
+    copied_args = [_copy(a, memo) for a in args]
+    copied_kwargs = {k: _copy(v, memo) for k, v in kwargs.items()}
+    context = _CONTEXT
+    default_dtype, grad_enabled = torch.get_default_dtype(), torch.is_grad_enabled()
+    start = time.perf_counter()
+    try:
+        if context is None:
+            result = fn(*copied_args, **copied_kwargs)
+        else:
+            result = _run_with_time_limit(fn, copied_args, copied_kwargs, TIME_LIMIT_S - context.spent)
+    except _TimeUp:
+        if context is not None:
+            context.timed_out = True
+        raise Mistake(_timeout_message()) from None
     except NotImplementedError:
         raise NotAttempted() from None
-    except Exception as error:  # the learner's code failed: report it, do not crash the notebook
-        raise Mistake(f"Your function raised {type(error).__name__}: {error}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the learner's code failed (even sys.exit()): report it
+        raise Mistake(f"Your function raised {type(error).__name__}: {_text(error)}") from None
+    finally:
+        if context is not None:
+            context.spent += time.perf_counter() - start
+        torch.set_default_dtype(default_dtype)
+        torch.set_grad_enabled(grad_enabled)
+    if context is None or context.exercise is None or context.exercise.keep_dtype:
+        _check_dtype(args, kwargs, result)
+    return result
+
+
+# -- numbers and shapes as learners write them -----------------------------------------------
+
+
+def _scalar(answer: Any, what: str) -> Any:
+    """A Python ``int``, ``float`` or ``complex`` from a number given any usual way (Python,
+    numpy or torch scalars, one-element arrays and tensors), else a :class:`Mistake`."""
+    kind = type(answer).__name__
+    if isinstance(answer, Tensor):
+        if answer.numel() != 1:
+            raise Mistake(f"The {what} should be a single number, got a tensor of shape {tuple(answer.shape)}.")
+        if answer.dtype == torch.bool:
+            raise Mistake(f"The {what} should be a number, got a boolean tensor.")
+        try:
+            answer = answer.detach().cpu().reshape(()).item()
+        except Exception:  # noqa: BLE001 - a meta or otherwise unreadable tensor
+            raise Mistake(f"The {what} should be a number; its tensor could not be read.") from None
+    elif type(answer).__module__ == "numpy" and hasattr(answer, "item"):
+        size = getattr(answer, "size", 1)
+        if size != 1:
+            raise Mistake(f"The {what} should be a single number, got an array of shape {getattr(answer, 'shape', '?')}.")
+        if getattr(getattr(answer, "dtype", None), "kind", "") == "b":
+            raise Mistake(f"The {what} should be a number, got a boolean.")
+        try:
+            answer = answer.item() if size == 1 and getattr(answer, "ndim", 0) == 0 else answer.reshape(()).item()
+        except Exception:  # noqa: BLE001
+            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+    if isinstance(answer, bool):
+        raise Mistake(f"The {what} should be a number, got a boolean ({answer}).")
+    if isinstance(answer, str):
+        raise Mistake(f"The {what} should be a number, got the string {answer[:40]!r}: remove the quotes.")
+    if type(answer) in (int, float, complex):
+        return answer
+    if isinstance(answer, numbers.Integral):
+        try:
+            return int(answer)
+        except Exception:  # noqa: BLE001
+            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+    if isinstance(answer, (numbers.Real, decimal.Decimal)):
+        try:
+            return float(answer)
+        except Exception:  # noqa: BLE001
+            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+    if isinstance(answer, numbers.Complex):
+        return complex(answer)
+    raise Mistake(f"The {what} should be a number, got {kind}.")
 
 
 def number(answer: Any, what: str = "answer") -> float:
-    """The learner's answer as a float, or a :class:`Mistake` saying it is not a number."""
-    if isinstance(answer, Tensor) and answer.numel() == 1:
-        return float(answer.item())
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise Mistake(f"The {what} should be a number, got {type(answer).__name__}.")
-    return float(answer)
+    """The learner's answer as a finite float, or a :class:`Mistake` saying why it is not one.
+
+    Accepts Python, numpy and torch scalars and one-element arrays or tensors; rejects
+    booleans, strings, complex numbers, NaN, infinities and integers too large for a float,
+    each with a message that says so.
+    """
+    value = _scalar(answer, what)
+    if isinstance(value, complex):
+        if value.imag != 0:
+            raise Mistake(f"The {what} should be a real number, got the complex number {value}.")
+        raise Mistake(f"The {what} should be a real number, got a complex number ({value}): drop the complex type.")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise Mistake(f"The {what} is an integer with {len(str(abs(value)))} digits: far too large to be right.") from None
+    if math.isnan(result):
+        raise Mistake(f"The {what} is NaN (not a number): something divided 0 by 0 or took inf - inf.")
+    if math.isinf(result):
+        raise Mistake(f"The {what} is infinite ({result}): something overflowed or divided by zero.")
+    return result
 
 
-def expect_tensor(value: Any, shape: Sequence[int], what: str) -> Tensor:
-    """Check that ``value`` is a tensor of ``shape``, else raise a :class:`Mistake`."""
+def integer(answer: Any, what: str = "answer") -> int:
+    """The learner's answer as an ``int``: Python, numpy or torch integers, and whole floats
+    (``12.0``), are accepted; anything else is a :class:`Mistake` saying why."""
+    value = _scalar(answer, what)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, complex):
+        raise Mistake(f"The {what} should be a whole number, got the complex number {value}.")
+    if not math.isfinite(value):
+        raise Mistake(f"The {what} should be a whole number, got {value}.")
+    if not float(value).is_integer():
+        raise Mistake(f"The {what} should be a whole number, got {value:g}.")
+    return int(value)
+
+
+def as_shape(answer: Any, what: str = "The shape") -> tuple:
+    """A shape given as a ``torch.Size``, a tuple or list of integers (Python, numpy or torch),
+    or a 1-D integer array or tensor, as a tuple of Python ints; else a :class:`Mistake`."""
+    message = f"{what} should be a shape, a tuple of integers such as (2, 3)"
+    if isinstance(answer, torch.Size):
+        return tuple(int(n) for n in answer)
+    if isinstance(answer, Tensor) or type(answer).__module__ == "numpy":
+        if getattr(answer, "ndim", None) != 1:
+            raise Mistake(f"{message}; got {type(answer).__name__} of shape {tuple(getattr(answer, 'shape', ()))}.")
+        answer = list(answer)
+    if not isinstance(answer, (tuple, list)):
+        raise Mistake(f"{message}; got {type(answer).__name__}.")
+    sizes = []
+    for n in answer:
+        try:
+            size = integer(n, what)
+        except Mistake:
+            raise Mistake(f"{message}; got {_short_repr(answer)}.") from None
+        if isinstance(n, float) or (type(n).__module__ == "numpy" and getattr(getattr(n, "dtype", None), "kind", "") == "f"):
+            raise Mistake(f"{message}; got {_short_repr(answer)}: the sizes must be integers, not floats.")
+        if size < 0:
+            raise Mistake(f"{message}; got {_short_repr(answer)}: sizes are never negative.")
+        sizes.append(size)
+    return tuple(sizes)
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def expect_tensor(value: Any, shape: Sequence[int], what: str, *, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """Check that ``value`` is a (real, dense) tensor of ``shape`` (and ``dtype`` if given), else raise a :class:`Mistake`."""
     if not isinstance(value, Tensor):
         raise Mistake(f"{what} should be a torch.Tensor, got {type(value).__name__}.")
     if tuple(value.shape) != tuple(shape):
         raise Mistake(f"{what} should have shape {tuple(shape)}, got {tuple(value.shape)}.")
+    if value.is_complex():
+        raise Mistake(f"{what} is complex ({value.dtype}): attention works with real numbers.")
+    if value.layout != torch.strided or value.is_meta:
+        raise Mistake(f"{what} should be an ordinary dense tensor, got layout {value.layout} on {value.device}.")
+    if dtype is not None and value.dtype != dtype:
+        raise Mistake(f"{what} should have dtype {dtype}, got {value.dtype}.")
     return value
 
 
 def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float = 1e-4, equal_nan: bool = False) -> bool:
     """Same shape and values within tolerance. NaN matches nothing, unless ``equal_nan``
-    (used to recognise a known mistake that itself produces NaN)."""
-    if not isinstance(actual, Tensor) or actual.shape != expected.shape:
+    (used to recognise a known mistake that itself produces NaN). A complex, sparse or
+    unreadable ``actual`` matches nothing (its imaginary part is never silently dropped)."""
+    if not isinstance(actual, Tensor) or not isinstance(expected, Tensor) or actual.shape != expected.shape:
         return False
-    actual = actual.detach().to(torch.float64).cpu()
-    expected = expected.detach().to(torch.float64).cpu()
-    if not equal_nan and not bool(torch.isfinite(actual).all()):
+    if actual.is_complex() and not expected.is_complex():
         return False
-    return torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan)
+    try:
+        actual = actual.detach().to(torch.float64).cpu()
+        expected = expected.detach().to(torch.float64).cpu()
+        if not equal_nan and not bool(torch.isfinite(actual).all()):
+            return False
+        return bool(torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
+    except Exception:  # noqa: BLE001 - a tensor that cannot be compared (sparse, meta, ...) matches nothing
+        return False
 
 
 def diagnose(actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol: float = 1e-5) -> str:

@@ -32,12 +32,13 @@ def _scores_solution(query, key):
     solution=_scores_solution,
 )
 def _check_scores(fn) -> str:
-    query, key = _random(3, 9, seed=1), _random(5, 9, seed=2)  # d_k = 9, so sqrt(d_k) = 3
+    # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25, so each wrong scale shows
+    query, key = _random(4, 9, seed=1), _random(5, 9, seed=2)
     expected = query @ key.T / 3
     out = call(fn, query, key)
-    if isinstance(out, torch.Tensor) and out.shape == (5, 3):
-        raise Mistake("Your scores have shape (S, L) = (5, 3): you computed key @ query^T. Put the queries first: query @ key^T.")
-    expect_tensor(out, (3, 5), "The scores for query (3, 9) and key (5, 9)")
+    if isinstance(out, torch.Tensor) and out.shape == (5, 4):
+        raise Mistake("Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries first: query @ key^T.")
+    expect_tensor(out, (4, 5), "The scores for query (4, 9) and key (5, 9)")
     if not matches(out, expected):
         raise Mistake(
             diagnose(
@@ -46,10 +47,10 @@ def _check_scores(fn) -> str:
                     "Your scores are not scaled: divide Q K^T by sqrt(d_k).": query @ key.T,
                     "You divided by d_k; the scale is 1 / sqrt(d_k).": query @ key.T / 9,
                     "You multiplied by sqrt(d_k); divide by it instead.": query @ key.T * 3,
-                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(3),
+                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(4),
                     "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(5),
                 },
-                default="Your scores differ from Q K^T / sqrt(d_k) on a 3 x 5 example.",
+                default="Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9).",
             )
         )
     query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
@@ -59,8 +60,24 @@ def _check_scores(fn) -> str:
         expect_tensor(out, (2, 4, 3, 6), "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that")
     except Mistake as mistake:
         raise Mistake(f"{advice}\n({mistake})") from None
-    if not matches(out, query @ key.transpose(-2, -1) / 4):
-        raise Mistake(advice)
+    raw = query @ key.transpose(-2, -1)
+    if not matches(out, raw / 4):
+        # the transpose is right if the output is the right product, scaled by some other number: blame the scale
+        where = "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16)"
+        raise Mistake(
+            diagnose(
+                out,
+                {
+                    f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. d_k is the "
+                    "LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1].": raw / 2,
+                    f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k is the "
+                    "LAST dimension: query.size(-1).": raw / 2**0.5,
+                    f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": raw / 3**0.5,
+                    f"{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is query.size(-1).": raw / 6**0.5,
+                },
+                default=advice,
+            )
+        )
     return "Your scores match Q K^T / sqrt(d_k), with and without batch dimensions."
 
 
@@ -120,7 +137,8 @@ def _variants(query, key, value, mask=None):
             kept,
         )
         big = torch.softmax((raw / d_k**0.5).masked_fill(~mask, -1e9), dim=-1)
-        out["A fully masked row came out uniform: -1e9 is not -inf. Give a row with no allowed key zero weights and zero output."] = (
+        out["A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give a row with no allowed key "
+            "zero weights and zero output."] = (
             big @ value,
             big,
         )
@@ -141,8 +159,8 @@ def _compare(case: str, got, expected, variants) -> None:
             raise Mistake(f"{case}: {message}")
     if torch.isnan(weights).any() or torch.isnan(output).any():
         raise Mistake(
-            f"{case}: your result contains NaN. A row whose keys are all masked gives softmax(-inf, ..., -inf) = 0/0; "
-            "give such a row zero weights and a zero output."
+            f"{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row whose keys are all masked gives "
+            "softmax(-inf, ..., -inf) = 0/0; give such a row zero weights and a zero output."
         )
     raise Mistake(f"{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).")
 
@@ -168,29 +186,44 @@ def _check_attention(fn) -> str:
     _compare("Without a mask (L=4, S=6, d_k=8, d_v=5)", got, scaled_dot_product_attention(q, k, v), _variants(q, k, v))
 
     q, k, v = _random(2, 3, 4, 8, seed=13), _random(2, 3, 7, 8, seed=14), _random(2, 3, 7, 6, seed=15)
-    _compare("With batch dimensions (2, 3)", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+    _compare("With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
 
     q, k, v = _random(2, 5, 8, seed=16), _random(2, 6, 8, seed=17), _random(2, 6, 4, seed=18)
     mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
     mask[..., 0] = True  # every row keeps at least one key here
-    _compare("With a boolean mask", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
+    _compare("With a boolean mask (B=2, L=5, S=6)", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
 
     additive = torch.zeros(2, 5, 6, dtype=torch.float64).masked_fill(~mask, float("-inf"))
     _compare(
-        "With an additive float mask (0 keeps, -inf removes)",
+        "With an additive float mask (0 keeps, -inf removes; B=2, L=5, S=6)",
         _outputs(fn, q, k, v, additive),
         scaled_dot_product_attention(q, k, v, additive),
         {"A float mask is added to the scores; treat only boolean masks as True/False.": scaled_dot_product_attention(q, k, v)},
     )
 
+    bias = 2 * _random(2, 5, 6, seed=20)  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
+    scaled = (q @ k.transpose(-2, -1) + bias) / 8**0.5
+    _compare(
+        "With a finite float mask (a bias added to the scaled scores)",
+        _outputs(fn, q, k, v, bias),
+        scaled_dot_product_attention(q, k, v, bias),
+        {
+            "The float mask is added before the scale: add it to the scaled scores, Q K^T * scale + mask.":
+                (torch.softmax(scaled, -1) @ v, torch.softmax(scaled, -1)),
+            "A float mask is added to the scores, whatever its values; only a boolean mask means True/False.":
+                scaled_dot_product_attention(q, k, v, torch.isfinite(bias)),
+            "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(q, k, v),
+        },
+    )
+
     empty = mask.clone()
     empty[1, 2] = False  # query 2 of the second sequence may attend to nothing
     _compare(
-        "With a fully masked row", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
+        "With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
     )
 
     _compare(
-        "With scale=0.5", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
+        "With scale=0.5 (B=2, L=5, S=6)", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
         {"The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": scaled_dot_product_attention(q, k, v)},
     )
 

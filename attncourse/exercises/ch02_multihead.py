@@ -107,6 +107,9 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             run(no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)),
         "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): transpose(1, 2) back first.":
             run(good, head_dim**-0.5, merge_no_transpose),
+        "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale uses the width of a "
+        "head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1)).":
+            run(good, x_q.size(1) ** -0.5, merge_heads),
         "This is single-head attention over the whole width: split the projections into num_heads heads.":
             run(lambda t: t.unsqueeze(1), E**-0.5, merge_heads),
     }
@@ -124,7 +127,8 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     solution=_forward_solution,
 )
 def _check_forward(fn) -> str:
-    for seed, (batch, length, source, num_heads, head_dim) in enumerate([(2, 4, 6, 3, 4), (1, 5, 3, 2, 5)]):
+    # L, S, head_dim and E all differ in the last two cases, so that a scale taken from the wrong size shows
+    for seed, (batch, length, source, num_heads, head_dim) in enumerate([(2, 4, 6, 3, 4), (1, 5, 3, 2, 5), (2, 3, 7, 2, 6)]):
         E = num_heads * head_dim
         x_q, x_kv = _random(batch, length, E, seed=10 + seed), _random(batch, source, E, seed=20 + seed)
         w_q, w_k, w_v, w_o = (_random(E, E, seed=30 + 4 * seed + i) / E**0.5 for i in range(4))
@@ -136,8 +140,10 @@ def _check_forward(fn) -> str:
         q, k, v = (split_heads(t, num_heads) for t in (x_q @ w_q.T, x_kv @ w_k.T, x_kv @ w_v.T))
         expected = merge_heads(scaled_dot_product_attention(q, k, v)[0]) @ w_o.T
         if not matches(out, expected):
+            case = f"With B={batch}, L={length}, S={source}, E={E}, h={num_heads} (head_dim={head_dim})"
             raise Mistake(
-                diagnose(out, _forward_variants(*args), default="Your output differs from Concat(head_1, ..., head_h) W^O.")
+                f"{case}: "
+                + diagnose(out, _forward_variants(*args), default="your output differs from Concat(head_1, ..., head_h) W^O.")
             )
     return "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by W^O (also with L != S)."
 

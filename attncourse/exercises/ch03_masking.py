@@ -49,6 +49,10 @@ def _check_padding(fn) -> str:
         if isinstance(out, torch.Tensor) and out.shape == expected.shape and out.dtype != torch.bool:
             if torch.equal(out.bool(), expected):
                 raise Mistake(f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True = may attend).")
+        longest = int(lengths.max())
+        if isinstance(out, torch.Tensor) and longest != max_len and tuple(out.shape) == (lengths.numel(), longest):
+            raise Mistake(f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to max_len = "
+                          f"{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len).")
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
             positions = torch.arange(max_len)[None, :]
@@ -145,13 +149,18 @@ def _attention_mask_solution(lengths, max_len, causal):
 )
 def _check_attention_mask(fn) -> str:
     for causal in (False, True):
-        for lengths, max_len in [(torch.tensor([5, 3]), 5), (torch.tensor([2, 6, 4]), 6)]:
+        # the last case pads beyond the longest sequence: max_len is not lengths.max()
+        for lengths, max_len in [(torch.tensor([5, 3]), 5), (torch.tensor([2, 6, 4]), 6), (torch.tensor([3, 1]), 5)]:
             out = call(fn, lengths, max_len, causal)
             B = lengths.numel()
             pad = padding_mask(lengths, max_len)
             tri = causal_mask(max_len)
             expected = combine_masks(tri if causal else None, pad[:, None, :]).expand(B, max_len, max_len)
             what = f"For lengths {lengths.tolist()}, max_len={max_len}, causal={causal}, the mask"
+            longest = int(lengths.max())
+            if isinstance(out, torch.Tensor) and longest != max_len and out.shape == (B, longest, longest):
+                raise Mistake(f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to max_len = "
+                              f"{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len).")
             if isinstance(out, torch.Tensor) and out.shape in ((max_len, max_len), (B, max_len)):
                 raise Mistake(f"{what} has shape {tuple(out.shape)}: it must be (B, L, S) = {(B, max_len, max_len)}.")
             _boolean(out, (B, max_len, max_len), what)

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from ._core import Mistake, call, check_number, exercise, expect_tensor, matches, number, reveal
+from ._core import Mistake, as_shape, call, check_number, exercise, expect_tensor, matches, number, reveal
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -169,11 +169,7 @@ _SHAPE_KEYS = ("weights", "output", "key_padding_mask")
 
 
 def _as_shape(value, name):
-    if isinstance(value, torch.Size):
-        return tuple(value)
-    if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple(value)
-    raise Mistake(f"answer[{name!r}] should be a shape, a tuple of integers such as (2, 3); got {value!r}.")
+    return as_shape(value, f"answer[{name!r}]")
 
 
 @exercise(

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..adaptive_span import soft_span_mask, span_window
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, matches
+from ._core import Mistake, call, diagnose, exercise, expect_tensor, integer, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -97,15 +97,14 @@ def _check_window(fn) -> str:
         (torch.tensor([12.0, 4.0]), 8.0),
         (torch.tensor([0.0, 0.0, 0.0]), 4.0),
         (torch.tensor([30.6, 29.9]), 2.5),
+        (torch.tensor([2.3, 0.6]), 1.5),  # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
     ]
     for spans, ramp in cases:
-        got = call(fn, spans.clone(), ramp)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if isinstance(got, bool) or not isinstance(got, int):
-            raise Mistake(f"Return a whole number of keys (an int), got {got!r}.")
+        got = call(fn, spans, ramp)
+        try:
+            got = integer(got, "number of keys")
+        except Mistake as mistake:
+            raise Mistake(f"{mistake} Return a whole number of keys (an int). (spans {spans.tolist()}, R = {ramp:g})") from None
         expected = span_window(spans, ramp)
         if got == expected:
             continue
@@ -118,6 +117,11 @@ def _check_window(fn) -> str:
             math.ceil(float(spans.min()) + ramp): "You used the shortest span: the longest head needs its keys too.",
             math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
         }
+        if math.ceil(z) + math.ceil(ramp) != math.ceil(z + ramp):  # then it is one too many
+            known[math.ceil(z) + math.ceil(ramp)] = (
+                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed ceil(z + R) by one; "
+                "round the sum once."
+            )
         message = known.get(got) if got != expected else None
         raise Mistake(
             (message or f"For spans {spans.tolist()} and ramp {ramp:g} you returned {got}.")
@@ -157,8 +161,9 @@ def _weights_mistakes(scores, span, ramp):
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
         "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": probs * mask,
-        "The distance has the wrong sign (j - i): every past key then gets mask 1 and the span limits nothing. "
-        "For query i and key j the distance is i - j.": flipped_w / flipped_w.sum(-1, keepdim=True),
+        "Every past key kept its full weight, so the span limits nothing: either the mask is not applied, or the "
+        "distance has the wrong sign (j - i gives every past key mask 1). For query i and key j the distance is i - j, "
+        "and the weights are probs * m_z(i - j), renormalised.": flipped_w / flipped_w.sum(-1, keepdim=True),
         "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then renormalise.": torch.softmax(
             (scores * mask).masked_fill(~causal, float("-inf")), -1
         ),
