@@ -639,3 +639,13 @@ def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
     exec(__import__("textwrap").dedent(source), namespace)
     result = check("multi-head/forward", namespace[reference.__name__])
     assert result.status == FAILED and "1/sqrt(L)" in result.message, result.message
+
+
+def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise(monkeypatch):
+    """inference/mqa-gap's solution takes (model, tokens) but the answer is a dict with the gap."""
+    assert not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in MUTATED
+    reference = _REGISTRY["inference/mqa-gap"].reference
+    assert reference is not None and __import__("inspect").signature(reference).parameters  # it has parameters
+    flagged = Exercise("test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False)
+    assert not flagged.answer_is_function
+    assert Exercise("test/fn", "fn", lambda a: "ok", "", lambda: "", True, lambda x: x).answer_is_function

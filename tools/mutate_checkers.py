@@ -1,7 +1,9 @@
 """Mutation testing of the exercise checkers: does every checker reject near misses of its own solution?
 
 For every coding exercise in the registry (every exercise registered with a solution
-*function*, so exercises added later are covered without change), this tool parses the
+*function* that is also the form of the answer, so exercises added later are covered
+without change; ``@exercise(..., answer_is_function=False)`` marks a solution function
+that only computes a value answer), this tool parses the
 solution's source, makes mutants of it (one small change each: an operator, a comparison, a
 constant, a dimension, an index, a called function or method, a keyword, a deleted
 statement), and runs each mutant through ``check()``. A mutant that passes the check

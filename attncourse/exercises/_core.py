@@ -99,13 +99,18 @@ class Exercise:
     solution_is_code: bool
     reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
     keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
+    function_answer: Optional[bool] = None  # what @exercise(answer_is_function=...) said, if anything
 
     @property
     def answer_is_function(self) -> bool:
         """Whether the answer is a function like ``reference`` (a solution with parameters);
-        a solution without parameters is code that computes a value answer."""
+        a solution without parameters is code that computes a value answer. An exercise whose
+        solution has parameters but whose answer is a value (the solution computes it from the
+        notebook's objects) says so with ``@exercise(..., answer_is_function=False)``."""
         if self.reference is None:
             return False
+        if self.function_answer is not None:
+            return self.function_answer
         try:
             return bool(inspect.signature(self.reference).parameters)
         except (TypeError, ValueError):
@@ -123,6 +128,7 @@ def exercise(
     solution: Any,
     solution_is_code: Optional[bool] = None,
     keep_dtype: bool = True,
+    answer_is_function: Optional[bool] = None,
 ) -> Callable[[Callable[[Any], Optional[str]]], Callable[[Any], Optional[str]]]:
     """Register the decorated checker under ``exercise_id``.
 
@@ -132,7 +138,11 @@ def exercise(
     source). ``keep_dtype`` (default True): every floating tensor the learner's function
     returns must have the dtype of its floating tensor inputs (torch's type promotion of
     them), so float64 inputs answered in float32 fail with a message saying so; pass False
-    for an exercise whose output dtype legitimately differs.
+    for an exercise whose output dtype legitimately differs. ``answer_is_function``: by
+    default a solution function with parameters means the learner answers with such a
+    function (a coding exercise: the generic right-answer styles and the checker mutation
+    tests call it); pass False when the solution function only computes the value the learner
+    passes (e.g. a measurement on the notebook's model).
     """
 
     def register(checker: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
@@ -146,7 +156,8 @@ def exercise(
             is_code = False if solution_is_code is None else solution_is_code
         reference = solution if callable(solution) and is_code else None
         _REGISTRY[exercise_id] = Exercise(
-            exercise_id, title, checker, textwrap.dedent(hint).strip(), text, is_code, reference, keep_dtype
+            exercise_id, title, checker, textwrap.dedent(hint).strip(), text, is_code, reference, keep_dtype,
+            answer_is_function,
         )
         return checker
 

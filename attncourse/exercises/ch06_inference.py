@@ -280,6 +280,7 @@ def _mqa_gap_solution(model, val_tokens):
         eval() mode. Pass {"model": the original model, "tokens": those tokens, "gap": your gap}.
     """,
     solution=_mqa_gap_solution,
+    answer_is_function=False,  # the answer is the measured gap in a dict; the solution computes it
 )
 def _check_mqa_gap(answer) -> str:
     if callable(answer):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
