@@ -131,7 +131,28 @@ def rope_ignores_positions(x, positions):
     return _rope_solution(x, torch.arange(x.size(-2)))
 
 
-@pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place])
+def rope_in_x_dtype(x, positions):
+    """Angles in x's own dtype: float32 for a float32 x (right at the small positions it is given)."""
+    d = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = positions.to(x.dtype)[:, None] * theta
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(-2)
+
+
+def rope_float32_theta(x, positions):
+    d = x.size(-1)
+    theta = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)  # float32, as many tutorials write it
+    a = positions[:, None] * theta
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(-2)
+
+
+def rope_float64_out(x, positions):
+    return _rope_solution(x.double(), positions)
+
+
+@pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place, rope_in_x_dtype])
 def test_rope_accepts(answer):
     passes("language-model/rope", answer)
 
@@ -139,7 +160,7 @@ def test_rope_accepts(answer):
 @pytest.mark.parametrize(
     "wrong, diagnosis",
     [(rope_backwards, "wrong way"), (rope_neox, "GPT-NeoX"), (rope_ignores_positions, "use the positions"),
-     (lambda x, p: x, "differs from RoPE")],
+     (lambda x, p: x, "differs from RoPE"), (rope_float32_theta, "computed in float32"), (rope_float64_out, "keep the input's dtype")],
 )
 def test_rope_rejects(wrong, diagnosis):
     fails("language-model/rope", wrong, diagnosis)

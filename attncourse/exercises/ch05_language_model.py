@@ -154,6 +154,16 @@ def _check_rope(fn) -> str:
     out = call(fn, x, positions)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake("Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch dimensions: use the positions you are given.")
+    x, positions = _random(2, 6, 8, seed=34, dtype=torch.float32), torch.arange(6)
+    out = call(fn, x, positions)  # float32 in, float32 out (the dtype rule)
+    if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
+        raise Mistake("Right in float64, wrong for a float32 x (2, 6, 8) at positions 0..5.")
+    x, positions = _random(1, 4, 16, seed=35), torch.tensor([0, 1, 4097, 100000])  # a long context: angles up to 1e5 rad
+    out = call(fn, x, positions)
+    if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
+        raise Mistake("Right for small positions, wrong for x (1, 4, 16) in float64 at positions [0, 1, 4097, 100000]: at such "
+                      "positions a theta_i computed in float32 (torch.arange(0, d, 2) / d without a dtype) puts the angle "
+                      "m * theta_i off by about 1e-3 rad; compute theta and the angles in float64 (or x's dtype).")
     q, k = _random(1, 16, seed=32), _random(1, 16, seed=33)
     score = lambda m, n: (call(fn, q, torch.tensor([m])) @ call(fn, k, torch.tensor([n])).T).item()  # noqa: E731
     if abs(score(7, 2) - score(105, 100)) > 1e-8:
