@@ -1,4 +1,4 @@
-"""Adaptive attention span (chapter 6): Sukhbaatar et al., "Adaptive Attention Span in
+"""Adaptive attention span (chapter 8): Sukhbaatar et al., "Adaptive Attention Span in
 Transformers" (ACL 2019).
 
 Each head ``h`` learns how far back it looks. A query at position ``t`` weighs the key at

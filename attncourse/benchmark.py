@@ -1,4 +1,4 @@
-"""Benchmark of attention implementations (chapter 5): ``python -m attncourse.benchmark``.
+"""Benchmark of attention implementations (chapter 7): ``python -m attncourse.benchmark``.
 
 Measures, in one run and side by side, the naive attention of the package
 (:func:`attncourse.attention.scaled_dot_product_attention`, which builds the ``(L, S)``
@@ -32,7 +32,7 @@ from .multihead import MultiHeadAttention
 __all__ = ["build", "build_layer", "run", "machine", "table", "load", "plot", "main"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
-# Shipped inside the package (package data), so chapter 5 finds the committed results in a
+# Shipped inside the package (package data), so chapter 7 finds the committed results in a
 # Colab runtime that installed only the package, as well as in a clone.
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 

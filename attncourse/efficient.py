@@ -1,4 +1,4 @@
-"""Memory-efficient exact attention: the FlashAttention algorithm in plain PyTorch (chapter 5).
+"""Memory-efficient exact attention: the FlashAttention algorithm in plain PyTorch (chapter 7).
 
 The naive computation builds the whole ``(L, S)`` score matrix, so its memory grows like
 ``L * S``. :func:`tiled_attention` walks over the keys in blocks and keeps, for every query,

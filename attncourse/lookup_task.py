@@ -1,4 +1,4 @@
-"""A synthetic language that needs a fixed lookup table (chapter 7's experiment).
+"""A synthetic language that needs a fixed lookup table (chapter 9's experiment).
 
 Each token is read off a fixed random table indexed by the two tokens before it::
 

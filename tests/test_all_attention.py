@@ -1,4 +1,4 @@
-"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 7)."""
+"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 9)."""
 import math
 
 import pytest

@@ -1,185 +1,134 @@
-"""The chapter 7 checkers accept the reference answers and reject realistic mistakes with the right diagnosis."""
+"""The chapter 7 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
 import pytest
 import torch
 
-from attncourse.exercises import check
-from attncourse.exercises._core import NOT_ATTEMPTED, _get
-from attncourse.masks import causal_mask
-
-COUNT = "all-attention/parameter-count"
-HEAD = "all-attention/persistent-head"
-FFN = "all-attention/ffn-as-attention"
+from attncourse.exercises import check, hint, solution
+from attncourse.exercises.ch07_complexity import _online_update_solution
+from attncourse.measure import multihead_flops
 
 
-def _failed(result, *phrases):
-    assert not result.passed, result
-    for phrase in phrases:
-        assert phrase in result.message, result.message
+# -- online softmax ---------------------------------------------------------------------------
+
+def _no_sum_rescale(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l + w.sum(-1), acc * c[:, None] + w @ v
 
 
-def _stub(*args):
+def _no_acc_rescale(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc + w @ v
+
+
+def _old_max_in_exp(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - m[:, None])  # the running max not updated before exponentiating
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _inverted_correction(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(new_m - m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _block_max_only(m, l, acc, s, v):
+    new_m = s.amax(-1)
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _no_max_at_all(m, l, acc, s, v):
+    w = torch.exp(s)  # right in exact arithmetic, overflows for large scores
+    return torch.maximum(m, s.amax(-1)), l + w.sum(-1), acc + w @ v
+
+
+def _stub(m, l, acc, s, v):
     raise NotImplementedError
 
 
-# -- the parameter count --------------------------------------------------------------------------
-
-D, H, N = 512, 8, 2048
-
-
-def test_count_accepts_the_formula():
-    assert check(COUNT, 4 * D * D + 2 * N * D).passed
-    assert check(COUNT, torch.tensor(4 * D * D + 2 * N * D)).passed
+def test_online_softmax_accepts_reference():
+    assert check("complexity/online-softmax", _online_update_solution).passed
 
 
 @pytest.mark.parametrize(
-    "answer, phrase",
+    "wrong,diagnosis",
     [
-        (4 * D * D + 2 * N * (D // H), "one head only"),
-        (4 * D * D + N * D, "keys without the values"),
-        (2 * N * D, "without the four projections"),
-        (3 * D * D + 2 * N * D, "left out a projection"),
-        (4 * D * D + 2 * N * D * H, "multiplied by h once too often"),
-        (4 * D * D + 2 * N * D + 4 * D, "biases"),
-        (4 * D * D + 2 * N * D + 2 * D, "LayerNorm"),
-        (4 * D * D + 4 * N * D, "feed-forward layer as well"),
-        (4 * D * D, "projections only"),
-        (12345, "is not it"),
+        (_no_sum_rescale, "running sum is not rescaled"),
+        (_no_acc_rescale, "accumulated values are not rescaled"),
+        (_old_max_in_exp, "OLD maximum"),
+        (_inverted_correction, "inverted"),
+        (_block_max_only, "max of the new block only"),
     ],
 )
-def test_count_rejects_mistakes(answer, phrase):
-    _failed(check(COUNT, answer), phrase)
+def test_online_softmax_diagnoses(wrong, diagnosis):
+    result = check("complexity/online-softmax", wrong)
+    assert result.status == "failed"
+    assert diagnosis in result.message
 
 
-def test_count_not_attempted_and_not_a_number():
-    assert check(COUNT, ...).status == NOT_ATTEMPTED
-    _failed(check(COUNT, "3145728"), "should be a number")
+def test_online_softmax_catches_overflow():
+    # exp(scores) without a shift: right on small scores (the one-step check shifts by the
+    # max, so it fails there already, as a plain difference) and inf/NaN on large ones
+    result = check("complexity/online-softmax", _no_max_at_all)
+    assert result.status == "failed"
 
 
-# -- one head with persistent vectors -----------------------------------------------------------------
-
-reference_head = _get(HEAD).checker.__globals__["_persistent_head_solution"]
-
-
-def _extended(mask, n, fill=True):
-    return torch.cat([mask, torch.full((*mask.shape[:-1], n), fill)], dim=-1)
+def test_online_softmax_stub_and_wrong_return():
+    assert check("complexity/online-softmax", _stub).status == "not attempted yet"
+    result = check("complexity/online-softmax", lambda m, l, acc, s, v: acc)
+    assert result.status == "failed" and "three tensors" in result.message
 
 
-def masked_memory(query, key, value, memory_key, memory_value, mask):
-    """The causal mask applied to every column: torch.tril over (L, L + N) hides the memory."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = torch.ones(mask.size(-2), keys.size(-2), dtype=torch.bool).tril()
-    keep[:, : mask.size(-1)] = mask
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+# -- FLOPs ------------------------------------------------------------------------------------
+
+L, E, H = 2048, 512, 8
+TOTAL = multihead_flops(1, L, L, E, H)
 
 
-def causal_over_all(query, key, value, memory_key, memory_value, mask):
-    """causal_mask(L, L + N) over the concatenation (bottom-right aligned)."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = causal_mask(query.size(-2), keys.size(-2))
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+def test_flops_accepts_the_formula_and_counted_value():
+    assert check("complexity/multihead-flops", TOTAL).passed
+    from torch.utils.flop_counter import FlopCounterMode
 
+    from attncourse.multihead import MultiHeadAttention
 
-def two_softmaxes(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
-    ctx = torch.softmax((query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1)
-    mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_h**0.5, -1)
-    return ctx @ value + mem @ memory_value, torch.cat([ctx, mem], -1)
-
-
-def two_softmaxes_averaged(*args):
-    out, w = two_softmaxes(*args)
-    return out / 2, w / 2
-
-
-def memory_unscaled(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
-    s_ctx = (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf"))
-    s_mem = query @ memory_key.transpose(-2, -1)
-    w = torch.softmax(torch.cat([s_ctx, s_mem], -1), -1)
-    return w @ torch.cat([value, memory_value], -2), w
-
-
-def inverted_mask(query, key, value, memory_key, memory_value, mask):
-    return reference_head(query, key, value, memory_key, memory_value, ~mask)
-
-
-def memory_first(query, key, value, memory_key, memory_value, mask):
-    keys, values = torch.cat([memory_key, key], -2), torch.cat([memory_value, value], -2)
-    keep = torch.cat([torch.ones(*mask.shape[:-1], memory_key.size(-2), dtype=torch.bool), mask], -1)
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
-
-
-def wrong_output(*args):
-    out, w = reference_head(*args)
-    return w[..., : args[1].size(-2)] @ args[2], w  # forgot the memory's values
-
-
-def returns_only_output(*args):
-    return reference_head(*args)[0]
-
-
-def test_head_accepts_reference():
-    result = check(HEAD, reference_head)
-    assert result.passed, result
+    layer = MultiHeadAttention(E, H, bias=False)
+    x = torch.randn(1, L, E)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, x, x)
+    assert check("complexity/multihead-flops", counter.get_total_flops()).passed  # counted independently
 
 
 @pytest.mark.parametrize(
-    "wrong, phrase",
+    "answer,diagnosis",
     [
-        (masked_memory, "the causal mask reached them"),
-        (causal_over_all, "causal_mask(L, L + N)"),
-        (two_softmaxes, "one softmax over the context and another over the memory"),
-        (two_softmaxes_averaged, "averaged a softmax"),
-        (memory_unscaled, "persistent keys are not divided by sqrt(d_h)"),
-        (inverted_mask, "polarity is inverted"),
-        (memory_first, "persistent keys came first"),
-        (wrong_output, "weights are right but not the output"),
-        (returns_only_output, "Return a pair"),
+        (TOTAL // 2, "multiply-add as one"),
+        (4 * L * L * E, "attention products"),
+        (8 * L * E * E, "four projections alone"),
+        (6 * L * E * E + 4 * L * L * E, "output projection"),
+        (8 * L * E * E + 2 * L * L * E, "only one of the two attention products"),
+        (8 * L * E * E + 4 * L * L * E * H, "full width E"),
+        (8 * L * E * E + 4 * L * L * E // H, "one head only"),
+        (1e6, "is not it"),
     ],
 )
-def test_head_rejects_mistakes(wrong, phrase):
-    _failed(check(HEAD, wrong), phrase)
+def test_flops_diagnoses(answer, diagnosis):
+    result = check("complexity/multihead-flops", answer)
+    assert result.status == "failed" and diagnosis in result.message
 
 
-def test_head_stub_is_not_attempted():
-    assert check(HEAD, _stub).status == NOT_ATTEMPTED
+def test_flops_stub_and_non_number():
+    assert check("complexity/multihead-flops", ...).status == "not attempted yet"
+    assert check("complexity/multihead-flops", "a lot").status == "failed"
 
 
-def test_head_learner_error_is_reported():
-    def broken(query, *args):
-        return query.nonexistent
-
-    _failed(check(HEAD, broken), "raised AttributeError")
-
-
-# -- FFN weights as keys and values ---------------------------------------------------------------------
-
-
-def test_ffn_accepts_reference():
-    assert check(FFN, lambda w1, w2: (w1, w2.T)).passed
-    assert check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).passed
-
-
-@pytest.mark.parametrize(
-    "wrong, phrase",
-    [
-        (lambda w1, w2: (w1.T, w2.T), "keys have shape (d_model, d_ff)"),
-        (lambda w1, w2: (w1, w2), "values have shape (d_model, d_ff)"),
-        (lambda w1, w2: (w2.T, w1), "keys and values are swapped"),
-        (lambda w1, w2: (w1 / w1.size(1) ** 0.5, w2.T), "divided by sqrt(d_model)"),
-        (lambda w1, w2: (w1, w2.T * 2), "keys are right, your values are not"),
-        (lambda w1, w2: w1, "Return a pair"),
-    ],
-)
-def test_ffn_rejects_mistakes(wrong, phrase):
-    _failed(check(FFN, wrong), phrase)
-
-
-def test_ffn_stub_is_not_attempted():
-    assert check(FFN, _stub).status == NOT_ATTEMPTED
+def test_hints_and_solutions_render():
+    for exercise_id in ("complexity/online-softmax", "complexity/multihead-flops"):
+        assert str(hint(exercise_id)) and str(solution(exercise_id))
+    assert f"{TOTAL:,}" in str(solution("complexity/multihead-flops"))

@@ -1,4 +1,4 @@
-"""Chapter 7 exercises: all-attention and persistent memory vectors."""
+"""Chapter 9 exercises: all-attention and persistent memory vectors."""
 from __future__ import annotations
 
 

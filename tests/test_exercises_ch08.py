@@ -1,4 +1,4 @@
-"""Chapter 6 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+"""Chapter 8 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Chapter 6 exercises: adaptive attention span."""
+"""Chapter 8 exercises: adaptive attention span."""
 from __future__ import annotations
 
 import math

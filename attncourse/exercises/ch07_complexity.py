@@ -1,4 +1,4 @@
-"""Chapter 5 exercises: the online softmax update, and the FLOPs of a multi-head layer."""
+"""Chapter 7 exercises: the online softmax update, and the FLOPs of a multi-head layer."""
 from __future__ import annotations
 
 
