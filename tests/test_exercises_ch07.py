@@ -88,7 +88,7 @@ def test_online_softmax_stub_and_wrong_return():
 
 # -- FLOPs ------------------------------------------------------------------------------------
 
-L, E, H = 2048, 512, 8
+L, E, H = 1024, 768, 12  # L != 2E and L != 4E: every likely mistake gives its own number
 TOTAL = multihead_flops(1, L, L, E, H)
 
 
@@ -109,7 +109,7 @@ def test_flops_accepts_the_formula_and_counted_value():
     "answer,diagnosis",
     [
         (TOTAL // 2, "multiply-add as one"),
-        (4 * L * L * E, "attention products"),
+        (4 * L * L * E, "two attention products alone"),
         (8 * L * E * E, "four projections alone"),
         (6 * L * E * E + 4 * L * L * E, "output projection"),
         (8 * L * E * E + 2 * L * L * E, "only one of the two attention products"),
@@ -123,6 +123,14 @@ def test_flops_diagnoses(answer, diagnosis):
     assert result.status == "failed" and diagnosis in result.message
 
 
+def test_flops_mistakes_are_told_apart():
+    """With these sizes no two likely mistakes give the same number (at L = 2E or 4E some coincide)."""
+    wrong = [TOTAL // 2, 4 * L * L * E, 8 * L * E * E, 6 * L * E * E + 4 * L * L * E, 8 * L * E * E + 2 * L * L * E,
+             8 * L * E * E + 4 * L * L * E * H, 8 * L * E * E + 4 * L * L * E // H]
+    messages = [check("complexity/multihead-flops", w).message for w in wrong]
+    assert len(set(wrong)) == len(wrong) and len(set(messages)) == len(messages)
+
+
 def test_flops_stub_and_non_number():
     assert check("complexity/multihead-flops", ...).status == "not attempted yet"
     assert check("complexity/multihead-flops", "a lot").status == "failed"
@@ -132,3 +140,119 @@ def test_hints_and_solutions_render():
     for exercise_id in ("complexity/online-softmax", "complexity/multihead-flops"):
         assert str(hint(exercise_id)) and str(solution(exercise_id))
     assert f"{TOTAL:,}" in str(solution("complexity/multihead-flops"))
+
+
+# -- predict: the scores of a causal tiled attention ---------------------------------------------
+
+CELLS = "complexity/causal-cells"
+
+
+def _tiled_causal_scores(length=4096, query_block=256, key_block=1024):
+    """Independent count: the scores of each (query block, key tile) pair that tiled_attention visits."""
+    total = 0
+    for q_start in range(0, length, query_block):
+        key_end = q_start + query_block  # causal, L = S: nothing after the block's last query
+        for k_start in range(0, key_end, key_block):
+            total += query_block * (min(k_start + key_block, key_end) - k_start)
+    return total
+
+
+@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor(float(v), dtype=torch.float64)])
+def test_causal_cells_accepts_the_count(style):
+    assert check(CELLS, style(_tiled_causal_scores())).passed
+
+
+def test_causal_cells_count_is_what_tiled_attention_multiplies():
+    """The FLOPs counted in tiled_attention's products are 4 d per computed score (Q K^T and P V, 2 each)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.efficient import tiled_attention
+
+    q, k, v = (torch.randn(1, 1, 4096, 8) for _ in range(3))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        tiled_attention(q, k, v, causal=True)
+    assert counter.get_total_flops() == 4 * 8 * _tiled_causal_scores()
+
+
+@pytest.mark.parametrize(
+    "answer,diagnosis",
+    [
+        (4096 * 4096, "every score"),
+        (4096 * 4097 // 2, "exact causal triangle"),
+        (4096 * 4096 // 2, "half of L^2"),
+        (40 * 256 * 1024, "cut short"),
+        (8 * _tiled_causal_scores(), "all 8 heads"),
+        (1234, "is not it"),
+    ],
+)
+def test_causal_cells_diagnoses(answer, diagnosis):
+    result = check(CELLS, answer)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+# -- find the bug: a blocked softmax ---------------------------------------------------------------
+
+from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+
+BUG = "complexity/find-the-bug"
+
+
+def test_blocked_softmax_listing_is_wrong_on_line_13_only():
+    lines = notebook_listing("07_complexity.ipynb", "ex-complexity-find-the-bug")
+    q, k, v = torch.randn(2, 5, 8), 3 * torch.randn(2, 300, 8), torch.randn(2, 300, 4)
+    reference = torch.softmax(q @ k.transpose(-2, -1) * 8**-0.5, -1) @ v
+    buggy = run_listing(lines, "blocked_attention")
+    assert not torch.allclose(buggy(q, k, v), reference, atol=1e-4)
+    torch.testing.assert_close(buggy(q, k, v, block=300), reference)  # one block: the bug is invisible
+    fixed = run_listing(lines, "blocked_attention", {13: "acc = c[..., None] * acc + p @ v[..., start:start + block, :]"})
+    torch.testing.assert_close(fixed(q, k, v), reference, atol=1e-5, rtol=1e-4)
+    assert "acc = acc + p @ v" in lines[13 - 1]
+
+
+@pytest.mark.parametrize("style", [13, 13.0, torch.tensor(13), torch.tensor([13.0])])
+def test_find_the_bug_accepts_the_line(style):
+    assert check(BUG, style).passed
+
+
+@pytest.mark.parametrize("line,words", [(12, "old sum is rescaled"), (11, "at most 1"), (10, "NEW maximum"), (4, "-inf"), (15, "once"), (99, "not a line")])
+def test_find_the_bug_explains_other_lines(line, words):
+    result = check(BUG, line)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+# -- experiment: the FLOPs that causal tiling saves ------------------------------------------------
+
+RATIO = "complexity/causal-flops"
+
+
+def _measured_ratio(length=2048):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.efficient import tiled_attention
+
+    q, k, v = (torch.randn(1, 8, length, 64) for _ in range(3))
+    counts = []
+    for causal in (True, False):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            tiled_attention(q, k, v, causal=causal)
+        counts.append(counter.get_total_flops())
+    return counts[0] / counts[1]
+
+
+def test_causal_flops_accepts_the_measurement_within_tolerance():
+    measured = _measured_ratio()
+    for answer in (measured, torch.tensor(measured), measured + 0.009, measured - 0.009, torch.tensor(measured, dtype=torch.float32)):
+        assert check(RATIO, answer).passed, answer
+    assert not check(RATIO, measured + 0.02).passed  # outside the stated tolerance
+
+
+@pytest.mark.parametrize("answer,diagnosis", [(0.5, "ideal half"), (0.5002, "ideal half"), (1.0, "naive"), (16 / 9, "divided the non-causal"), (0.7, "not within 0.01")])
+def test_causal_flops_diagnoses(answer, diagnosis):
+    result = check(RATIO, answer)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+def test_new_exercises_stub_and_solutions():
+    for exercise_id in (CELLS, BUG, RATIO):
+        assert check(exercise_id, ...).status == "not attempted yet"
+        assert str(hint(exercise_id)) and str(solution(exercise_id))

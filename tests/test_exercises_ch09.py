@@ -183,3 +183,77 @@ def test_ffn_rejects_mistakes(wrong, phrase):
 
 def test_ffn_stub_is_not_attempted():
     assert check(FFN, _stub).status == NOT_ATTEMPTED
+
+
+# -- predict: the multiply-adds of the persistent memory ----------------------------------------------
+
+from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+
+MACS = "all-attention/memory-cost"
+
+
+def _counted_memory_macs(d=512, h=8, n=1024):
+    """Independent count: FLOPs of an AllAttention layer with N persistent vectors minus N = 0, per token, halved."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.all_attention import AllAttention
+
+    x = torch.randn(1, 4, d)
+    counts = []
+    for persistent in (n, 0):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            AllAttention(d, h, persistent)(x)
+        counts.append(counter.get_total_flops())
+    return (counts[0] - counts[1]) // 4 // 2
+
+
+@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)])
+def test_memory_cost_accepts(style):
+    assert check(MACS, style(_counted_memory_macs())).passed
+
+
+@pytest.mark.parametrize(
+    "answer,words",
+    [(8 * 2 * 1024 * 512, "full width d"), (1024 * 512, "scores alone"), (2 * 1024 * 64, "one head"), (2 * 8 * 1024, "width of the vectors"),
+     (4 * 1024 * 512, "FLOPs"), (5, "is not it")],
+)
+def test_memory_cost_diagnoses(answer, words):
+    _failed(check(MACS, answer), words)
+
+
+# -- find the bug: the memory never read --------------------------------------------------------------
+
+BUG = "all-attention/find-the-bug"
+
+
+def test_persistent_listing_is_wrong_on_line_7_only():
+    from attncourse.exercises.ch09_all_attention import _persistent_head_solution
+
+    lines = notebook_listing("09_all_attention.ipynb", "ex-all-attention-find-the-bug")
+    q, k, v = (torch.randn(6, 8, dtype=torch.float64) for _ in range(3))
+    mk, mv = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    expected, _ = _persistent_head_solution(q, k, v, mk, mv, causal_mask(6))
+    buggy = run_listing(lines, "persistent_head")(q, k, v, mk, mv)
+    assert not torch.allclose(buggy, expected)
+    fixed = run_listing(lines, "persistent_head", {
+        7: "visible = torch.cat([torch.ones(L, L, dtype=torch.bool).tril(), torch.ones(L, N, dtype=torch.bool)], dim=-1)"})(q, k, v, mk, mv)
+    torch.testing.assert_close(fixed, expected)
+    assert ".tril()" in lines[7 - 1]
+
+
+@pytest.mark.parametrize("style", [7, 7.0, torch.tensor(7), torch.tensor([7.0])])
+def test_find_the_bug_accepts(style):
+    assert check(BUG, style).passed
+
+
+@pytest.mark.parametrize("line,words", [(6, "1/sqrt(d_h)"), (9, "ONE softmax"), (4, "appended"), (8, "-inf"), (0, "not a line")])
+def test_find_the_bug_explains_other_lines(line, words):
+    _failed(check(BUG, line), words)
+
+
+def test_new_exercises_stub_and_solutions():
+    from attncourse.exercises import hint, solution
+
+    for exercise_id in (MACS, BUG):
+        assert check(exercise_id, ...).status == "not attempted yet"
+        assert str(hint(exercise_id)) and str(solution(exercise_id))
