@@ -51,7 +51,7 @@ class AllAttention(nn.Module):
         num_persistent: ``N``, persistent vectors per head (``0``: the ordinary layer).
         bias: biases on the four projections (the paper has none).
 
-    The persistent vectors follow the paper's parametrisation: they are stored as
+    The persistent vectors follow the parametrisation of the authors' code: they are stored as
     ``persistent_key`` ~ N(0, 1/d_h) and ``persistent_value`` ~ N(0, 1/N), each of shape
     ``(h, N, d_h)``, and enter the attention multiplied by ``sqrt(d_h)`` and ``sqrt(N)``
     (:meth:`memory`), so that they start at unit scale while the optimiser moves them

@@ -162,7 +162,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     runs = {}
     for seed in args.seeds:
         result = compare_on_lookup(seed, steps=args.steps, progress=False)
