@@ -1,4 +1,4 @@
-"""Adaptive attention span (chapter 6): Sukhbaatar et al., "Adaptive Attention Span in
+"""Adaptive attention span (chapter 8): Sukhbaatar et al., "Adaptive Attention Span in
 Transformers" (ACL 2019).
 
 Each head ``h`` learns how far back it looks. A query at position ``t`` weighs the key at
@@ -315,7 +315,11 @@ class AdaptiveSpanAttention(nn.Module):
         block: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
         position_bias: learn a score per head and distance (``(H, max_span + ceil(ramp))``,
             zeros at first) added to the attention scores, so that a head can find "the token
-            ``x`` back" directly; the paper's model uses relative position embeddings too.
+            ``x`` back" directly. A simplified variant of the paper's relative positions: a
+            scalar bias per head and distance (as in T5), where the paper's model dots the
+            query with a learned vector per distance (``q_t . p_x``); and the query's own
+            position (``x = 0``) is a key here, while the paper's layer attends to the ``S``
+            steps before it.
         bias: whether the four projections have biases.
 
     ``forward(x (B, L, embed_dim), mask=None)`` returns ``(output (B, L, embed_dim),
@@ -412,7 +416,7 @@ def adaptive_span_lm(
     max_len: int = 128,
     **span_options,
 ) -> nn.Module:
-    """Chapter 4's ``CausalLM`` (chapter 4) over :class:`AdaptiveSpanBlock` layers.
+    """The ``CausalLM`` of chapter 5 over :class:`AdaptiveSpanBlock` layers.
 
     ``span_options`` (``init_span``, ``learnable``, ``trim``) go to every layer.
     """

@@ -1,4 +1,4 @@
-"""All-attention: persistent memory vectors in place of the feed-forward sublayer (chapter 7).
+"""All-attention: persistent memory vectors in place of the feed-forward sublayer (chapter 9).
 
 Sukhbaatar, Grave, Lample, Jégou, Joulin, "Augmenting Self-attention with Persistent
 Memory" (2019). Each head ``i`` gets ``N`` learned key vectors ``M_i^K`` and ``N`` value
@@ -51,7 +51,7 @@ class AllAttention(nn.Module):
         num_persistent: ``N``, persistent vectors per head (``0``: the ordinary layer).
         bias: biases on the four projections (the paper has none).
 
-    The persistent vectors follow the paper's parametrisation: they are stored as
+    The persistent vectors follow the parametrisation of the authors' code: they are stored as
     ``persistent_key`` ~ N(0, 1/d_h) and ``persistent_value`` ~ N(0, 1/N), each of shape
     ``(h, N, d_h)``, and enter the attention multiplied by ``sqrt(d_h)`` and ``sqrt(N)``
     (:meth:`memory`), so that they start at unit scale while the optimiser moves them
@@ -92,7 +92,7 @@ class AllAttention(nn.Module):
                 of 1 broadcast). It is extended with ``N`` always-visible columns, so it never
                 reaches a persistent vector.
             span_mask: optional soft mask in ``[0, 1]`` over the context keys, broadcastable to
-                ``(B, h, L, L)``, e.g. an adaptive span's ``m_z(t - r)`` (chapter 6). It
+                ``(B, h, L, L)``, e.g. an adaptive span's ``m_z(t - r)`` (chapter 8). It
                 multiplies the context weights, and the weights over context *and* memory are
                 renormalised together, as in the paper; persistent weights are never scaled.
 

@@ -1,4 +1,4 @@
-"""Benchmark of attention implementations (chapter 5): ``python -m attncourse.benchmark``.
+"""Benchmark of attention implementations (chapter 7): ``python -m attncourse.benchmark``.
 
 Measures, in one run and side by side, the naive attention of the package
 (:func:`attncourse.attention.scaled_dot_product_attention`, which builds the ``(L, S)``
@@ -23,12 +23,13 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._checks import require_positive_int
 from .attention import scaled_dot_product_attention
 from .efficient import tiled_attention
 from .masks import causal_mask
@@ -37,10 +38,10 @@ from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_
 from .multihead import MultiHeadAttention
 from .transformer import CausalLM
 
-__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "plot", "main"]
+__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "plot", "constants", "load_constants", "main"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
-# Shipped inside the package (package data), so chapter 5 finds the committed results in a
+# Shipped inside the package (package data), so chapter 7 finds the committed results in a
 # Colab runtime that installed only the package, as well as in a clone.
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 
@@ -294,6 +295,58 @@ def plot(result: Dict[str, object]):
     return fig
 
 
+def constants(sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, score_length: int = 512) -> Dict[str, object]:
+    """What the O() formulas hide, measured side by side on the CPU (chapter 7's "Big O against practice").
+
+    * ``matmul_flops_per_s``: ``{n: FLOP/s}`` of square ``n x n`` products, each timed as a batch
+      of products doing the same total work (interleaved, so load hits every size alike);
+    * ``softmax_flops_per_s`` and ``qk_flops_per_s``: the softmax of ``(8, L, L)`` scores
+      (counted as 5 FLOPs per element) and the ``Q K^T`` product that makes them (``d = 64``);
+    * ``copy_bytes_per_s``: read + write bandwidth of cloning a 64 MiB tensor;
+    * ``thread_flops_per_s``: ``{threads: FLOP/s}`` of a 768 x 768 product with 1 thread and
+      with torch's default number of threads.
+    """
+    for n in sizes:
+        require_positive_int("sizes", n)
+    g = torch.Generator().manual_seed(0)
+    largest = max(sizes)
+    fns, work = {}, {}
+    for n in sizes:
+        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        reps = max(1, (largest // n) ** 3 // 64)  # about the same FLOPs per call for every size
+        fns[str(n)] = (lambda a=a, b=b, reps=reps: [a @ b for _ in range(reps)])
+        work[str(n)] = 2 * n**3 * reps
+    matmul = {name: work[name] / t.median for name, t in time_interleaved(fns, repeats=repeats).items()}
+    s = torch.randn(8, score_length, score_length, generator=g)
+    q, k = torch.randn(8, score_length, 64, generator=g), torch.randn(8, score_length, 64, generator=g)
+    t = time_interleaved({"softmax": lambda: torch.softmax(s, dim=-1), "qk": lambda: q @ k.transpose(-2, -1)}, repeats=repeats)
+    big = torch.randn(16 * 2**20, generator=g)
+    copy_time = time_interleaved({"copy": big.clone}, repeats=repeats)["copy"].median
+    threads = torch.get_num_threads()
+    a, b = torch.randn(768, 768, generator=g), torch.randn(768, 768, generator=g)
+    per_thread = {}
+    for n in sorted({1, threads}):
+        torch.set_num_threads(n)
+        per_thread[str(n)] = 2 * 768**3 / time_interleaved({"mm": lambda: a @ b}, repeats=repeats)["mm"].median
+    torch.set_num_threads(threads)
+    info = machine("cpu")
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "machine": info,
+        "matmul_flops_per_s": matmul,
+        "softmax_flops_per_s": 5 * s.numel() / t["softmax"].median,
+        "qk_flops_per_s": 2 * s.numel() * 64 / t["qk"].median,
+        "copy_bytes_per_s": 2 * big.numel() * 4 / copy_time,
+        "thread_flops_per_s": per_thread,
+    }
+
+
+def load_constants(folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
+    """The results written by ``python -m attncourse.benchmark --constants`` (CPU)."""
+    return json.loads((Path(folder) / f"constants_cpu{tag}.json").read_text())
+
+
 def _print_rows(rows: List[Dict[str, object]]) -> None:
     print(table(rows).split("\n", 1)[1], flush=True)
 
@@ -308,9 +361,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
     parser.add_argument("--cache", action="store_true", help="time a decoding step with and without the KV cache (chapter 6)")
     parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048], help="context lengths for --cache")
+    parser.add_argument("--constants", action="store_true", help="measure only the CPU constants (constants_cpu.json): a minute")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.constants:
+        result = constants()
+        args.output.mkdir(parents=True, exist_ok=True)
+        path = args.output / f"constants_cpu{args.tag}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
+        print(f"written to {path}")
+        return
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     if args.cache:

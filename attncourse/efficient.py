@@ -1,4 +1,4 @@
-"""Memory-efficient exact attention: the FlashAttention algorithm in plain PyTorch (chapter 5).
+"""Memory-efficient exact attention: the FlashAttention algorithm in plain PyTorch (chapter 7).
 
 The naive computation builds the whole ``(L, S)`` score matrix, so its memory grows like
 ``L * S``. :func:`tiled_attention` walks over the keys in blocks and keeps, for every query,
@@ -15,7 +15,7 @@ Only one ``(query block, key block)`` tile of scores exists at any time.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ from ._checks import (
     require_positive_number,
 )
 
-__all__ = ["tiled_attention", "online_softmax_update"]
+__all__ = ["tiled_attention", "online_softmax_update", "tile_schedule"]
 
 
 def online_softmax_update(
@@ -186,3 +186,31 @@ def tiled_attention(
         else:
             blocks.append(_attend_query_block(*args))
     return torch.cat(blocks, dim=-2).to(out_dtype)
+
+
+def tile_schedule(
+    seq_q: int, seq_k: int, *, causal: bool = False, block_size: int = 1024, query_block_size: int = 256
+) -> List[Tuple[int, int, int, int, bool]]:
+    """The tiles of scores that :func:`tiled_attention` computes, in the order it computes them.
+
+    Returns a list of ``(q_start, q_stop, k_start, k_stop, crosses_diagonal)``: query rows
+    ``q_start:q_stop`` against key columns ``k_start:k_stop``; ``crosses_diagonal`` is ``True``
+    for a causal tile that holds future keys, computed in full and then masked. The same
+    bounds as the loops of :func:`tiled_attention` (query blocks of ``query_block_size``,
+    key blocks of ``block_size``, and with ``causal`` no key after a block's last query).
+    """
+    require_positive_int("seq_q", seq_q)
+    require_positive_int("seq_k", seq_k)
+    require_positive_int("block_size", block_size)
+    require_positive_int("query_block_size", query_block_size)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    offset = seq_k - seq_q
+    tiles = []
+    for q_start in range(0, seq_q, query_block_size):
+        q_stop = min(q_start + query_block_size, seq_q)
+        key_end = min(seq_k, q_stop + offset) if causal else seq_k
+        for k_start in range(0, max(key_end, 0), block_size):
+            k_stop = min(k_start + block_size, key_end)
+            tiles.append((q_start, q_stop, k_start, k_stop, causal and k_stop - 1 > q_start + offset))
+    return tiles

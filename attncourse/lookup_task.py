@@ -1,4 +1,4 @@
-"""A synthetic language that needs a fixed lookup table (chapter 7's experiment).
+"""A synthetic language that needs a fixed lookup table (chapter 9's experiment).
 
 Each token is read off a fixed random table indexed by the two tokens before it::
 
@@ -11,15 +11,19 @@ its weights, in a feed-forward layer or in persistent memory vectors.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
-from typing import Optional
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from ._checks import fmt_shape, require_positive_int, require_tensor
 
-__all__ = ["make_table", "lookup_sequences", "lookup_entropy"]
+__all__ = ["make_table", "lookup_sequences", "lookup_entropy", "MODEL_KINDS", "build_lookup_model", "compare_on_lookup", "load_seed_results"]
 
 
 def make_table(vocab_size: int, *, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -76,3 +80,102 @@ def lookup_entropy(vocab_size: int, noise: float) -> float:
     if miss > 0:
         entropy -= (vocab_size - 1) * miss * math.log(miss)
     return entropy
+
+
+# -- chapter 9's experiment: three models of the same size on the lookup language -------------
+
+MODEL_KINDS = ("FFN Transformer", "all-attention", "attention-only")
+RESULTS = Path(__file__).resolve().parent / "results" / "ch09_lookup_seeds.json"
+
+
+def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, seed: int = 0):
+    """One of the three models of (nearly) the same size that chapter 9 compares, initialised with ``seed``.
+
+    ``"FFN Transformer"``: 2 standard layers, ``d = 64``, 4 heads, ``d_ff = 256``;
+    ``"all-attention"``: 2 all-attention layers, ``d = 64``, 4 heads, ``N = 256`` per head;
+    ``"attention-only"``: 6 standard layers without an FFN (``d_ff = 0``).
+    """
+    from .all_attention import AllAttentionBlock
+    from .transformer import CausalLM, TransformerBlock
+
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"kind must be one of {MODEL_KINDS}, got {kind!r}")
+    torch.manual_seed(seed)
+    if kind == "FFN Transformer":
+        return CausalLM.standard(vocab_size, d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=length)
+    if kind == "all-attention":
+        return CausalLM(vocab_size, 64, length, [AllAttentionBlock(64, 4, num_persistent=256) for _ in range(2)])
+    return CausalLM(vocab_size, 64, length, [TransformerBlock(64, 4, d_ff=0) for _ in range(6)])
+
+
+def compare_on_lookup(
+    seed: int = 0, *, steps: int = 600, batch: int = 32, vocab_size: int = 32, length: int = 16, noise: float = 0.2,
+    kinds: Sequence[str] = MODEL_KINDS, progress: bool = True,
+) -> Dict[str, Dict[str, object]]:
+    """Train each model of ``kinds`` on the same lookup language and batches; return their results.
+
+    The table and the data (8192 training and 1024 test sequences) come from a generator
+    seeded with 0, whatever ``seed``; ``seed`` sets the models' initialisation and the order
+    of the batches (seed 0: batch ``step`` is drawn by a generator seeded with ``step``). The
+    loss is counted from the third token on, the first with a table entry to predict.
+
+    Returns ``{kind: {"test_loss", "parameters", "curve", "seconds"}}``; ``"curve"`` holds the
+    training loss of every step.
+    """
+    from .all_attention import count_parameters
+    from .training import next_token_loss, train
+
+    generator = torch.Generator().manual_seed(0)
+    table = make_table(vocab_size, generator=generator)
+    train_tokens = lookup_sequences(table, 8192, length, noise=noise, generator=generator)
+    test_tokens = lookup_sequences(table, 1024, length, noise=noise, generator=generator)
+
+    def get_batch(step: int) -> Tensor:
+        rows = torch.randint(len(train_tokens), (batch,), generator=torch.Generator().manual_seed(step + 1_000_003 * seed))
+        return train_tokens[rows]
+
+    def loss_fn(model, tokens: Tensor) -> Tensor:
+        return next_token_loss(model(tokens), tokens, start=2)
+
+    results: Dict[str, Dict[str, object]] = {}
+    for kind in kinds:
+        model = build_lookup_model(kind, vocab_size, length, seed=seed)
+        start = time.perf_counter()
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        curve = train(model, get_batch, loss_fn, steps=steps, optimizer=optimizer, progress=progress, desc=kind)
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            test_loss = loss_fn(model, test_tokens).item()
+        results[kind] = {"test_loss": test_loss, "parameters": count_parameters(model), "curve": curve,
+                         "seconds": seconds, "model": model}
+    return results
+
+
+def load_seed_results(path: Optional[str] = None) -> Dict[str, object]:
+    """The committed results of ``python -m attncourse.lookup_task`` (several seeds, package data)."""
+    return json.loads(Path(path or RESULTS).read_text())
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Run :func:`compare_on_lookup` for several seeds and write the test losses as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m attncourse.lookup_task", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    runs = {}
+    for seed in args.seeds:
+        result = compare_on_lookup(seed, steps=args.steps, progress=False)
+        runs[str(seed)] = {kind: {"test_loss": r["test_loss"], "parameters": r["parameters"]} for kind, r in result.items()}
+        print(seed, {kind: round(r["test_loss"], 4) for kind, r in result.items()}, flush=True)
+    payload = {"steps": args.steps, "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": runs}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

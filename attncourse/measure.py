@@ -1,4 +1,4 @@
-"""Measuring attention: wall time, peak memory and FLOP counts (chapter 5).
+"""Measuring attention: wall time, peak memory and FLOP counts (chapter 7).
 
 * Time: the median of several repeats after a warm-up call; implementations that are to be
   compared are timed *interleaved* (A, B, C, A, B, C, ...) so that a change in the machine's

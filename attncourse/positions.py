@@ -31,7 +31,9 @@ def _require_even(name: str, value: int) -> None:
 def sinusoidal_encoding(
     length: int, d_model: int, *, base: float = 10000.0, device=None, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """The fixed position encodings of "Attention Is All You Need", ``(length, d_model)``::
+    """The fixed position encodings of "Attention Is All You Need", ``(length, d_model)``.
+
+    Row ``pos`` holds::
 
         PE[pos, 2i]     = sin(pos / base^(2i / d_model))
         PE[pos, 2i + 1] = cos(pos / base^(2i / d_model))

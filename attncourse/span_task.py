@@ -1,4 +1,4 @@
-"""A synthetic sequence task for chapter 6: some predictions need a near token, others a far one.
+"""A synthetic sequence task for chapter 8: some predictions need a near token, others a far one.
 
 Token ``t`` (from position ``far`` on) copies the token ``near`` positions back when the
 previous token is in the lower half of the vocabulary, and the token ``far`` positions back

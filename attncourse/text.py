@@ -2,7 +2,7 @@
 
 ``attncourse/data/shakespeare.txt`` holds the speeches of three of Shakespeare's plays
 (*Hamlet*, *Macbeth*, *Romeo and Juliet*), about 368,000 characters of plain ASCII laid out as
-``SPEAKER:`` followed by the spoken lines and a blank line (:data:`TEXT_SOURCE` says where the
+``SPEAKER:`` followed by the spoken lines and a blank line (``TEXT_SOURCE`` says where the
 text comes from and why it may be shipped).
 
 * :func:`load_text` reads it.

@@ -79,7 +79,7 @@ def train(
         model: the module to train; left in ``eval()`` mode at the end.
         get_batch: ``get_batch(step)`` returns the batch for that step (seed it for determinism).
         loss_fn: ``loss_fn(model, batch)`` returns the scalar loss to minimise (add any
-            regulariser, such as chapter 6's span penalty, here).
+            regulariser, such as chapter 8's span penalty, here).
         steps: number of optimiser steps.
         optimizer: an optimiser over the model's parameters.
         after_step: ``after_step(model, step)`` runs after each optimiser step (for example

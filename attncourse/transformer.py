@@ -1,4 +1,4 @@
-"""The small Transformer models that the later chapters train (chapters 4, 6 and 7).
+"""The small Transformer models that the later chapters train (chapters 4, 5, 8 and 9).
 
 * :class:`TransformerBlock`: a post-LayerNorm layer as in "Attention Is All You Need"::
 
@@ -15,7 +15,7 @@
 * :class:`CausalLM`: decoder-only language model over any stack of blocks. A block is any
   module called as ``block(x, mask)`` with ``x`` of shape ``(B, L, d_model)`` and a causal
   ``mask`` of shape ``(L, L)``; so a standard Transformer, one with adaptive spans
-  (chapter 6) and an all-attention one (chapter 7) differ only in the blocks they stack.
+  (chapter 8) and an all-attention one (chapter 9) differ only in the blocks they stack.
 """
 from __future__ import annotations
 

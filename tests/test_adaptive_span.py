@@ -1,4 +1,4 @@
-"""Tests of chapter 6's adaptive attention span, against independent references."""
+"""Tests of chapter 8's adaptive attention span, against independent references."""
 import math
 
 import pytest

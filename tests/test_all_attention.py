@@ -1,4 +1,4 @@
-"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 7)."""
+"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 9)."""
 import math
 
 import pytest
@@ -367,3 +367,34 @@ def test_lookup_bad_input():
         lookup_sequences(table, 2, 2)
     with pytest.raises(ValueError, match=r"noise must be a probability in \[0, 1\]"):
         lookup_sequences(table, 2, 5, noise=1.5)
+
+
+def test_lookup_models_have_nearly_the_same_size():
+    from attncourse.all_attention import count_parameters
+    from attncourse.lookup_task import MODEL_KINDS, build_lookup_model
+
+    sizes = [count_parameters(build_lookup_model(kind)) for kind in MODEL_KINDS]
+    assert max(sizes) / min(sizes) < 1.03
+    with pytest.raises(ValueError, match="kind"):
+        build_lookup_model("FFN")
+
+
+def test_compare_on_lookup_is_reproducible_and_writes_json(tmp_path):
+    from attncourse.lookup_task import MODEL_KINDS, compare_on_lookup, load_seed_results, main
+
+    first = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
+    again = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
+    other = compare_on_lookup(2, steps=3, kinds=("all-attention",), progress=False)
+    assert first["all-attention"]["curve"] == again["all-attention"]["curve"]  # seeded
+    assert first["all-attention"]["curve"] != other["all-attention"]["curve"]  # the seed matters
+    main(["--seeds", "0", "--steps", "2", "--output", str(tmp_path / "seeds.json")])
+    written = load_seed_results(str(tmp_path / "seeds.json"))
+    assert set(written["runs"]["0"]) == set(MODEL_KINDS) and written["steps"] == 2
+
+
+def test_committed_seed_results_cover_every_model():
+    from attncourse.lookup_task import MODEL_KINDS, load_seed_results
+
+    committed = load_seed_results()
+    assert len(committed["runs"]) >= 3 and committed["steps"] == 600
+    assert all(set(run) == set(MODEL_KINDS) for run in committed["runs"].values())

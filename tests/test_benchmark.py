@@ -49,3 +49,17 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
         assert r["speedup"] == r["uncached_s"] / r["cached_s"]
     with pytest.raises(ValueError, match="impl"):
         benchmark.build_decode("other", 4)
+
+
+def test_constants_at_tiny_sizes(tmp_path, capsys):
+    result = benchmark.constants(sizes=(8, 16), repeats=1, score_length=16)
+    assert set(result["matmul_flops_per_s"]) == {"8", "16"}
+    assert all(v > 0 for v in result["matmul_flops_per_s"].values())
+    assert result["softmax_flops_per_s"] > 0 and result["qk_flops_per_s"] > 0 and result["copy_bytes_per_s"] > 0
+    assert "1" in result["thread_flops_per_s"]
+    assert torch.get_num_threads() == int(max(result["thread_flops_per_s"], key=int))  # the thread count is restored
+
+
+def test_committed_constants_load():
+    result = benchmark.load_constants()
+    assert {"machine", "matmul_flops_per_s", "softmax_flops_per_s", "qk_flops_per_s", "copy_bytes_per_s"} <= set(result)

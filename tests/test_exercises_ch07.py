@@ -1,187 +1,258 @@
-"""The chapter 7 checkers accept the reference answers and reject realistic mistakes with the right diagnosis."""
+"""The chapter 7 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
 import pytest
 import torch
 
-from attncourse.exercises import check
-from attncourse.exercises._core import NOT_ATTEMPTED, _get
-from attncourse.masks import causal_mask
-
-COUNT = "all-attention/parameter-count"
-HEAD = "all-attention/persistent-head"
-FFN = "all-attention/ffn-as-attention"
+from attncourse.exercises import check, hint, solution
+from attncourse.exercises.ch07_complexity import _online_update_solution
+from attncourse.measure import multihead_flops
 
 
-def _failed(result, *phrases):
-    assert not result.passed, result
-    for phrase in phrases:
-        assert phrase in result.message, result.message
+# -- online softmax ---------------------------------------------------------------------------
+
+def _no_sum_rescale(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l + w.sum(-1), acc * c[:, None] + w @ v
 
 
-def _stub(*args):
+def _no_acc_rescale(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc + w @ v
+
+
+def _old_max_in_exp(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - m[:, None])  # the running max not updated before exponentiating
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _inverted_correction(m, l, acc, s, v):
+    new_m = torch.maximum(m, s.amax(-1))
+    c = torch.exp(new_m - m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _block_max_only(m, l, acc, s, v):
+    new_m = s.amax(-1)
+    c = torch.exp(m - new_m)
+    w = torch.exp(s - new_m[:, None])
+    return new_m, l * c + w.sum(-1), acc * c[:, None] + w @ v
+
+
+def _no_max_at_all(m, l, acc, s, v):
+    w = torch.exp(s)  # right in exact arithmetic, overflows for large scores
+    return torch.maximum(m, s.amax(-1)), l + w.sum(-1), acc + w @ v
+
+
+def _stub(m, l, acc, s, v):
     raise NotImplementedError
 
 
-# -- the parameter count --------------------------------------------------------------------------
-
-D, H, N = 512, 8, 2048
-
-
-def test_count_accepts_the_formula():
-    assert check(COUNT, 4 * D * D + 2 * N * D).passed
-    assert check(COUNT, torch.tensor(4 * D * D + 2 * N * D)).passed
+def test_online_softmax_accepts_reference():
+    assert check("complexity/online-softmax", _online_update_solution).passed
 
 
 @pytest.mark.parametrize(
-    "answer, phrase",
+    "wrong,diagnosis",
     [
-        (4 * D * D + 2 * N * (D // H), "one head only"),
-        (4 * D * D + N * D, "keys without the values"),
-        (2 * N * D, "without the four projections"),
-        (3 * D * D + 2 * N * D, "left out a projection"),
-        (4 * D * D + 2 * N * D * H, "multiplied by h once too often"),
-        (4 * D * D + 2 * N * D + 4 * D, "biases"),
-        (4 * D * D + 2 * N * D + 2 * D, "LayerNorm"),
-        (4 * D * D + 4 * N * D, "feed-forward layer as well"),
-        (4 * D * D, "projections only"),
-        (12345, "is not it"),
+        (_no_sum_rescale, "running sum is not rescaled"),
+        (_no_acc_rescale, "accumulated values are not rescaled"),
+        (_old_max_in_exp, "OLD maximum"),
+        (_inverted_correction, "inverted"),
+        (_block_max_only, "max of the new block only"),
     ],
 )
-def test_count_rejects_mistakes(answer, phrase):
-    _failed(check(COUNT, answer), phrase)
+def test_online_softmax_diagnoses(wrong, diagnosis):
+    result = check("complexity/online-softmax", wrong)
+    assert result.status == "failed"
+    assert diagnosis in result.message
 
 
-def test_count_not_attempted_and_not_a_number():
-    assert check(COUNT, ...).status == NOT_ATTEMPTED
-    _failed(check(COUNT, "3145728"), "should be a number")
+def test_online_softmax_catches_overflow():
+    # exp(scores) without a shift: right on small scores (the one-step check shifts by the
+    # max, so it fails there already, as a plain difference) and inf/NaN on large ones
+    result = check("complexity/online-softmax", _no_max_at_all)
+    assert result.status == "failed"
 
 
-# -- one head with persistent vectors -----------------------------------------------------------------
-
-reference_head = _get(HEAD).checker.__globals__["_persistent_head_solution"]
-
-
-def _extended(mask, n, fill=True):
-    return torch.cat([mask, torch.full((*mask.shape[:-1], n), fill)], dim=-1)
+def test_online_softmax_stub_and_wrong_return():
+    assert check("complexity/online-softmax", _stub).status == "not attempted yet"
+    result = check("complexity/online-softmax", lambda m, l, acc, s, v: acc)
+    assert result.status == "failed" and "three tensors" in result.message
 
 
-def masked_memory(query, key, value, memory_key, memory_value, mask):
-    """The causal mask applied to every column: torch.tril over (L, L + N) hides the memory."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = torch.ones(mask.size(-2), keys.size(-2), dtype=torch.bool).tril()
-    keep[:, : mask.size(-1)] = mask
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+# -- FLOPs ------------------------------------------------------------------------------------
+
+L, E, H = 1024, 768, 12  # L != 2E and L != 4E: every likely mistake gives its own number
+TOTAL = multihead_flops(1, L, L, E, H)
 
 
-def causal_over_all(query, key, value, memory_key, memory_value, mask):
-    """causal_mask(L, L + N) over the concatenation (bottom-right aligned)."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = causal_mask(query.size(-2), keys.size(-2))
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+def test_flops_accepts_the_formula_and_counted_value():
+    assert check("complexity/multihead-flops", TOTAL).passed
+    from torch.utils.flop_counter import FlopCounterMode
 
+    from attncourse.multihead import MultiHeadAttention
 
-def two_softmaxes(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
-    ctx = torch.softmax((query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1)
-    mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_h**0.5, -1)
-    return ctx @ value + mem @ memory_value, torch.cat([ctx, mem], -1)
-
-
-def two_softmaxes_averaged(*args):
-    out, w = two_softmaxes(*args)
-    return out / 2, w / 2
-
-
-def memory_unscaled(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
-    s_ctx = (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf"))
-    s_mem = query @ memory_key.transpose(-2, -1)
-    w = torch.softmax(torch.cat([s_ctx, s_mem], -1), -1)
-    return w @ torch.cat([value, memory_value], -2), w
-
-
-def inverted_mask(query, key, value, memory_key, memory_value, mask):
-    return reference_head(query, key, value, memory_key, memory_value, ~mask)
-
-
-def memory_first(query, key, value, memory_key, memory_value, mask):
-    keys, values = torch.cat([memory_key, key], -2), torch.cat([memory_value, value], -2)
-    keep = torch.cat([torch.ones(*mask.shape[:-1], memory_key.size(-2), dtype=torch.bool), mask], -1)
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
-    w = torch.softmax(scores, -1)
-    return w @ values, w
-
-
-def wrong_output(*args):
-    out, w = reference_head(*args)
-    return w[..., : args[1].size(-2)] @ args[2], w  # forgot the memory's values
-
-
-def returns_only_output(*args):
-    return reference_head(*args)[0]
-
-
-def test_head_accepts_reference():
-    result = check(HEAD, reference_head)
-    assert result.passed, result
+    layer = MultiHeadAttention(E, H, bias=False)
+    x = torch.randn(1, L, E)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, x, x)
+    assert check("complexity/multihead-flops", counter.get_total_flops()).passed  # counted independently
 
 
 @pytest.mark.parametrize(
-    "wrong, phrase",
+    "answer,diagnosis",
     [
-        (masked_memory, "the causal mask reached them"),
-        (causal_over_all, "causal_mask(L, L + N)"),
-        (two_softmaxes, "one softmax over the context and another over the memory"),
-        (two_softmaxes_averaged, "averaged a softmax"),
-        (memory_unscaled, "persistent keys are not divided by sqrt(d_h)"),
-        (inverted_mask, "polarity is inverted"),
-        (memory_first, "persistent keys came first"),
-        (wrong_output, "weights are right but not the output"),
-        (returns_only_output, "Return a pair"),
+        (TOTAL // 2, "multiply-add as one"),
+        (4 * L * L * E, "two attention products alone"),
+        (8 * L * E * E, "four projections alone"),
+        (6 * L * E * E + 4 * L * L * E, "output projection"),
+        (8 * L * E * E + 2 * L * L * E, "only one of the two attention products"),
+        (8 * L * E * E + 4 * L * L * E * H, "full width E"),
+        (8 * L * E * E + 4 * L * L * E // H, "one head only"),
+        (1e6, "is not it"),
     ],
 )
-def test_head_rejects_mistakes(wrong, phrase):
-    _failed(check(HEAD, wrong), phrase)
+def test_flops_diagnoses(answer, diagnosis):
+    result = check("complexity/multihead-flops", answer)
+    assert result.status == "failed" and diagnosis in result.message
 
 
-def test_head_stub_is_not_attempted():
-    assert check(HEAD, _stub).status == NOT_ATTEMPTED
+def test_flops_mistakes_are_told_apart():
+    """With these sizes no two likely mistakes give the same number (at L = 2E or 4E some coincide)."""
+    wrong = [TOTAL // 2, 4 * L * L * E, 8 * L * E * E, 6 * L * E * E + 4 * L * L * E, 8 * L * E * E + 2 * L * L * E,
+             8 * L * E * E + 4 * L * L * E * H, 8 * L * E * E + 4 * L * L * E // H]
+    messages = [check("complexity/multihead-flops", w).message for w in wrong]
+    assert len(set(wrong)) == len(wrong) and len(set(messages)) == len(messages)
 
 
-def test_head_learner_error_is_reported():
-    def broken(query, *args):
-        return query.nonexistent
-
-    _failed(check(HEAD, broken), "raised AttributeError")
+def test_flops_stub_and_non_number():
+    assert check("complexity/multihead-flops", ...).status == "not attempted yet"
+    assert check("complexity/multihead-flops", "a lot").status == "failed"
 
 
-# -- FFN weights as keys and values ---------------------------------------------------------------------
+def test_hints_and_solutions_render():
+    for exercise_id in ("complexity/online-softmax", "complexity/multihead-flops"):
+        assert str(hint(exercise_id)) and str(solution(exercise_id))
+    assert f"{TOTAL:,}" in str(solution("complexity/multihead-flops"))
 
 
-def test_ffn_accepts_reference():
-    assert check(FFN, lambda w1, w2: (w1, w2.T)).passed
-    assert check(FFN, lambda w1, w2: (w1.clone(), w2.T.contiguous())).passed
-    # float64 weights answered in float32 lose precision: the dtype rule of the harness rejects it
-    assert "keep the input's dtype" in check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).message
+# -- predict: the scores of a causal tiled attention ---------------------------------------------
+
+CELLS = "complexity/causal-cells"
+
+
+def _tiled_causal_scores(length=4096, query_block=256, key_block=1024):
+    """Independent count: the scores of each (query block, key tile) pair that tiled_attention visits."""
+    total = 0
+    for q_start in range(0, length, query_block):
+        key_end = q_start + query_block  # causal, L = S: nothing after the block's last query
+        for k_start in range(0, key_end, key_block):
+            total += query_block * (min(k_start + key_block, key_end) - k_start)
+    return total
+
+
+@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor(float(v), dtype=torch.float64)])
+def test_causal_cells_accepts_the_count(style):
+    assert check(CELLS, style(_tiled_causal_scores())).passed
+
+
+def test_causal_cells_count_is_what_tiled_attention_multiplies():
+    """The FLOPs counted in tiled_attention's products are 4 d per computed score (Q K^T and P V, 2 each)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.efficient import tiled_attention
+
+    q, k, v = (torch.randn(1, 1, 4096, 8) for _ in range(3))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        tiled_attention(q, k, v, causal=True)
+    assert counter.get_total_flops() == 4 * 8 * _tiled_causal_scores()
 
 
 @pytest.mark.parametrize(
-    "wrong, phrase",
+    "answer,diagnosis",
     [
-        (lambda w1, w2: (w1.T, w2.T), "keys have shape (d_model, d_ff)"),
-        (lambda w1, w2: (w1, w2), "values have shape (d_model, d_ff)"),
-        (lambda w1, w2: (w2.T, w1), "keys and values are swapped"),
-        (lambda w1, w2: (w1 / w1.size(1) ** 0.5, w2.T), "divided by sqrt(d_model)"),
-        (lambda w1, w2: (w1, w2.T * 2), "keys are right, your values are not"),
-        (lambda w1, w2: w1, "Return a pair"),
+        (4096 * 4096, "every score"),
+        (4096 * 4097 // 2, "exact causal triangle"),
+        (4096 * 4096 // 2, "half of L^2"),
+        (40 * 256 * 1024, "cut short"),
+        (8 * _tiled_causal_scores(), "all 8 heads"),
+        (1234, "is not it"),
     ],
 )
-def test_ffn_rejects_mistakes(wrong, phrase):
-    _failed(check(FFN, wrong), phrase)
+def test_causal_cells_diagnoses(answer, diagnosis):
+    result = check(CELLS, answer)
+    assert result.status == "failed" and diagnosis in result.message, result.message
 
 
-def test_ffn_stub_is_not_attempted():
-    assert check(FFN, _stub).status == NOT_ATTEMPTED
+# -- find the bug: a blocked softmax ---------------------------------------------------------------
+
+from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+
+BUG = "complexity/find-the-bug"
+
+
+def test_blocked_softmax_listing_is_wrong_on_line_13_only():
+    lines = notebook_listing("07_complexity.ipynb", "ex-complexity-find-the-bug")
+    q, k, v = torch.randn(2, 5, 8), 3 * torch.randn(2, 300, 8), torch.randn(2, 300, 4)
+    reference = torch.softmax(q @ k.transpose(-2, -1) * 8**-0.5, -1) @ v
+    buggy = run_listing(lines, "blocked_attention")
+    assert not torch.allclose(buggy(q, k, v), reference, atol=1e-4)
+    torch.testing.assert_close(buggy(q, k, v, block=300), reference)  # one block: the bug is invisible
+    fixed = run_listing(lines, "blocked_attention", {13: "acc = c[..., None] * acc + p @ v[..., start:start + block, :]"})
+    torch.testing.assert_close(fixed(q, k, v), reference, atol=1e-5, rtol=1e-4)
+    assert "acc = acc + p @ v" in lines[13 - 1]
+
+
+@pytest.mark.parametrize("style", [13, 13.0, torch.tensor(13), torch.tensor([13.0])])
+def test_find_the_bug_accepts_the_line(style):
+    assert check(BUG, style).passed
+
+
+@pytest.mark.parametrize("line,words", [(12, "old sum is rescaled"), (11, "at most 1"), (10, "NEW maximum"), (4, "-inf"), (15, "once"), (99, "not a line")])
+def test_find_the_bug_explains_other_lines(line, words):
+    result = check(BUG, line)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+# -- experiment: the FLOPs that causal tiling saves ------------------------------------------------
+
+RATIO = "complexity/causal-flops"
+
+
+def _measured_ratio(length=2048):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.efficient import tiled_attention
+
+    q, k, v = (torch.randn(1, 8, length, 64) for _ in range(3))
+    counts = []
+    for causal in (True, False):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            tiled_attention(q, k, v, causal=causal)
+        counts.append(counter.get_total_flops())
+    return counts[0] / counts[1]
+
+
+def test_causal_flops_accepts_the_measurement_within_tolerance():
+    measured = _measured_ratio()
+    for answer in (measured, torch.tensor(measured), measured + 0.009, measured - 0.009, torch.tensor(measured, dtype=torch.float32)):
+        assert check(RATIO, answer).passed, answer
+    assert not check(RATIO, measured + 0.02).passed  # outside the stated tolerance
+
+
+@pytest.mark.parametrize("answer,diagnosis", [(0.5, "ideal half"), (0.5002, "ideal half"), (1.0, "naive"), (16 / 9, "divided the non-causal"), (0.7, "not within 0.01")])
+def test_causal_flops_diagnoses(answer, diagnosis):
+    result = check(RATIO, answer)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+def test_new_exercises_stub_and_solutions():
+    for exercise_id in (CELLS, BUG, RATIO):
+        assert check(exercise_id, ...).status == "not attempted yet"
+        assert str(hint(exercise_id)) and str(solution(exercise_id))

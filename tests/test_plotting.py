@@ -174,3 +174,74 @@ def test_plot_decode_times_draws_both_lines():
     ax = plot_decode_times(rows)
     assert len(ax.lines) == 2
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.64, 1.28, 2.56])
+
+
+# --- schematics drawn from the package's code (chapters 7-9) ---
+
+
+def test_tile_schedule_lists_the_scores_tiled_attention_multiplies():
+    """Independent check: FlopCounterMode counts 4 d FLOPs per computed score (Q K^T and P V)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.efficient import tile_schedule, tiled_attention
+
+    for seq_q, seq_k, causal, bk, bq in [(300, 450, True, 100, 70), (300, 450, False, 100, 70), (512, 512, True, 128, 64), (450, 300, True, 64, 50)]:
+        q, k, v = torch.randn(1, 1, seq_q, 4), torch.randn(1, 1, seq_k, 4), torch.randn(1, 1, seq_k, 4)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            tiled_attention(q, k, v, causal=causal, block_size=bk, query_block_size=bq)
+        tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
+        assert counter.get_total_flops() == 4 * 4 * sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles)
+        if not causal:
+            assert not any(t[4] for t in tiles)
+
+
+def test_tile_schedule_validates():
+    from attncourse.efficient import tile_schedule
+
+    with pytest.raises(ValueError, match="block_size"):
+        tile_schedule(8, 8, block_size=0)
+    with pytest.raises(TypeError, match="causal"):
+        tile_schedule(8, 8, causal=1)
+
+
+def test_plot_tile_schedule_draws_one_rectangle_per_tile():
+    from matplotlib.patches import Rectangle
+
+    from attncourse.efficient import tile_schedule
+    from attncourse.plotting import plot_tile_schedule
+
+    ax = plot_tile_schedule(4096, 4096, causal=True)
+    rectangles = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(rectangles) == len(tile_schedule(4096, 4096, causal=True)) == 40
+    assert "40 tiles" in ax.get_title() and "53.1%" in ax.get_title()
+    plt.close("all")
+
+
+def test_plot_span_cells_marks_the_layer_window_and_computed_band():
+    from attncourse.adaptive_span import computed_cells
+    from attncourse.plotting import plot_span_cells
+
+    fig = plot_span_cells([20, 6, 1, 0], 4, 96, block=16)
+    assert len(fig.axes) == 5
+    assert any("W = 24" in t.get_text() for t in fig.axes[0].texts)
+    image = fig.axes[1].images[0].get_array()
+    computed = (image > 0).sum()
+    # the band drawn: each block of 16 queries against its own 16 keys and the 23 before them, inside the sequence
+    in_sequence = sum(16 * (start + 16 - max(0, start - 23)) for start in range(0, 96, 16))
+    padding = sum(16 * max(0, 23 - start) for start in range(0, 96, 16))  # what the counter adds before position 0
+    assert computed == in_sequence == computed_cells(96, 24, block=16) - padding
+    assert (np.asarray(fig.axes[1].images[0].get_array()) > 0).sum() == (np.asarray(fig.axes[4].images[0].get_array()) > 0).sum()
+    with pytest.raises(ValueError, match="spans"):
+        plot_span_cells([], 4, 96)
+    plt.close("all")
+
+
+def test_plot_persistent_memory_draws_all_attention_mask():
+    from attncourse.plotting import plot_persistent_memory
+
+    ax = plot_persistent_memory(5, 3)
+    image = np.asarray(ax.images[0].get_array())
+    assert image.shape == (5, 8)
+    assert (image[:, 5:] == 2).all()  # memory: visible to every query
+    assert np.array_equal(image[:, :5] > 0, np.tril(np.ones((5, 5), dtype=bool)))  # context: causal
+    plt.close("all")

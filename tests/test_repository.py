@@ -271,7 +271,7 @@ def test_every_chapter_opens_with_objectives_and_closes_with_a_summary():
 
 
 def test_chapter_structure_check_can_fail():
-    nb = json.loads((ROOT / "book" / "07_all_attention.ipynb").read_text())
+    nb = json.loads((ROOT / "book" / "09_all_attention.ipynb").read_text())
     assert chapter_structure_problems(nb) == []
     no_box = json.loads(json.dumps(nb))
     no_box["cells"][1]["source"] = OBJECTIVES.sub("", no_box["cells"][1]["source"])

@@ -454,6 +454,12 @@ class Converter:
         return f"{hashes} {ordinal}. {title}" if ordinal else f"{hashes} {title}"
 
     def directive(self, name: str, args: str, options: dict[str, str], body: list[str]) -> list[str]:
+        if name in ("code-block", "code", "sourcecode"):  # a listing: kept verbatim and copyable
+            lines = body
+            if "linenos" in options:  # the book numbers its lines: here a comment ends each line
+                width = max(len(line) for line in body)
+                lines = [f"{line:<{width}}  # {number}" for number, line in enumerate(body, start=1)]
+            return ["```" + args.strip(), *lines, "```"]
         content = self.blocks(body) if body else []
         if name in ("exercise-start", "exercise"):
             found = self.chapter.targets.get(options.get("label", ""))

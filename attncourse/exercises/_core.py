@@ -183,8 +183,8 @@ def check(exercise_id: str, answer: Any) -> Result:
       ``None`` for a value) is reported as not attempted. Only an unknown ``exercise_id``
       (a mistake in the notebook, not in the answer) raises ``KeyError``, and a
       ``KeyboardInterrupt`` (the reader pressing stop) is let through;
-    * the learner's code runs at most :data:`TIME_LIMIT_S` seconds in all per check (see
-      :func:`call`): a function that hangs is stopped and reported, the kernel stays usable;
+    * the learner's code runs at most ``TIME_LIMIT_S`` seconds in all per check (see
+      ``call``): a function that hangs is stopped and reported, the kernel stays usable;
     * every call of the learner's function gets fresh copies of its inputs, so changing them
       in place (``q *= scale``, ``mask.logical_not_()``) is allowed and cannot affect the
       reference the answer is compared with.
@@ -419,7 +419,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     * ``fn`` gets deep copies of ``args`` and ``kwargs`` (see :func:`_copy`): whatever it does
       to them in place, the checker's tensors stay as they were, so references and known
       mistakes computed from them (before or after this call) are right.
-    * Inside :func:`check` the learner's time is limited (:data:`TIME_LIMIT_S` in all).
+    * Inside :func:`check` the learner's time is limited (``TIME_LIMIT_S`` in all).
     * An untouched stub (``NotImplementedError``) becomes :class:`NotAttempted`; any other
       error, a wrong signature, a result of the wrong dtype (the exercise's ``keep_dtype``
       rule) or a time-out becomes a :class:`Mistake`.

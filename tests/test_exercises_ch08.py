@@ -1,4 +1,4 @@
-"""Chapter 6 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+"""Chapter 8 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
 import math
 
 import pytest
@@ -140,3 +140,90 @@ def test_weights_wrong_shape_and_crash():
     assert "shape" in check("adaptive-span/weights", lambda s, z, r: s[:5]).message
     result = check("adaptive-span/weights", lambda s, z, r: undefined_name)  # noqa: F821
     assert not result.passed and "NameError" in result.message
+
+
+# -- predict: the scores a trimmed layer computes ----------------------------------------------------
+
+from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+
+CELLS = "adaptive-span/cells"
+
+
+def _layer_cells():
+    """Counted by the layer itself: one forward pass of a (1, 512, d) input with spans (40, 10, 3, 0)."""
+    from attncourse.adaptive_span import AdaptiveSpanAttention
+
+    layer = AdaptiveSpanAttention(embed_dim=32, num_heads=4, max_span=64, ramp=16)
+    with torch.no_grad():
+        layer.span.span_fraction.copy_(torch.tensor([40.0, 10.0, 3.0, 0.0]) / 64)
+        layer(torch.randn(1, 512, 32))
+    return layer.cells
+
+
+def test_cells_by_hand_equals_the_layer_counter():
+    window = math.ceil(40 + 16)
+    by_hand = 4 * math.ceil(512 / 16) * 16 * (16 + window - 1)
+    assert by_hand == _layer_cells()
+
+
+@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)])
+def test_cells_accepts(style):
+    assert check(CELLS, style(_layer_cells())).passed
+
+
+@pytest.mark.parametrize(
+    "answer,diagnosis",
+    [
+        (512 * sum(15 + math.ceil(z + 16) for z in (40, 10, 3, 0)), "its own window"),
+        (4 * 32 * 16 * (15 + 40), "forgot the ramp"),
+        (512 * 56 * 4, "its own 16 keys"),
+        (32 * 16 * 71, "one head"),
+        (4 * 512 * 512, "full L x L"),
+        (4 * 512 * 513 // 2, "causal triangle"),
+        (4 * 32 * 16 * (15 + 57), "W = 57"),
+        (77, "is not it"),
+    ],
+)
+def test_cells_diagnoses(answer, diagnosis):
+    result = check(CELLS, answer)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+# -- find the bug: the distance ------------------------------------------------------------------------
+
+BUG = "adaptive-span/find-the-bug"
+
+
+def test_span_listing_is_wrong_on_line_6_only():
+    from attncourse.adaptive_span import adaptive_span_attention, soft_span_mask
+
+    lines = notebook_listing("08_adaptive_span.ipynb", "ex-adaptive-span-find-the-bug")
+    scores = torch.randn(12, 12, dtype=torch.float64)
+    dist = (torch.arange(12)[:, None] - torch.arange(12)[None, :]).double()
+    mask = soft_span_mask(dist, 3.0, 2.0) * (dist >= 0)
+    expected = torch.softmax(scores + torch.where(mask > 0, mask.clamp_min(1e-300).log(), torch.tensor(float("-inf"), dtype=torch.float64)), -1)
+    buggy = run_listing(lines, "span_weights")(scores, 3.0, 2.0)
+    assert not torch.allclose(buggy, expected)
+    assert torch.allclose(buggy, torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1))  # plain causal softmax
+    fixed = run_listing(lines, "span_weights", {6: "distance = i - j"})(scores, 3.0, 2.0)
+    torch.testing.assert_close(fixed, expected)
+    assert "j - i" in lines[6 - 1]
+
+
+@pytest.mark.parametrize("style", [6, 6.0, torch.tensor(6), torch.tensor([6.0])])
+def test_find_the_bug_accepts(style):
+    assert check(BUG, style).passed
+
+
+@pytest.mark.parametrize("line,words", [(7, "soft mask"), (8, "causal softmax"), (9, "probabilities"), (10, "renormalised"), (42, "not a line")])
+def test_find_the_bug_explains_other_lines(line, words):
+    result = check(BUG, line)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def test_new_exercises_stub_and_hints():
+    from attncourse.exercises import hint
+
+    for exercise_id in (CELLS, BUG):
+        assert check(exercise_id, ...).status == "not attempted yet"
+        assert str(hint(exercise_id)) and str(solution(exercise_id))

@@ -1,4 +1,4 @@
-"""Chapter 6 exercises: adaptive attention span."""
+"""Chapter 8 exercises: adaptive attention span."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..adaptive_span import soft_span_mask, span_window
-from ._core import Mistake, call, diagnose, exercise, expect_tensor, integer, matches
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, integer, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -205,3 +205,60 @@ def _check_weights(fn) -> str:
                 )
             )
     return "Right: the mask multiplies the causal softmax probabilities, and each row is renormalised to sum to 1."
+
+
+# -- 4. predict: the scores a trimmed layer computes -----------------------------------------------
+
+_CELLS = "UEBBWlNX"
+_CELLS_MISTAKES = (
+    "GlZNXlVdQVBJRUMtGxtDCBQEFkUEAhEcGk8dFxIBQR0AHUMAAhxTEggaEAEUVVUGGwBBGBUXBh1VERwIEQEACxBPGhwWRRYdGgoMGFUUHBdBFRgCQwcQExcWTVQHCxdPFwtTEQkRVAIMARIXABFBBwQPDU9dHxIdQQ5URUM9XFxRSUFWRV9RWUFCUV9BVi0BFk8THQECDgBUGgsKVQASCBFOVA9DBBALUw0AB1QPQwEaHF4fBAYbTg4OBhlTEBFUAAFDCxwBBwQPFxFOGU9eUiFJQQcbTjRPSFIQAAgYXFpTT15SQlNIVElOVllZUh0KFVRAXk1NWVJRVFBAQlZbTU9SUTEJFQBOChxVPlMdQSNUFkMHEBMXFltUEQ8AB1UDBgATDVQMDwAWGVMKB1RFWEMGBlIQCgwEFRwGC1UFGhEJVB0aEE8aBR1FUEJUBQYWBlIyKyVUAAYGTyJSXkVQVB8LGhxVEBYDDgYRTgobT1JCU0FfVDlDQlVDUw4EDQdOEwoHUhEJDhcfQEFDVVBAU1JBRkxZT1cmGwQVVB0dQwAbF1MNBBUQVEMbHRdTFBQRBxoKABtSEhYKB1QIDB1VEx8JQUBUBgYOEQFTCgdUAAYGTxkTCgATWlZCQ01EQkddVENCTFlPVyYbBBVUHR1DGx0XUwMUGBhOL08NUj9FBxsGTldPHRcSARJOVBoRBhgfGgsGVBcBDh8ABhYWQRsaAhpPIlJORVRCVAoKHAETHQYEB1QMAgweXFFJQVZBXFZcREBRX0FWIAYCG1UbAEUVHBFOAA4AARIJQQAGBwIBEh4WRQcbBk5XTx0XEgESTlQaEQYYHxoLBlQXAQ4fAAYWFkEbGgIaTwEaFkUFHQcaAgEWFwBFAxEYARRPIlJORVRCWkxPT1dDR1JVQUJMWU9XKxwQQQEHCwdPIlJORVRDVEYZT15SIUVKVEVHWU8BGhZFBR0HGgIBFhcARVFUWkBDOFVfU1RBAx0aC08iUk5FAhEdAksCFApTH0FfVDxKT0hSRlNBBwEIBQYWF11HHA=="
+)
+_CELLS_SOLUTION = (
+    "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHVIJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwPABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFFGVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVVdTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4MARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
+)
+
+
+@exercise(
+    "adaptive-span/cells",
+    title="Predict the scores a trimmed layer computes",
+    hint="""
+        One window for the whole layer: W = ceil(max_h z_h + R). Queries go in blocks of 16; each block
+        is compared with its own 16 keys and the W - 1 keys before them. Multiply by the number of
+        blocks, the queries per block and the heads.
+    """,
+    solution=_CELLS_SOLUTION,
+)
+def _check_cells(answer) -> str:
+    return check_number(
+        answer, _CELLS, _CELLS_MISTAKES, what="number of scores",
+        right="Right: about 14 % of the untrimmed 4 x 512^2, and the longest head alone decides it.",
+        otherwise="{value:,.0f} is not it. Find the layer's window W first, then count the keys each block of 16 queries is compared with.",
+    )
+
+
+# -- 5. find the bug: the sources' distance ---------------------------------------------------------
+
+_BUG = "Vw=="
+_BUG_MISTAKES = (
+    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OFwcQUh0QDBYRHEMAE1IDChIdAAcMAQZcUUlBVkBMWU9XPhoLBFRATgocVQAaAgkATk4KTxwcFwAZEQdOFwcQUgIQBAYdCxBPXQAcEhJdWkxPT1dHUV9BVjgHDQpVR1MMElQGBwQHAUhTD0EdGgoGFxABUxEJEVQFBhYGUlsGDhgBAw0cXFxRSUFWQ0xZT1c+GgsEVENOChxVABoCCQBOThcHEFIACgcAVAMCHB5SHjobXAxHQ1JVER8EDARcRjFPXlIJRUxUDEdDQFUgX0VRWFRfSkFXXlNHWVZOTkEjHBwWRVlUHR1DHRwVGxFbVAAGBk8WEwYWABhUHQwJAR8SHUEbEk4XBxBSAAYOBhEdT08BGhZFBwEAGxEKVR8SFgoREE4UBgEaU0gIGhJAQUNVUEpHW1RWIgoBEFJKRQgHVBwKCB0GSUUVHBFOEw4FFwFFDAEYGgofGRsWFkEAHAtDHwcdEQQDHRgHFwYQAVNNDxsAThcHEFIABg4GER1KTxcLUxEJEVQDAhweXFFJQVZFXkFVVVA/DA8RVF9TTxwBUxcIExwaWU8BGhZFDBUHBQYLVQIBCgMVFgcPBgEbFhZBFQYLQx0QHBwXDBUYBxAKEVIHCkEHAQNDGxpSQktDCQ=="
+)
+_BUG_SOLUTION = (
+    "LR0aC0NZW1InDQRUEAcQGxQcEABBGxJOCAoMUhlFBwYbA0MeABcBHEEdVAcQTx0dBEUHFQZOIS42OVMRCRFUBQYWVRsAX0EMVFNDBlVfUw9BXEROBQAHUgcNBFQFGwYdDFUAbw4DGk4TAAYbBwwOGlhOEwAGGwcMFxFUCAwdVQYbAEEEFR0XRltSJAwVHFQKChwBEx0GBFRJTglPWFIaRQQCERwaTwUTABFBHxEXQwcUAVMEQRoRCQIbHAQWRQUdBxoCARYXX28SG1RGMU9eUglFTFQMR0NAVSBTW0FFVA8NC1UGGwBBFxgPDh9VFRoTBAdUBxdPGBMADkFFTk4XBxBSABUAGlQCCgIcBgBFDxsABgoBElIaC0EAHAtDHxQBB0lBFRoKQwAbHgpvBwEAGxEKVRkWHBJUXA8PHRATFxxBBhEDDBkQFlMHGFQABgZPFhMGFgAYVB0MCQEfEh1IVBUcBk8HEx4VBBBaTiobVRsARRUcEU4QAAAAEAASU1QIAhoZBl1va1RUTkMLHAEHBA8XEU5eTxxSXkUL"
+)
+
+
+@exercise(
+    "adaptive-span/find-the-bug",
+    title="Find the bug in an adaptive-span head",
+    hint="""
+        Print the mask for a small L, say 6, with span 1 and ramp 1. Which keys get a mask below 1?
+        They should be the far PAST keys.
+    """,
+    solution=_BUG_SOLUTION,
+)
+def _check_bug(answer) -> str:
+    return check_number(
+        answer, _BUG, _BUG_MISTAKES, what="line number",
+        right="Right: the distance is i - j, query minus key; with j - i the past always gets mask 1.",
+        otherwise="Line {value:g} is not a line of the function's body that could be wrong (lines 3 to 10). Give the number of the wrong line.",
+    )

@@ -1,4 +1,4 @@
-"""Chapter 7 exercises: all-attention and persistent memory vectors."""
+"""Chapter 9 exercises: all-attention and persistent memory vectors."""
 from __future__ import annotations
 
 
@@ -39,7 +39,7 @@ def _check_count(answer) -> str:
     return check_number(
         answer, _COUNT, _COUNT_MISTAKES, what="parameter count",
         right="Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without biases.",
-        otherwise="{value:g} is not it. Count the projections and the persistent keys and values separately, then add.",
+        otherwise="{value:,.0f} is not it. Count the projections and the persistent keys and values separately, then add.",
     )
 
 
@@ -205,4 +205,60 @@ def _check_ffn(fn) -> str:
         )
         if not matches(keys, w1)
         else "Your keys are right, your values are not: value i is column i of W2 (W2.T as a tensor)."
+    )
+
+
+# -- 4. predict: the multiply-adds of the persistent memory ------------------------------------------
+
+_MACS = "UERAVlZYQw=="
+_MACS_MISTAKES = (
+    "GlZMXVtXQ0JLR1tUVjcMGlUVEhMEVBEYBh0MUhsAABBUGgsKVRQGCQ1UAwcHGx1SF19BERUNC08dFxIBRgdUIEMEEAsARQAaEE4VDhkHFhZBFQYLQwsqGlNYQRBUQUMHVQUaAQRYVB0MTwEaFkUJVBwLAgsGUgcKBhEABgYdVREcFhVURk4tTxFcUUlBVkFcV11NSlFfQVYgBgIbVRsARRUcEU4QDBoAFhZBFRgBDQpVWgJFT1QfTgUAB1I9RQoRDR1DBhtSFgQCHFQGBg4RSFMrQRBUBw1PFB4fTFtUFQoHTwEaFkUWER0JCxsQFlMWFBlUAQVPARoWRS9UAg8PGhABX0UAGhsaCwoHUj1FBVpWQkNNREFCVVZGVlRDTSEaEhFBHQdODAEQUhsAABBOThcHEAAWRQAGEU4LT0hSS0UJERUKEENVFxIGCVQDBxcHVRsHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BBQ1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcHGx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBFAFQQARdPBQAcARQXAE4MCVUWLA1BSVRYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsRTxgHHxEIBBgXTg4RFlpfQQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NCA=="
+)
+_MACS_SOLUTION = (
+    "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwHVR8GCRUdBAIaQhQWFxZBXDpOBzAdW19FABoQThcHEFIEAAgTHBoGC1UBBghBGxJOLU8DEx8QBAdUAQVPAhsXEQl+EDELT108UwE+HF1AQykaAFMNQRwRDwccT1JBRQlUOk4HMB1STkVTVDpOB09IUkFFGVRFXlFbVQpTUFBGVFNDXllCR11NQUNYQwIAHgcMERgNQwILEQFTFQQGVBoMBBAcXW9rNRpOJSk7UgQMFRxUCjwJE1JORS9USU5SX0dGUwYOBwAdQzgqQ1MdQVwQTgcwExRaRQAaEE40MEdSG0VJECsIBU8RW0lFU1QQTgcwExRfRRUcEU4QDhgXXUU2HBUaQwscFBUAEwd+BxBPARoWRRIbEhoODg1SHBMEBlQGQyFVT1NdTUVNXEMcFh0BABJUBAsRTwEdGAAPVFwPDU8zND1FAAQEAgoKBlISRTMRODtDGxpSFzoHElRTQ15ZQkFRQQEaBxccXFISCwV+AAYGTxYdAxxBGxJOFwcQUh4ADBsGF0MGGwYcRQQCERwaTxcTBwYJUwdOCAoMAVMEDxBUGAIDABcASw=="
+)
+
+
+@exercise(
+    "all-attention/memory-cost",
+    title="Predict the multiply-adds of the persistent memory",
+    hint="""
+        In one head: N scores, each a dot product of width d_h, then a weighted sum of N values of
+        width d_h. Then multiply by the h heads; remember d_h = d / h.
+    """,
+    solution=_MACS_SOLUTION,
+)
+def _check_macs(answer) -> str:
+    return check_number(
+        answer, _MACS, _MACS_MISTAKES, what="number of multiply-adds",
+        right="Right: 2 N d, exactly an FFN's 2 d d_ff when N = d_ff. The softmax over h N scores is what costs more.",
+        otherwise="{value:,.0f} is not it. Count one head's scores and weighted sum, then the heads.",
+    )
+
+
+# -- 5. find the bug: a memory that is never read ----------------------------------------------------
+
+_BUG = "Vg=="
+_BUG_MISTAKES = (
+    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OL08WHR0RBAwAThMABhsHDA4aB04CARFSPUUREQYdChwBFx0RQQIRDRcABwFdR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMbHRdTFQQGBwcQGxAcB0UKEQ0dQw4HF1MEEQQRAAcKEVISAxURBk4XBxBSEAoPABEWF0gGXFFJQVZBTFlPVz4aCwRUQU4KHFUAGgIJAE5OFwcQUgMAEwcdHRcKGwZTEwAYAQsQTxQAFkUABAQLDQsQFlMMD1QABgZPBhMeAEEbBgoGHVUTAEUVHBFOCAoMAV1HTVRWWEFVVVA/DA8RVFhDBgZSAQwGHABUQwoDFwEcQQcXAREKVRsARRIXFQIGC1UQCkVQWwcfERtdFiwNSFpWQkNNTVBJRUM4HQAGT01SGhZBBh0JCxtPUgcNBFQdABUGBhsRCQRUHwsaHFUVFhFBWR0ABU8XFxUKExFUGgsKVQEcAxUZFRZNTVlSUVxDTlRMLwYbF1NcQR0HThEGEhoHX0E7OitDHBoUBwgADFQBFQoHUhAKDwARFhdPFBwXRQwRGQERFlUGHAIEABwLEUFXXlNHUERWVENNORsdAEFFRE4KHFUAGgIJAE5OFwcQUgQACBMcGhBPGgQWF0E4VEVDIVUZFhwSVAAHDgoGUgcNBFQ4TkhPO1IFBA0BER1NTQg="
+)
+_BUG_SOLUTION = (
+    "LR0aC0NYW1IHChMXHEAMARABWylNVDhOSE87W10REx0YRkpPHhcWFRJUFwEPGhgcUwZBEhscQx0aBVMRQRsaAhpPAhoWC0EXVFJeTwFJUxEJEVQeBh0GGwARBBoATgAAGQceCxJ+FRwGTzlSXUtBOFRFQyFVX1NUTVQVAg9PFxcKCg8QVAsVCgcLUxcOA1hOEABVBhsAQRkRAwwdDFIaFkEZFR0IChFSFQoTVBEYBh0MUgIQBAYNTgIBEVIdABcRBk4RChQWXW81HBFOAA4AARIJQRkVHQhPGAcAEUEXGxgGHVUGGwBBFxsAFwoNBlMGDhgBAw0cVR0dCRhPVBoLClU8UwgEGRscGk8WHR8QDBoHTgIdEFIFDBIdFgIGTwEdUwQNGE5kaU9VUlMTCAcdDA8KVU9TEQ4GFwZNDBQGWz4VGwYNC0EaHBYWSThYTi9DVRYHHBERSRoMHRYaXQcOGxhHTRsHGx9NSFhUGgwdFhpdCg8RB0YvQ1U8X0UFAA0eBlIBHQEGCVoWAQwDXC9fRQUdGVNOXlw="
+)
+
+
+@exercise(
+    "all-attention/find-the-bug",
+    title="Find the bug in a persistent-memory head",
+    hint="""
+        Run it with N = 4 and look at the weights of the first query: how much goes to the
+        persistent columns? Which line decides which columns each query may see?
+    """,
+    solution=_BUG_SOLUTION,
+)
+def _check_bug(answer) -> str:
+    return check_number(
+        answer, _BUG, _BUG_MISTAKES, what="line number",
+        right="Right: the causal mask covers the context columns only; the persistent columns are visible to every query.",
+        otherwise="Line {value:g} is not a line of the function's body that could be wrong (lines 3 to 10). Give the number of the wrong line.",
     )

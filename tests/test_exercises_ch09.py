@@ -1,0 +1,261 @@
+"""The chapter 9 checkers accept the reference answers and reject realistic mistakes with the right diagnosis."""
+import pytest
+import torch
+
+from attncourse.exercises import check
+from attncourse.exercises._core import NOT_ATTEMPTED, _get
+from attncourse.masks import causal_mask
+
+COUNT = "all-attention/parameter-count"
+HEAD = "all-attention/persistent-head"
+FFN = "all-attention/ffn-as-attention"
+
+
+def _failed(result, *phrases):
+    assert not result.passed, result
+    for phrase in phrases:
+        assert phrase in result.message, result.message
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+# -- the parameter count --------------------------------------------------------------------------
+
+D, H, N = 512, 8, 2048
+
+
+def test_count_accepts_the_formula():
+    assert check(COUNT, 4 * D * D + 2 * N * D).passed
+    assert check(COUNT, torch.tensor(4 * D * D + 2 * N * D)).passed
+
+
+@pytest.mark.parametrize(
+    "answer, phrase",
+    [
+        (4 * D * D + 2 * N * (D // H), "one head only"),
+        (4 * D * D + N * D, "keys without the values"),
+        (2 * N * D, "without the four projections"),
+        (3 * D * D + 2 * N * D, "left out a projection"),
+        (4 * D * D + 2 * N * D * H, "multiplied by h once too often"),
+        (4 * D * D + 2 * N * D + 4 * D, "biases"),
+        (4 * D * D + 2 * N * D + 2 * D, "LayerNorm"),
+        (4 * D * D + 4 * N * D, "feed-forward layer as well"),
+        (4 * D * D, "projections only"),
+        (12345, "is not it"),
+    ],
+)
+def test_count_rejects_mistakes(answer, phrase):
+    _failed(check(COUNT, answer), phrase)
+
+
+def test_count_not_attempted_and_not_a_number():
+    assert check(COUNT, ...).status == NOT_ATTEMPTED
+    _failed(check(COUNT, "3145728"), "should be a number")
+
+
+# -- one head with persistent vectors -----------------------------------------------------------------
+
+reference_head = _get(HEAD).checker.__globals__["_persistent_head_solution"]
+
+
+def _extended(mask, n, fill=True):
+    return torch.cat([mask, torch.full((*mask.shape[:-1], n), fill)], dim=-1)
+
+
+def masked_memory(query, key, value, memory_key, memory_value, mask):
+    """The causal mask applied to every column: torch.tril over (L, L + N) hides the memory."""
+    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
+    keep = torch.ones(mask.size(-2), keys.size(-2), dtype=torch.bool).tril()
+    keep[:, : mask.size(-1)] = mask
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    w = torch.softmax(scores, -1)
+    return w @ values, w
+
+
+def causal_over_all(query, key, value, memory_key, memory_value, mask):
+    """causal_mask(L, L + N) over the concatenation (bottom-right aligned)."""
+    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
+    keep = causal_mask(query.size(-2), keys.size(-2))
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    w = torch.softmax(scores, -1)
+    return w @ values, w
+
+
+def two_softmaxes(query, key, value, memory_key, memory_value, mask):
+    d_h = query.size(-1)
+    ctx = torch.softmax((query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1)
+    mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_h**0.5, -1)
+    return ctx @ value + mem @ memory_value, torch.cat([ctx, mem], -1)
+
+
+def two_softmaxes_averaged(*args):
+    out, w = two_softmaxes(*args)
+    return out / 2, w / 2
+
+
+def memory_unscaled(query, key, value, memory_key, memory_value, mask):
+    d_h = query.size(-1)
+    s_ctx = (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf"))
+    s_mem = query @ memory_key.transpose(-2, -1)
+    w = torch.softmax(torch.cat([s_ctx, s_mem], -1), -1)
+    return w @ torch.cat([value, memory_value], -2), w
+
+
+def inverted_mask(query, key, value, memory_key, memory_value, mask):
+    return reference_head(query, key, value, memory_key, memory_value, ~mask)
+
+
+def memory_first(query, key, value, memory_key, memory_value, mask):
+    keys, values = torch.cat([memory_key, key], -2), torch.cat([memory_value, value], -2)
+    keep = torch.cat([torch.ones(*mask.shape[:-1], memory_key.size(-2), dtype=torch.bool), mask], -1)
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    w = torch.softmax(scores, -1)
+    return w @ values, w
+
+
+def wrong_output(*args):
+    out, w = reference_head(*args)
+    return w[..., : args[1].size(-2)] @ args[2], w  # forgot the memory's values
+
+
+def returns_only_output(*args):
+    return reference_head(*args)[0]
+
+
+def test_head_accepts_reference():
+    result = check(HEAD, reference_head)
+    assert result.passed, result
+
+
+@pytest.mark.parametrize(
+    "wrong, phrase",
+    [
+        (masked_memory, "the causal mask reached them"),
+        (causal_over_all, "causal_mask(L, L + N)"),
+        (two_softmaxes, "one softmax over the context and another over the memory"),
+        (two_softmaxes_averaged, "averaged a softmax"),
+        (memory_unscaled, "persistent keys are not divided by sqrt(d_h)"),
+        (inverted_mask, "polarity is inverted"),
+        (memory_first, "persistent keys came first"),
+        (wrong_output, "weights are right but not the output"),
+        (returns_only_output, "Return a pair"),
+    ],
+)
+def test_head_rejects_mistakes(wrong, phrase):
+    _failed(check(HEAD, wrong), phrase)
+
+
+def test_head_stub_is_not_attempted():
+    assert check(HEAD, _stub).status == NOT_ATTEMPTED
+
+
+def test_head_learner_error_is_reported():
+    def broken(query, *args):
+        return query.nonexistent
+
+    _failed(check(HEAD, broken), "raised AttributeError")
+
+
+# -- FFN weights as keys and values ---------------------------------------------------------------------
+
+
+def test_ffn_accepts_reference():
+    assert check(FFN, lambda w1, w2: (w1, w2.T)).passed
+    assert check(FFN, lambda w1, w2: (w1.clone(), w2.T.contiguous())).passed
+    # float64 weights answered in float32 lose precision: the dtype rule of the harness rejects it
+    assert "keep the input's dtype" in check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).message
+
+
+@pytest.mark.parametrize(
+    "wrong, phrase",
+    [
+        (lambda w1, w2: (w1.T, w2.T), "keys have shape (d_model, d_ff)"),
+        (lambda w1, w2: (w1, w2), "values have shape (d_model, d_ff)"),
+        (lambda w1, w2: (w2.T, w1), "keys and values are swapped"),
+        (lambda w1, w2: (w1 / w1.size(1) ** 0.5, w2.T), "divided by sqrt(d_model)"),
+        (lambda w1, w2: (w1, w2.T * 2), "keys are right, your values are not"),
+        (lambda w1, w2: w1, "Return a pair"),
+    ],
+)
+def test_ffn_rejects_mistakes(wrong, phrase):
+    _failed(check(FFN, wrong), phrase)
+
+
+def test_ffn_stub_is_not_attempted():
+    assert check(FFN, _stub).status == NOT_ATTEMPTED
+
+
+# -- predict: the multiply-adds of the persistent memory ----------------------------------------------
+
+from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+
+MACS = "all-attention/memory-cost"
+
+
+def _counted_memory_macs(d=512, h=8, n=1024):
+    """Independent count: FLOPs of an AllAttention layer with N persistent vectors minus N = 0, per token, halved."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncourse.all_attention import AllAttention
+
+    x = torch.randn(1, 4, d)
+    counts = []
+    for persistent in (n, 0):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            AllAttention(d, h, persistent)(x)
+        counts.append(counter.get_total_flops())
+    return (counts[0] - counts[1]) // 4 // 2
+
+
+@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)])
+def test_memory_cost_accepts(style):
+    assert check(MACS, style(_counted_memory_macs())).passed
+
+
+@pytest.mark.parametrize(
+    "answer,words",
+    [(8 * 2 * 1024 * 512, "full width d"), (1024 * 512, "scores alone"), (2 * 1024 * 64, "one head"), (2 * 8 * 1024, "width of the vectors"),
+     (4 * 1024 * 512, "FLOPs"), (5, "is not it")],
+)
+def test_memory_cost_diagnoses(answer, words):
+    _failed(check(MACS, answer), words)
+
+
+# -- find the bug: the memory never read --------------------------------------------------------------
+
+BUG = "all-attention/find-the-bug"
+
+
+def test_persistent_listing_is_wrong_on_line_7_only():
+    from attncourse.exercises.ch09_all_attention import _persistent_head_solution
+
+    lines = notebook_listing("09_all_attention.ipynb", "ex-all-attention-find-the-bug")
+    q, k, v = (torch.randn(6, 8, dtype=torch.float64) for _ in range(3))
+    mk, mv = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    expected, _ = _persistent_head_solution(q, k, v, mk, mv, causal_mask(6))
+    buggy = run_listing(lines, "persistent_head")(q, k, v, mk, mv)
+    assert not torch.allclose(buggy, expected)
+    fixed = run_listing(lines, "persistent_head", {
+        7: "visible = torch.cat([torch.ones(L, L, dtype=torch.bool).tril(), torch.ones(L, N, dtype=torch.bool)], dim=-1)"})(q, k, v, mk, mv)
+    torch.testing.assert_close(fixed, expected)
+    assert ".tril()" in lines[7 - 1]
+
+
+@pytest.mark.parametrize("style", [7, 7.0, torch.tensor(7), torch.tensor([7.0])])
+def test_find_the_bug_accepts(style):
+    assert check(BUG, style).passed
+
+
+@pytest.mark.parametrize("line,words", [(6, "1/sqrt(d_h)"), (9, "ONE softmax"), (4, "appended"), (8, "-inf"), (0, "not a line")])
+def test_find_the_bug_explains_other_lines(line, words):
+    _failed(check(BUG, line), words)
+
+
+def test_new_exercises_stub_and_solutions():
+    from attncourse.exercises import hint, solution
+
+    for exercise_id in (MACS, BUG):
+        assert check(exercise_id, ...).status == "not attempted yet"
+        assert str(hint(exercise_id)) and str(solution(exercise_id))
