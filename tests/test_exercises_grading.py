@@ -547,13 +547,13 @@ def test_the_limit_works_off_the_main_thread(short_limit):
 
 # -- numbers and shapes as learners give them ---------------------------------------------------
 
-from attncourse.exercises import ch01_dot_product, ch02_multihead, ch04_cross_attention, ch05_complexity, ch07_all_attention  # noqa: E402
+from attncourse.exercises import ch01_dot_product, ch02_multihead, ch04_cross_attention, ch07_complexity, ch09_all_attention  # noqa: E402
 
 VALUES = {
     "dot-product/score-variance": ch01_dot_product._VARIANCE,
     "multi-head/parameter-count": ch02_multihead._COUNT,
-    "complexity/multihead-flops": ch05_complexity._FLOPS,
-    "all-attention/parameter-count": ch07_all_attention._COUNT,
+    "complexity/multihead-flops": ch07_complexity._FLOPS,
+    "all-attention/parameter-count": ch09_all_attention._COUNT,
 }
 
 
