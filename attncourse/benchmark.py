@@ -8,6 +8,10 @@ lengths up to 16384 (and the package's ``MultiHeadAttention``
 against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when present. It prints
 a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
 torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json``.
+
+On CUDA it also times chapter 10's Triton kernels (``attncourse/results/gpu_benchmark_<gpu>.json``,
+see :mod:`attncourse.kernel_benchmark`; ``--no-kernels`` leaves them out), and ``--span-time``
+times chapter 8's adaptive-span layer against its span on the CPU (``span_time_cpu.json``).
 """
 from __future__ import annotations
 
@@ -231,7 +235,8 @@ def _print_rows(rows: List[Dict[str, object]]) -> None:
     print(table(rows).split("\n", 1)[1], flush=True)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m attncourse.benchmark``."""
     parser = argparse.ArgumentParser(prog="python -m attncourse.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
@@ -239,12 +244,38 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
     parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
-    args = parser.parse_args(argv)
+    parser.add_argument("--gpu-lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768],
+                        help="sequence lengths of the Triton kernels' benchmark (CUDA only)")
+    parser.add_argument("--gpu-dtypes", nargs="+", choices=["float16", "bfloat16", "float32"], default=["float16", "bfloat16"])
+    parser.add_argument("--no-kernels", action="store_true", help="on CUDA, leave out chapter 10's Triton kernels")
+    parser.add_argument("--no-attention", action="store_true", help="leave out the attention and layer benchmark (chapter 7)")
+    parser.add_argument("--span-time", action="store_true", help="time chapter 8's adaptive-span layer against its span on the CPU")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    from . import kernel_benchmark
+
+    args = build_parser().parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
+    if args.span_time:
+        print("== adaptive-span layer on the CPU: time against span ==", flush=True)
+        result = kernel_benchmark.run_span_time()
+        print(kernel_benchmark.span_table(result))
+        print(f"written to {kernel_benchmark.write_result(result, args.output, f'span_time_cpu{args.tag}.json')}")
     for device in devices:
+        if device == "cuda" and not args.no_kernels:
+            print("== cuda: Triton kernels ==", flush=True)
+            result = kernel_benchmark.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
+            print(kernel_benchmark.gpu_table(result["rows"]))  # type: ignore[arg-type]
+            print(json.dumps(result["targets"], indent=1))
+            name = kernel_benchmark.gpu_file_name(str(result["machine"]["gpu"])).replace(".json", f"{args.tag}.json")  # type: ignore[index]
+            print(f"written to {kernel_benchmark.write_result(result, args.output, name)}")
+        if args.no_attention:
+            continue
         print(f"== {device} ==", flush=True)
         print(table([]), flush=True)
         result = run(args.lengths, device, layer_lengths=args.layer_lengths)
