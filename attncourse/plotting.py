@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from ._checks import fmt_shape
 
-__all__ = ["heatmap", "plot_attention", "plot_heads"]
+__all__ = ["heatmap", "plot_attention", "plot_heads", "plot_tile_maps", "plot_span_time"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
 
@@ -155,4 +155,56 @@ def plot_heads(
             ax.set_ylabel("")
     if suptitle:
         fig.suptitle(suptitle)
+    return fig
+
+
+def plot_tile_maps(maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, suptitle: Optional[str] = None) -> Figure:
+    """Which tiles a blocked kernel computes: one panel per head, a dark square per computed tile.
+
+    Args:
+        maps: ``(H, query blocks, key blocks)`` boolean (``True`` = computed), e.g.
+            :func:`attncourse.kernels.tiles.span_tile_maps`.
+        titles: one per panel; by default ``"head h: n tiles"``.
+        suptitle: a title over the whole figure.
+    """
+    maps = np.asarray(maps.detach().cpu() if isinstance(maps, torch.Tensor) else maps)
+    if maps.ndim != 3:
+        raise ValueError(f"maps must be (H, query blocks, key blocks), got shape {fmt_shape(maps.shape)}")
+    heads = maps.shape[0]
+    if titles is None:
+        titles = [f"head {h}: {int(maps[h].sum())} tiles" for h in range(heads)]
+    if len(titles) != heads:
+        raise ValueError(f"got {len(titles)} titles for {heads} maps")
+    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.9), layout="constrained", squeeze=False)
+    for h, ax in enumerate(axes[0]):
+        ax.imshow(maps[h].astype(float), cmap="Greys", vmin=0, vmax=1.25, interpolation="nearest")
+        ax.set_xticks(np.arange(-0.5, maps.shape[2], 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, maps.shape[1], 1), minor=True)
+        ax.grid(which="minor", color="white", linewidth=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set(title=titles[h], xlabel="key block")
+    axes[0][0].set_ylabel("query block")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_span_time(result: dict) -> Figure:
+    """Wall time and computed scores of the adaptive-span layer against its span (log-log).
+
+    ``result``: what :func:`attncourse.kernel_benchmark.run_span_time` returns (or the
+    committed ``span_time_cpu.json``): rows of ``span``, ``cells``, ``seconds`` and ``times``.
+    """
+    rows = sorted(result["rows"], key=lambda r: r["span"])
+    spans = [r["span"] for r in rows]
+    fig, (ax_time, ax_cells) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
+    for r in rows:
+        ax_time.plot([r["span"]] * len(r["times"]), r["times"], ".", color="tab:grey", alpha=0.6)
+    ax_time.loglog(spans, [r["seconds"] for r in rows], "-o", color="tab:blue", base=2, label="median")
+    ax_time.set(xlabel="span z (all heads)", ylabel="time (s)", title=f"forward wall time, L = {result['length']}")
+    ax_time.legend()
+    ax_cells.loglog(spans, [r["cells"] for r in rows], "-o", color="tab:orange", base=2)
+    ax_cells.set(xlabel="span z (all heads)", ylabel="scores computed", title="scores computed")
+    for ax in (ax_time, ax_cells):
+        ax.grid(True, which="both", alpha=0.3)
     return fig

@@ -71,3 +71,23 @@ def test_plot_heads_accepts_a_list_with_own_scales():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_plot_tile_maps_and_span_time():
+    import matplotlib.pyplot as plt
+
+    from attncourse.kernels.tiles import span_tile_maps
+    from attncourse.plotting import plot_span_time, plot_tile_maps
+
+    maps = span_tile_maps(torch.tensor([8.0, 100.0]), 4.0, 128, 16, 16)
+    fig = plot_tile_maps(maps)
+    assert [ax.get_title() for ax in fig.axes] == [f"head {h}: {int(maps[h].sum())} tiles" for h in range(2)]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="maps"):
+        plot_tile_maps(maps[0])
+    with pytest.raises(ValueError, match="titles"):
+        plot_tile_maps(maps, ["one"])
+    result = {"length": 64, "rows": [{"span": s, "cells": 10 * s, "seconds": 0.01 * s, "times": [0.01 * s]} for s in (4, 16)]}
+    fig = plot_span_time(result)
+    assert len(fig.axes) == 2
+    plt.close(fig)
