@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from ._checks import fmt_shape
 
-__all__ = ["heatmap", "plot_attention", "plot_heads", "plot_tile_maps", "plot_span_time"]
+__all__ = ["heatmap", "plot_attention", "plot_heads", "plot_tile_maps", "plot_span_time", "plot_roofline"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
 
@@ -207,4 +207,30 @@ def plot_span_time(result: dict) -> Figure:
     ax_cells.set(xlabel="span z (all heads)", ylabel="scores computed", title="scores computed")
     for ax in (ax_time, ax_cells):
         ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def plot_roofline(machines: dict, points: dict, *, intensity_range: Sequence[float] = (1.0, 4096.0)) -> Figure:
+    """The roofline of each machine and where some computations sit on it (log-log).
+
+    Args:
+        machines: ``{name: (peak FLOP/s, memory bytes/s)}``; the attainable rate at arithmetic
+            intensity ``I`` (FLOPs per byte moved to or from memory) is ``min(peak, I * bandwidth)``.
+        points: ``{label: intensity}``, drawn as vertical lines.
+        intensity_range: the x range, FLOP/byte.
+    """
+    lo, hi = intensity_range
+    if not 0 < lo < hi:
+        raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range!r}")
+    x = np.geomspace(lo, hi, 200)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    for name, (peak, bandwidth) in machines.items():
+        line, = ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e12, label=f"{name} (ridge at {peak / bandwidth:.0f} FLOP/B)")
+        ax.axvline(peak / bandwidth, color=line.get_color(), linestyle=":", linewidth=1)
+    for k, (label, intensity) in enumerate(points.items()):
+        ax.axvline(intensity, color=f"C{k + len(machines)}", linestyle="--", label=f"{label}: {intensity:.0f} FLOP/B")
+    ax.set(xlabel="arithmetic intensity (FLOPs per byte of memory traffic)", ylabel="attainable TFLOP/s",
+           title="roofline: min(peak, intensity x bandwidth)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     return fig

@@ -1,7 +1,7 @@
 """Every notebook runs in a fresh Colab-like runtime, installing the package with its own first cell.
 
 A new virtual environment gets only what a Colab runtime already has that matters here
-(torch, numpy, matplotlib and ipykernel, at the versions pinned in requirements.txt) and
+(torch, numpy, matplotlib, ipykernel and triton, at the versions pinned in requirements.txt) and
 nothing else: no attncourse, no tqdm, no pytest. Each notebook then runs in a kernel of that
 environment, started in an empty working directory (like Colab's /content, so nothing of the
 checkout is reachable by a relative path). Its first cell installs attncourse with pip, from
@@ -39,7 +39,7 @@ from packaging.requirements import Requirement
 from project_tools import ROOT, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
-RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel")
+RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "triton")  # Colab's torch ships triton
 NOTEBOOKS = normalize.notebooks()
 # pip's words when it cannot reach a package index (then the test is skipped, not failed).
 NO_INDEX = re.compile(

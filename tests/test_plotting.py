@@ -91,3 +91,17 @@ def test_plot_tile_maps_and_span_time():
     fig = plot_span_time(result)
     assert len(fig.axes) == 2
     plt.close(fig)
+
+
+def test_plot_roofline():
+    import matplotlib.pyplot as plt
+
+    from attncourse.plotting import plot_roofline
+
+    fig = plot_roofline({"gpu": (100e12, 1e12)}, {"kernel": 50.0})
+    line = fig.axes[0].get_lines()[0]
+    x, y = line.get_data()
+    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9  # flat at the peak, bandwidth-bound below the ridge
+    plt.close(fig)
+    with pytest.raises(ValueError, match="intensity_range"):
+        plot_roofline({}, {}, intensity_range=(10, 1))
