@@ -40,7 +40,7 @@ def build_gpu(
     """A zero-argument function running ``impl`` on ``(batch, num_heads, length, head_dim)`` inputs.
 
     ``backward`` adds the backward pass of ``out.sum()`` (forward+backward). ``impl`` is one of
-    :data:`GPU_IMPLEMENTATIONS`, or ``"span"``: the adaptive-span kernel with every head's span
+    ``GPU_IMPLEMENTATIONS``, or ``"span"``: the adaptive-span kernel with every head's span
     at ``span`` (causal by construction).
     """
     from .kernels.flash import adaptive_span_flash_attention, flash_attention
@@ -142,7 +142,7 @@ def run_gpu(
 
 def targets(rows: List[Dict[str, object]], *, length: int = 4096, dtype: str = "float16", span_length: int = 4096,
             spans: Sequence[float] = (256.0, 4096.0)) -> Dict[str, Dict[str, Optional[float]]]:
-    """The measured ratios behind :data:`TARGETS` (non-causal, ``dtype``), each with its target and whether it is met."""
+    """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met."""
     def seconds(**want):
         for r in rows:
             if all(r.get(k) == v for k, v in want.items()) and "seconds" in r:
