@@ -56,7 +56,9 @@ def build_gpu(
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # L == S: top-left is_causal equals causal_mask
+            # the flash backend; before compute capability 8.0 (a T4) torch has none and uses its
+            # memory-efficient backend instead. L == S: top-left is_causal equals causal_mask.
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     elif impl == "tiled":
         forward = lambda: tiled_attention(q, k, v, causal=causal)
@@ -101,8 +103,13 @@ def run_gpu(
     rows: List[Dict[str, object]] = []
     free = torch.cuda.mem_get_info()[0] if torch.device(device).type == "cuda" else None
     shape = dict(batch=batch, num_heads=num_heads, head_dim=head_dim, device=device)
+    on_cuda = torch.device(device).type == "cuda"
+    skipped_dtypes = {}
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
+        if on_cuda and dtype == torch.bfloat16 and torch.cuda.get_device_capability() < (8, 0):
+            skipped_dtypes[dtype_name] = "no bfloat16 tensor cores before compute capability 8.0"
+            continue
         for length in lengths:
             for causal in (False, True):
                 for backward in (False, True):
@@ -133,6 +140,9 @@ def run_gpu(
         "machine": machine("cuda" if torch.device(device).type == "cuda" else "cpu"),
         "device": device,
         "triton_interpreter": device == "cpu",
+        "compute_capability": list(torch.cuda.get_device_capability()) if on_cuda else None,
+        "torch_sdpa_backend": ("flash" if torch.cuda.get_device_capability() >= (8, 0) else "efficient") if on_cuda else "default",
+        "skipped_dtypes": skipped_dtypes,
         "shape": {"batch": batch, "num_heads": num_heads, "head_dim": head_dim},
         "rows": rows,
     }

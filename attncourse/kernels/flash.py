@@ -105,26 +105,26 @@ def _tile_weights(
 
 
 @triton.jit
-def _forward_kernel(
-    Q, K, V, O, LSE, LENGTHS, SPANS, WINDOWS,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-    H, L, S, head_dim, scale, ramp,
-    CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):
+def _load_rows(ptr, rows, num_rows, offs_d, head_dim, stride_row, stride_d):
+    """The block ``ptr[rows, :head_dim]`` (rows past ``num_rows`` and columns past ``head_dim`` read as 0)."""
+    mask = (rows[:, None] < num_rows) & (offs_d[None, :] < head_dim)
+    return tl.load(ptr + rows[:, None] * stride_row + offs_d[None, :] * stride_d, mask=mask, other=0.0)
+
+
+@triton.jit
+def _query_program(H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Who this program is, for a grid of (query blocks, B * H): its first query, its (batch, head) and its index blocks."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d[None, :] < head_dim
+    return start_m, bh, bh // H, bh % H, start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
 
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=(offs_m[:, None] < L) & d_ok, other=0.0)
 
-    # The key blocks this query block may see (the same ranges as tiles.key_block_range).
+@triton.jit
+def _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
+               CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(kv_len, lo, hi, span)``: the real keys, the keys ``[lo, hi)`` a query block visits
+    (the ranges of ``tiles.key_block_range``), and the head's span."""
     kv_len = S
     if HAS_LENGTHS:
         kv_len = tl.minimum(tl.load(LENGTHS + b), S)
@@ -132,19 +132,35 @@ def _forward_kernel(
     hi = kv_len
     span = 0.0
     if CAUSAL:
-        hi = tl.minimum(hi, start_m + BLOCK_M + S - L)
+        hi = tl.minimum(hi, start_m + BLOCK_M + S - L)  # the block's last query sees keys j <= i + S - L
     if HAS_SPAN:
         span = tl.load(SPANS + h)
-        lo = tl.maximum(start_m - tl.load(WINDOWS + h) + 1, 0) // BLOCK_N * BLOCK_N
+        lo = tl.maximum(start_m - tl.load(WINDOWS + h) + 1, 0) // BLOCK_N * BLOCK_N  # its first query's first key
+    return kv_len, lo, hi, span
+
+
+@triton.jit
+def _forward_kernel(
+    Q, K, V, O, LSE, LENGTHS, SPANS, WINDOWS,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
+    H, L, S, head_dim, scale, ramp,
+    CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    start_m, bh, b, h, offs_m, offs_n, offs_d = _query_program(H, BLOCK_M, BLOCK_N, BLOCK_D)
+    d_ok = offs_d[None, :] < head_dim
+
+    q = _load_rows(Q + b * sqb + h * sqh, offs_m, L, offs_d, head_dim, sqm, sqd)
+    kv_len, lo, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
+                                      CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running maximum
     l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum of (masked) exp(score - m_i)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)  # running sum of exp(score - m_i) * value
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        kv_ok = (cols[:, None] < kv_len) & d_ok
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+        k = _load_rows(K + b * skb + h * skh, cols, kv_len, offs_d, head_dim, skn, skd)
+        v = _load_rows(V + b * svb + h * svh, cols, kv_len, offs_d, head_dim, svn, svd)
         s, soft = _tile_weights(q, k, offs_m, cols, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: avoid -inf - -inf
@@ -209,9 +225,8 @@ def _backward_dkdv_kernel(
     kv_len = S
     if HAS_LENGTHS:
         kv_len = tl.minimum(tl.load(LENGTHS + b), S)
-    kv_ok = (offs_n[:, None] < kv_len) & d_ok
-    k = tl.load(K + bh * S * skn + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
-    v = tl.load(V + bh * S * svn + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+    k = _load_rows(K + bh * S * skn, offs_n, kv_len, offs_d, head_dim, skn, skd)
+    v = _load_rows(V + bh * S * svn, offs_n, kv_len, offs_d, head_dim, svn, svd)
 
     # The query blocks that see this key block (the same ranges as tiles.query_block_range).
     lo = 0
@@ -229,9 +244,8 @@ def _backward_dkdv_kernel(
     dspan = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + offs_m
-        q_ok = (rows[:, None] < L) & d_ok
-        q = tl.load(Q + bh * L * sqm + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=q_ok, other=0.0)
-        do = tl.load(DO + bh * L * sdom + rows[:, None] * sdom + offs_d[None, :] * sdod, mask=q_ok, other=0.0)
+        q = _load_rows(Q + bh * L * sqm, rows, L, offs_d, head_dim, sqm, sqd)
+        do = _load_rows(DO + bh * L * sdom, rows, L, offs_d, head_dim, sdom, sdod)
         lse, delta = _load_row_stats(LSE, DELTA, bh, L, rows)
         s, soft = _tile_weights(q, k, rows, offs_n, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
         e = tl.exp(s - lse[:, None])  # exp(s) / sum_j m_j exp(s_j): the weight before the soft mask
@@ -262,44 +276,26 @@ def _backward_dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """One program per query block: ``dQ`` over the key blocks (the forward pass's loop)."""
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
+    start_m, bh, b, h, offs_m, offs_n, offs_d = _query_program(H, BLOCK_M, BLOCK_N, BLOCK_D)
     d_ok = offs_d[None, :] < head_dim
-    q_ok = (offs_m[:, None] < L) & d_ok
-    q = tl.load(Q + bh * L * sqm + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=q_ok, other=0.0)
-    do = tl.load(DO + bh * L * sdom + offs_m[:, None] * sdom + offs_d[None, :] * sdod, mask=q_ok, other=0.0)
+    q = _load_rows(Q + bh * L * sqm, offs_m, L, offs_d, head_dim, sqm, sqd)
+    do = _load_rows(DO + bh * L * sdom, offs_m, L, offs_d, head_dim, sdom, sdod)
     lse, delta = _load_row_stats(LSE, DELTA, bh, L, offs_m)
-
-    kv_len = S
-    if HAS_LENGTHS:
-        kv_len = tl.minimum(tl.load(LENGTHS + b), S)
-    lo = 0
-    hi = kv_len
-    span = 0.0
-    if CAUSAL:
-        hi = tl.minimum(hi, start_m + BLOCK_M + S - L)
-    if HAS_SPAN:
-        span = tl.load(SPANS + h)
-        lo = tl.maximum(start_m - tl.load(WINDOWS + h) + 1, 0) // BLOCK_N * BLOCK_N
+    kv_len, lo, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
+                                      CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
 
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        kv_ok = (cols[:, None] < kv_len) & d_ok
-        k = tl.load(K + bh * S * skn + cols[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
-        v = tl.load(V + bh * S * svn + cols[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+        k = _load_rows(K + bh * S * skn, cols, kv_len, offs_d, head_dim, skn, skd)
+        v = _load_rows(V + bh * S * svn, cols, kv_len, offs_d, head_dim, svn, svd)
         s, soft = _tile_weights(q, k, offs_m, cols, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
         p = tl.exp(s - lse[:, None]) * soft
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + bh * L * head_dim + offs_m[:, None] * head_dim + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=q_ok)
+             mask=(offs_m[:, None] < L) & d_ok)
 
 
 # -- launching them --------------------------------------------------------------------------
@@ -464,7 +460,8 @@ def flash_attention(
     """Exact attention ``softmax(Q K^T * scale + mask) V`` by the FlashAttention-2 Triton kernels, differentiable.
 
     Args:
-        query: ``(B, H, L, d)``, float16, bfloat16 or float32, ``16 <= d <= 128``.
+        query: ``(B, H, L, d)``, float16, bfloat16 (GPUs of compute capability 8.0 or later) or float32,
+            ``16 <= d <= 128``.
         key, value: ``(B, H, S, d)``, the same dtype and device; ``S`` may differ from ``L``.
         causal: query ``i`` attends to key ``j`` only when ``j <= i + (S - L)`` (the last query
             aligned with the last key, as :func:`attncourse.masks.causal_mask`).
