@@ -13,6 +13,10 @@ torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json`
 6): with a KV cache holding the context (one new query per layer) and without (the whole
 context recomputed), side by side at each context length, and writes
 ``attncourse/results/ch06_cache_benchmark_<device>.json`` with their ratio.
+
+On CUDA it also times chapter 10's Triton kernels (``attncourse/results/gpu_benchmark_<gpu>.json``,
+see :mod:`attncourse.kernel_benchmark`; ``--no-kernels`` leaves them out), and ``--span-time``
+times chapter 8's adaptive-span layer against its span on the CPU (``span_time_cpu.json``).
 """
 from __future__ import annotations
 
@@ -351,7 +355,8 @@ def _print_rows(rows: List[Dict[str, object]]) -> None:
     print(table(rows).split("\n", 1)[1], flush=True)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m attncourse.benchmark``."""
     parser = argparse.ArgumentParser(prog="python -m attncourse.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
@@ -362,7 +367,19 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--cache", action="store_true", help="time a decoding step with and without the KV cache (chapter 6)")
     parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048], help="context lengths for --cache")
     parser.add_argument("--constants", action="store_true", help="measure only the CPU constants (constants_cpu.json): a minute")
-    args = parser.parse_args(argv)
+    parser.add_argument("--gpu-lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768],
+                        help="sequence lengths of the Triton kernels' benchmark (CUDA only)")
+    parser.add_argument("--gpu-dtypes", nargs="+", choices=["float16", "bfloat16", "float32"], default=["float16", "bfloat16"])
+    parser.add_argument("--no-kernels", action="store_true", help="on CUDA, leave out chapter 10's Triton kernels")
+    parser.add_argument("--no-attention", action="store_true", help="leave out the attention and layer benchmark (chapter 7)")
+    parser.add_argument("--span-time", action="store_true", help="time chapter 8's adaptive-span layer against its span on the CPU")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    from . import kernel_benchmark
+
+    args = build_parser().parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.constants:
@@ -385,7 +402,21 @@ def main(argv: Optional[List[str]] = None) -> None:
             path.write_text(json.dumps(result, indent=1) + "\n")
             print(f"written to {path}")
         return
+    if args.span_time:
+        print("== adaptive-span layer on the CPU: time against span ==", flush=True)
+        result = kernel_benchmark.run_span_time()
+        print(kernel_benchmark.span_table(result))
+        print(f"written to {kernel_benchmark.write_result(result, args.output, f'span_time_cpu{args.tag}.json')}")
     for device in devices:
+        if device == "cuda" and not args.no_kernels:
+            print("== cuda: Triton kernels ==", flush=True)
+            result = kernel_benchmark.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
+            print(kernel_benchmark.gpu_table(result["rows"]))  # type: ignore[arg-type]
+            print(json.dumps(result["targets"], indent=1))
+            name = kernel_benchmark.gpu_file_name(str(result["machine"]["gpu"])).replace(".json", f"{args.tag}.json")  # type: ignore[index]
+            print(f"written to {kernel_benchmark.write_result(result, args.output, name)}")
+        if args.no_attention:
+            continue
         print(f"== {device} ==", flush=True)
         print(table([]), flush=True)
         result = run(args.lengths, device, layer_lengths=args.layer_lengths)

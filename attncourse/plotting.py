@@ -14,6 +14,7 @@ from ._checks import fmt_shape
 __all__ = [
     "heatmap", "plot_attention", "plot_heads", "block_stages", "plot_transformer_blocks", "draw_kv_cache",
     "plot_decode_times", "plot_tile_schedule", "plot_span_cells", "plot_persistent_memory",
+    "plot_tile_maps", "plot_span_time", "plot_roofline",
 ]
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
@@ -679,3 +680,81 @@ def plot_persistent_memory(length: int, num_persistent: int, *, ax: Optional[Axe
     ax.text(length / 2 - 0.5, -0.65, "context: causal", ha="center", va="bottom", fontsize=9)
     ax.text(length + num_persistent / 2 - 0.5, -0.65, f"memory: N = {num_persistent}, always visible", ha="center", va="bottom", fontsize=9)
     return ax
+
+
+def plot_tile_maps(maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, suptitle: Optional[str] = None) -> Figure:
+    """Which tiles a blocked kernel computes: one panel per head, a dark square per computed tile.
+
+    Args:
+        maps: ``(H, query blocks, key blocks)`` boolean (``True`` = computed), e.g.
+            :func:`attncourse.kernels.tiles.span_tile_maps`.
+        titles: one per panel; by default ``"head h: n tiles"``.
+        suptitle: a title over the whole figure.
+    """
+    maps = np.asarray(maps.detach().cpu() if isinstance(maps, torch.Tensor) else maps)
+    if maps.ndim != 3:
+        raise ValueError(f"maps must be (H, query blocks, key blocks), got shape {fmt_shape(maps.shape)}")
+    heads = maps.shape[0]
+    if titles is None:
+        titles = [f"head {h}: {int(maps[h].sum())} tiles" for h in range(heads)]
+    if len(titles) != heads:
+        raise ValueError(f"got {len(titles)} titles for {heads} maps")
+    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.9), layout="constrained", squeeze=False)
+    for h, ax in enumerate(axes[0]):
+        ax.imshow(maps[h].astype(float), cmap="Greys", vmin=0, vmax=1.25, interpolation="nearest")
+        ax.set_xticks(np.arange(-0.5, maps.shape[2], 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, maps.shape[1], 1), minor=True)
+        ax.grid(which="minor", color="white", linewidth=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set(title=titles[h], xlabel="key block")
+    axes[0][0].set_ylabel("query block")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_span_time(result: dict) -> Figure:
+    """Wall time and computed scores of the adaptive-span layer against its span (log-log).
+
+    ``result``: what :func:`attncourse.kernel_benchmark.run_span_time` returns (or the
+    committed ``span_time_cpu.json``): rows of ``span``, ``cells``, ``seconds`` and ``times``.
+    """
+    rows = sorted(result["rows"], key=lambda r: r["span"])
+    spans = [r["span"] for r in rows]
+    fig, (ax_time, ax_cells) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
+    for r in rows:
+        ax_time.plot([r["span"]] * len(r["times"]), r["times"], ".", color="tab:grey", alpha=0.6)
+    ax_time.loglog(spans, [r["seconds"] for r in rows], "-o", color="tab:blue", base=2, label="median")
+    ax_time.set(xlabel="span z (all heads)", ylabel="time (s)", title=f"forward wall time, L = {result['length']}")
+    ax_time.legend()
+    ax_cells.loglog(spans, [r["cells"] for r in rows], "-o", color="tab:orange", base=2)
+    ax_cells.set(xlabel="span z (all heads)", ylabel="scores computed", title="scores computed")
+    for ax in (ax_time, ax_cells):
+        ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def plot_roofline(machines: dict, points: dict, *, intensity_range: Sequence[float] = (1.0, 4096.0)) -> Figure:
+    """The roofline of each machine and where some computations sit on it (log-log).
+
+    Args:
+        machines: ``{name: (peak FLOP/s, memory bytes/s)}``; the attainable rate at arithmetic
+            intensity ``I`` (FLOPs per byte moved to or from memory) is ``min(peak, I * bandwidth)``.
+        points: ``{label: intensity}``, drawn as vertical lines.
+        intensity_range: the x range, FLOP/byte.
+    """
+    lo, hi = intensity_range
+    if not 0 < lo < hi:
+        raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range!r}")
+    x = np.geomspace(lo, hi, 200)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    for name, (peak, bandwidth) in machines.items():
+        line, = ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e12, label=f"{name} (ridge at {peak / bandwidth:.0f} FLOP/B)")
+        ax.axvline(peak / bandwidth, color=line.get_color(), linestyle=":", linewidth=1)
+    for k, (label, intensity) in enumerate(points.items()):
+        ax.axvline(intensity, color=f"C{k + len(machines)}", linestyle="--", label=f"{label}: {intensity:.0f} FLOP/B")
+    ax.set(xlabel="arithmetic intensity (FLOPs per byte of memory traffic)", ylabel="attainable TFLOP/s",
+           title="roofline: min(peak, intensity x bandwidth)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig

@@ -3,6 +3,12 @@ import os
 
 import pytest
 import torch
+
+# Chapter 10's Triton kernels (tests/test_kernels.py): without a GPU they run through Triton's
+# interpreter, which must be switched on before triton is first imported. Nothing else in the
+# test suite imports triton, so this changes no other test.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from hypothesis import settings
 
 # Deterministic property tests: the same examples on every run, no example database on disk.

@@ -63,3 +63,39 @@ def test_constants_at_tiny_sizes(tmp_path, capsys):
 def test_committed_constants_load():
     result = benchmark.load_constants()
     assert {"machine", "matmul_flops_per_s", "softmax_flops_per_s", "qk_flops_per_s", "copy_bytes_per_s"} <= set(result)
+
+
+def test_command_line_of_the_kernel_benchmarks():
+    args = benchmark.build_parser().parse_args(["--device", "cuda", "--gpu-lengths", "512", "1024", "--gpu-dtypes", "bfloat16", "--span-time"])
+    assert args.gpu_lengths == [512, 1024] and args.gpu_dtypes == ["bfloat16"] and args.span_time and not args.no_kernels
+    defaults = benchmark.build_parser().parse_args([])
+    assert defaults.gpu_lengths[0] == 512 and defaults.gpu_lengths[-1] == 32768
+    assert defaults.gpu_dtypes == ["float16", "bfloat16"]
+
+
+def test_gpu_file_name():
+    from attncourse.kernel_benchmark import gpu_file_name
+
+    assert gpu_file_name("NVIDIA H100 80GB HBM3") == "gpu_benchmark_nvidia_h100_80gb_hbm3.json"
+    assert gpu_file_name("Tesla T4") == "gpu_benchmark_tesla_t4.json"
+
+
+def test_span_time_writes_json(tmp_path):
+    from attncourse import kernel_benchmark as kb
+
+    result = kb.run_span_time(length=96, spans=(4, 96), embed_dim=32, num_heads=2, ramp=8.0, repeats=1)
+    rows = result["rows"]
+    assert [r["span"] for r in rows] == [4, 96] and rows[0]["window"] == 12 and rows[1]["window"] == 96
+    assert rows[0]["cells"] < rows[1]["cells"] and all(r["seconds"] > 0 for r in rows)
+    path = kb.write_result(result, tmp_path, "span_time_cpu.json")
+    assert kb.load_span_time(tmp_path) == json.loads(path.read_text()) == result
+    assert "x longest" in kb.span_table(result)
+
+
+def test_committed_span_time_falls_with_the_span():
+    from attncourse import kernel_benchmark as kb
+
+    result = kb.load_span_time()
+    assert result["length"] == 4096
+    seconds = [r["seconds"] for r in sorted(result["rows"], key=lambda r: r["span"])]
+    assert seconds == sorted(seconds) and seconds[0] < 0.5 * seconds[-1]

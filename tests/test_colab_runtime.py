@@ -5,7 +5,7 @@ The notebooks run are those a Colab user opens: ``notebooks/<name>.ipynb``, gene
 with the book and proves their code cells are the book's, byte for byte).
 
 A new virtual environment gets only what a Colab runtime already has that matters here
-(torch, numpy, matplotlib and ipykernel, at the versions pinned in requirements.txt) and
+(torch, numpy, matplotlib, ipykernel and triton, at the versions pinned in requirements.txt) and
 nothing else: no attncourse, no tqdm, no pytest. Each notebook then runs in a kernel of that
 environment, started in an empty working directory (like Colab's /content, so nothing of the
 checkout is reachable by a relative path). Its first cell installs attncourse with pip, from
@@ -43,7 +43,7 @@ from packaging.requirements import Requirement
 from project_tools import ROOT, colab, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
-RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel")
+RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "triton")  # Colab's torch ships triton
 # The Colab edition, in the order of _toc.yml (what the Colab buttons and the README open).
 NOTEBOOKS = [colab.OUT / f"{Path(doc).name}.ipynb" for doc, _ in colab.chapters()]
 # pip's words when it cannot reach a package index (then the test is skipped, not failed).

@@ -245,3 +245,37 @@ def test_plot_persistent_memory_draws_all_attention_mask():
     assert (image[:, 5:] == 2).all()  # memory: visible to every query
     assert np.array_equal(image[:, :5] > 0, np.tril(np.ones((5, 5), dtype=bool)))  # context: causal
     plt.close("all")
+
+
+def test_plot_tile_maps_and_span_time():
+    import matplotlib.pyplot as plt
+
+    from attncourse.kernels.tiles import span_tile_maps
+    from attncourse.plotting import plot_span_time, plot_tile_maps
+
+    maps = span_tile_maps(torch.tensor([8.0, 100.0]), 4.0, 128, 16, 16)
+    fig = plot_tile_maps(maps)
+    assert [ax.get_title() for ax in fig.axes] == [f"head {h}: {int(maps[h].sum())} tiles" for h in range(2)]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="maps"):
+        plot_tile_maps(maps[0])
+    with pytest.raises(ValueError, match="titles"):
+        plot_tile_maps(maps, ["one"])
+    result = {"length": 64, "rows": [{"span": s, "cells": 10 * s, "seconds": 0.01 * s, "times": [0.01 * s]} for s in (4, 16)]}
+    fig = plot_span_time(result)
+    assert len(fig.axes) == 2
+    plt.close(fig)
+
+
+def test_plot_roofline():
+    import matplotlib.pyplot as plt
+
+    from attncourse.plotting import plot_roofline
+
+    fig = plot_roofline({"gpu": (100e12, 1e12)}, {"kernel": 50.0})
+    line = fig.axes[0].get_lines()[0]
+    x, y = line.get_data()
+    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9  # flat at the peak, bandwidth-bound below the ridge
+    plt.close(fig)
+    with pytest.raises(ValueError, match="intensity_range"):
+        plot_roofline({}, {}, intensity_range=(10, 1))

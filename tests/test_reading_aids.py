@@ -17,7 +17,7 @@ from attncourse.exercises import list_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
-CHAPTERS = sorted(BOOK.glob("0*.ipynb"))
+CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))  # 01 .. 10
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # (label, identifier, chapter) of every row of the exercise index
 EXERCISE_ROWS = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",

@@ -1,0 +1,264 @@
+"""Chapter 10's benchmarks: the Triton kernels on a GPU, and adaptive span's wall time on the CPU.
+
+Run through ``python -m attncourse.benchmark`` (see :func:`attncourse.benchmark.main`):
+
+* ``--device cuda`` adds :func:`run_gpu`: the Triton FlashAttention kernel
+  (:func:`attncourse.kernels.flash.flash_attention`) beside torch's SDPA restricted to its
+  flash backend, the package's tiled PyTorch attention and the naive one, forward and
+  forward+backward, causal and not, float16 and bfloat16, ``B=4, H=16, d=64``, and the
+  adaptive-span kernel with every span at 256 against every span at the maximum. It writes
+  ``results/gpu_benchmark_<gpu>.json`` with the GPU's name and the ratios against the targets.
+* ``--span-time`` runs :func:`run_span_time`: the adaptive-span layer of chapter 8 on the CPU,
+  wall time against the span at ``L = 4096``, all spans timed interleaved in one run, written
+  to ``results/span_time_cpu.json``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .adaptive_span import AdaptiveSpanAttention
+from .attention import scaled_dot_product_attention
+from .efficient import tiled_attention
+from .masks import causal_mask
+from .measure import attention_flops, time_interleaved
+
+__all__ = ["GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table"]
+
+GPU_IMPLEMENTATIONS = ("triton", "torch-flash", "tiled", "naive")
+# The issue's targets on an H100, B=4, H=16, d=64, L=4096, float16 (time ratios).
+TARGETS = {"forward x torch-flash": 1.3, "forward+backward x torch-flash": 1.6, "span 4096 / span 256": 8.0}
+
+
+def build_gpu(
+    impl: str, length: int, causal: bool, dtype: torch.dtype, backward: bool, *, batch: int = 4, num_heads: int = 16,
+    head_dim: int = 64, device: str = "cuda", span: Optional[float] = None, ramp: float = 32.0, seed: int = 0,
+):
+    """A zero-argument function running ``impl`` on ``(batch, num_heads, length, head_dim)`` inputs.
+
+    ``backward`` adds the backward pass of ``out.sum()`` (forward+backward). ``impl`` is one of
+    ``GPU_IMPLEMENTATIONS``, or ``"span"``: the adaptive-span kernel with every head's span
+    at ``span`` (causal by construction).
+    """
+    from .kernels.flash import adaptive_span_flash_attention, flash_attention
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, num_heads, length, head_dim, generator=g).to(device=device, dtype=dtype).requires_grad_(backward)
+               for _ in range(3))
+    if impl == "triton":
+        forward = lambda: flash_attention(q, k, v, causal=causal)
+    elif impl == "torch-flash":
+        def forward():
+            if torch.device(device).type != "cuda":  # the plumbing tests on the CPU: torch's own choice
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            # the flash backend; before compute capability 8.0 (a T4) torch has none and uses its
+            # memory-efficient backend instead. L == S: top-left is_causal equals causal_mask.
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    elif impl == "tiled":
+        forward = lambda: tiled_attention(q, k, v, causal=causal)
+    elif impl == "naive":
+        mask = causal_mask(length, device=torch.device(device)) if causal else None
+        forward = lambda: scaled_dot_product_attention(q, k, v, mask)[0]
+    elif impl == "span":
+        if span is None:
+            raise ValueError("impl='span' needs span")
+        spans = torch.full((num_heads,), float(span), device=device)
+        forward = lambda: adaptive_span_flash_attention(q, k, v, spans, ramp)
+    else:
+        raise ValueError(f"impl must be one of {GPU_IMPLEMENTATIONS + ('span',)}, got {impl!r}")
+    if not backward:
+        def fn():
+            with torch.no_grad():
+                return forward()
+        return fn
+
+    def fn():
+        out = forward()
+        out.float().sum().backward()
+        q.grad = k.grad = v.grad = None
+        return out
+    return fn
+
+
+def _naive_bytes(batch: int, num_heads: int, length: int, dtype: torch.dtype, backward: bool) -> int:
+    """About the naive version's peak: scores and weights in the input dtype (and float32 softmax), twice with the backward."""
+    return batch * num_heads * length * length * (dtype.itemsize * 2 + 4) * (2 if backward else 1)
+
+
+def run_gpu(
+    lengths: Sequence[int] = (512, 1024, 2048, 4096, 8192, 16384, 32768), *, device: str = "cuda",
+    dtypes: Sequence[str] = ("float16", "bfloat16"), batch: int = 4, num_heads: int = 16, head_dim: int = 64,
+    span_length: int = 4096, spans: Sequence[float] = (256.0, 4096.0), max_tiled_length: int = 8192,
+    memory_fraction: float = 0.5, repeats: int = 5,
+) -> Dict[str, object]:
+    """Time every implementation side by side (interleaved) at each setting; return rows, machine and targets."""
+    from .benchmark import machine
+
+    rows: List[Dict[str, object]] = []
+    free = torch.cuda.mem_get_info()[0] if torch.device(device).type == "cuda" else None
+    shape = dict(batch=batch, num_heads=num_heads, head_dim=head_dim, device=device)
+    on_cuda = torch.device(device).type == "cuda"
+    skipped_dtypes = {}
+    for dtype_name in dtypes:
+        dtype = getattr(torch, dtype_name)
+        if on_cuda and dtype == torch.bfloat16 and torch.cuda.get_device_capability() < (8, 0):
+            skipped_dtypes[dtype_name] = "no bfloat16 tensor cores before compute capability 8.0"
+            continue
+        for length in lengths:
+            for causal in (False, True):
+                for backward in (False, True):
+                    built, skipped = {}, {}
+                    for impl in GPU_IMPLEMENTATIONS:
+                        if impl == "naive" and free is not None and _naive_bytes(batch, num_heads, length, dtype, backward) > memory_fraction * free:
+                            skipped[impl] = f"the (L, L) scores would need more than {memory_fraction:.0%} of the free GPU memory"
+                        elif impl in ("tiled", "naive") and length > max_tiled_length:
+                            skipped[impl] = f"L > {max_tiled_length} (a Python loop over blocks; too slow to time)"
+                        else:
+                            built[impl] = build_gpu(impl, length, causal, dtype, backward, **shape)
+                    timings = time_interleaved(built, repeats=repeats, warmup=2, device=torch.device(device))
+                    flops = attention_flops(batch, num_heads, length, length, head_dim, causal=causal) * (3.5 if backward else 1)
+                    for impl in GPU_IMPLEMENTATIONS:
+                        row = {"kind": "attention", "impl": impl, "dtype": dtype_name, "length": length, "causal": causal,
+                               "pass": "forward+backward" if backward else "forward", "flops": int(flops)}
+                        row.update({"skipped": skipped[impl]} if impl in skipped else
+                                   {"seconds": timings[impl].median, "times": timings[impl].times})
+                        rows.append(row)
+        for backward in (False, True):
+            built = {f"span {s:g}": build_gpu("span", span_length, True, dtype, backward, span=s, **shape) for s in spans}
+            timings = time_interleaved(built, repeats=repeats, warmup=2, device=torch.device(device))
+            for s in spans:
+                rows.append({"kind": "span", "impl": "span", "span": s, "dtype": dtype_name, "length": span_length, "causal": True,
+                             "pass": "forward+backward" if backward else "forward", "seconds": timings[f"span {s:g}"].median,
+                             "times": timings[f"span {s:g}"].times})
+    result: Dict[str, object] = {
+        "machine": machine("cuda" if torch.device(device).type == "cuda" else "cpu"),
+        "device": device,
+        "triton_interpreter": device == "cpu",
+        "compute_capability": list(torch.cuda.get_device_capability()) if on_cuda else None,
+        "torch_sdpa_backend": ("flash" if torch.cuda.get_device_capability() >= (8, 0) else "efficient") if on_cuda else "default",
+        "skipped_dtypes": skipped_dtypes,
+        "shape": {"batch": batch, "num_heads": num_heads, "head_dim": head_dim},
+        "rows": rows,
+    }
+    result["targets"] = targets(rows, length=4096 if 4096 in lengths else max(lengths), span_length=span_length, spans=spans)
+    return result
+
+
+def targets(rows: List[Dict[str, object]], *, length: int = 4096, dtype: str = "float16", span_length: int = 4096,
+            spans: Sequence[float] = (256.0, 4096.0)) -> Dict[str, Dict[str, Optional[float]]]:
+    """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met."""
+    def seconds(**want):
+        for r in rows:
+            if all(r.get(k) == v for k, v in want.items()) and "seconds" in r:
+                return r["seconds"]
+        return None
+
+    out: Dict[str, Dict[str, Optional[float]]] = {}
+    for name, which in (("forward x torch-flash", "forward"), ("forward+backward x torch-flash", "forward+backward")):
+        ours = seconds(kind="attention", impl="triton", length=length, causal=False, dtype=dtype, **{"pass": which})
+        ref = seconds(kind="attention", impl="torch-flash", length=length, causal=False, dtype=dtype, **{"pass": which})
+        ratio = ours / ref if ours and ref else None
+        out[name] = {"measured": ratio, "target": TARGETS[name], "met": None if ratio is None else ratio <= TARGETS[name]}
+    short = seconds(kind="span", span=min(spans), dtype=dtype, length=span_length, **{"pass": "forward"})
+    long = seconds(kind="span", span=max(spans), dtype=dtype, length=span_length, **{"pass": "forward"})
+    ratio = long / short if short and long else None
+    name = "span 4096 / span 256"
+    out[name] = {"measured": ratio, "target": TARGETS[name], "met": None if ratio is None else ratio >= TARGETS[name]}
+    return out
+
+
+def gpu_file_name(gpu: str) -> str:
+    """``gpu_benchmark_<gpu>.json`` with the GPU's name made safe for a file name (``NVIDIA H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3``)."""
+    slug = re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") or "unknown"
+    return f"gpu_benchmark_{slug}.json"
+
+
+def gpu_table(rows: List[Dict[str, object]]) -> str:
+    """The GPU rows as text, each time relative to torch's flash SDPA at the same setting."""
+    ref = {(r["dtype"], r["length"], r["causal"], r["pass"]): r.get("seconds") for r in rows if r["impl"] == "torch-flash"}
+    lines = [f"{'impl':<12} {'dtype':<9} {'L':>6} {'causal':>6} {'pass':<17} {'time ms':>10} {'x flash':>8} {'TFLOP/s':>8}"]
+    for r in rows:
+        head = f"{r['impl'] if r['kind'] == 'attention' else 'span ' + format(r['span'], 'g'):<12} {r['dtype']:<9} {r['length']:>6} {str(r['causal']):>6} {r['pass']:<17}"
+        if "seconds" not in r:
+            lines.append(f"{head} skipped: {r['skipped']}")
+            continue
+        base = ref.get((r["dtype"], r["length"], r["causal"], r["pass"])) if r["kind"] == "attention" else None
+        ratio = f"{r['seconds'] / base:8.2f}" if base else f"{'':>8}"
+        tflops = f"{r['flops'] / r['seconds'] / 1e12:8.1f}" if "flops" in r else f"{'':>8}"
+        lines.append(f"{head} {1e3 * r['seconds']:>10.3f} {ratio} {tflops}")
+    return "\n".join(lines)
+
+
+# -- adaptive span on the CPU ----------------------------------------------------------------
+
+
+def run_span_time(
+    length: int = 4096, spans: Sequence[int] = (64, 256, 1024, 4096), *, embed_dim: int = 128, num_heads: int = 4,
+    ramp: float = 32.0, repeats: int = 5, seed: int = 0,
+) -> Dict[str, object]:
+    """Wall time of chapter 8's adaptive-span layer (forward, CPU) at each span, all timed interleaved in one run.
+
+    Every head of the layer gets the same span ``z``; the layer computes the keys within
+    ``z + R`` of each query (:func:`attncourse.adaptive_span.computed_cells`).
+    """
+    from .adaptive_span import computed_cells
+    from .benchmark import machine
+
+    torch.manual_seed(seed)
+    x = torch.randn(1, length, embed_dim)
+    layers = {}
+    for span in spans:
+        layer = AdaptiveSpanAttention(embed_dim, num_heads, max_span=max(spans), ramp=ramp, init_span=float(span),
+                                      learnable=False, position_bias=False).eval()
+        layers[span] = layer
+
+    def call(layer):
+        def fn():
+            with torch.no_grad():
+                return layer(x)[0]
+        return fn
+
+    timings = time_interleaved({str(s): call(layers[s]) for s in spans}, repeats=repeats, warmup=1)
+    rows = []
+    for span in spans:
+        window = layers[span].span.window(length)
+        rows.append({"span": span, "window": window, "cells": num_heads * computed_cells(length, window),
+                     "seconds": timings[str(span)].median, "times": timings[str(span)].times})
+    return {"machine": machine("cpu"), "length": length, "embed_dim": embed_dim, "num_heads": num_heads, "ramp": ramp, "rows": rows}
+
+
+def span_table(result: Dict[str, object]) -> str:
+    """The span timings as text, each relative to the longest span's."""
+    rows = result["rows"]
+    longest = max(rows, key=lambda r: r["span"])["seconds"]  # type: ignore[index]
+    lines = [f"{'span':>6} {'window':>7} {'cells':>12} {'time ms':>10} {'x longest':>10}"]
+    for r in rows:  # type: ignore[union-attr]
+        lines.append(f"{r['span']:>6} {r['window']:>7} {r['cells']:>12} {1e3 * r['seconds']:>10.1f} {r['seconds'] / longest:>10.3f}")
+    return "\n".join(lines)
+
+
+def write_result(result: Dict[str, object], folder, name: str):
+    """Write ``result`` as JSON to ``folder / name`` and return the path."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+def load_span_time(folder: Optional[str] = None) -> Dict[str, object]:
+    """The committed CPU timings of :func:`run_span_time` (package data), or those in ``folder``."""
+    import json
+    from pathlib import Path
+
+    from .benchmark import DEFAULT_OUTPUT
+
+    return json.loads((Path(folder or DEFAULT_OUTPUT) / "span_time_cpu.json").read_text())

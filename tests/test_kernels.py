@@ -1,0 +1,293 @@
+"""Chapter 10's Triton kernels against the package's references and torch's SDPA.
+
+Without a GPU the kernels run on CPU tensors through Triton's interpreter
+(``TRITON_INTERPRET=1``, set by ``conftest.py`` before triton is imported); with one, the same
+tests run compiled on CUDA (the ``device`` fixture), and the CPU case skips. The interpreter
+has no bfloat16, so bfloat16 is tested on CUDA only. Sizes are small on purpose: each
+interpreted kernel launch costs a fraction of a second.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attncourse.adaptive_span import adaptive_span_attention
+from attncourse.attention import scaled_dot_product_attention
+from attncourse.kernels import tiles
+from attncourse.masks import causal_mask, padding_mask
+
+triton = pytest.importorskip("triton")
+from attncourse.kernels import flash  # noqa: E402  (needs triton)
+
+
+@pytest.fixture
+def kdevice(device) -> torch.device:
+    """The ``device`` fixture, where the kernels can run: CUDA, or the CPU under the interpreter."""
+    if device.type == "cpu" and not flash.interpreting():
+        pytest.skip("CPU tensors need Triton's interpreter (TRITON_INTERPRET=1); a GPU is present")
+    return device
+
+
+def _inputs(batch, heads, L, S, d, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, L, d, generator=g)
+    k = torch.randn(batch, heads, S, d, generator=g)
+    v = torch.randn(batch, heads, S, d, generator=g)
+    return [t.to(device=device, dtype=dtype).requires_grad_() for t in (q, k, v)]
+
+
+def _mask(L, S, causal, lengths, device):
+    """The boolean mask (B or 1, 1, L, S) of the package's conventions, or None."""
+    mask = causal_mask(L, S, device=device)[None, None] if causal else None
+    if lengths is not None:
+        keys = padding_mask(lengths, S)[:, None, None, :].to(device)
+        mask = keys if mask is None else mask & keys
+    return mask
+
+
+def _reference(q, k, v, causal, lengths):
+    """The package's attention in float64: output and log-sum-exp."""
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    mask = _mask(q.size(2), k.size(2), causal, lengths, q.device)
+    out = scaled_dot_product_attention(q64, k64, v64, mask)[0]
+    scores = q64 @ k64.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return out, torch.logsumexp(scores, dim=-1)
+
+
+# (B, H, L, S, d, causal, lengths): L != S both ways, sizes not multiples of the 16-wide
+# blocks, head sizes 16..128 (padded to powers of two), padded keys, empty sequences, and
+# causal queries before the first key (L > S) whose rows are fully masked.
+CASES = [
+    pytest.param(2, 2, 33, 33, 32, False, None, id="square"),
+    pytest.param(1, 2, 40, 40, 16, True, None, id="causal"),
+    pytest.param(1, 2, 19, 45, 24, True, None, id="causal-L<S"),
+    pytest.param(1, 2, 45, 19, 64, True, None, id="causal-L>S-empty-rows"),
+    pytest.param(2, 1, 30, 37, 48, False, [37, 0], id="lengths-with-empty"),
+    pytest.param(2, 2, 37, 37, 80, True, [9, 37], id="causal-lengths"),
+    pytest.param(1, 1, 17, 23, 128, False, [20], id="d128"),
+]
+
+
+@pytest.mark.parametrize("batch,heads,L,S,d,causal,lengths", CASES)
+def test_forward_and_gradients_match_float64_reference(kdevice, batch, heads, L, S, d, causal, lengths):
+    q, k, v = _inputs(batch, heads, L, S, d, kdevice)
+    lens = torch.tensor(lengths, device=kdevice) if lengths is not None else None
+    out, lse = flash.flash_attention_forward(q, k, v, causal=causal, lengths=lens)
+    expected, expected_lse = _reference(q, k, v, causal, lengths)
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32 and lse.shape == (batch, heads, L)
+    torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), expected_lse, atol=2e-6, rtol=1e-5)  # -inf where the row is empty
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(kdevice)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(expected, (q, k, v), grad.double())
+    for name, g, w in zip("qkv", got, want):
+        assert torch.isfinite(g).all(), name
+        torch.testing.assert_close(g.double(), w.double(), atol=5e-6, rtol=1e-5, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_torch_sdpa(kdevice, causal):
+    # torch's is_causal aligns top left; with L != S the bottom-right mask goes in as attn_mask
+    q, k, v = _inputs(1, 3, 21, 34, 32, kdevice, seed=2)
+    mask = causal_mask(21, 34, device=kdevice) if causal else None
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = flash.flash_attention(q, k, v, causal=causal)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(out)
+    for g, w in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(expected, (q, k, v), grad)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_fully_masked_rows_give_zeros_and_zero_gradients(kdevice):
+    q, k, v = _inputs(2, 1, 20, 8, 16, kdevice, seed=3)
+    lengths = torch.tensor([0, 8], device=kdevice)
+    out, lse = flash.flash_attention_forward(q, k, v, causal=True, lengths=lengths)
+    # sequence 0 has no key; in sequence 1 the first L - S = 12 causal queries precede every key
+    assert (out[0] == 0).all() and (out[1, :, :12] == 0).all() and (out[1, :, 12:] != 0).any()
+    assert torch.isneginf(lse[0]).all() and torch.isneginf(lse[1, :, :12]).all() and torch.isfinite(lse[1, :, 12:]).all()
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(t).all() for t in (dq, dk, dv))
+    assert (dq[0] == 0).all() and (dk[0] == 0).all() and (dv[0] == 0).all() and (dq[1, :, :12] == 0).all()
+
+
+def test_non_contiguous_inputs(kdevice):
+    # (B, L, H, d) projections viewed as (B, H, L, d): strided, as a multi-head layer produces them
+    g = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(2, 21, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_() for _ in range(3))
+    assert not q.is_contiguous()
+    out = flash.flash_attention(q, k, v, causal=True)
+    expected, _ = _reference(q, k, v, True, None)
+    torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
+    for g_, w in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(expected.sum(), (q, k, v))):
+        torch.testing.assert_close(g_.double(), w.double(), atol=5e-6, rtol=1e-5)
+
+
+def test_scale_argument(kdevice):
+    q, k, v = _inputs(1, 1, 18, 18, 16, kdevice, seed=4)
+    out = flash.flash_attention(q, k, v, scale=0.3)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, scale=0.3)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_float16_accumulates_in_float32(kdevice):
+    q, k, v = _inputs(1, 2, 35, 35, 64, kdevice, dtype=torch.float16, seed=5)
+    out = flash.flash_attention(q, k, v, causal=True)
+    assert out.dtype == torch.float16
+    expected, _ = _reference(q, k, v, True, None)
+    torch.testing.assert_close(out.double(), expected, atol=2e-3, rtol=2e-3)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(6)).to(kdevice)
+    for g, w in zip(torch.autograd.grad(out, (q, k, v), grad.half()), torch.autograd.grad(expected, (q, k, v), grad.double())):
+        assert g.dtype == torch.float16
+        torch.testing.assert_close(g.double(), w.double(), atol=1e-2, rtol=1e-2)
+
+
+def test_bfloat16_on_cuda(kdevice):
+    if kdevice.type != "cuda":
+        pytest.skip("Triton's interpreter has no bfloat16: tested on CUDA only")
+    if torch.cuda.get_device_capability(kdevice) < (8, 0):
+        pytest.skip("no bfloat16 tensor cores before compute capability 8.0 (e.g. a T4)")
+    q, k, v = _inputs(2, 2, 100, 130, 64, kdevice, dtype=torch.bfloat16, seed=7)
+    out = flash.flash_attention(q, k, v, causal=True)
+    expected, _ = _reference(q, k, v, True, None)
+    torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
+    for g, w in zip(torch.autograd.grad(out.float().sum(), (q, k, v)), torch.autograd.grad(expected.sum(), (q, k, v))):
+        torch.testing.assert_close(g.double(), w.double(), atol=5e-2, rtol=5e-2)
+
+
+def test_softmax_rows(kdevice):
+    x = torch.randn(5, 37, generator=torch.Generator().manual_seed(8)).to(kdevice)
+    torch.testing.assert_close(flash.softmax_rows(x), torch.softmax(x, -1))
+
+
+# -- adaptive span ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spans,ramp,L", [([0.0, 6.5, 17.2], 4.0, 50), ([3.3, 40.0, 80.0], 8.0, 41)])
+def test_adaptive_span_matches_reference_with_span_gradient(kdevice, spans, ramp, L):
+    q, k, v = _inputs(2, 3, L, L, 32, kdevice, seed=9)
+    span = torch.tensor(spans, device=kdevice, requires_grad=True)
+    out = flash.adaptive_span_flash_attention(q, k, v, span, ramp)
+    expected, _ = adaptive_span_attention(q.double(), k.double(), v.double(), span.double(), ramp)
+    torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(10)).to(kdevice)
+    got = torch.autograd.grad(out, (q, k, v, span), grad)
+    want = torch.autograd.grad(expected, (q, k, v, span), grad.double())
+    for name, g, w in zip(("dq", "dk", "dv", "dspan"), got, want):
+        torch.testing.assert_close(g.double(), w.double(), atol=1e-5, rtol=1e-5, msg=name)
+    assert got[3].dtype == span.dtype
+    if spans[0] + ramp < L:  # a short head's span gets a gradient from its ramp keys
+        assert got[3][0] != 0
+
+
+def test_adaptive_span_float16(kdevice):
+    q, k, v = _inputs(1, 2, 40, 40, 16, kdevice, dtype=torch.float16, seed=11)
+    span = torch.tensor([5.0, 20.0], device=kdevice)
+    out = flash.adaptive_span_flash_attention(q, k, v, span, 3.0)
+    expected, _ = adaptive_span_attention(q.double(), k.double(), v.double(), span.double(), 3.0)
+    torch.testing.assert_close(out.double(), expected, atol=2e-3, rtol=2e-3)
+
+
+def _poisoned_rows(run, q, k, v, key_block, block_n):
+    """Which query rows come out NaN when the keys and values of one key block are NaN."""
+    k, v = k.detach().clone(), v.detach().clone()
+    k[:, :, key_block * block_n:(key_block + 1) * block_n] = float("nan")
+    v[:, :, key_block * block_n:(key_block + 1) * block_n] = float("nan")
+    return torch.isnan(run(q.detach(), k, v)).any(-1)  # (B, H, L): 0 * NaN = NaN in a visited tile
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning")
+def test_kernels_visit_exactly_the_planned_tiles(kdevice):
+    """A NaN key block spoils exactly the query blocks whose program visits it: the tiles module's plan."""
+    L, S, block = 40, 56, 16
+    q, k, v = _inputs(1, 1, L, S, 16, kdevice, seed=12)
+    planned = tiles.tile_map(L, S, block, block, causal=True)
+    for c in range(planned.size(1)):
+        rows = _poisoned_rows(lambda *a: flash.flash_attention(*a, causal=True, block_m=block, block_n=block), q, k, v, c, block)
+        visited = rows[0, 0].view(-1).tolist()
+        assert [visited[r * block] for r in range(planned.size(0))] == planned[:, c].tolist(), c
+    # adaptive span: each head has its own plan, and short heads skip the far blocks
+    L = 64
+    q, k, v = _inputs(1, 2, L, L, 16, kdevice, seed=13)
+    span, ramp = torch.tensor([3.0, 30.0], device=kdevice), 4.0
+    maps = tiles.span_tile_maps(span.cpu(), ramp, L, block, block)
+    for c in range(maps.size(2)):
+        rows = _poisoned_rows(lambda *a: flash.adaptive_span_flash_attention(*a, span, ramp, block_m=block, block_n=block), q, k, v, c, block)
+        for h in range(2):
+            assert [bool(rows[0, h, r * block]) for r in range(maps.size(1))] == maps[h, :, c].tolist(), (h, c)
+    assert maps[0].sum() < maps[1].sum()
+
+
+def test_bad_input_names_the_argument(kdevice):
+    q, k, v = _inputs(1, 2, 8, 8, 16, kdevice)
+    with pytest.raises(TypeError, match="query"):
+        flash.flash_attention(q.double(), k, v)
+    with pytest.raises(TypeError, match="key"):
+        flash.flash_attention(q, k.long(), v)
+    with pytest.raises(TypeError, match="dtype"):
+        flash.flash_attention(q, k.half(), v)
+    with pytest.raises(ValueError, match="query"):
+        flash.flash_attention(q[0], k, v)
+    with pytest.raises(ValueError, match="head size"):
+        flash.flash_attention(q[..., :8], k[..., :8], v[..., :8])
+    with pytest.raises(ValueError, match="value"):
+        flash.flash_attention(q, k, v[:, :, :5])
+    with pytest.raises(ValueError, match="lengths"):
+        flash.flash_attention(q, k, v, lengths=torch.tensor([3, 4], device=kdevice))
+    with pytest.raises(ValueError, match="lengths"):
+        flash.flash_attention(q, k, v, lengths=torch.tensor([9], device=kdevice))
+    with pytest.raises(TypeError, match="lengths"):
+        flash.flash_attention(q, k, v, lengths=torch.tensor([3.0], device=kdevice))
+    with pytest.raises(ValueError, match="block_m"):
+        flash.flash_attention(q, k, v, block_m=24)
+    with pytest.raises(ValueError, match="scale"):
+        flash.flash_attention(q, k, v, scale=0.0)
+    span = torch.tensor([1.0, 2.0], device=kdevice)
+    with pytest.raises(ValueError, match="span"):
+        flash.adaptive_span_flash_attention(q, k, v, span[:1], 2.0)
+    with pytest.raises(ValueError, match="span"):
+        flash.adaptive_span_flash_attention(q, k, v, -span, 2.0)
+    with pytest.raises(ValueError, match="ramp"):
+        flash.adaptive_span_flash_attention(q, k, v, span, 0.0)
+    with pytest.raises(ValueError, match="query and key"):
+        flash.adaptive_span_flash_attention(q, k[:, :, :5], v[:, :, :5], span, 2.0)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = torch.randn(1, 1, 4, 16)
+    with pytest.raises(ValueError, match="query is on cpu"):
+        flash.flash_attention(q, q, q)
+
+
+# -- the tile plans (plain Python) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("L,S", [(40, 40), (23, 50), (50, 23)])
+def test_causal_plan_is_exactly_the_tiles_with_a_weight(L, S):
+    mask = causal_mask(L, S)
+    for bm, bn in ((16, 16), (16, 32), (32, 16)):
+        planned = tiles.tile_map(L, S, bm, bn, causal=True)
+        needed = torch.tensor([[bool(mask[r:r + bm, c:c + bn].any()) for c in range(0, S, bn)] for r in range(0, L, bm)])
+        assert torch.equal(planned, needed), (bm, bn)
+        for c in range(planned.size(1)):  # the dK/dV programs' query ranges mirror it
+            lo, hi = tiles.query_block_range(c * bn, bm, bn, S, L, causal=True)
+            visited = [lo <= r * bm < hi for r in range(planned.size(0))]
+            assert visited == planned[:, c].tolist()
+    assert tiles.tile_map(L, S, 16, 16).all()
+
+
+def test_span_plan_covers_every_weight_and_work_falls_with_the_span():
+    L, ramp, block = 96, 4.0, 16
+    spans = torch.tensor([0.0, 10.0, 30.0, 90.0])
+    maps = tiles.span_tile_maps(spans, ramp, L, block, block)
+    distance = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+    for h, z in enumerate(spans.tolist()):
+        weight = (distance >= 0) & (distance < z + ramp)
+        needed = torch.tensor([[bool(weight[r:r + block, c:c + block].any()) for c in range(0, L, block)] for r in range(0, L, block)])
+        assert (maps[h] | ~needed).all(), "a tile with a weight is skipped"
+        assert (maps[h] & ~needed).sum() <= maps.size(1), "more than one extra tile per query block"
+    counts = maps.sum(dim=(1, 2)).tolist()
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    assert counts[-1] == tiles.tile_map(L, L, block, block, causal=True).sum()  # the longest is plain causal
