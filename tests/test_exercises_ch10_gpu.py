@@ -63,10 +63,21 @@ def _never_empty(qb, bm, bn, L, S):
     return _key_blocks_solution(qb, bm, bn, L, S) or [0]
 
 
+def _one_query_short(qb, bm, bn, L, S):  # the block's second-to-last query: the last key block it opens is missed
+    last = min(qb * bm + bm, L) - 2 + S - L
+    return list(range(last // bn + 1)) if last >= 0 else []
+
+
+def _key_zero_is_no_key(qb, bm, bn, L, S):  # a last visible key 0 taken for "no key"
+    last = min(qb * bm + bm, L) - 1 + S - L
+    return list(range(last // bn + 1)) if last > 0 else []
+
+
 @pytest.mark.parametrize(
     "wrong,words",
     [(_top_left, "top left"), (_floor, "round up"), (_everything, "every key block"), (_never_empty, "no key block at all"),
-     (lambda *a: [0, 1], "should be"), (lambda *a: None, "list or range")],
+     (lambda *a: [0, 1], "should be"), (lambda *a: None, "list or range"),
+     (_one_query_short, "L=33, S=33"), (_key_zero_is_no_key, "L=47, S=16")],
 )
 def test_diagnoses(wrong, words):
     assert_fails(ID, wrong, words)

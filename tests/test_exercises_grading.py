@@ -641,7 +641,7 @@ def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
     assert result.status == FAILED and "1/sqrt(L)" in result.message, result.message
 
 
-def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise(monkeypatch):
+def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     """inference/mqa-gap's solution takes (model, tokens) but the answer is a dict with the gap."""
     assert not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in MUTATED
     reference = _REGISTRY["inference/mqa-gap"].reference

@@ -37,6 +37,8 @@ def _blocks(query_block, block_m, block_n, query_len, key_len, *, top_left=False
 _CASES = [  # (query_block, block_m, block_n, L, S): L = S, L < S (a cache), L > S, partial blocks
     (0, 16, 16, 64, 64), (2, 16, 16, 64, 64), (1, 16, 32, 50, 50), (0, 32, 16, 40, 100), (1, 32, 16, 40, 100),
     (3, 16, 16, 70, 37), (0, 16, 16, 70, 37), (2, 64, 32, 200, 200), (4, 16, 64, 77, 300), (1, 16, 16, 20, 20),
+    (2, 16, 16, 33, 33),  # a last block of one query, whose last key (32) opens a new key block
+    (1, 16, 16, 47, 16),  # L > S: the block's last query sees exactly one key, key 0
 ]
 
 
