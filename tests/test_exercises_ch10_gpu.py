@@ -42,7 +42,11 @@ def _numpy(qb, bm, bn, L, S):
     return np.unique(keys[ok.any(0)] // bn)
 
 
-@pytest.mark.parametrize("answer", [_key_blocks_solution, _with_range, _as_tensor, _numpy])
+def _whole_floats(qb, bm, bn, L, S):  # np.arange of a float count: whole floats are indices too
+    return np.arange(float(len(_key_blocks_solution(qb, bm, bn, L, S))))
+
+
+@pytest.mark.parametrize("answer", [_key_blocks_solution, _with_range, _as_tensor, _numpy, _whole_floats])
 def test_accepts(answer):
     assert check(ID, answer).passed
 
@@ -77,7 +81,8 @@ def _key_zero_is_no_key(qb, bm, bn, L, S):  # a last visible key 0 taken for "no
     "wrong,words",
     [(_top_left, "top left"), (_floor, "round up"), (_everything, "every key block"), (_never_empty, "no key block at all"),
      (lambda *a: [0, 1], "should be"), (lambda *a: None, "list or range"),
-     (_one_query_short, "L=33, S=33"), (_key_zero_is_no_key, "L=47, S=16")],
+     (_one_query_short, "L=33, S=33"), (_key_zero_is_no_key, "L=47, S=16"),
+     (lambda *a: torch.ones(3, dtype=torch.bool), "boolean tensor"), (lambda *a: [0.5, 1.5], "list or range of integers")],
 )
 def test_diagnoses(wrong, words):
     assert_fails(ID, wrong, words)

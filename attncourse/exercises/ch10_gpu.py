@@ -6,6 +6,7 @@ Both are questions about the loops of the Triton kernels; they are answered in p
 from __future__ import annotations
 
 import math
+import operator
 from typing import List
 
 import torch
@@ -43,12 +44,29 @@ _CASES = [  # (query_block, block_m, block_n, L, S): L = S, L < S (a cache), L >
 
 
 def _as_list(result) -> List[int]:
-    if isinstance(result, torch.Tensor):
-        result = result.tolist()
+    """The block indices from a list, range, tuple, tensor or array of integers, else a Mistake."""
+    kind = type(result).__name__
+    if isinstance(result, torch.Tensor) and result.dtype == torch.bool:
+        raise Mistake("You returned a boolean tensor (which blocks are visible?): return the indices of the visible blocks, "
+                      "e.g. torch.nonzero(visible).flatten().")
+    if isinstance(result, torch.Tensor) and result.is_complex():
+        raise Mistake(f"Return the key-block indices as integers, got a {result.dtype} tensor.")
+
+    def index(b) -> int:
+        try:
+            return operator.index(b)  # Python, numpy and torch integers
+        except TypeError:
+            value = float(b)  # a whole float (np.arange of a float) is an index too; 1.5 is not
+            if not value.is_integer():
+                raise
+            return int(value)
+
     try:
-        blocks = [int(b) for b in result]
-    except (TypeError, ValueError):
-        raise Mistake(f"Return the key-block indices as a list or range of integers, got {type(result).__name__}.") from None
+        if isinstance(result, torch.Tensor):
+            result = result.detach().cpu().reshape(-1).tolist()
+        blocks = [index(b) for b in result]
+    except Exception:  # noqa: BLE001 - anything else the learner returned: a hostile object, a meta or sparse tensor
+        raise Mistake(f"Return the key-block indices as a list or range of integers, got {kind}.") from None
     return sorted(blocks)
 
 
