@@ -642,8 +642,10 @@ def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
 
 
 def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
-    """inference/mqa-gap's solution takes (model, tokens) but the answer is a dict with the gap."""
-    assert not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in MUTATED
+    """inference/mqa-gap's solution takes (model, tokens) but the answer is a dict with the gap: no generic
+    right-answer styles call it, and its mutants are run on the tool's inputs, their values checked."""
+    assert not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in CODING
+    assert "inference/mqa-gap" in MUTATED and "inference/mqa-gap" in mutate.VALUE_INPUTS
     reference = _REGISTRY["inference/mqa-gap"].reference
     assert reference is not None and __import__("inspect").signature(reference).parameters  # it has parameters
     flagged = Exercise("test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False)

@@ -3,7 +3,8 @@
 For every coding exercise in the registry (every exercise registered with a solution
 *function* that is also the form of the answer, so exercises added later are covered
 without change; ``@exercise(..., answer_is_function=False)`` marks a solution function
-that only computes a value answer), this tool parses the
+that only computes a value answer: those listed in ``VALUE_INPUTS`` are mutated too, each
+mutant's value checked as a learner's answer), this tool parses the
 solution's source, makes mutants of it (one small change each: an operator, a comparison, a
 constant, a dimension, an index, a called function or method, a keyword, a deleted
 statement), and runs each mutant through ``check()``. A mutant that passes the check
@@ -279,19 +280,66 @@ def load_equivalents(path: Path = EQUIVALENTS) -> Dict[str, str]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _trained_model_and_tokens():
+    """A small CausalLM trained a few steps on a repeating pattern (its heads differ) and validation tokens."""
+    import torch
+
+    from attncourse import CausalLM
+    from attncourse.training import next_token_loss
+
+    torch.manual_seed(0)
+    model = CausalLM.standard(11, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(60):
+        start = torch.randint(0, 11, (16, 1), generator=g)
+        tokens = (start + torch.arange(24) * torch.randint(1, 4, (16, 1), generator=g)) % 11
+        loss = next_token_loss(model(tokens), tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), (torch.arange(8)[:, None] + torch.arange(24) * 2) % 11
+
+
+# Exercises whose solution function computes the learner's *value* answer from the notebook's
+# objects (``@exercise(..., answer_is_function=False)``): the inputs to run the solution and its
+# mutants on. The value each mutant computes is passed to check() like a learner's answer.
+VALUE_INPUTS: Dict[str, Callable[[], tuple]] = {
+    "inference/mqa-gap": _trained_model_and_tokens,
+}
+_INPUTS_CACHE: Dict[str, tuple] = {}
+
+
+def _value_inputs(exercise_id: str) -> tuple:
+    """Fresh deep copies of the exercise's inputs (a mutant may change them in place)."""
+    if exercise_id not in _INPUTS_CACHE:
+        _INPUTS_CACHE[exercise_id] = VALUE_INPUTS[exercise_id]()
+    return copy.deepcopy(_INPUTS_CACHE[exercise_id])
+
+
 def coding_exercises() -> Dict[str, Callable]:
+    """The exercises mutated: every coding exercise (the answer is a function; a solution without
+    parameters computes a value answer), and the value exercises of :data:`VALUE_INPUTS`."""
     import attncourse.exercises  # noqa: F401 - registers every exercise
     from attncourse.exercises._core import _REGISTRY
 
-    # coding exercises: the answer is a function (a solution without parameters computes a value answer)
-    return {ex.exercise_id: ex.reference for ex in _REGISTRY.values() if ex.answer_is_function}
+    return {ex.exercise_id: ex.reference for ex in _REGISTRY.values()
+            if ex.reference is not None and (ex.answer_is_function or ex.exercise_id in VALUE_INPUTS)}
+
+
+def _judge(exercise_id: str, fn: Callable):
+    """check() of ``fn`` as the learner would pass it: the function itself, or the value it computes."""
+    from attncourse.exercises import check
+    from attncourse.exercises._core import _REGISTRY
+
+    if _REGISTRY[exercise_id].answer_is_function:
+        return check(exercise_id, fn)
+    return check(exercise_id, fn(*_value_inputs(exercise_id)))
 
 
 def run(exercise_id: str, solution: Callable, equivalents: Dict[str, str], sample: Optional[int] = None) -> Report:
-    from attncourse.exercises import check
-
     start = time.perf_counter()
-    result = check(exercise_id, solution)
+    result = _judge(exercise_id, solution)
     if not result.passed:
         key = f"{exercise_id} :: THE SOLUTION ITSELF IS REJECTED: {result.message.splitlines()[0]}"
         return Report(exercise_id, 0, 0, [], [key], time.perf_counter() - start, [(key, "SURVIVED")])
@@ -303,7 +351,7 @@ def run(exercise_id: str, solution: Callable, equivalents: Dict[str, str], sampl
     for mutant in mutants:
         try:
             fn = compile_mutant(mutant, solution)
-            passed = check(exercise_id, fn).passed
+            passed = _judge(exercise_id, fn).passed
         except BaseException as error:  # noqa: BLE001 - a mutant that cannot even be built is killed
             if isinstance(error, KeyboardInterrupt):
                 raise
