@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attncourse import CausalLM
 from attncourse.exercises import check
 from attncourse.exercises.ch06_inference import (
     _buggy_top_left,
@@ -210,21 +209,14 @@ def test_rolling_buffer_rejects(wrong, words):
 
 @pytest.fixture(scope="module")
 def trained():
-    """A small model trained a few steps on a repeating pattern, so that its heads differ."""
-    torch.manual_seed(0)
-    model = CausalLM.standard(11, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=32)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(1)
-    for _ in range(60):
-        start = torch.randint(0, 11, (16, 1), generator=g)
-        tokens = (start + torch.arange(24) * torch.randint(1, 4, (16, 1), generator=g)) % 11
-        loss = next_token_loss(model(tokens), tokens)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    tokens = (torch.arange(8)[:, None] + torch.arange(24) * 2) % 11
-    return model, tokens
+    """A small model trained a few steps on a repeating pattern, so that its heads differ, and
+    validation tokens: the inputs the checker mutation tool runs this exercise's mutants on."""
+    import sys
+
+    from project_tools import _load
+
+    tool = sys.modules.get("mutate_checkers") or _load("mutate_checkers")
+    return tool._trained_model_and_tokens()
 
 
 def _gap(model, tokens, num_kv_heads=1):
