@@ -651,3 +651,55 @@ def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     flagged = Exercise("test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False)
     assert not flagged.answer_is_function
     assert Exercise("test/fn", "fn", lambda a: "ok", "", lambda: "", True, lambda x: x).answer_is_function
+
+
+def _number_exercises():
+    """``{exercise id: (right value, rel_tol)}`` of every exercise graded by ``check_number``, found by
+    spying on the checkers (so value exercises added later are covered without a change here)."""
+    import sys as _sys
+
+    found = {}
+    for eid, ex in sorted(_REGISTRY.items()):
+        if ex.answer_is_function:
+            continue
+        module = _sys.modules[ex.checker.__module__]
+        if getattr(module, "check_number", None) is not _core.check_number:
+            continue
+        seen = []
+
+        def spy(answer, concealed_answer, concealed_mistakes, **kwargs):
+            seen.append((float(reveal(concealed_answer)), kwargs.get("rel_tol", 0.0)))
+            return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
+
+        module.check_number = spy
+        try:
+            check(eid, 1)
+        finally:
+            module.check_number = _core.check_number
+        if seen:
+            found[eid] = seen[0]
+    return found
+
+
+NUMBER_EXERCISES = _number_exercises()
+
+
+def test_the_number_exercises_are_found():
+    assert set(VALUES) <= set(NUMBER_EXERCISES) and len(NUMBER_EXERCISES) >= 15, sorted(NUMBER_EXERCISES)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBER_EXERCISES))
+def test_every_number_exercise_accepts_its_value_in_every_usual_type(exercise_id):
+    value, rel_tol = NUMBER_EXERCISES[exercise_id]
+    answers = [value, np.float64(value), np.array(value), np.array([value]), torch.tensor(value, dtype=torch.float64),
+               torch.tensor([[value]], dtype=torch.float64), decimal.Decimal(value), fractions.Fraction(value)]
+    if value.is_integer() and abs(value) < 2**62:
+        n = int(value)
+        answers += [n, np.int64(n), torch.tensor(n), torch.tensor([n]), tuple([n])[0]]
+    if abs(float(np.float32(value)) - value) <= rel_tol * abs(value):  # float32 holds it closely enough
+        answers += [np.float32(value), torch.tensor(value)]
+    for answer in answers:
+        result = check(exercise_id, answer)
+        assert result.passed, (type(answer), answer, result.message)
+    wrong = check(exercise_id, value * 1.5 + 7)
+    assert wrong.status == FAILED and UNGRADABLE not in wrong.message, wrong.message
