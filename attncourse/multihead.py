@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, fmt_shape, require_floating, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import check_mask, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
@@ -67,6 +67,7 @@ class MultiHeadAttention(nn.Module):
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
         require_positive_int("vdim", vdim)
+        require_bool("bias", bias)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim, vdim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^Q = [W_1^Q ... W_h^Q]

@@ -19,7 +19,17 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from ._checks import (
+    fmt_shape,
+    require_floating,
+    require_input_like,
+    require_non_negative_int,
+    require_positive_int,
+    require_rank,
+    require_size,
+    require_tensor,
+    require_token_ids,
+)
 from .masks import causal_mask, combine_masks
 from .multihead import MultiHeadAttention
 
@@ -31,12 +41,23 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
+        require_positive_int("d_model", d_model)
+        require_positive_int("d_ff", d_ff)
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` -> ``(..., d_model)``, each position on its own."""
         return self.linear2(torch.relu(self.linear1(x)))
+
+
+def _check_hidden(name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)") -> None:
+    """A block's input: floating ``(B, L, d_model)`` in the dtype and device of its parameters."""
+    require_floating(name, x)
+    assert isinstance(x, Tensor)
+    require_rank(name, x, 3, layout)
+    require_size(name, x, -1, attn.embed_dim, "d_model")
+    require_input_like(name, x, attn.q_proj.weight, "block")
 
 
 class TransformerBlock(nn.Module):
@@ -54,6 +75,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, cross_attention: bool = False) -> None:
         super().__init__()
+        require_non_negative_int("d_ff", d_ff)
         self.self_attn = MultiHeadAttention(d_model, num_heads)
         self.norm1 = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, num_heads) if cross_attention else None
@@ -68,6 +90,9 @@ class TransformerBlock(nn.Module):
     ) -> Tensor:
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``. Returns ``(B, L, d_model)``."""
+        _check_hidden("x", x, self.self_attn)
+        if memory is not None:
+            _check_hidden("memory", memory, self.self_attn, "(B, S, d_model)")
         attended, weights = self.self_attn(x, x, x, mask)
         self.self_weights = weights.detach()
         h = self.norm1(x + attended)
@@ -100,8 +125,7 @@ class _Embedding(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         require_tensor("tokens", tokens)
         require_rank("tokens", tokens, 2, "(B, L)")
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
+        require_token_ids("tokens", tokens, self.tokens.num_embeddings)
         if tokens.size(1) > self.positions.num_embeddings:
             raise ValueError(
                 f"tokens has length {tokens.size(1)} but the model has max_len={self.positions.num_embeddings} "
