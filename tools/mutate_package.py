@@ -76,6 +76,8 @@ class Mutant:
     kind: str  # e.g. "binop Add->Sub"
     snippet: str  # the original source of the node it changes
     line: int  # for reading the report only; the key below does not use it
+    first: int = 0  # the lines whose execution reaches the change (for choosing the tests)
+    last: int = 0
 
     @property
     def key(self) -> str:
@@ -92,7 +94,7 @@ class _Sites(ast.NodeVisitor):
     """Walk a module and record (node id, kind, apply-function) for every mutation site."""
 
     def __init__(self) -> None:
-        self.sites: List[Tuple[ast.AST, str, str, object]] = []  # (node, function, kind, payload)
+        self.sites: List[Tuple[ast.AST, str, str, object, Tuple[int, int]]] = []  # (node, function, kind, payload, lines)
         self.scope: List[str] = []
         self.statements: List[ast.stmt] = []
 
@@ -134,7 +136,14 @@ class _Sites(ast.NodeVisitor):
         where = self._where()
         if not isinstance(node, ast.stmt) and self.statements and not isinstance(self.statements[-1], (ast.FunctionDef, ast.ClassDef)):
             where += " | " + _snippet(self.statements[-1]).split("\n")[0]
-        self.sites.append((node, where, kind, payload))
+        stmt = node if isinstance(node, ast.stmt) or not self.statements else self.statements[-1]
+        last = stmt.end_lineno or stmt.lineno
+        header = getattr(stmt, "test", None) or getattr(stmt, "iter", None)
+        if isinstance(stmt, (ast.If, ast.While, ast.For)) and header is not None:
+            last = header.end_lineno or stmt.lineno  # the header only, not the body
+        elif isinstance(stmt, (ast.With, ast.Try, ast.FunctionDef, ast.ClassDef)):
+            last = stmt.lineno
+        self.sites.append((node, where, kind, payload, (stmt.lineno, last)))
 
     # things not mutated -------------------------------------------------------------------
     def visit_JoinedStr(self, node):  # f-strings: messages
@@ -266,8 +275,8 @@ def mutants_of(module: str) -> Iterator[Tuple[Mutant, str]]:
     sites.visit(tree)
     seen: Dict[str, int] = {}
     walk = list(ast.walk(tree))
-    for index, (node, function, kind, payload) in enumerate(sites.sites):
-        m = Mutant(module, index, function, kind, _snippet(node).split("\n")[0], getattr(node, "lineno", 0))
+    for index, (node, function, kind, payload, (first, last)) in enumerate(sites.sites):
+        m = Mutant(module, index, function, kind, _snippet(node).split("\n")[0], getattr(node, "lineno", 0), first, last)
         seen[m.key] = seen.get(m.key, 0) + 1
         if seen[m.key] > 1:  # the same change of the same text twice in one statement
             m.kind += f" (occurrence {seen[m.key]})"
@@ -286,6 +295,41 @@ def mutants_of(module: str) -> Iterator[Tuple[Mutant, str]]:
 
 # ------------------------------------------------------------------------------------------
 # worker: imports torch once; forks one child per mutant
+
+
+class _LineTracer:
+    """A pytest plugin that records which tests execute which lines of one file.
+
+    Lines run outside any test (at import: ``def`` lines, default arguments, constants) are
+    recorded under the name ``""``; a mutant there runs the whole test selection.
+    """
+
+    def __init__(self, path: str, out: str) -> None:
+        self.path, self.out, self.current = path, out, ""
+        self.lines: Dict[int, set] = {}
+        sys.settrace(self._global)
+
+    def _global(self, frame, event, arg):
+        if frame.f_code.co_filename == self.path:
+            self.lines.setdefault(frame.f_lineno, set()).add(self.current)
+            return self._local
+        return None
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.lines.setdefault(frame.f_lineno, set()).add(self.current)
+        return self._local
+
+    def pytest_runtest_setup(self, item):
+        self.current = item.nodeid
+        sys.settrace(self._global)  # in case something reset it
+
+    def pytest_runtest_teardown(self, item):
+        self.current = ""
+
+    def save(self) -> None:
+        sys.settrace(None)
+        Path(self.out).write_text(json.dumps({str(k): sorted(v) for k, v in self.lines.items()}))
 
 
 def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
@@ -325,7 +369,12 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, 1)
                 os.dup2(devnull, 2)
-                rc = pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-o", "addopts=", *job["tests"]])
+                plugins = []
+                if job.get("trace"):
+                    plugins.append(_LineTracer(str(target), job["trace"]))
+                rc = pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-o", "addopts=", *job["tests"]], plugins=plugins)
+                if plugins:
+                    plugins[0].save()
                 os._exit(int(rc))
             except BaseException:
                 os._exit(3)
@@ -354,22 +403,25 @@ def _make_workdir() -> str:
     return d
 
 
-def run(jobs: List[dict], n_workers: int, timeout: float, progress: bool = True) -> Dict[int, dict]:
-    warm = sorted({t for job in jobs for t in job["tests"]})
-    workdirs = [_make_workdir() for _ in range(n_workers)]
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--worker", w, "--timeout", str(timeout), *[a for t in warm for a in ("--warm", t)]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1,
-        )
-        for w in workdirs
-    ]
-    results: Dict[int, dict] = {}
-    pending = list(jobs)
-    busy: Dict[int, Optional[dict]] = {i: None for i in range(n_workers)}
-    try:
-        for i in range(n_workers):
+class Pool:
+    """``n`` worker processes, each with its own copy of the package and the tests."""
+
+    def __init__(self, n_workers: int, timeout: float, warm: List[str]) -> None:
+        self.workdirs = [_make_workdir() for _ in range(n_workers)]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--worker", w, "--timeout", str(timeout), *[a for t in warm for a in ("--warm", t)]],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1,
+            )
+            for w in self.workdirs
+        ]
+
+    def map(self, jobs: List[dict], progress: bool = True) -> Dict[int, dict]:
+        procs, results = self.procs, {}
+        pending = list(jobs)
+        busy: Dict[int, Optional[dict]] = {i: None for i in range(len(procs))}
+        for i in busy:
             if pending:
                 busy[i] = pending.pop(0)
                 procs[i].stdin.write(json.dumps(busy[i]) + "\n")
@@ -387,13 +439,24 @@ def run(jobs: List[dict], n_workers: int, timeout: float, progress: bool = True)
                 busy[i] = pending.pop(0) if pending else None
                 if busy[i] is not None:
                     procs[i].stdin.write(json.dumps(busy[i]) + "\n")
-    finally:
-        for p in procs:
+        return results
+
+    def close(self) -> None:
+        for p in self.procs:
             p.stdin.close()
             p.wait()
-        for w in workdirs:
+        for w in self.workdirs:
             shutil.rmtree(w, ignore_errors=True)
-    return results
+
+
+def select_tests(mutant: Mutant, lines: Dict[str, List[str]], files: List[str]) -> List[str]:
+    """The tests that execute the mutated lines; all of ``files`` when import-time code is hit or nothing is."""
+    chosen: set = set()
+    for line in range(mutant.first, mutant.last + 1):
+        chosen.update(lines.get(str(line), ()))
+    if not chosen or "" in chosen:
+        return list(files)
+    return sorted(chosen)
 
 
 def load_equivalent() -> Dict[str, str]:
@@ -438,17 +501,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     started = time.time()
-    # the unmutated modules must pass their tests, or every mutant would look killed
-    # the unmutated modules go first: their tests must pass, or every mutant would look killed
-    baseline = [
-        {"id": -1 - k, "module": mod, "source": (ROOT / "attncourse" / f"{mod}.py").read_text(), "tests": MODULES[mod], "label": f"{mod} (unmutated)"}
-        for k, mod in enumerate(modules)
-    ]
-    results = run(baseline + jobs, args.jobs, args.timeout)
-    broken = [mod for k, mod in enumerate(modules) if results[-1 - k]["outcome"] != "survived"]
-    if broken:
-        print(f"the tests of {broken} fail on the unmutated code: fix them first", file=sys.stderr)
-        return 2
+    pool = Pool(args.jobs, args.timeout, sorted({t for mod in modules for t in MODULES[mod]}))
+    try:
+        # The unmutated modules first: their tests must pass (or every mutant would look
+        # killed), and a line tracer records which tests run which line of the module.
+        traces = {mod: tempfile.mktemp(prefix=f"mutation-lines-{mod}-", suffix=".json") for mod in modules}
+        baseline = [
+            {"id": -1 - k, "module": mod, "source": (ROOT / "attncourse" / f"{mod}.py").read_text(), "tests": MODULES[mod],
+             "label": f"{mod} (unmutated)", "trace": traces[mod]}
+            for k, mod in enumerate(modules)
+        ]
+        base = pool.map(baseline, progress=False)
+        broken = [mod for k, mod in enumerate(modules) if base[-1 - k]["outcome"] != "survived"]
+        if broken:
+            print(f"the tests of {broken} fail on the unmutated code: fix them first", file=sys.stderr)
+            return 2
+        lines = {mod: json.loads(Path(traces[mod]).read_text()) for mod in modules}
+        for path in traces.values():
+            os.unlink(path)
+        for job in jobs:
+            job["tests"] = select_tests(mutants[job["id"]], lines[job["module"]], MODULES[job["module"]])
+        results = pool.map(jobs)
+    finally:
+        pool.close()
     elapsed = time.time() - started
 
     report = {"sample": args.sample, "seed": args.seed, "seconds": round(elapsed, 1), "modules": {}}
