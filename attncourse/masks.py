@@ -72,8 +72,6 @@ def padding_mask(
         raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be one-dimensional (B,), got shape {fmt_shape(lengths.shape)}")
-    if device is not None:
-        lengths = lengths.to(device)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
@@ -83,6 +81,8 @@ def padding_mask(
         require_non_negative_int("max_len", max_len)
     if longest > max_len:
         raise ValueError(f"lengths must not exceed max_len={max_len}, got {lengths.tolist()}")
+    if device is not None:
+        lengths = lengths.to(device)
     positions = torch.arange(max_len, device=lengths.device)
     return positions[None, :] < lengths[:, None]
 

@@ -162,6 +162,19 @@ def test_to_additive_matches_masked_fill(n, dtype):
     assert torch.equal(M.to_boolean(additive), mask)
 
 
+def test_padding_mask_takes_zero_dim_integer_tensors_and_a_device():
+    lengths = [torch.tensor(1), torch.tensor(3, dtype=torch.int32), np.int64(0)]
+    assert M.padding_mask(lengths).tolist() == [[True, False, False], [True, True, True], [False, False, False]]
+    meta = M.padding_mask(torch.tensor([1, 2]), 3, device="meta")
+    assert meta.device.type == "meta" and meta.shape == (2, 3)
+
+
+def test_to_additive_casts_a_float_mask_to_the_dtype():
+    mask = torch.tensor([[0.0, float("-inf")]])
+    assert M.to_additive(mask, torch.float64).dtype == torch.float64
+    assert M.to_additive(mask.double(), torch.float16).dtype == torch.float16
+
+
 def test_empty_sequences_give_empty_results():
     x0 = torch.randn(2, 0, 8)
     assert AllAttention(8, 2, 3)(x0)[0].shape == (2, 0, 8)
@@ -236,6 +249,16 @@ BAD = [
     ("to_additive bool dtype", lambda: M.to_additive(torch.ones(2, 2, dtype=torch.bool), torch.bool), TypeError, ["dtype", "torch.bool"]),
     ("to_additive long dtype", lambda: M.to_additive(torch.ones(2, 2, dtype=torch.bool), torch.long), TypeError, ["dtype", "torch.int64"]),
     ("to_additive str dtype", lambda: M.to_additive(torch.ones(2, 2, dtype=torch.bool), "float32"), TypeError, ["dtype", "float32"]),
+    ("to_additive list", lambda: M.to_additive([True]), TypeError, ["mask", "list"]),
+    ("from_ignore list", lambda: M.from_ignore_mask([True]), TypeError, ["mask", "list"]),
+    ("to_boolean list", lambda: M.to_boolean([True]), TypeError, ["mask", "list"]),
+    ("multihead masks heads 0", lambda: M.from_multihead_masks(torch.zeros(2, 2, dtype=torch.bool), num_heads=0), ValueError, ["num_heads", "0"]),
+    ("padding 0-d float tensors", lambda: M.padding_mask([torch.tensor(1), torch.tensor(1.5)]), TypeError, ["lengths", "1.5"]),
+    ("padding 0-d bool tensors", lambda: M.padding_mask([torch.tensor(True)]), TypeError, ["lengths", "True"]),
+    ("padding 1-d tensors", lambda: M.padding_mask([torch.tensor([1, 2])]), TypeError, ["lengths", "[1, 2]"]),
+    ("padding float", lambda: M.padding_mask([2.0]), TypeError, ["lengths", "2.0", "float"]),
+    ("to_boolean lists the values", lambda: M.to_boolean(torch.tensor([0.0, -1e9, 5.0, 5.0, float("-inf")])), ValueError, ["holds [-1000000000.0, 5.0]"]),
+    ("to_boolean at most five values", lambda: M.to_boolean(torch.arange(8.0)), ValueError, ["holds [1.0, 2.0, 3.0, 4.0, 5.0]"]),
     ("to_additive int mask", lambda: M.to_additive(torch.ones(2, 2, dtype=torch.long)), TypeError, ["mask", "int64"]),
     ("combine int", lambda: M.combine_masks(torch.ones(2, 2, dtype=torch.long)), TypeError, ["masks[0]", "int64"]),
     ("combine list", lambda: M.combine_masks(torch.ones(2, 2, dtype=torch.bool), [True]), TypeError, ["masks[1]", "list"]),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import hashlib
 import json
 import os
@@ -233,60 +232,67 @@ class _Sites(ast.NodeVisitor):
         self.visit(node.value)
 
 
-def _apply(tree: ast.Module, target: ast.AST, kind: str, payload) -> ast.Module:
-    """Return a copy of ``tree`` with the mutation applied at the node equal to ``target``."""
+def _apply(tree: ast.Module, target: ast.AST, kind: str, payload) -> str:
+    """The source of ``tree`` with the mutation applied at ``target``; ``tree`` is left as it was."""
+    parents = {child: (parent, field) for parent in ast.walk(tree) for field, value in ast.iter_fields(parent)
+               for child in (value if isinstance(value, list) else [value]) if child is target}
+    parent, field = parents[target]
 
-    class Apply(ast.NodeTransformer):
-        def visit(self, node):
-            if node is target:
-                return self.mutate(node)
-            return super().visit(node)
+    def swap(new):  # put ``new`` where ``target`` is; return a function that undoes it
+        value = getattr(parent, field)
+        if isinstance(value, list):
+            i = next(k for k, x in enumerate(value) if x is target)
+            value[i] = new
+            return lambda: value.__setitem__(i, target)
+        setattr(parent, field, new)
+        return lambda: setattr(parent, field, target)
 
-        def mutate(self, node):
-            if kind.startswith("binop"):
-                node.op = payload()
-            elif kind.startswith("augassign"):
-                node.op = payload()
-            elif kind.startswith("compare"):
-                i, swap = payload
-                node.ops[i] = swap()
-            elif kind.startswith("boolop"):
-                node.op = payload()
-            elif kind.startswith("unaryop"):
-                return node.operand
-            elif kind.startswith("constant"):
-                node.value = payload
-            elif kind.startswith("slice"):
-                setattr(node, payload, None)
-            elif kind in ("statement removed", "raise removed"):
-                return ast.Pass()
-            elif kind.startswith("call"):
-                return node.func.value
-            return node
+    if kind.startswith(("binop", "augassign", "boolop")):
+        old = target.op
+        target.op = payload()
+        undo = lambda: setattr(target, "op", old)  # noqa: E731
+    elif kind.startswith("compare"):
+        i, cls = payload
+        old = target.ops[i]
+        target.ops[i] = cls()
+        undo = lambda: target.ops.__setitem__(i, old)  # noqa: E731
+    elif kind.startswith("constant"):
+        old = target.value
+        target.value = payload
+        undo = lambda: setattr(target, "value", old)  # noqa: E731
+    elif kind.startswith("slice"):
+        old = getattr(target, payload)
+        setattr(target, payload, None)
+        undo = lambda: setattr(target, payload, old)  # noqa: E731
+    elif kind.startswith("unaryop"):
+        undo = swap(target.operand)
+    elif kind in ("statement removed", "raise removed"):
+        undo = swap(ast.copy_location(ast.Pass(), target))
+    elif kind.startswith("call"):
+        undo = swap(target.func.value)
+    else:
+        raise ValueError(kind)
+    try:
+        return ast.unparse(tree)
+    finally:
+        undo()
 
-    return ast.fix_missing_locations(Apply().visit(tree))
 
-
-def mutants_of(module: str) -> Iterator[Tuple[Mutant, str]]:
-    """Every mutant of ``attncourse/<module>.py`` with its source text."""
-    source = (ROOT / "attncourse" / f"{module}.py").read_text()
+def mutants_of(module: str, source: Optional[str] = None) -> Iterator[Tuple[Mutant, str]]:
+    """Every mutant of ``attncourse/<module>.py`` (or of ``source``) with its source text."""
+    if source is None:
+        source = (ROOT / "attncourse" / f"{module}.py").read_text()
     tree = ast.parse(source)
     sites = _Sites()
     sites.visit(tree)
     seen: Dict[str, int] = {}
-    walk = list(ast.walk(tree))
     for index, (node, function, kind, payload, (first, last)) in enumerate(sites.sites):
         m = Mutant(module, index, function, kind, _snippet(node).split("\n")[0], getattr(node, "lineno", 0), first, last)
         seen[m.key] = seen.get(m.key, 0) + 1
         if seen[m.key] > 1:  # the same change of the same text twice in one statement
             m.kind += f" (occurrence {seen[m.key]})"
-        # mutate a deep copy: find the node by its position in the walk order
-        order = walk.index(node)
-        clone = copy.deepcopy(tree)
-        twin = list(ast.walk(clone))[order]
-        mutated = _apply(clone, twin, kind, payload)
         try:
-            text = ast.unparse(mutated)
+            text = _apply(tree, node, kind, payload)
             compile(text, f"{module}.py", "exec")
         except (SyntaxError, ValueError):
             continue
@@ -459,6 +465,10 @@ def select_tests(mutant: Mutant, lines: Dict[str, List[str]], files: List[str]) 
     return sorted(chosen)
 
 
+def previous_counts(module: str) -> dict:
+    return json.loads((REPORTS / f"mutation-{module}.json").read_text())["modules"][module]
+
+
 def load_equivalent() -> Dict[str, str]:
     if EQUIVALENT_FILE.exists():
         return json.loads(EQUIVALENT_FILE.read_text())
@@ -475,6 +485,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
     p.add_argument("--min-rate", type=float, default=0.0, help="exit 1 when a module's kill rate is below this")
     p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    p.add_argument("--recheck", action="store_true",
+                   help="run only the survivors of the module's last report (reports/mutation-<module>.json) and update it")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--warm", action="append", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -487,6 +499,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs, mutants = [], {}
     for module in modules:
         found = list(mutants_of(module))
+        if args.recheck:
+            previous = json.loads((REPORTS / f"mutation-{module}.json").read_text())["modules"][module]
+            again = {row["key"] for row in previous["survivors"]}
+            found = [(m, text) for m, text in found if m.key in again]
         if args.sample:
             rng = random.Random(f"{args.seed}:{module}")
             found = rng.sample(found, min(args.sample, len(found)))
@@ -526,7 +542,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         pool.close()
     elapsed = time.time() - started
 
-    report = {"sample": args.sample, "seed": args.seed, "seconds": round(elapsed, 1), "modules": {}}
+    report = {"sample": args.sample, "seed": args.seed, "recheck": args.recheck, "seconds": round(elapsed, 1), "modules": {}}
     worst = 1.0
     for module in modules:
         rows = [(mutants[i], results[i]) for i in mutants if mutants[i].module == module]
@@ -534,22 +550,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         survived = [m for m, r in rows if r["outcome"] not in ("killed", "timeout")]
         eq = [m for m in survived if m.key in equivalent]
         missing = [m for m in survived if m.key not in equivalent]
-        denominator = len(rows) - len(eq)
-        rate = len(killed) / denominator if denominator else 1.0
+        total, n_killed = len(rows), len(killed)
+        if args.recheck:  # the mutants killed last time count as killed
+            total, n_killed = previous_counts(module)["mutants"], previous_counts(module)["killed"] + len(killed)
+        denominator = total - len(eq)
+        rate = n_killed / denominator if denominator else 1.0
         worst = min(worst, rate)
         report["modules"][module] = {
-            "mutants": len(rows),
-            "killed": len(killed),
+            "mutants": total,
+            "killed": n_killed,
             "timeouts": sum(r["outcome"] == "timeout" for _, r in rows),
             "equivalent": len(eq),
             "survived_not_equivalent": len(missing),
             "kill_rate": round(rate, 4),
-            "kill_rate_all": round(len(killed) / len(rows), 4) if rows else 1.0,
+            "kill_rate_all": round(n_killed / total, 4) if total else 1.0,
             "seconds": round(sum(r["seconds"] for _, r in rows), 1),
             "survivors": [{"key": m.key, "line": m.line, "equivalent": equivalent.get(m.key)} for m in survived],
         }
         print(
-            f"{module:14s} {len(rows):4d} mutants  {len(killed):4d} killed  {len(eq):3d} equivalent  "
+            f"{module:14s} {total:4d} mutants  {n_killed:4d} killed  {len(eq):3d} equivalent  "
             f"{len(missing):3d} surviving  kill rate {rate:.1%} (of all mutants {report['modules'][module]['kill_rate_all']:.1%})"
         )
         for m in missing:
