@@ -380,3 +380,19 @@ def test_bad_input_is_refused_with_the_callers_argument_named(call, error, words
     for internal in ("query_len", "window"):
         if not any(internal in word for word in words):
             assert internal not in message, f"{internal!r} named in {message!r}"
+
+
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(0, 999))
+def test_online_softmax_update_folds_blocks_into_logsumexp(batch, blocks, seed):
+    """Folding blocks of scores of any batch shape gives max and sum(exp(s - max)) of all of them."""
+    g = torch.Generator().manual_seed(seed)
+    parts = [torch.randn(*batch, n, generator=g, dtype=torch.float64) * 3 for n in blocks]
+    parts[0][..., 0] = float("-inf")  # masked entries take part too
+    running_max = torch.full(batch, float("-inf"), dtype=torch.float64)
+    running_sum = torch.zeros(batch, dtype=torch.float64)
+    for part in parts:
+        running_max, running_sum, correction = online_softmax_update(running_max, running_sum, part)
+        assert correction.shape == tuple(batch)
+    scores = torch.cat(parts, dim=-1)
+    torch.testing.assert_close(running_max, scores.amax(-1))
+    torch.testing.assert_close(running_max + running_sum.log(), scores.logsumexp(-1))
