@@ -81,10 +81,13 @@ def _attend_query_block(
     block_q, seq_k = query.size(-2), key_t.size(-1)
     batch = query.shape[:-2]
     inplace = not torch.is_grad_enabled() or not (query.requires_grad or key_t.requires_grad or value.requires_grad)
-    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2], value.shape[:-2]) + (block_q,)
+    # the statistics have the batch shape of the scores (query and key); the accumulated
+    # output that of the scores and the values together (value may bring batch dimensions)
+    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2]) + (block_q,)
     running_max = torch.full(stats_shape, float("-inf"), dtype=query.dtype, device=query.device)
     running_sum = torch.zeros(stats_shape, dtype=query.dtype, device=query.device)
-    acc = torch.zeros(stats_shape + (value.size(-1),), dtype=query.dtype, device=query.device)
+    acc_batch = torch.broadcast_shapes(stats_shape[:-1], value.shape[:-2])
+    acc = torch.zeros(acc_batch + (block_q, value.size(-1)), dtype=query.dtype, device=query.device)
 
     key_end = seq_k
     if causal_offset is not None:  # keys after the last query's horizon are never seen: skip them

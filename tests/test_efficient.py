@@ -183,3 +183,19 @@ def test_input_errors():
         tiled_attention(q, k.float(), v)
     with pytest.raises(ValueError, match="at least 2"):
         tiled_attention(q[0, 0, 0], k, v)
+
+
+@pytest.mark.parametrize("shapes", [((1,), (3,), (1,)), ((1,), (1,), (3,)), ((3,), (1,), (1,)), ((2, 1), (1, 3), (1, 1))])
+def test_batch_dimensions_broadcast_from_any_argument(shapes):
+    """The batch size may come from query, key or value alone (broadcast like torch.matmul)."""
+    bq, bk, bv = shapes
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(*bq, 5, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(*bk, 7, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(*bv, 7, 3, generator=g, dtype=torch.float64)
+    for causal in (False, True):
+        got = tiled_attention(q, k, v, causal=causal, block_size=3, query_block_size=2)
+        mask = causal_mask(5, 7) if causal else None
+        expected, _ = scaled_dot_product_attention(q, k, v, mask)
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected)

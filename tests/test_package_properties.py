@@ -57,7 +57,11 @@ def attention_case(draw, dtypes=(torch.float64, torch.float32, torch.float16, to
     how = draw(st.sampled_from(["contiguous", "transposed", "expanded"]))
     seed = draw(st.integers(0, 2**16))
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=torch.float64) for n, d in ((L, d_k), (S, d_k), (S, d_v)))
+    one = draw(st.sampled_from(["none", "query", "key", "value"]))  # an argument whose batch size 1 broadcasts
+    q, k, v = (
+        torch.randn(*((1,) + batch[1:] if name == one and batch else batch), n, d, generator=g, dtype=torch.float64)
+        for name, n, d in (("query", L, d_k), ("key", S, d_k), ("value", S, d_v))
+    )
     if how == "expanded":
         q, k, v = (x[:1].expand(x.shape) if x.dim() >= 3 else x for x in (q, k, v))
     mask = None
@@ -74,7 +78,7 @@ def test_sdpa_matches_torch_sdpa_in_every_dtype_layout_and_empty_dimension(case)
     q64, k64, v64 = q.double(), k.double(), v.double()
     ref = F.scaled_dot_product_attention(q64, k64, v64, attn_mask=mask) if q.size(-2) and k.size(-2) else None
     assert out.dtype == dtype and weights.dtype == dtype
-    assert out.shape == (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), v.size(-1))
+    assert out.shape == (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), q.size(-2), v.size(-1))
     assert torch.isfinite(out).all()
     if ref is None:  # L = 0 (nothing) or S = 0 (no key: zeros)
         assert (out == 0).all()
