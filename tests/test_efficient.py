@@ -199,3 +199,6 @@ def test_batch_dimensions_broadcast_from_any_argument(shapes):
         expected, _ = scaled_dot_product_attention(q, k, v, mask)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected)
+    # no query: the empty output still has the broadcast batch shape
+    empty = tiled_attention(q[..., :0, :], k, v)
+    assert empty.shape == (*torch.broadcast_shapes(bq, bk, bv), 0, 3)

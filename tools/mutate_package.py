@@ -465,8 +465,15 @@ def select_tests(mutant: Mutant, lines: Dict[str, List[str]], files: List[str]) 
     return sorted(chosen)
 
 
-def previous_counts(module: str) -> dict:
-    return json.loads((REPORTS / f"mutation-{module}.json").read_text())["modules"][module]
+def previous_counts(module: str, report: Optional[Path] = None) -> dict:
+    """The module's entry in ``report`` (default ``reports/mutation-<module>.json``), read once."""
+    path = report or REPORTS / f"mutation-{module}.json"
+    if path not in _PREVIOUS:
+        _PREVIOUS[path] = json.loads(Path(path).read_text())
+    return _PREVIOUS[path]["modules"][module]
+
+
+_PREVIOUS: Dict[object, dict] = {}
 
 
 def load_equivalent() -> Dict[str, str]:
@@ -486,7 +493,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--min-rate", type=float, default=0.0, help="exit 1 when a module's kill rate is below this")
     p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--recheck", action="store_true",
-                   help="run only the survivors of the module's last report (reports/mutation-<module>.json) and update it")
+                   help="run only the survivors of the last report (--report, or reports/mutation-<module>.json) and update it")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--warm", action="append", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -500,7 +507,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for module in modules:
         found = list(mutants_of(module))
         if args.recheck:
-            previous = json.loads((REPORTS / f"mutation-{module}.json").read_text())["modules"][module]
+            previous = previous_counts(module, args.report)
             again = {row["key"] for row in previous["survivors"]}
             found = [(m, text) for m, text in found if m.key in again]
         if args.sample:
@@ -552,7 +559,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         missing = [m for m in survived if m.key not in equivalent]
         total, n_killed = len(rows), len(killed)
         if args.recheck:  # the mutants killed last time count as killed
-            total, n_killed = previous_counts(module)["mutants"], previous_counts(module)["killed"] + len(killed)
+            total, n_killed = previous_counts(module, args.report)["mutants"], previous_counts(module, args.report)["killed"] + len(killed)
         denominator = total - len(eq)
         rate = n_killed / denominator if denominator else 1.0
         worst = min(worst, rate)
