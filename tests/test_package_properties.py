@@ -207,6 +207,27 @@ def test_layers_in_float64_match_float32():
         torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
 
 
+def test_all_attention_memory_scales_and_span_mask_dtype():
+    layer = AllAttention(8, 2, 1)
+    key, value = layer.memory()
+    torch.testing.assert_close(value, layer.persistent_value * 1.0)  # sqrt(N) with N = 1
+    torch.testing.assert_close(key, layer.persistent_key * 2.0)  # sqrt(d_h) with d_h = 4
+    out, weights = AllAttention(8, 2, 3)(X, span_mask=torch.ones(4, 4, dtype=torch.float64))
+    assert out.dtype == torch.float32 and weights.dtype == torch.float32
+
+
+def test_adaptive_span_penalty_and_window_before_clamping():
+    span = AdaptiveSpan(2, 8, 1.5)
+    assert float(span.penalty(0.0)) == 0.0  # a weight of 0 is allowed
+    with torch.no_grad():
+        span.span_fraction.fill_(-0.5)  # an optimiser step may leave the fractions outside [0, 1]
+    assert span.window() == 2  # ceil(0 + 1.5): the span counts as 0 until clamp_ is called
+    with torch.no_grad():
+        span.span_fraction.fill_(2.0)
+    assert span.window() == 10  # ceil(8 + 1.5)
+    assert span.window(5) == 5
+
+
 def test_defaults_of_adaptive_span_lm():
     model = adaptive_span_lm(10, max_span=4, ramp=1.0)
     block = model.blocks[0]
@@ -355,6 +376,7 @@ BAD = [
     ("AA span_mask int", lambda: AllAttention(8, 2, 3)(X, span_mask=torch.ones(4, 4, dtype=torch.long)), TypeError, ["span_mask", "int64"]),
     ("AA span_mask shape", lambda: AllAttention(8, 2, 3)(X, span_mask=torch.ones(4, 5)), ValueError, ["span_mask", "(4, 5)"]),
     ("AA num_persistent", lambda: AllAttention(8, 2, -1), ValueError, ["num_persistent", "-1"]),
+    ("ffn 0-d query", lambda: ffn_as_attention(torch.tensor(1.0), r(5, 4), r(4, 5)), ValueError, ["query", "()"]),
     ("ffn int", lambda: ffn_as_attention(torch.ones(3, 4, dtype=torch.long), r(5, 4), r(4, 5)), TypeError, ["query", "int64"]),
     ("ffn mixed dtypes", lambda: ffn_as_attention(r(3, 4, dtype=torch.float64), r(5, 4), r(4, 5)), TypeError, ["query", "w1", "float64", "float32"]),
     ("ffn shapes", lambda: ffn_as_attention(r(3, 4), r(5, 3), r(4, 5)), ValueError, ["w1", "(5, 3)"]),
