@@ -202,3 +202,15 @@ def test_batch_dimensions_broadcast_from_any_argument(shapes):
     # no query: the empty output still has the broadcast batch shape
     empty = tiled_attention(q[..., :0, :], k, v)
     assert empty.shape == (*torch.broadcast_shapes(bq, bk, bv), 0, 3)
+
+
+def test_gradients_with_a_finite_float_mask_match_reference():
+    """The out-of-place path (taken when gradients are needed) adds a float mask, as the reference does."""
+    q, k, v = (x.requires_grad_() for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=3, d_v=2))
+    mask = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got = tiled_attention(q, k, v, mask, block_size=3, query_block_size=2)
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(got.sum(), (q, k, v))
+    for g, e in zip(grads, torch.autograd.grad(expected.sum(), (q, k, v))):
+        torch.testing.assert_close(g, e)
