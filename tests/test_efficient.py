@@ -214,3 +214,13 @@ def test_gradients_with_a_finite_float_mask_match_reference():
     grads = torch.autograd.grad(got.sum(), (q, k, v))
     for g, e in zip(grads, torch.autograd.grad(expected.sum(), (q, k, v))):
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_with_masks_matches_reference(dtype):
+    q, k, v = (x.to(dtype) for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=4, d_v=3))
+    for mask in (torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.3, torch.randn(5, 7).to(dtype)):
+        got = tiled_attention(q, k, v, mask, block_size=3)
+        expected, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask if mask.dtype == torch.bool else mask.double())
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), expected, atol=2e-2, rtol=2e-2)
