@@ -303,6 +303,7 @@ BAD = [
     ("mha kdim 0", lambda: MultiHeadAttention(8, 2, kdim=0), ValueError, ["kdim", "0"]),
     ("mha value width", lambda: MultiHeadAttention(8, 2)(X, X, r(2, 4, 7)), ValueError, ["value", "vdim", "(2, 4, 7)"]),
     ("mha key width", lambda: MultiHeadAttention(8, 2)(X, r(2, 4, 7), X), ValueError, ["key", "kdim", "(2, 4, 7)"]),
+    ("mha input on another device", lambda: MultiHeadAttention(8, 2)(X.to("meta"), X.to("meta"), X.to("meta")), ValueError, ["device", "meta"]),
     ("split width", lambda: split_heads(r(2, 3, 5), 2), ValueError, ["x", "5", "num_heads=2"]),
     ("split rank", lambda: split_heads(r(3, 4), 2), ValueError, ["x", "(3, 4)"]),
     ("merge rank", lambda: merge_heads(r(3, 4, 2)), ValueError, ["x", "(3, 4, 2)"]),
