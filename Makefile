@@ -12,7 +12,7 @@ BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test colab benchmark clean mutation-checkers
+.PHONY: book test colab benchmark clean mutation-checkers mutation-package mutation-package-sample
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -39,6 +39,15 @@ test: $(BIN)/.installed $(BOOK)
 # every mutant of every exercise's solution through its checker: a table of kill rates per exercise
 mutation-checkers: $(BIN)/.installed
 	$(BIN)/python tools/mutate_checkers.py
+
+# Mutation testing of the package (tools/mutate_package.py): every mutant of attention, masks,
+# multihead, efficient, adaptive_span and all_attention against that module's unit tests.
+# The whole run takes tens of minutes on 2 cores; CI runs the fixed sample below.
+mutation-package: $(BIN)/.installed
+	$(BIN)/python tools/mutate_package.py --report reports/mutation-package.json --min-rate 0.9
+
+mutation-package-sample: $(BIN)/.installed
+	$(BIN)/python tools/mutate_package.py --sample 3 --seed 0 --min-rate 0.6
 
 clean:
 	rm -rf _build

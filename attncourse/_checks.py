@@ -6,6 +6,7 @@ learner reading the traceback knows what to fix without opening the source.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Sequence
 
 import torch
@@ -65,18 +66,70 @@ def broadcast_batch(**shapes: Sequence[int]) -> torch.Size:
         raise ValueError(f"the batch dimensions do not broadcast: {seen}") from None
 
 
+def _is_int(value: object) -> bool:
+    """A Python or numpy integer (``numbers.Integral``), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool,)) and type(value).__name__ != "bool_"
+
+
 def require_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not _is_int(value) or value <= 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def require_non_negative_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not _is_int(value) or value < 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
+def require_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+
+
+def require_module(name: str, value: object) -> None:
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+
+
+def require_input_like(name: str, x: Tensor, parameter: Tensor, layer: str = "layer") -> None:
+    """``x`` has the dtype and device of the ``layer``'s parameters (a floating ``x`` is assumed)."""
+    if x.dtype != parameter.dtype:
+        raise TypeError(
+            f"{name} must have the dtype of the {layer}'s parameters ({parameter.dtype}), got {x.dtype}; "
+            f"convert the input or the {layer} (e.g. {layer}.to({x.dtype}))"
+        )
+    if x.device != parameter.device:
+        raise ValueError(f"{name} must be on the device of the {layer}'s parameters ({parameter.device}), got {x.device}")
+
+
+def require_token_ids(name: str, tokens: object, vocab_size: int) -> None:
+    """``tokens`` is an integer tensor of ids in ``[0, vocab_size)``."""
+    require_tensor(name, tokens)
+    assert isinstance(tokens, Tensor)
+    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab_size}), got values from {int(tokens.min())} to "
+            f"{int(tokens.max())} ({name} shape {fmt_shape(tokens.shape)})"
+        )
+
+
+def default_scale(query: Tensor, scale: object, name: str = "query") -> float:
+    """``scale`` checked, or ``1 / sqrt(d_k)`` from ``query``'s last size (a ValueError when ``d_k = 0``)."""
+    if scale is None:
+        if query.size(-1) == 0:
+            raise ValueError(
+                f"{name} has d_k = 0 features (shape {fmt_shape(query.shape)}): the default scale 1/sqrt(d_k) "
+                f"is undefined; pass scale= explicitly"
+            )
+        return query.size(-1) ** -0.5
+    require_positive_number("scale", scale)
+    return float(scale)  # type: ignore[arg-type]
+
+
 def require_positive_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 

@@ -30,6 +30,10 @@ from ._checks import (
     broadcast_batch,
     fmt_shape,
     require_floating,
+    default_scale,
+    require_input_like,
+    require_module,
+    require_non_negative_int,
     require_positive_int,
     require_positive_number,
     require_rank,
@@ -82,6 +86,8 @@ def soft_span_mask(distance: Tensor, span: Union[Tensor, float], ramp: float) ->
         raise TypeError(f"span must be a floating-point tensor, got dtype {span.dtype}")
     if span.device != distance.device:
         raise ValueError(f"span and distance must be on the same device, got {span.device} and {distance.device}")
+    if not bool(torch.isfinite(span.detach()).all()):
+        raise ValueError(f"span must be finite, got {span!r}")
     broadcast_batch(distance=distance.shape, span=span.shape)
     return ((ramp + span - distance.to(span.dtype)) / ramp).clamp(0.0, 1.0)
 
@@ -172,7 +178,8 @@ def adaptive_span_attention(
     Returns:
         ``(output, weights)``: output ``(B, H, L, d_v)``; weights ``(B, H, L, W)`` by distance:
         ``weights[b, h, t, x]`` is the weight of the key at position ``t - x`` (0 where
-        ``x > t``). Each row sums to 1.
+        ``x > t``). Each row sums to 1. ``L = 0`` gives empty results ``(B, H, 0, d_v)``
+        and ``(B, H, 0, 0)``; ``d_k = 0`` has no defined ``1 / sqrt(d_k)`` and is refused.
     """
     for name, x in (("query", query), ("key", key), ("value", value), ("span", span)):
         require_floating(name, x)
@@ -192,6 +199,10 @@ def adaptive_span_attention(
         raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
     require_positive_int("block", block)
     batch, heads, length, _ = query.shape
+    scale = default_scale(query, None)
+    if length == 0:  # no query: nothing to attend (the span and ramp are still checked)
+        span_window(span, ramp)
+        return value.new_zeros(batch, heads, 0, value.size(-1)), value.new_zeros(batch, heads, 0, 0)
     needed = min(span_window(span, ramp), length)
     if window is None:
         window = needed
@@ -220,7 +231,7 @@ def adaptive_span_attention(
     pad = (0, 0, before, padded - length)
     keys = nn.functional.pad(key, pad).unfold(2, num_keys, block).transpose(-2, -1)
     values = nn.functional.pad(value, pad).unfold(2, num_keys, block).transpose(-2, -1)
-    scores = queries @ keys.transpose(-2, -1) * query.size(-1) ** -0.5  # (B, H, n, b, b + W - 1)
+    scores = (queries * scale) @ keys.transpose(-2, -1)  # (B, H, n, b, b + W - 1), scaled before the product
 
     # Distance from query t (row r of block n) to key column c: t - (n b - before + c).
     rows = torch.arange(block, device=device)[:, None]
@@ -346,6 +357,8 @@ class AdaptiveSpanAttention(nn.Module):
         self.projections = MultiHeadAttention(embed_dim, num_heads, bias=bias)
         self.span = AdaptiveSpan(num_heads, max_span, ramp, init_span=init_span, learnable=learnable)
         require_positive_int("block", block)
+        if not isinstance(trim, bool) or not isinstance(position_bias, bool):
+            raise TypeError(f"trim and position_bias must be bools, got {trim!r} and {position_bias!r}")
         self.trim, self.block = trim, block
         # relative positions, as in the paper's model: a learned score per head and distance
         self.position_bias = nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp))) if position_bias else None
@@ -359,6 +372,7 @@ class AdaptiveSpanAttention(nn.Module):
         p = self.projections
         if x.size(-1) != p.embed_dim:
             raise ValueError(f"x has {x.size(-1)} features but embed_dim is {p.embed_dim} (x {fmt_shape(x.shape)})")
+        require_input_like("x", x, p.q_proj.weight)
         length = x.size(1)
         if mask is not None:
             require_tensor("mask", mask)
@@ -370,6 +384,9 @@ class AdaptiveSpanAttention(nn.Module):
         q = split_heads(p.q_proj(x), p.num_heads)  # (B, H, L, head_dim)
         k = split_heads(p.k_proj(x), p.num_heads)
         v = split_heads(p.v_proj(x), p.num_heads)
+        if length == 0:  # an empty sequence: empty output and weights, no cell computed
+            self.cells = 0
+            return x.new_zeros(x.shape), x.new_zeros(x.size(0), p.num_heads, 0, 0)
         window = self.span.window(length) if self.trim else length
         heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
         self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)
@@ -388,6 +405,7 @@ class AdaptiveSpanBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, max_span: int, ramp: float, **span_options) -> None:
         super().__init__()
+        require_non_negative_int("d_ff", d_ff)
         self.self_attn = AdaptiveSpanAttention(d_model, num_heads, max_span, ramp, **span_options)
         self.norm1 = nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, d_ff) if d_ff > 0 else None
@@ -425,6 +443,7 @@ def adaptive_span_lm(
 
 
 def _span_modules(model: nn.Module) -> list:
+    require_module("model", model)
     return [m for m in model.modules() if isinstance(m, AdaptiveSpan)]
 
 
@@ -448,4 +467,5 @@ def clamp_spans(model: nn.Module, step: Optional[int] = None) -> None:
 
 def attention_cells(model: nn.Module) -> int:
     """Attention cells (query-key scores) computed by the model's adaptive-span layers in the last forward pass."""
+    require_module("model", model)
     return sum(m.cells for m in model.modules() if isinstance(m, AdaptiveSpanAttention))

@@ -28,7 +28,18 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, fmt_shape, require_floating, require_non_negative_int, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import (
+    check_mask,
+    fmt_shape,
+    require_floating,
+    require_input_like,
+    require_non_negative_int,
+    require_positive_int,
+    require_rank,
+    require_same_dtype_and_device,
+    require_size,
+    require_tensor,
+)
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -103,6 +114,7 @@ class AllAttention(nn.Module):
         require_floating("x", x)
         require_rank("x", x, 3, "(B, L, embed_dim)")
         require_size("x", x, -1, self.embed_dim, "embed_dim")
+        require_input_like("x", x, self.projections.q_proj.weight)
         batch, length, _ = x.shape
         scores_shape = (batch, self.num_heads, length, length)
         if mask is not None:
@@ -119,6 +131,8 @@ class AllAttention(nn.Module):
                 raise ValueError(f"mask must be on the device of x ({x.device}), got {mask.device}")
         if span_mask is not None:
             require_floating("span_mask", span_mask)
+            if span_mask.device != x.device:
+                raise ValueError(f"span_mask must be on the device of x ({x.device}), got {span_mask.device}")
             check_mask(span_mask, scores_shape, name="span_mask", layout="(B, num_heads, L, L) over the context keys")
 
         p = self.projections
@@ -199,6 +213,7 @@ def ffn_as_attention(query: Tensor, w1: Tensor, w2: Tensor) -> Tuple[Tensor, Ten
     require_rank("query", query, 1, "(..., d_model)", at_least=True)
     require_rank("w1", w1, 2, "(d_ff, d_model)")
     require_rank("w2", w2, 2, "(d_model, d_ff)")
+    require_same_dtype_and_device(query=query, w1=w1, w2=w2)
     if w1.size(1) != query.size(-1) or w2.size(0) != query.size(-1) or w2.size(1) != w1.size(0):
         raise ValueError(
             f"w1 must be (d_ff, d_model) and w2 (d_model, d_ff) for query (..., d_model): "

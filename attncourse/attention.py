@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check_attention_inputs, require_positive_number
+from ._checks import check_attention_inputs, default_scale, require_floating
 
 __all__ = ["scaled_dot_product_attention", "safe_softmax"]
 
@@ -28,6 +28,7 @@ def safe_softmax(scores: Tensor) -> Tensor:
     Returns:
         ``(..., S)`` weights: each row sums to 1, or is all zeros when every entry was ``-inf``.
     """
+    require_floating("scores", scores)
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     compute_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1, dtype=compute_dtype)
@@ -52,7 +53,7 @@ def scaled_dot_product_attention(
             expanded, never the scores). Boolean: ``True`` means this query may attend to this
             key, the convention of :func:`torch.nn.functional.scaled_dot_product_attention`.
             Floating: added to the scaled scores (``0`` keeps, ``-inf`` removes).
-        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)``.
+        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)`` (which needs ``d_k > 0``).
 
     Returns:
         ``(output, weights)``: output ``(..., L, d_v)`` and weights ``(..., L, S)``, where the
@@ -64,25 +65,32 @@ def scaled_dot_product_attention(
         weights (in float32, where 1e9 swamps the scores, they come out nearly uniform).
 
     Device and dtype follow the inputs (CPU or CUDA; float16, bfloat16, float32, float64).
-    Half-precision weights are normalised in float32 and rounded once.
+    float16 and bfloat16 inputs are computed in float32 (scores, softmax and the weighted
+    sum) and rounded once, as torch's SDPA does on the CPU: the scores of half-precision
+    inputs may exceed float16's range (65504) even when the inputs do not. The query is
+    scaled before the product, so ``Q K^T`` never exists unscaled.
+
+    Empty dimensions give empty or well-defined results: ``L = 0`` gives ``(..., 0, d_v)``
+    and ``(..., 0, S)``; ``S = 0`` leaves every query with no key, so zeros ``(..., L, d_v)``;
+    ``d_k = 0`` needs an explicit ``scale`` (all scores are then 0: uniform weights).
 
     Raises:
         TypeError: an argument is not a floating tensor, the dtypes differ, or the mask is
             neither boolean nor floating.
         ValueError: a rank below 2, ``d_k`` or ``S`` that disagree, batch dimensions that do
             not broadcast, a mask that does not broadcast to ``(..., L, S)``, devices that
-            differ, or a scale that is not a positive number.
+            differ, a scale that is not a positive number, or ``d_k = 0`` without a scale.
     """
     check_attention_inputs(query, key, value, mask)
-    if scale is None:
-        scale = query.size(-1) ** -0.5
-    else:
-        require_positive_number("scale", scale)
+    scale = default_scale(query, scale)
+    out_dtype = query.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):  # compute in float32, round once at the end
+        query, key, value = query.float(), key.float(), value.float()
 
-    scores = query @ key.transpose(-2, -1) * scale  # (..., L, S)
+    scores = (query * scale) @ key.transpose(-2, -1)  # (..., L, S)
     if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
     weights = safe_softmax(scores)  # rows sum to 1 over the keys
-    return weights @ value, weights
+    return (weights @ value).to(out_dtype), weights.to(out_dtype)

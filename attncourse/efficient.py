@@ -22,9 +22,12 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ._checks import (
+    broadcast_batch,
     check_attention_inputs,
+    default_scale,
+    require_bool,
+    require_floating,
     require_positive_int,
-    require_positive_number,
 )
 
 __all__ = ["tiled_attention", "online_softmax_update", "tile_schedule"]
@@ -46,6 +49,11 @@ def online_softmax_update(
         maximum (the sum, the weighted values) must be multiplied. A row that has seen only
         ``-inf`` keeps ``new_max = -inf``, ``new_sum = 0`` and gets ``correction = 0``.
     """
+    for name, x in (("running_max", running_max), ("running_sum", running_sum), ("scores", scores)):
+        require_floating(name, x)
+    if scores.dim() == 0:
+        raise ValueError("scores must have at least 1 dimension (..., B), got a 0-d tensor")
+    broadcast_batch(running_max=running_max.shape, running_sum=running_sum.shape, scores=scores.shape[:-1])
     new_max = torch.maximum(running_max, scores.amax(dim=-1))
     shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # -inf - -inf would be NaN
     correction = torch.exp(running_max - shift)
@@ -73,10 +81,13 @@ def _attend_query_block(
     block_q, seq_k = query.size(-2), key_t.size(-1)
     batch = query.shape[:-2]
     inplace = not torch.is_grad_enabled() or not (query.requires_grad or key_t.requires_grad or value.requires_grad)
-    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2], value.shape[:-2]) + (block_q,)
+    # the statistics have the batch shape of the scores (query and key); the accumulated
+    # output that of the scores and the values together (value may bring batch dimensions)
+    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2]) + (block_q,)
     running_max = torch.full(stats_shape, float("-inf"), dtype=query.dtype, device=query.device)
     running_sum = torch.zeros(stats_shape, dtype=query.dtype, device=query.device)
-    acc = torch.zeros(stats_shape + (value.size(-1),), dtype=query.dtype, device=query.device)
+    acc_batch = torch.broadcast_shapes(stats_shape[:-1], value.shape[:-2])
+    acc = torch.zeros(acc_batch + (block_q, value.size(-1)), dtype=query.dtype, device=query.device)
 
     key_end = seq_k
     if causal_offset is not None:  # keys after the last query's horizon are never seen: skip them
@@ -138,14 +149,15 @@ def tiled_attention(
         causal: also apply ``attncourse.masks.causal_mask`` (the last query aligned with
             the last key: query ``i`` sees key ``j <= i + S - L``). Key blocks that lie
             entirely in a query block's future are skipped, not computed and masked.
-        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)``.
+        scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)`` (which needs ``d_k > 0``).
         block_size: keys per block.
         query_block_size: queries per block. Neither needs to divide ``S`` or ``L``.
 
     Returns:
         ``(..., L, d_v)``, the batch dimensions broadcast as in :func:`torch.matmul`. A query
         that may attend to no key gets a zero output, never NaN. float16 and bfloat16 inputs
-        are computed in float32 and the output rounded once.
+        are computed in float32 and the output rounded once. ``L = 0`` gives an empty
+        ``(..., 0, d_v)`` output; ``S = 0`` gives zeros.
 
     Autograd works through it; when gradients are needed each query block is wrapped in
     :func:`torch.utils.checkpoint.checkpoint`, so that the backward pass recomputes its
@@ -153,14 +165,13 @@ def tiled_attention(
     """
     check_attention_inputs(query, key, value, mask)
     seq_q, seq_k = query.size(-2), key.size(-2)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    require_bool("causal", causal)
     require_positive_int("block_size", block_size)
     require_positive_int("query_block_size", query_block_size)
-    if scale is None:
-        scale = query.size(-1) ** -0.5
-    else:
-        require_positive_number("scale", scale)
+    scale = default_scale(query, scale)
+    if seq_q == 0:  # no query: an empty output of the broadcast batch shape
+        batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
+        return value.new_zeros((*batch, 0, value.size(-1)))
 
     out_dtype = query.dtype
     if out_dtype in (torch.float16, torch.bfloat16):  # accumulate in float32

@@ -26,7 +26,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_non_negative_int, require_positive_int, require_tensor
+from ._checks import _is_int, fmt_shape, require_non_negative_int, require_positive_int, require_tensor
 
 __all__ = [
     "padding_mask",
@@ -54,15 +54,24 @@ def padding_mask(
         ``(B, S)`` boolean, ``True`` at positions ``j < lengths[b]``. To mask the *keys* of
         scores ``(B, L, S)`` use ``mask[:, None, :]``; for ``(B, H, L, S)`` use
         ``mask[:, None, None, :]``.
+
+    Raises:
+        TypeError: ``lengths`` is not a sequence of integers (a float such as ``1.5`` is
+            refused, never truncated), or ``max_len`` is not an integer.
+        ValueError: ``lengths`` not one-dimensional, a negative length, or one above ``max_len``.
     """
     if not isinstance(lengths, Tensor):
-        lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+            raise TypeError(f"lengths must be a sequence or tensor of integers, got {type(lengths).__name__}")
+        values = list(lengths)
+        bad = [v for v in values if not (_is_int(v) or (isinstance(v, Tensor) and v.dim() == 0 and not v.is_floating_point() and v.dtype != torch.bool))]
+        if bad:
+            raise TypeError(f"lengths must hold integers, got {bad[0]!r} (of type {type(bad[0]).__name__}) in {values!r}")
+        lengths = torch.as_tensor([int(v) for v in values], dtype=torch.long)
     if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
         raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be one-dimensional (B,), got shape {fmt_shape(lengths.shape)}")
-    if device is not None:
-        lengths = lengths.to(device)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
@@ -72,6 +81,8 @@ def padding_mask(
         require_non_negative_int("max_len", max_len)
     if longest > max_len:
         raise ValueError(f"lengths must not exceed max_len={max_len}, got {lengths.tolist()}")
+    if device is not None:
+        lengths = lengths.to(device)
     positions = torch.arange(max_len, device=lengths.device)
     return positions[None, :] < lengths[:, None]
 
@@ -93,11 +104,11 @@ def causal_mask(query_len: int, key_len: Optional[int] = None, *, device: Option
         device: where to build the mask.
 
     Returns:
-        ``(L, S)`` boolean, ``True`` = may attend.
+        ``(L, S)`` boolean, ``True`` = may attend (``L`` or ``S`` may be 0: an empty mask).
     """
-    require_positive_int("query_len", query_len)
+    require_non_negative_int("query_len", query_len)
     key_len = query_len if key_len is None else key_len
-    require_positive_int("key_len", key_len)
+    require_non_negative_int("key_len", key_len)
     i = torch.arange(query_len, device=device)[:, None]
     j = torch.arange(key_len, device=device)[None, :]
     return j <= i + (key_len - query_len)
@@ -142,9 +153,12 @@ def combine_masks(*masks: Optional[Tensor]) -> Optional[Tensor]:
 def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """Turn a boolean mask (``True`` = may attend) into an additive one: ``0`` kept, ``-inf`` removed.
 
-    A floating mask is returned cast to ``dtype``.
+    A floating mask is returned cast to ``dtype``, which must be a floating dtype (``-inf``
+    has no integer or boolean representation).
     """
     require_tensor("mask", mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), got {dtype!r}")
     if mask.is_floating_point():
         return mask.to(dtype)
     if mask.dtype != torch.bool:

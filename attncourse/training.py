@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from ._checks import fmt_shape, require_positive_int
+from ._checks import fmt_shape, require_floating, require_positive_int, require_token_ids
 
 __all__ = ["train", "next_token_loss", "ProgressBar"]
 
@@ -115,11 +115,18 @@ def next_token_loss(logits: Tensor, tokens: Tensor, *, start: int = 0) -> Tensor
         tokens: ``(B, L)`` the input tokens.
         start: first target position counted (earlier targets lack context in some tasks);
             position 0 has no prediction, so ``start=0`` and ``start=1`` are the same.
+
+    A sequence needs ``L >= 2`` (a length-1 sequence has no next token to predict: the mean
+    over no targets would be NaN, so it raises ``ValueError``).
     """
+    require_floating("logits", logits)
+    require_token_ids("tokens", tokens, logits.size(-1) if logits.dim() else 0)
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
         raise ValueError(f"logits (B, L, V) and tokens (B, L) disagree: {fmt_shape(logits.shape)} vs {fmt_shape(tokens.shape)}")
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < tokens.size(1):
         raise ValueError(f"start must be an integer in [0, {tokens.size(1) - 1}] for tokens {fmt_shape(tokens.shape)}, got {start!r}")
+    if tokens.size(1) < 2 or tokens.size(0) == 0:
+        raise ValueError(f"tokens {fmt_shape(tokens.shape)} holds no next token to predict: it needs B >= 1 and L >= 2")
     first = max(start, 1)
     predicted = logits[:, first - 1 : -1]
     return nn.functional.cross_entropy(predicted.reshape(-1, predicted.size(-1)), tokens[:, first:].reshape(-1))

@@ -24,7 +24,17 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from ._checks import (
+    fmt_shape,
+    require_floating,
+    require_input_like,
+    require_non_negative_int,
+    require_positive_int,
+    require_rank,
+    require_size,
+    require_tensor,
+    require_token_ids,
+)
 from .masks import causal_mask, combine_masks
 from .inference import KVCache
 from .multihead import MultiHeadAttention
@@ -38,6 +48,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
+        require_positive_int("d_model", d_model)
+        require_positive_int("d_ff", d_ff)
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
 
@@ -50,6 +62,15 @@ def _check_dropout(dropout: object) -> float:
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
     return float(dropout)
+
+
+def _check_hidden(name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)") -> None:
+    """A block's input: floating ``(B, L, d_model)`` in the dtype and device of its parameters."""
+    require_floating(name, x)
+    assert isinstance(x, Tensor)
+    require_rank(name, x, 3, layout)
+    require_size(name, x, -1, attn.embed_dim, "d_model")
+    require_input_like(name, x, attn.q_proj.weight, "block")
 
 
 class TransformerBlock(nn.Module):
@@ -82,6 +103,7 @@ class TransformerBlock(nn.Module):
         norm_first: bool = False,
     ) -> None:
         super().__init__()
+        require_non_negative_int("d_ff", d_ff)
         dropout = _check_dropout(dropout)
         self.norm_first = bool(norm_first)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
@@ -112,6 +134,9 @@ class TransformerBlock(nn.Module):
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
         self-attention's :class:`attncourse.inference.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
+        _check_hidden("x", x, self.self_attn)
+        if memory is not None:
+            _check_hidden("memory", memory, self.self_attn, "(B, S, d_model)")
         if self.cross_attn is None and memory is not None:
             raise ValueError("memory was given but this block has no cross-attention")
         if self.cross_attn is not None and memory is None:
@@ -161,8 +186,7 @@ class _Embedding(nn.Module):
         """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
         require_tensor("tokens", tokens)
         require_rank("tokens", tokens, 2, "(B, L)")
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"tokens must be an integer tensor, got dtype {tokens.dtype}")
+        require_token_ids("tokens", tokens, self.tokens.num_embeddings)
         if offset + tokens.size(1) > self.max_len:
             raise ValueError(
                 f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.max_len} "

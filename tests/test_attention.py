@@ -187,3 +187,28 @@ def test_the_sources_key_padding_mask_shape_is_rejected_not_broadcast():
         scaled_dot_product_attention(q3, k3, v3, torch.ones(3, 5, dtype=torch.bool)[0])
     out, _ = scaled_dot_product_attention(q3, k3, v3, torch.ones(3, 1, 5, dtype=torch.bool))
     assert out.shape == (3, 3, 2)
+
+
+def test_safe_softmax_keeps_half_precision_dtype():
+    """Half-precision scores are normalised in float32 internally but returned in their own dtype."""
+    for dtype in (torch.float16, torch.bfloat16):
+        scores = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3], dtype=dtype)
+        weights = safe_softmax(scores)
+        assert weights.dtype == dtype
+        torch.testing.assert_close(weights[0].float(), torch.softmax(scores[0].float(), -1), atol=1e-2, rtol=0)
+        assert (weights[1] == 0).all()
+
+
+def test_gradient_through_a_row_masked_by_a_float_mask_is_finite():
+    """A query whose keys are all removed by a float -inf mask: zero output and finite (zero) gradients."""
+    query = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    key = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    value = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(3, 5, dtype=torch.float64)
+    mask[1] = float("-inf")
+    out, _ = scaled_dot_product_attention(query, key, value, mask)
+    assert (out[:, 1] == 0).all()
+    out.sum().backward()
+    for t in (query, key, value):
+        assert torch.isfinite(t.grad).all()
+    assert (query.grad[:, 1] == 0).all()

@@ -183,3 +183,44 @@ def test_input_errors():
         tiled_attention(q, k.float(), v)
     with pytest.raises(ValueError, match="at least 2"):
         tiled_attention(q[0, 0, 0], k, v)
+
+
+@pytest.mark.parametrize("shapes", [((1,), (3,), (1,)), ((1,), (1,), (3,)), ((3,), (1,), (1,)), ((2, 1), (1, 3), (1, 1))])
+def test_batch_dimensions_broadcast_from_any_argument(shapes):
+    """The batch size may come from query, key or value alone (broadcast like torch.matmul)."""
+    bq, bk, bv = shapes
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(*bq, 5, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(*bk, 7, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(*bv, 7, 3, generator=g, dtype=torch.float64)
+    for causal in (False, True):
+        got = tiled_attention(q, k, v, causal=causal, block_size=3, query_block_size=2)
+        mask = causal_mask(5, 7) if causal else None
+        expected, _ = scaled_dot_product_attention(q, k, v, mask)
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected)
+    # no query: the empty output still has the broadcast batch shape
+    empty = tiled_attention(q[..., :0, :], k, v)
+    assert empty.shape == (*torch.broadcast_shapes(bq, bk, bv), 0, 3)
+
+
+def test_gradients_with_a_finite_float_mask_match_reference():
+    """The out-of-place path (taken when gradients are needed) adds a float mask, as the reference does."""
+    q, k, v = (x.requires_grad_() for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=3, d_v=2))
+    mask = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got = tiled_attention(q, k, v, mask, block_size=3, query_block_size=2)
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(got.sum(), (q, k, v))
+    for g, e in zip(grads, torch.autograd.grad(expected.sum(), (q, k, v))):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_with_masks_matches_reference(dtype):
+    q, k, v = (x.to(dtype) for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=4, d_v=3))
+    for mask in (torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.3, torch.randn(5, 7).to(dtype)):
+        got = tiled_attention(q, k, v, mask, block_size=3)
+        expected, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask if mask.dtype == torch.bool else mask.double())
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), expected, atol=2e-2, rtol=2e-2)

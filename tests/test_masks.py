@@ -124,10 +124,16 @@ def test_future_token_changes_no_earlier_output(device):
         assert not torch.allclose(out[:, t:], out2[:, t:])
 
 
-@pytest.mark.parametrize("query_len,key_len", [(0, 3), (3, 0), (2.0, 3), (True, 2)])
+@pytest.mark.parametrize("query_len,key_len", [(-1, 3), (3, -2), (2.0, 3), (True, 2), (3, 1.5)])
 def test_causal_mask_rejects_bad_lengths(query_len, key_len):
-    with pytest.raises(ValueError, match="must be a positive integer"):
+    with pytest.raises(ValueError, match="must be a non-negative integer"):
         causal_mask(query_len, key_len)
+
+
+@pytest.mark.parametrize("query_len,key_len", [(0, 3), (3, 0), (0, 0)])
+def test_causal_mask_of_an_empty_dimension_is_empty(query_len, key_len):
+    mask = causal_mask(query_len, key_len)
+    assert mask.shape == (query_len, key_len) and mask.dtype == torch.bool
 
 
 # -- combining and converting -----------------------------------------------------------------
