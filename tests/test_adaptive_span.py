@@ -8,6 +8,7 @@ from torch.nn import functional as F
 from attncourse.adaptive_span import (
     AdaptiveSpan,
     AdaptiveSpanAttention,
+    AdaptiveSpanBlock,
     adaptive_span_attention,
     adaptive_span_lm,
     attention_cells,
@@ -110,6 +111,19 @@ def test_matches_dense_recomputation_and_torch_sdpa(device, dtype):
     mask = soft_span_mask(distance, span[:, None, None], ramp) * (distance >= 0)
     log_mask = torch.where(mask > 0, mask.clamp_min(1e-30).log(), torch.tensor(float("-inf"), dtype=dtype, device=device))
     torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=log_mask), **tol)
+
+
+
+@pytest.mark.parametrize("length, block", [(11, 4), (23, 16), (13, 5)])
+def test_blocks_that_do_not_divide_the_length(length, block):
+    # the last block is padded: the output and the weights keep exactly L rows
+    q, k, v = _qkv(length=length, seed=7)
+    span = torch.tensor([0.5, 1.0, 2.5], dtype=torch.float64)
+    output, weights = adaptive_span_attention(q, k, v, span, 1.0, block=block)
+    assert output.shape == (2, 3, length, 4) and weights.shape == (2, 3, length, 4)  # W = ceil(2.5 + 1)
+    expected_out, expected_w = _reference(q, k, v, span, 1.0)
+    torch.testing.assert_close(output, expected_out, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(_to_dense(weights, length), expected_w, atol=1e-12, rtol=1e-10)
 
 
 def test_rows_sum_to_one_and_nothing_beyond_the_span(device):
@@ -306,6 +320,102 @@ def test_bad_input_messages():
         AdaptiveSpanAttention(8, 3, max_span=4, ramp=1)
     with pytest.raises(ValueError, match="weight"):
         layer.span.penalty(-1.0)
+
+
+
+def test_more_bad_input_messages():
+    q, k, v = _qkv(1, 2, 6, 4)
+    span = torch.ones(2, dtype=torch.float64)
+    # a value of rank 3 or 5 whose first three sizes match the query's
+    with pytest.raises(ValueError, match=r"value must have exactly 4 dimensions.*\(1, 2, 6\)"):
+        adaptive_span_attention(q, k, v[..., 0], span, 2.0)
+    with pytest.raises(ValueError, match=r"value must have exactly 4 dimensions.*\(1, 2, 6, 4, 1\)"):
+        adaptive_span_attention(q, k, v[..., None], span, 2.0)
+    with pytest.raises(ValueError, match=r"position_bias must have exactly 2 dimensions.*\(2,\)"):
+        adaptive_span_attention(q, k, v, span, 2.0, position_bias=torch.zeros(2, dtype=torch.float64))
+    # the span and the ramp are checked even when there is no query
+    with pytest.raises(ValueError, match=">= 0"):
+        adaptive_span_attention(q[:, :, :0], k[:, :, :0], v[:, :, :0], torch.tensor([1.0, -0.5], dtype=torch.float64), 2.0)
+    # a span on another device (meta tensors: no GPU needed)
+    with pytest.raises(ValueError, match=r"span must be on the device of query \(cpu\), got meta"):
+        adaptive_span_attention(q, k, v, span.to("meta"), 2.0)
+    with pytest.raises(ValueError, match="span and distance must be on the same device, got meta and cpu"):
+        soft_span_mask(torch.arange(4), torch.ones(2, 1, device="meta"), 1.0)
+
+
+@pytest.mark.parametrize("distance_dtype", [torch.int64, torch.float64, torch.float16])
+def test_mask_has_the_dtype_of_the_span(distance_dtype):
+    # the distances are cast to the span's dtype: a float32 span gives a float32 mask
+    distance = torch.arange(6).to(distance_dtype)
+    span = torch.tensor([[1.5], [3.0]])
+    mask = soft_span_mask(distance, span, 2.0)
+    assert mask.dtype == torch.float32
+    expected = ((2.0 + span.double() - torch.arange(6).double()) / 2.0).clamp(0, 1)
+    torch.testing.assert_close(mask.double(), expected)
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_span_of_another_dtype_is_used_in_the_query_dtype(dtype):
+    # a float32 span (or position bias) with float64 or bfloat16 inputs: the mask is computed in the inputs' dtype,
+    # exactly as if the span had been converted first
+    q, k, v = (t.to(dtype) for t in _qkv(2, 2, 9, 4, seed=3))
+    span = torch.tensor([1.3, 2.7])
+    out, weights = adaptive_span_attention(q, k, v, span, 2.0)
+    ref_out, ref_weights = adaptive_span_attention(q, k, v, span.to(dtype), 2.0)
+    assert out.dtype == weights.dtype == dtype
+    assert torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+    # the same for a float32 position bias
+    bias = torch.randn(2, 5, generator=torch.Generator().manual_seed(4))
+    out, weights = adaptive_span_attention(q, k, v, span.to(dtype), 2.0, position_bias=bias)
+    ref_out, ref_weights = adaptive_span_attention(q, k, v, span.to(dtype), 2.0, position_bias=bias.to(dtype))
+    assert out.dtype == weights.dtype == dtype
+    assert torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+
+def test_init_span_bounds_are_inclusive():
+    for init_span in (0, 0.0, 0.5, 8):
+        span = AdaptiveSpan(2, max_span=8, ramp=2, init_span=init_span)
+        torch.testing.assert_close(span.spans.detach(), torch.full((2,), float(init_span)))
+    for bad in (True, "4", -0.1, 8.5):
+        with pytest.raises(ValueError, match="init_span must be a number in"):
+            AdaptiveSpan(2, max_span=8, ramp=2, init_span=bad)
+
+
+def test_projections_have_biases_by_default():
+    # like nn.MultiheadAttention: biases unless bias=False
+    layer = AdaptiveSpanAttention(8, 2, max_span=4, ramp=1)
+    no_bias = AdaptiveSpanAttention(8, 2, max_span=4, ramp=1, bias=False)
+    projections = ("q_proj", "k_proj", "v_proj", "out_proj")
+    assert all(getattr(layer.projections, name).bias is not None for name in projections)
+    assert all(getattr(no_bias.projections, name).bias is None for name in projections)
+    # and a relative position bias per head and distance unless position_bias=False
+    assert layer.position_bias is not None and layer.position_bias.shape == (2, 4 + 1)
+    assert AdaptiveSpanAttention(8, 2, max_span=4, ramp=1, position_bias=False).position_bias is None
+    with pytest.raises(ValueError, match=r"x must have exactly 3 dimensions.*\(5, 8\)"):
+        layer(torch.randn(5, 8))
+
+
+
+@pytest.mark.parametrize("d_ff", [32, 1, 0])
+def test_block_is_post_norm_residual_attention_and_ffn(d_ff):
+    torch.manual_seed(0)
+    block = AdaptiveSpanBlock(16, 4, d_ff, max_span=6, ramp=2.0).double()
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    mask = causal_mask(9)
+    attended, weights = block.self_attn(x, mask)
+    h = F.layer_norm(x + attended, (16,), block.norm1.weight, block.norm1.bias)
+    if d_ff:
+        ffn = F.linear(F.relu(F.linear(h, block.ffn.linear1.weight, block.ffn.linear1.bias)), block.ffn.linear2.weight, block.ffn.linear2.bias)
+        h = F.layer_norm(h + ffn, (16,), block.norm3.weight, block.norm3.bias)
+    else:
+        assert block.ffn is None and block.norm3 is None
+    torch.testing.assert_close(block(x, mask), h)
+    torch.testing.assert_close(block.self_weights, weights.detach())
+    assert not block.self_weights.requires_grad
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):  # the dtype is named first
+        block(torch.ones(2, 9, dtype=torch.long))
 
 
 def test_half_precision_is_close_to_float64():

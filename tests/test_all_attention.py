@@ -141,6 +141,17 @@ def test_memory_is_the_paper_scaling():
     assert abs(key.std().item() - 1) < 0.05 and abs(value.std().item() - 1) < 0.05
 
 
+
+def test_memory_with_one_persistent_vector_starts_at_unit_scale():
+    # N = 1: the values are stored as N(0, 1/1) and seen unscaled, like any other N
+    torch.manual_seed(0)
+    layer = AllAttention(1024, 4, 1)
+    key, value = layer.memory()
+    assert key.shape == value.shape == (4, 1, 256)
+    torch.testing.assert_close(value, layer.persistent_value)
+    assert abs(layer.persistent_value.std().item() - 1) < 0.1 and abs(key.std().item() - 1) < 0.1
+
+
 def test_span_mask_multiplies_context_weights_and_renormalises_jointly():
     layer = _layer(n=3)
     x = torch.randn(2, 6, 16, dtype=torch.float64)
@@ -161,6 +172,44 @@ def test_span_mask_multiplies_context_weights_and_renormalises_jointly():
     expected = expected / expected.sum(-1, keepdim=True)
     torch.testing.assert_close(w, expected)
     assert (w[..., 6:] >= plain[..., 6:] - 1e-15).all()  # the memory keeps its share or gains
+
+
+
+def test_span_mask_that_removes_the_whole_context_without_memory_leaves_zero_rows():
+    # N = 0 and a span mask of zeros: no key is left in any row, the weights and the output stay 0 (not 0/0)
+    layer = _layer(n=0)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    out, weights = layer(x, span_mask=torch.zeros(5, 5, dtype=torch.float64))
+    assert torch.equal(weights, torch.zeros(2, 4, 5, 5, dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(2, 5, 16, dtype=torch.float64))  # bias-free out_proj of zero heads
+    # only the rows left with nothing: the first row keeps its one key
+    span = torch.ones(5, 5, dtype=torch.float64)
+    span[1:] = 0
+    _, weights = layer(x, span_mask=span)
+    torch.testing.assert_close(weights[..., 0, :].sum(-1), torch.ones(2, 4, dtype=torch.float64))
+    assert torch.equal(weights[..., 1:, :], torch.zeros(2, 4, 4, 5, dtype=torch.float64))
+
+
+def test_span_mask_on_another_device_is_refused():
+    layer = _layer(n=2)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"span_mask must be on the device of x \(cpu\), got meta"):
+        layer(x, span_mask=torch.ones(5, 5, dtype=torch.float64, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_casts_the_persistent_vectors_like_the_projections(dtype):
+    # under autocast the projections return half-precision keys and values while the persistent
+    # vectors stay float32 parameters: they are cast to the projections' dtype
+    layer = _layer(n=3, dtype=torch.float32)
+    x = torch.randn(2, 5, 16)
+    mask = causal_mask(5)
+    expected_out, expected_weights = layer(x, mask)
+    with torch.autocast("cpu", dtype=dtype):
+        out, weights = layer(x, mask)
+    assert out.dtype == weights.dtype == dtype
+    torch.testing.assert_close(out.float(), expected_out, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(weights.float(), expected_weights, atol=0.02, rtol=0.05)
 
 
 def test_gradcheck_reaches_persistent_vectors():
@@ -233,6 +282,7 @@ def test_block_is_layernorm_of_residual():
     expected = nn.functional.layer_norm(x + block.attn(x, mask)[0], (16,), block.norm.weight, block.norm.bias)
     torch.testing.assert_close(block(x, mask), expected)
     assert block.self_weights.shape == (2, 4, 5, 5 + 8)
+    assert not block.self_weights.requires_grad  # detached: keeping it holds no graph
     assert not any(isinstance(m, (FeedForward, nn.Linear)) and m.out_features == 8 for m in block.modules())
 
 
@@ -281,9 +331,26 @@ def test_ffn_as_attention_equals_bias_free_softmax_ffn():
     torch.testing.assert_close(layer(x, no_context)[0], out)
 
 
+
+@pytest.mark.parametrize("shape", [(12,), (1, 12), (3, 12), (1, 1, 12), (2, 1, 3, 12)])
+def test_ffn_as_attention_any_leading_shape(shape):
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(40, 12, dtype=torch.float64), torch.randn(12, 40, dtype=torch.float64)
+    x = torch.randn(shape, dtype=torch.float64)
+    out, weights = ffn_as_attention(x, w1, w2)
+    assert out.shape == shape and weights.shape == shape[:-1] + (40,)
+    # float64 recomputation one query vector at a time
+    rows = x.reshape(-1, 12)
+    hidden = torch.stack([torch.softmax(w1 @ row, dim=0) for row in rows])
+    torch.testing.assert_close(weights.reshape(-1, 40), hidden)
+    torch.testing.assert_close(out.reshape(-1, 12), hidden @ w2.T)
+
+
 def test_ffn_as_attention_bad_input():
     with pytest.raises(ValueError, match=r"w1 must be \(d_ff, d_model\).*w1 \(7, 5\)"):
         ffn_as_attention(torch.randn(4), torch.randn(7, 5), torch.randn(4, 7))
+    with pytest.raises(ValueError, match=r"w1 must have exactly 2 dimensions.*\(7,\)"):
+        ffn_as_attention(torch.randn(4), torch.randn(7), torch.randn(4, 7))
     with pytest.raises(ValueError, match="w2 must have exactly 2 dimensions"):
         ffn_as_attention(torch.randn(4), torch.randn(7, 4), torch.randn(4))
     with pytest.raises(TypeError, match="query must be a floating-point tensor"):
@@ -324,6 +391,10 @@ def test_count_bad_input():
         transformer_layer_parameters(8, -1)
     with pytest.raises(ValueError, match="num_persistent must be a non-negative integer"):
         all_attention_layer_parameters(8, 2.5)
+    with pytest.raises(ValueError, match="d_model must be a positive integer, got 0"):
+        all_attention_layer_parameters(0, 4)
+    with pytest.raises(ValueError, match="d_model must be a positive integer, got -8"):
+        all_attention_layer_parameters(-8, 4)
     with pytest.raises(TypeError, match="module must be a torch.nn.Module"):
         count_parameters([1, 2])
 

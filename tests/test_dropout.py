@@ -26,6 +26,21 @@ def test_eval_mode_and_zero_dropout_change_nothing(device):
     torch.testing.assert_close(plain(x, x, x)[0], out0, rtol=0, atol=0)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_zero_dropout_in_training_mode_changes_nothing_in_half_precision(dtype):
+    # half inputs are attended in float32 and rounded once: with p = 0 the training-mode output
+    # must not be recomputed from the rounded weights
+    layer = _layer(0.0, dtype=dtype)
+    x = torch.randn(2, 7, 16, dtype=torch.float64).to(dtype)
+    layer.eval()
+    out_eval, w_eval = layer(x, x, x)
+    layer.train()
+    out, w = layer(x, x, x)
+    torch.testing.assert_close(out, out_eval, rtol=0, atol=0)
+    torch.testing.assert_close(w, w_eval, rtol=0, atol=0)
+
+
 def test_training_mode_drops_weights_and_scales_the_rest(device):
     p = 0.25
     layer = _layer(p, device=device)

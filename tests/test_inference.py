@@ -153,6 +153,24 @@ def test_cached_layer_equals_full_causal_attention(device, num_kv_heads, chunks)
     assert cache.nbytes() == kv_cache_bytes(num_layers=1, num_kv_heads=num_kv_heads, head_dim=4, length=9, batch=2, bytes_per_element=8)
 
 
+
+def test_cached_layer_combines_the_callers_mask_with_the_cache_mask():
+    # a mask passed with a cache (here: some keys hidden from some queries) is applied on top of
+    # the cache's causal mask, so chunked decoding equals full attention under both masks
+    layer = _layer(16, 4, 2, seed=12)
+    x = torch.randn(2, 9, 16, generator=_gen(13), dtype=torch.float64)
+    keep = torch.rand(2, 9, 9, generator=_gen(14)) > 0.4
+    keep |= torch.eye(9, dtype=torch.bool)  # every query keeps at least itself
+    full, full_w = layer(x, x, x, causal_mask(9) & keep)
+    cache, start = KVCache(), 0
+    for size in (4, 1, 3, 1):
+        part = x[:, start:start + size]
+        out, w = layer(part, part, part, keep[:, start:start + size, :start + size], cache=cache)
+        torch.testing.assert_close(out, full[:, start:start + size], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(w, full_w[:, :, start:start + size, :start + size], rtol=1e-10, atol=1e-12)
+        start += size
+
+
 def test_cache_mask_is_bottom_right_causal_mask():
     cache = KVCache()
     k = torch.zeros(1, 1, 3, 2)

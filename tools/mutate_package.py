@@ -49,7 +49,10 @@ EQUIVALENT_FILE = REPORTS / "mutation_equivalent.json"
 MODULES: Dict[str, List[str]] = {
     "attention": ["tests/test_attention.py", "tests/test_package_properties.py"],
     "masks": ["tests/test_masks.py", "tests/test_package_properties.py"],
-    "multihead": ["tests/test_multihead.py", "tests/test_package_properties.py"],
+    # multihead's attention dropout and grouped-query heads (num_kv_heads) are tested with their
+    # chapters' code: tests/test_dropout.py and tests/test_inference.py
+    "multihead": ["tests/test_multihead.py", "tests/test_package_properties.py", "tests/test_dropout.py",
+                  "tests/test_inference.py"],
     "efficient": ["tests/test_efficient.py", "tests/test_package_properties.py"],
     "adaptive_span": ["tests/test_adaptive_span.py", "tests/test_package_properties.py"],
     "all_attention": ["tests/test_all_attention.py", "tests/test_package_properties.py"],
@@ -497,6 +500,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--warm", action="append", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.recheck and args.report is None and args.module and len(args.module) == 1:
+        args.report = REPORTS / f"mutation-{args.module[0]}.json"  # the report rechecked is the one updated
     if args.worker:
         worker_main(args.worker, args.timeout, args.warm)
         return 0
