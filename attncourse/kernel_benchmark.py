@@ -1,6 +1,6 @@
 """Chapter 10's benchmarks: the Triton kernels on a GPU, and adaptive span's wall time on the CPU.
 
-Run through ``python -m attncourse.benchmark`` (see :func:`attncourse.benchmark.main`):
+Run through ``python -m attncourse.benchmark``:
 
 * ``--device cuda`` adds :func:`run_gpu`: the Triton FlashAttention kernel
   (:func:`attncourse.kernels.flash.flash_attention`) beside torch's SDPA restricted to its
