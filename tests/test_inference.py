@@ -10,17 +10,16 @@ from torch import nn
 
 from attncourse import CausalLM, MultiHeadAttention
 from attncourse.adaptive_span import soft_span_mask
-from attncourse.inference import (
+from attncourse.kv_cache import (
     KVCache,
     kv_cache_bytes,
-    mean_pool_kv_heads,
     repeat_kv,
     sliding_window_mask,
     window_mask_from_positions,
 )
 from attncourse.masks import causal_mask
 from attncourse.sampling import generate
-from attncourse.multihead import merge_heads
+from attncourse.multihead import mean_pool_kv_heads, merge_heads
 
 
 def _gen(seed):

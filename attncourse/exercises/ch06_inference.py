@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
-from ..inference import mean_pool_kv_heads, repeat_kv, window_mask_from_positions
+from ..kv_cache import repeat_kv, window_mask_from_positions
 from ..masks import causal_mask
-from ..multihead import MultiHeadAttention
+from ..multihead import MultiHeadAttention, mean_pool_kv_heads
 from ..training import next_token_loss
 from ._core import Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, matches, number
 

@@ -1,4 +1,4 @@
-"""Attention at inference (chapter 6): the KV cache, grouped-query attention, a sliding window.
+"""The KV cache of attention at inference (chapter 6), grouped-query heads, a sliding window.
 
 A decoder generates one token at a time. Without a cache, every step runs the model over the
 whole sequence again; with a cache, each layer keeps the keys and values of the positions it
@@ -16,8 +16,6 @@ has seen and a step computes only the new position's query, key and value::
 * :func:`repeat_kv`: grouped-query attention shares one key/value head among
   ``num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
-* :func:`mean_pool_kv_heads`: converts a trained multi-head layer to grouped-query attention
-  by averaging the key and value projections of each group (Ainslie et al., 2023).
 * :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
 """
 from __future__ import annotations
@@ -30,7 +28,7 @@ from torch import Tensor
 from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask
 
-__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "mean_pool_kv_heads", "kv_cache_bytes"]
+__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "kv_cache_bytes"]
 
 
 def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window: int, device: Optional[torch.device] = None) -> Tensor:
@@ -186,37 +184,6 @@ def repeat_kv(x: Tensor, num_groups: int) -> Tensor:
         return x
     batch, heads, length, head_dim = x.shape
     return x[:, :, None].expand(batch, heads, num_groups, length, head_dim).reshape(batch, heads * num_groups, length, head_dim)
-
-
-def mean_pool_kv_heads(layer: "torch.nn.Module", num_kv_heads: int) -> "torch.nn.Module":
-    """A grouped-query copy of a multi-head ``MultiHeadAttention`` layer, its K/V heads mean-pooled.
-
-    The ``num_heads`` key (and value) projections are split into ``num_kv_heads`` groups of
-    consecutive heads; each group's weight rows (and biases) are averaged into one K/V head,
-    as Ainslie et al. (2023) convert a multi-head checkpoint before uptraining. The query
-    and output projections are copied unchanged. ``num_kv_heads = 1`` gives multi-query
-    attention; ``num_kv_heads = num_heads`` an exact copy.
-    """
-    from .multihead import MultiHeadAttention
-
-    if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
-    if layer.num_kv_heads != layer.num_heads:
-        raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
-    bias = layer.q_proj.bias is not None
-    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
-                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
-    pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
-    group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
-    with torch.no_grad():
-        pooled.q_proj.load_state_dict(layer.q_proj.state_dict())
-        pooled.out_proj.load_state_dict(layer.out_proj.state_dict())
-        for source, target in ((layer.k_proj, pooled.k_proj), (layer.v_proj, pooled.v_proj)):
-            weight = source.weight.view(num_kv_heads, group, head_dim, -1).mean(dim=1)
-            target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
-            if bias:
-                target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
-    return pooled
 
 
 def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length: int, batch: int = 1, bytes_per_element: int = 2) -> int:
