@@ -14,7 +14,7 @@ has seen and a step computes only the new position's query, key and value::
 * :func:`sliding_window_mask`: that window as a mask, chapter 3's bottom-right
   :func:`attncourse.masks.causal_mask` with a lower edge.
 * :func:`repeat_kv`: grouped-query attention shares one key/value head among
-  ``num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
+  ``n_rep = num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
 * :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
 """
@@ -170,20 +170,22 @@ class KVCache:
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
 
-def repeat_kv(x: Tensor, num_groups: int) -> Tensor:
-    """``(B, kv_heads, S, head_dim)`` -> ``(B, kv_heads * num_groups, S, head_dim)``.
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """``(B, kv_heads, S, head_dim)`` -> ``(B, kv_heads * n_rep, S, head_dim)``.
 
-    K/V head ``g`` serves query heads ``g * num_groups .. (g + 1) * num_groups - 1``: each
-    K/V head is repeated ``num_groups`` times in place (``repeat_interleave`` along the head
-    dimension, which is what ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does).
+    ``n_rep`` is the size of a group, ``h / g`` query heads per K/V head, not the number of
+    groups ``g`` (the ``G`` of the GQA paper's "GQA-G", which is ``kv_heads`` here). K/V head
+    ``j`` serves query heads ``j * n_rep .. (j + 1) * n_rep - 1``: each K/V head is repeated
+    ``n_rep`` times in place (``repeat_interleave`` along the head dimension, which is what
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does).
     """
     require_tensor("x", x)
     require_rank("x", x, 4, "(B, kv_heads, S, head_dim)")
-    require_positive_int("num_groups", num_groups)
-    if num_groups == 1:
+    require_positive_int("n_rep", n_rep)
+    if n_rep == 1:
         return x
     batch, heads, length, head_dim = x.shape
-    return x[:, :, None].expand(batch, heads, num_groups, length, head_dim).reshape(batch, heads * num_groups, length, head_dim)
+    return x[:, :, None].expand(batch, heads, n_rep, length, head_dim).reshape(batch, heads * n_rep, length, head_dim)
 
 
 def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length: int, batch: int = 1, bytes_per_element: int = 2) -> int:

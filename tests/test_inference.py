@@ -64,6 +64,17 @@ def test_repeat_kv_is_repeat_interleave_not_repeat():
     assert repeat_kv(x, 1) is x
 
 
+def test_repeat_kv_takes_the_group_size_not_the_number_of_groups():
+    """``n_rep = h / g``: 2 K/V heads (g = 2, "GQA-2") for 8 query heads are each repeated 4 times."""
+    layer = MultiHeadAttention(32, 8, num_kv_heads=2)
+    x = torch.randn(1, 2, 5, 4)
+    assert repeat_kv(x, n_rep=layer.num_heads // layer.num_kv_heads).shape == (1, 8, 5, 4)
+    with pytest.raises(ValueError, match="n_rep"):
+        repeat_kv(x, 0)
+    with pytest.raises(TypeError):
+        repeat_kv(x, num_groups=4)
+
+
 def test_gqa_with_equal_heads_per_group_equals_mha():
     """An MHA layer whose heads in each group share K/V weights is exactly the GQA layer."""
     mha = _layer(16, 4, 4, seed=3)
