@@ -22,6 +22,8 @@ def _as_matrix(values: ArrayLike, name: str) -> np.ndarray:
     matrix = np.asarray(values, dtype=float)
     if matrix.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix (L, S), got shape {fmt_shape(matrix.shape)}")
+    if matrix.size == 0:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {fmt_shape(matrix.shape)}")
     return matrix
 
 
@@ -136,7 +138,13 @@ def plot_heads(
         titles = [f"head {h}" for h in range(len(panels))]
     if len(titles) != len(panels):
         raise ValueError(f"got {len(titles)} titles for {len(panels)} matrices")
-    ncols = ncols or len(panels)
+    if ncols is None:
+        ncols = len(panels)
+    elif isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)):
+        raise TypeError(f"ncols must be a positive int or None, got {type(ncols).__name__}")
+    elif ncols < 1:
+        raise ValueError(f"ncols must be a positive int or None, got {ncols}")
+    ncols = min(int(ncols), len(panels))
     nrows = -(-len(panels) // ncols)
     rows, cols = panels[0].shape
     fig, axes = plt.subplots(
