@@ -1,4 +1,7 @@
-"""The repository's own tools, importable from the tests (``tools/`` is not a package)."""
+"""The repository's own tools, importable from the tests (``tools/`` is not a package).
+
+The one way tests import ``tools/<name>.py``: ``tool(name)`` (the same module on every call).
+"""
 import importlib.util
 import sys
 from pathlib import Path
@@ -6,7 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
+def tool(name: str):
+    """``tools/<name>.py`` as a module, loaded once and registered under ``name``."""
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
@@ -14,5 +20,5 @@ def _load(name: str):
     return module
 
 
-normalize = _load("normalize_notebooks")
-colab = _load("colab_edition")
+normalize = tool("normalize_notebooks")
+colab = tool("colab_edition")

@@ -339,9 +339,9 @@ def test_built_book_check_can_fail():
 
 def test_the_books_colab_button_opens_the_colab_edition():
     """tools/book_fixes.py rewrites the theme's Colab URL (of book/<name>.ipynb) to notebooks/<name>.ipynb."""
-    from project_tools import _load
+    from project_tools import tool
 
-    fixes = _load("book_fixes")
+    fixes = tool("book_fixes")
     owner_repo = colab.project_urls()["Repository"].removeprefix("https://github.com/")
     for doc in CHAPTERS:
         theme = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{doc}.ipynb"

@@ -211,12 +211,9 @@ def test_rolling_buffer_rejects(wrong, words):
 def trained():
     """A small model trained a few steps on a repeating pattern, so that its heads differ, and
     validation tokens: the inputs the checker mutation tool runs this exercise's mutants on."""
-    import sys
+    from project_tools import tool
 
-    from project_tools import _load
-
-    tool = sys.modules.get("mutate_checkers") or _load("mutate_checkers")
-    return tool._trained_model_and_tokens()
+    return tool("mutate_checkers")._trained_model_and_tokens()
 
 
 def _gap(model, tokens, num_kv_heads=1):

@@ -9,14 +9,11 @@ attacks, the generic right-answer styles and the mutation test without a change 
 import copy
 import decimal
 import fractions
-import importlib.util
 import json
 import math
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,11 +23,9 @@ import attncourse.exercises  # noqa: F401 - registers every exercise
 from attncourse.exercises import _core, check
 from attncourse.exercises._core import _REGISTRY, FAILED, NOT_ATTEMPTED, PASSED, UNGRADABLE, Exercise, Mistake, call, reveal
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("mutate_checkers", ROOT / "tools" / "mutate_checkers.py")
-mutate = importlib.util.module_from_spec(_spec)
-sys.modules["mutate_checkers"] = mutate  # dataclasses look their module up there
-_spec.loader.exec_module(mutate)
+from project_tools import ROOT, tool
+
+mutate = tool("mutate_checkers")
 
 CODING = sorted(eid for eid, ex in _REGISTRY.items() if ex.answer_is_function)  # the answer is a function
 MUTATED = sorted(mutate.coding_exercises())
