@@ -1,4 +1,4 @@
-"""Every notebook of the Colab edition runs in a fresh Colab-like runtime, installing the package with its own first cell.
+"""Every notebook of the Colab edition starts in a fresh Colab-like runtime, installing the package with its own first cell.
 
 The notebooks run are those a Colab user opens: ``notebooks/<name>.ipynb``, generated from
 ``book/`` by ``tools/colab_edition.py`` (``tests/test_colab_edition.py`` keeps them in step
@@ -10,8 +10,16 @@ nothing else: no attncourse, no tqdm, no pytest. Each notebook then runs in a ke
 environment, started in an empty working directory (like Colab's /content, so nothing of the
 checkout is reachable by a relative path). Its first cell installs attncourse with pip, from
 this checkout instead of the repository URL through the set-up cell's one override
-(``ATTNCOURSE_INSTALL_URL``), and every cell must run without error. attncourse is uninstalled
-before each notebook, so each notebook's own first cell installs it.
+(``ATTNCOURSE_INSTALL_URL``). attncourse is uninstalled before each notebook, so each
+notebook's own first cell installs it.
+
+One chapter (``FULL_CHAPTER``) then runs every cell there. Every other chapter runs its set-up
+cell and its imports (the first code cell after the set-up), which load every module of the
+package the chapter uses from the installed copy; the rest of its cells are the book's byte for
+byte (tests/test_colab_edition.py) and already run twice elsewhere: in the book build and
+under nbval. So each chapter executes twice in CI, not three times, and every reader path stays
+tested: the set-up cell of every chapter in a fresh runtime, one chapter end to end there, the
+installed package's files (every file of the package directory, package data included).
 
 This proves the set-up cell, the package's dependency bounds (pip must not touch the
 runtime's torch, numpy or matplotlib) and that the built package holds everything the
@@ -54,6 +62,9 @@ NO_INDEX = re.compile(
 # Left out of the copy of the checkout that pip builds from: local, generated or ignored files.
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "_build", "build", "*.egg-info", "__pycache__",
                                     ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
+# The chapter run end to end in the fresh runtime: it reads package data (the text corpus) and
+# imports the library, the course's scaffolding, the benchmarks and the plotting.
+FULL_CHAPTER = "06_inference"
 # Appended to each notebook and run last in its kernel: where every attncourse module came from.
 PROBE = """\
 import importlib.metadata, json, os, sys, sysconfig
@@ -205,6 +216,10 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     first = nb.cells[0]
     assert first.cell_type == "code" and first.source == normalize.setup_source()
     assert normalize.INSTALL_URL_VARIABLE in first.source
+    if path.stem != FULL_CHAPTER:  # the set-up cell and the imports (the next code cell)
+        imports = next(i for i, cell in enumerate(nb.cells) if i > 0 and cell.cell_type == "code")
+        assert "import attncourse" in nb.cells[imports].source or "from attncourse" in nb.cells[imports].source
+        nb.cells = nb.cells[: imports + 1]
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     kernel_manager = AsyncKernelManager(
         kernel_name="python3",
@@ -256,3 +271,7 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     say(capsys, f"\n{path.stem}: {sum(seconds):.0f} s in all, set-up cell {seconds[0]:.1f} s, "
                 f"{len(code_cells) - 1} code cells; the set-up cell installed "
                 + ", ".join(f"{name} {after[name]}" for name in added))
+
+
+def test_the_full_chapter_is_a_chapter_of_the_colab_edition():
+    assert FULL_CHAPTER in [path.stem for path in NOTEBOOKS]

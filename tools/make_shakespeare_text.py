@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 PLAYS = ("tragedies/hamlet.md", "tragedies/macbeth.md", "tragedies/romeo-and-juliet.md")
-OUT = Path(__file__).resolve().parents[1] / "attncourse" / "data" / "shakespeare.txt"
+OUT = Path(__file__).resolve().parents[1] / "attncourse" / "course" / "data" / "shakespeare.txt"
 
 
 def speeches(markdown: str) -> list[str]:
