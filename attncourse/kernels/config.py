@@ -31,8 +31,10 @@ __all__ = [
     "block_d",
 ]
 
-#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration.
-KERNELS = ("forward", "backward_dkdv", "backward_dq")
+#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration;
+#: ``backward_dkdv_span`` is the dK/dV kernel of adaptive span, which also accumulates the
+#: span's gradient and needs more registers.
+KERNELS = ("forward", "backward_dkdv", "backward_dq", "backward_dkdv_span")
 
 #: The compute capabilities the course compiles for (the compile test's targets), a GPU of
 #: each kind, and the most shared memory one block may use there (bytes, the opt-in maximum).
@@ -157,7 +159,11 @@ def launch_config(
     if kernel == "forward":
         return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
     if d > 64:  # dK and dV (or dQ) accumulators of 128 columns: 8 warps share them
-        return LaunchConfig(32, 64, 8, stages) if kernel == "backward_dkdv" else LaunchConfig(64, 32, 8, stages)
+        if kernel.startswith("backward_dkdv"):
+            return LaunchConfig(32, 64, 8, stages)
+        return LaunchConfig(64, 32, 8, stages)
+    if kernel == "backward_dkdv_span":  # the span's gradient too: smaller tiles keep it in registers
+        return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile
         return LaunchConfig(64 if capability >= (9, 0) else 32, 64, 4, stages)
