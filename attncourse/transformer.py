@@ -19,6 +19,8 @@
 """
 from __future__ import annotations
 
+import inspect
+
 from typing import List, Optional, Sequence
 
 import torch
@@ -274,6 +276,7 @@ class CausalLM(nn.Module):
             for block in self.blocks:
                 x = block(x, mask)
         else:
+            self._require_cacheable()
             if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
                 raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
             x = self.dropout(self.embed(tokens, offset=cache[0].seen))
@@ -283,8 +286,21 @@ class CausalLM(nn.Module):
             x = self.norm(x)
         return self.head(x)
 
+    def _require_cacheable(self) -> None:
+        """A KV cache needs blocks whose ``forward`` takes ``cache=`` (as :class:`TransformerBlock`'s does)."""
+        for i, block in enumerate(self.blocks):
+            if "cache" not in inspect.signature(block.forward).parameters:
+                raise TypeError(
+                    f"block {i} ({type(block).__name__}) takes no KV cache, so this model cannot decode with "
+                    f"one: run it without cache (generate(..., use_cache=False))"
+                )
+
     def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
-        """An empty KV cache per block (``window``: a rolling buffer of that many positions)."""
+        """An empty KV cache per block (``window``: a rolling buffer of that many positions).
+
+        Raises a ``TypeError`` when a block takes no cache (the adaptive-span blocks of chapter 8).
+        """
+        self._require_cacheable()
         return [KVCache(window) for _ in self.blocks]
 
 
