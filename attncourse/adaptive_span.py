@@ -387,6 +387,13 @@ class AdaptiveSpanAttention(nn.Module):
         if length == 0:  # an empty sequence: empty output and weights, no cell computed
             self.cells = 0
             return x.new_zeros(x.shape), x.new_zeros(x.size(0), p.num_heads, 0, 0)
+        fractions = self.span.span_fraction.detach()
+        if not ((fractions >= 0) & (fractions <= 1)).all():
+            raise ValueError(
+                f"span.span_fraction must lie in [0, 1] (spans within [0, max_span={self.span.max_span}]), got "
+                f"{[round(f, 4) for f in fractions.tolist()]}: clamp it after each optimiser step "
+                f"(clamp_spans(model), or layer.span.clamp_())"
+            )
         window = self.span.window(length) if self.trim else length
         heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
         self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)

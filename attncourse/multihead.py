@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import check_mask, check_probability, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
 from .inference import KVCache, repeat_kv
 from .masks import combine_masks
@@ -94,9 +94,7 @@ class MultiHeadAttention(nn.Module):
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
         require_positive_int("vdim", vdim)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
-        self.dropout = float(dropout)
+        self.dropout = check_probability("dropout", dropout)
         require_bool("bias", bias)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim, vdim

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    check_probability,
     fmt_shape,
     require_floating,
     require_input_like,
@@ -61,9 +62,7 @@ class FeedForward(nn.Module):
 
 
 def _check_dropout(dropout: object) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
-    return float(dropout)
+    return check_probability("dropout", dropout)
 
 
 def _check_hidden(name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)") -> None:
