@@ -12,7 +12,7 @@ BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test colab benchmark clean mutation-checkers mutation-package mutation-package-sample
+.PHONY: book test lint colab benchmark clean mutation-checkers mutation-package mutation-package-sample
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -28,6 +28,12 @@ $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 	touch $@
 
 book: $(BOOK)
+
+# ruff, configured in pyproject.toml (book/ruff.toml: the chapters at 80 characters a line):
+# the lint rules, and the formatting checked, not applied (ruff format . applies it).
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The Colab edition: notebooks/ regenerated from book/ (tests/test_colab_edition.py checks it is in step).
 colab: $(BIN)/.installed

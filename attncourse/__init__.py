@@ -6,7 +6,7 @@ from .training import train
 from .all_attention import AllAttention, AllAttentionBlock
 from .efficient import tiled_attention
 from .adaptive_span import AdaptiveSpanAttention, adaptive_span_attention, soft_span_mask
-from . import masks, toy_translation
+from . import masks
 
 __version__ = "0.1.0"
 
@@ -24,6 +24,5 @@ __all__ = [
     "AllAttention",
     "AllAttentionBlock",
     "masks",
-    "toy_translation",
     "__version__",
 ]

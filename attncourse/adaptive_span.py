@@ -49,6 +49,7 @@ __all__ = [
     "soft_span_mask",
     "span_window",
     "computed_cells",
+    "block_plan",
     "adaptive_span_attention",
     "AdaptiveSpan",
     "AdaptiveSpanAttention",
@@ -131,8 +132,21 @@ def computed_cells(length: int, window: int, *, block: int = 16) -> int:
     return num_blocks * block * keys
 
 
+def block_plan(length: int, window: int, block: int = 16) -> Tuple[int, int, int]:
+    """How :func:`adaptive_span_attention` splits one sequence: ``(blocks, queries per block, keys per block)``.
+
+    Queries go in blocks of ``block``; each block meets its own keys and the ``window - 1``
+    before them. When that is not fewer scores than ``L * L`` (a window close to ``L``), the
+    plan is one block of ``L`` queries and ``L`` keys: the plain computation.
+    """
+    require_positive_int("length", length)
+    require_positive_int("window", window)
+    require_positive_int("block", block)
+    return _plan(length, min(window, length), block)
+
+
 def _plan(length: int, window: int, block: int) -> Tuple[int, int, int]:
-    """``(number of blocks, queries per block, keys per block)``; one block of ``L`` = the plain computation."""
+    """:func:`block_plan` without the checks (``window <= length``)."""
     block = min(block, length)
     num_blocks = -(-length // block)
     if window >= length or num_blocks * block * (block + window - 1) >= length * length:

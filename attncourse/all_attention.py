@@ -46,6 +46,7 @@ from .multihead import MultiHeadAttention, merge_heads, split_heads
 __all__ = [
     "AllAttention",
     "AllAttentionBlock",
+    "extend_mask",
     "ffn_as_attention",
     "transformer_layer_parameters",
     "all_attention_layer_parameters",
@@ -149,6 +150,19 @@ class AllAttention(nn.Module):
         if span_mask is not None:
             heads, weights = _apply_span_mask(weights, value, span_mask.to(weights.dtype), length)
         return p.out_proj(merge_heads(heads)), weights
+
+
+def extend_mask(mask: Tensor, num_persistent: int) -> Tensor:
+    """An ``(..., L, S)`` mask widened to ``(..., L, S + N)`` for ``N`` persistent keys, always visible.
+
+    The columns appended are ``True`` for a boolean mask and ``0`` for an additive one: the
+    mask :class:`AllAttention` applies to the context's keys followed by its memory's.
+    """
+    require_tensor("mask", mask)
+    if mask.dim() < 2:
+        raise ValueError(f"mask must have at least 2 dimensions (..., L, S), got shape {fmt_shape(mask.shape)}")
+    require_non_negative_int("num_persistent", num_persistent)
+    return _extend_mask(mask, num_persistent)
 
 
 def _extend_mask(mask: Tensor, n: int) -> Tensor:

@@ -1,4 +1,4 @@
-"""Multi-head attention (chapter 2).
+"""Multi-head attention (chapter 2), and its grouped-query copy (chapter 6).
 
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),   d_k = d_v = d_model / h.
@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from ._checks import check_mask, check_probability, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
-from .inference import KVCache, repeat_kv
+from .kv_cache import KVCache, repeat_kv
 from .masks import combine_masks
 
-__all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "mean_pool_kv_heads"]
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -119,7 +119,7 @@ class MultiHeadAttention(nn.Module):
                 :func:`attncourse.masks.padding_mask` goes in as ``mask[:, None, :]``.
                 Masks in ``nn.MultiheadAttention``'s convention are converted by
                 :func:`attncourse.masks.from_multihead_masks`.
-            cache: optional :class:`attncourse.inference.KVCache` of this layer (self-attention
+            cache: optional :class:`attncourse.kv_cache.KVCache` of this layer (self-attention
                 at inference, chapter 6). ``key``/``value`` are then the ``L`` new positions;
                 they are appended to the cache and the queries attend over the cached and the
                 new positions (``S = len(cache) + L``) under the cache's causal (windowed)
@@ -235,3 +235,32 @@ class MultiHeadAttention(nn.Module):
                 layer.v_proj.bias.copy_(b_v)
                 layer.out_proj.bias.copy_(module.out_proj.bias)
         return layer
+
+
+def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHeadAttention:
+    """A grouped-query copy of a multi-head ``MultiHeadAttention`` layer, its K/V heads mean-pooled.
+
+    The ``num_heads`` key (and value) projections are split into ``num_kv_heads`` groups of
+    consecutive heads; each group's weight rows (and biases) are averaged into one K/V head,
+    as Ainslie et al. (2023) convert a multi-head checkpoint before uptraining. The query
+    and output projections are copied unchanged. ``num_kv_heads = 1`` gives multi-query
+    attention; ``num_kv_heads = num_heads`` an exact copy.
+    """
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
+    if layer.num_kv_heads != layer.num_heads:
+        raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
+    bias = layer.q_proj.bias is not None
+    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
+                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
+    pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
+    group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
+    with torch.no_grad():
+        pooled.q_proj.load_state_dict(layer.q_proj.state_dict())
+        pooled.out_proj.load_state_dict(layer.out_proj.state_dict())
+        for source, target in ((layer.k_proj, pooled.k_proj), (layer.v_proj, pooled.v_proj)):
+            weight = source.weight.view(num_kv_heads, group, head_dim, -1).mean(dim=1)
+            target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
+            if bias:
+                target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
+    return pooled

@@ -39,7 +39,7 @@ from ._checks import (
     require_token_ids,
 )
 from .masks import causal_mask, combine_masks
-from .inference import KVCache
+from .kv_cache import KVCache
 from .multihead import MultiHeadAttention
 from .positions import sinusoidal_encoding
 
@@ -134,7 +134,7 @@ class TransformerBlock(nn.Module):
     ) -> Tensor:
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
-        self-attention's :class:`attncourse.inference.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
+        self-attention's :class:`attncourse.kv_cache.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
         _check_hidden("x", x, self.self_attn)
         if memory is not None:
             _check_hidden("memory", memory, self.self_attn, "(B, S, d_model)")
@@ -265,7 +265,7 @@ class CausalLM(nn.Module):
     def forward(self, tokens: Tensor, cache: Optional[List[KVCache]] = None) -> Tensor:
         """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only.
 
-        With ``cache`` (one :class:`attncourse.inference.KVCache` per block, from
+        With ``cache`` (one :class:`attncourse.kv_cache.KVCache` per block, from
         :meth:`new_cache`), ``tokens`` continue the cached sequence: they sit at positions
         ``cache[0].seen ..`` and attend to the cached positions as well (chapter 6).
         """

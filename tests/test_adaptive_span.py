@@ -19,7 +19,7 @@ from attncourse.adaptive_span import (
     span_window,
 )
 from attncourse.masks import causal_mask
-from attncourse.span_task import near_far_copy_task, near_far_entropy
+from attncourse.course.span_task import near_far_copy_task, near_far_entropy
 from attncourse.training import next_token_loss, train
 
 

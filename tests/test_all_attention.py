@@ -1,4 +1,4 @@
-"""Tests of attncourse.all_attention and attncourse.lookup_task (chapter 9)."""
+"""Tests of attncourse.all_attention and attncourse.course.lookup_task (chapter 9)."""
 import math
 
 import pytest
@@ -14,7 +14,7 @@ from attncourse.all_attention import (
     ffn_as_attention,
     transformer_layer_parameters,
 )
-from attncourse.lookup_task import lookup_entropy, lookup_sequences, make_table
+from attncourse.course.lookup_task import lookup_entropy, lookup_sequences, make_table
 from attncourse.masks import causal_mask
 from attncourse.multihead import MultiHeadAttention
 from attncourse.training import next_token_loss
@@ -442,7 +442,7 @@ def test_lookup_bad_input():
 
 def test_lookup_models_have_nearly_the_same_size():
     from attncourse.all_attention import count_parameters
-    from attncourse.lookup_task import MODEL_KINDS, build_lookup_model
+    from attncourse.course.lookup_task import MODEL_KINDS, build_lookup_model
 
     sizes = [count_parameters(build_lookup_model(kind)) for kind in MODEL_KINDS]
     assert max(sizes) / min(sizes) < 1.03
@@ -451,7 +451,7 @@ def test_lookup_models_have_nearly_the_same_size():
 
 
 def test_compare_on_lookup_is_reproducible_and_writes_json(tmp_path):
-    from attncourse.lookup_task import MODEL_KINDS, compare_on_lookup, load_seed_results, main
+    from attncourse.course.lookup_task import MODEL_KINDS, compare_on_lookup, load_seed_results, main
 
     first = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
     again = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
@@ -464,7 +464,7 @@ def test_compare_on_lookup_is_reproducible_and_writes_json(tmp_path):
 
 
 def test_committed_seed_results_cover_every_model():
-    from attncourse.lookup_task import MODEL_KINDS, load_seed_results
+    from attncourse.course.lookup_task import MODEL_KINDS, load_seed_results
 
     committed = load_seed_results()
     assert len(committed["runs"]) >= 3 and committed["steps"] == 600

@@ -4,7 +4,9 @@ import json
 import pytest
 import torch
 
-from attncourse import benchmark
+from attncourse.benchmarks import attention as benchmark
+from attncourse.benchmarks.__main__ import build_parser, main
+from attncourse.benchmarks.common import RESULTS, write_result
 from attncourse.attention import scaled_dot_product_attention
 from attncourse.masks import causal_mask
 
@@ -21,8 +23,8 @@ def test_builders_compute_the_same_attention():
 
 
 def test_command_writes_json(tmp_path, capsys):
-    benchmark.main(["--lengths", "32", "--layer-lengths", "32", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
-    result = json.loads((tmp_path / "ch05_benchmark_cpu_t.json").read_text())
+    main(["--lengths", "32", "--layer-lengths", "32", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    result = json.loads((tmp_path / "ch07_benchmark_cpu_t.json").read_text())
     assert result["machine"]["torch"] == torch.__version__
     rows = result["rows"]
     assert {(r["impl"], r["causal"]) for r in rows if r["kind"] == "attention"} == {
@@ -34,6 +36,15 @@ def test_command_writes_json(tmp_path, capsys):
     assert benchmark.load("cpu", tmp_path, "_t") == result
 
 
+def test_command_writes_to_the_working_directory_not_the_package(tmp_path, monkeypatch):
+    """Without --output, results land where the command runs; the committed ones stay untouched."""
+    committed = {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    main(["--cache", "--contexts", "8", "--device", "cpu", "--tag", "_cwd"])
+    assert (tmp_path / "ch06_cache_benchmark_cpu_cwd.json").is_file()
+    assert {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()} == committed
+
+
 def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
     """Both decoding steps give the same logits; the --cache command writes rows that match its table."""
     for context in (1, 9):
@@ -42,7 +53,7 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
         torch.testing.assert_close(cached, uncached, rtol=1e-4, atol=1e-5)
     step = benchmark.build_decode("cached", 9)["fn"]
     torch.testing.assert_close(step(), step(), rtol=0, atol=0)  # every call starts from the same cache
-    benchmark.main(["--cache", "--contexts", "8", "16", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    main(["--cache", "--contexts", "8", "16", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
     result = json.loads((tmp_path / "ch06_cache_benchmark_cpu_t.json").read_text())
     assert [r["context"] for r in result["rows"]] == [8, 16]
     for r in result["rows"]:
@@ -66,34 +77,34 @@ def test_committed_constants_load():
 
 
 def test_command_line_of_the_kernel_benchmarks():
-    args = benchmark.build_parser().parse_args(["--device", "cuda", "--gpu-lengths", "512", "1024", "--gpu-dtypes", "bfloat16", "--span-time"])
+    args = build_parser().parse_args(["--device", "cuda", "--gpu-lengths", "512", "1024", "--gpu-dtypes", "bfloat16", "--span-time"])
     assert args.gpu_lengths == [512, 1024] and args.gpu_dtypes == ["bfloat16"] and args.span_time and not args.no_kernels
-    defaults = benchmark.build_parser().parse_args([])
+    defaults = build_parser().parse_args([])
     assert defaults.gpu_lengths[0] == 512 and defaults.gpu_lengths[-1] == 32768
     assert defaults.gpu_dtypes == ["float16", "bfloat16"]
 
 
 def test_gpu_file_name():
-    from attncourse.kernel_benchmark import gpu_file_name
+    from attncourse.benchmarks.kernels import gpu_file_name
 
     assert gpu_file_name("NVIDIA H100 80GB HBM3") == "gpu_benchmark_nvidia_h100_80gb_hbm3.json"
     assert gpu_file_name("Tesla T4") == "gpu_benchmark_tesla_t4.json"
 
 
 def test_span_time_writes_json(tmp_path):
-    from attncourse import kernel_benchmark as kb
+    from attncourse.benchmarks import kernels as kb
 
     result = kb.run_span_time(length=96, spans=(4, 96), embed_dim=32, num_heads=2, ramp=8.0, repeats=1)
     rows = result["rows"]
     assert [r["span"] for r in rows] == [4, 96] and rows[0]["window"] == 12 and rows[1]["window"] == 96
     assert rows[0]["cells"] < rows[1]["cells"] and all(r["seconds"] > 0 for r in rows)
-    path = kb.write_result(result, tmp_path, "span_time_cpu.json")
+    path = write_result(result, tmp_path, "span_time_cpu.json")
     assert kb.load_span_time(tmp_path) == json.loads(path.read_text()) == result
     assert "x longest" in kb.span_table(result)
 
 
 def test_committed_span_time_falls_with_the_span():
-    from attncourse import kernel_benchmark as kb
+    from attncourse.benchmarks import kernels as kb
 
     result = kb.load_span_time()
     assert result["length"] == 4096

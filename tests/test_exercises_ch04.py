@@ -208,7 +208,7 @@ def test_which_bug_rejects(wrong, words):
 
 
 def test_diagonal_baseline_accepts_an_independent_measurement():
-    from attncourse.toy_translation import make_data, split_numbers
+    from attncourse.course.toy_translation import make_data, split_numbers
 
     data = make_data(split_numbers(0.2, seed=0)[1])
     hits = total = 0

@@ -14,7 +14,7 @@ from attncourse.exercises.ch06_inference import (
     _repeat_kv_solution,
     _rolling_update_solution,
 )
-from attncourse.inference import mean_pool_kv_heads
+from attncourse.multihead import mean_pool_kv_heads
 from attncourse.masks import causal_mask
 from attncourse.training import next_token_loss
 from exercise_helpers import assert_fails, stub

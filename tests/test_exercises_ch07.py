@@ -4,7 +4,7 @@ import torch
 
 from attncourse.exercises import check, hint, solution
 from attncourse.exercises.ch07_complexity import _online_update_solution
-from attncourse.measure import multihead_flops
+from attncourse.benchmarks.measure import multihead_flops
 
 
 # -- online softmax ---------------------------------------------------------------------------

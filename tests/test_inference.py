@@ -10,17 +10,16 @@ from torch import nn
 
 from attncourse import CausalLM, MultiHeadAttention
 from attncourse.adaptive_span import soft_span_mask
-from attncourse.inference import (
+from attncourse.kv_cache import (
     KVCache,
     kv_cache_bytes,
-    mean_pool_kv_heads,
     repeat_kv,
     sliding_window_mask,
     window_mask_from_positions,
 )
 from attncourse.masks import causal_mask
 from attncourse.sampling import generate
-from attncourse.multihead import merge_heads
+from attncourse.multihead import mean_pool_kv_heads, merge_heads
 
 
 def _gen(seed):
@@ -63,6 +62,17 @@ def test_repeat_kv_is_repeat_interleave_not_repeat():
     torch.testing.assert_close(repeat_kv(x, 4), x.repeat_interleave(4, dim=1), rtol=0, atol=0)
     assert not torch.equal(repeat_kv(x, 2), x.repeat(1, 2, 1, 1))  # head order matters: 0,0,1,1,2,2
     assert repeat_kv(x, 1) is x
+
+
+def test_repeat_kv_takes_the_group_size_not_the_number_of_groups():
+    """``n_rep = h / g``: 2 K/V heads (g = 2, "GQA-2") for 8 query heads are each repeated 4 times."""
+    layer = MultiHeadAttention(32, 8, num_kv_heads=2)
+    x = torch.randn(1, 2, 5, 4)
+    assert repeat_kv(x, n_rep=layer.num_heads // layer.num_kv_heads).shape == (1, 8, 5, 4)
+    with pytest.raises(ValueError, match="n_rep"):
+        repeat_kv(x, 0)
+    with pytest.raises(TypeError):
+        repeat_kv(x, num_groups=4)
 
 
 def test_gqa_with_equal_heads_per_group_equals_mha():

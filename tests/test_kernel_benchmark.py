@@ -5,7 +5,8 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from attncourse import kernel_benchmark as kb  # noqa: E402
+from attncourse.benchmarks import kernels as kb  # noqa: E402
+from attncourse.benchmarks.common import write_result  # noqa: E402
 from attncourse.kernels import flash  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def test_fake_tiny_gpu_run_writes_rows_targets_and_json(tmp_path):
     assert all(t["measured"] is None for t in result["targets"].values())  # no float16 rows were asked for
     ratios = kb.targets(rows, length=32, dtype="float32", span_length=32, spans=(4.0, 32.0))
     assert all(t["measured"] > 0 and t["met"] in (True, False) for t in ratios.values())
-    path = kb.write_result(result, tmp_path, kb.gpu_file_name("Fake GPU"))
+    path = write_result(result, tmp_path, kb.gpu_file_name("Fake GPU"))
     assert path.name == "gpu_benchmark_fake_gpu.json" and json.loads(path.read_text()) == result
     assert "x flash" in kb.gpu_table(rows)
 

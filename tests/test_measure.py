@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attncourse.masks import causal_mask
-from attncourse.measure import (
+from attncourse.benchmarks.measure import (
     attention_flops,
     cpu_peak_memory,
     cuda_peak_memory,
@@ -35,7 +35,7 @@ def test_cpu_peak_memory_sees_a_known_allocation(monkeypatch):
 
 def test_cpu_peak_memory_reports_errors():
     with pytest.raises(RuntimeError, match="measuring process failed"):
-        cpu_peak_memory("attncourse.measure:no_such_builder", {})
+        cpu_peak_memory("attncourse.benchmarks.measure:no_such_builder", {})
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
@@ -80,7 +80,7 @@ def test_timing_helpers():
 
 
 def test_fit_slope_recovers_a_power_law():
-    from attncourse.measure import fit_slope
+    from attncourse.benchmarks.measure import fit_slope
 
     lengths = [128, 256, 512, 1024]
     assert fit_slope(lengths, [3e-9 * n**2 for n in lengths]) == pytest.approx(2.0)

@@ -66,11 +66,27 @@ def test_plot_heads_accepts_a_list_with_own_scales():
         (lambda: plot_heads(torch.zeros(2, 3)), r"\(H, L, S\)"),
         (lambda: plot_heads([np.eye(2)], titles=["a", "b"]), "2 titles for 1 matrices"),
         (lambda: plot_heads([]), "empty"),
+        (lambda: heatmap(torch.zeros(0, 3)), r"matrix must have at least one row and one column, got shape \(0, 3\)"),
+        (lambda: plot_attention(np.zeros((2, 0))), r"matrix must have at least one row.*\(2, 0\)"),
+        (lambda: plot_heads(torch.zeros(2, 0, 3)), r"matrices\[0\] must have at least one row.*\(0, 3\)"),
+        (lambda: plot_heads(torch.zeros(2, 3, 3), ncols=-1), "ncols must be a positive int or None, got -1"),
+        (lambda: plot_heads(torch.zeros(2, 3, 3), ncols=0), "ncols must be a positive int or None, got 0"),
     ],
 )
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("ncols", [1.5, "2", True])
+def test_plot_heads_ncols_of_the_wrong_type(ncols):
+    with pytest.raises(TypeError, match="ncols must be a positive int or None"):
+        plot_heads(torch.zeros(2, 3, 3), ncols=ncols)
+
+
+def test_plot_heads_more_columns_than_panels():
+    fig = plot_heads(torch.full((2, 3, 3), 1 / 3), ncols=5)
+    assert sum(ax.get_visible() for ax in fig.axes if ax.get_label() != "<colorbar>") == 2
 
 
 # -- schematics: their numbers come from running the package --------------------------------------

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 import torch
 
-from attncourse.text import TEXT_SOURCE, CharTokenizer, get_batch, load_text, train_val_split
+from attncourse.course.text import TEXT_SOURCE, CharTokenizer, get_batch, load_text, train_val_split
 
 
 @pytest.fixture(scope="module")

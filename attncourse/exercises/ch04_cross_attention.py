@@ -5,6 +5,7 @@ import json
 
 import torch
 
+from ..course.toy_translation import alignment_accuracy, make_data, split_numbers
 from ._core import Mistake, as_shape, call, check_number, exercise, expect_tensor, matches, number, reveal
 
 
@@ -258,8 +259,6 @@ _DIAGONAL_SOLUTION = (
 
 def _diagonal_baseline() -> tuple:
     """(the accuracy of the same-position head, of an always-the-first-word head, with the EOS counted)."""
-    from ..toy_translation import alignment_accuracy, make_data, split_numbers
-
     _, test_numbers = split_numbers(0.2, seed=0)
     data = make_data(test_numbers)
     N, L = data.alignment.shape

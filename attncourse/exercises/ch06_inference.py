@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
-from ..inference import mean_pool_kv_heads, repeat_kv, window_mask_from_positions
+from ..kv_cache import repeat_kv, window_mask_from_positions
 from ..masks import causal_mask
-from ..multihead import MultiHeadAttention
+from ..multihead import MultiHeadAttention, mean_pool_kv_heads
 from ..training import next_token_loss
 from ._core import Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, matches, number
 
@@ -53,18 +53,19 @@ def _check_cache_bytes(answer) -> str:
 # -- 2. repeat the K/V heads -----------------------------------------------------------------
 
 
-def _repeat_kv_solution(x, num_groups):
-    # (B, kv_heads, S, d) -> (B, kv_heads * num_groups, S, d): K/V head g serves query heads g*num_groups ...
-    return x.repeat_interleave(num_groups, dim=1)
+def _repeat_kv_solution(x, n_rep):
+    # (B, kv_heads, S, d) -> (B, kv_heads * n_rep, S, d): K/V head j serves query heads j*n_rep ...
+    return x.repeat_interleave(n_rep, dim=1)
 
 
 @exercise(
     "inference/repeat-kv",
     title="Share each K/V head among a group of query heads",
     hint="""
-        Query head i of grouped-query attention reads K/V head i // num_groups. So the output's
-        heads are K/V head 0 num_groups times, then K/V head 1 num_groups times, and so on:
-        repeat each head in place (x.repeat_interleave(num_groups, dim=1)), not the whole block.
+        n_rep is the size of a group (h/g query heads per K/V head), not the number of groups.
+        Query head i reads K/V head i // n_rep. So the output's heads are K/V head 0 n_rep
+        times, then K/V head 1 n_rep times, and so on: repeat each head in place
+        (x.repeat_interleave(n_rep, dim=1)), not the whole block.
     """,
     solution=_repeat_kv_solution,
 )
@@ -73,22 +74,22 @@ def _check_repeat_kv(fn) -> str:
     expected = repeat_kv(x, 4)
     out = call(fn, x.clone(), 4)
     if isinstance(out, torch.Tensor) and out.shape == (2, 3, 20, 4):
-        raise Mistake("Your output repeats along the sequence (dim 2): repeat along the head dimension, dim=1, to get (B, kv_heads * num_groups, S, head_dim).")
-    expect_tensor(out, (2, 12, 5, 4), "For x (2, 3, 5, 4) and num_groups=4 the output")
+        raise Mistake("Your output repeats along the sequence (dim 2): repeat along the head dimension, dim=1, to get (B, kv_heads * n_rep, S, head_dim).")
+    expect_tensor(out, (2, 12, 5, 4), "For x (2, 3, 5, 4) and n_rep=4 the output")
     if not matches(out, expected, atol=0, rtol=0):
         raise Mistake(
             diagnose(
                 out,
                 {
                     "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole block): query head i "
-                    "must read K/V head i // num_groups, so repeat each head in place (repeat_interleave).": x.repeat(1, 4, 1, 1),
+                    "must read K/V head i // n_rep, so repeat each head in place (repeat_interleave).": x.repeat(1, 4, 1, 1),
                 },
-                default="Your output differs from repeating each K/V head num_groups times in place.",
+                default="Your output differs from repeating each K/V head n_rep times in place.",
                 atol=0,
             )
         )
     if not matches(call(fn, x.clone(), 1), x, atol=0, rtol=0):
-        raise Mistake("With num_groups=1 (multi-head attention) the output must equal the input.")
+        raise Mistake("With n_rep=1 (multi-head attention) the output must equal the input.")
     y = x.float()
     if call(fn, y, 2).dtype != torch.float32:
         raise Mistake("Keep the input's dtype.")

@@ -121,7 +121,7 @@ _FLOPS_SOLUTION = (
         Count the matrix products, 2 FLOPs per multiply-add (an (m x k) @ (k x n) product costs 2 m k n).
         The layer has four projections E x E applied to L rows each (W^Q, W^K, W^V and W^O), and per
         head two attention products of width d = E / h: Q K^T and P V. Check with
-        attncourse.measure.multihead_flops, or with torch.utils.flop_counter.FlopCounterMode.
+        attncourse.benchmarks.measure.multihead_flops, or with torch.utils.flop_counter.FlopCounterMode.
     """,
     solution=_FLOPS_SOLUTION,
 )

@@ -1,4 +1,4 @@
-"""Benchmark of attention implementations (chapter 7): ``python -m attncourse.benchmark``.
+"""Benchmark of attention implementations (chapter 7): ``python -m attncourse.benchmarks``.
 
 Measures, in one run and side by side, the naive attention of the package
 (:func:`attncourse.attention.scaled_dot_product_attention`, which builds the ``(L, S)``
@@ -7,25 +7,23 @@ scores), :func:`attncourse.efficient.tiled_attention` and torch's
 lengths up to 16384 (and the package's ``MultiHeadAttention``
 against :class:`torch.nn.MultiheadAttention`), on the CPU and on CUDA when present. It prints
 a table of times (median of repeats, timed interleaved), peak extra memory and ratios to
-torch, and writes the same to ``attncourse/results/ch05_benchmark_<device>.json``.
+torch, and writes the same to ``ch07_benchmark_<device>.json`` in the working directory
+(or ``--output``).
 
 ``--cache`` times one decoding step of a small :class:`attncourse.transformer.CausalLM` instead (chapter
 6): with a KV cache holding the context (one new query per layer) and without (the whole
 context recomputed), side by side at each context length, and writes
-``attncourse/results/ch06_cache_benchmark_<device>.json`` with their ratio.
+``ch06_cache_benchmark_<device>.json`` with their ratio.
 
-On CUDA it also times chapter 10's Triton kernels (``attncourse/results/gpu_benchmark_<gpu>.json``,
-see :mod:`attncourse.kernel_benchmark`; ``--no-kernels`` leaves them out), and ``--span-time``
+On CUDA it also times chapter 10's Triton kernels (``gpu_benchmark_<gpu>.json``,
+see :mod:`attncourse.benchmarks.kernels`; ``--no-kernels`` leaves them out), and ``--span-time``
 times chapter 8's adaptive-span layer against its span on the CPU (``span_time_cpu.json``).
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import datetime
 import json
 import os
-import platform
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -33,21 +31,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import require_positive_int
-from .attention import scaled_dot_product_attention
-from .efficient import tiled_attention
-from .masks import causal_mask
-from ._checks import require_positive_int
+from .._checks import require_positive_int
+from ..attention import scaled_dot_product_attention
+from ..efficient import tiled_attention
+from ..masks import causal_mask
+from ..multihead import MultiHeadAttention
+from ..transformer import CausalLM
+from .common import RESULTS, machine, meminfo_gib
 from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
-from .multihead import MultiHeadAttention
-from .transformer import CausalLM
 
-__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "plot", "constants", "load_constants", "main"]
+__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "table", "load", "plot", "constants", "load_constants"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
-# Shipped inside the package (package data), so chapter 7 finds the committed results in a
-# Colab runtime that installed only the package, as well as in a clone.
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 
 
 def build(impl: str, length: int, causal: bool, batch: int = 1, num_heads: int = 8, head_dim: int = 64, device: str = "cpu", seed: int = 0) -> Dict[str, object]:
@@ -149,53 +144,11 @@ def _no_grad(fn):
         return fn()
 
 
-def machine(device: str) -> Dict[str, object]:
-    """What the numbers were measured on."""
-    info: Dict[str, object] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "memory_gib": _meminfo_gib("MemTotal"),
-    }
-    if hasattr(os, "getloadavg"):
-        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _meminfo_gib(field: str) -> Optional[float]:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
-
-
 def _peak(builder: str, kwargs: Dict[str, object], device: str) -> int:
     if device == "cuda":
         built = globals()[builder](**kwargs)
         return cuda_peak_memory(built["fn"])
-    return cpu_peak_memory(f"attncourse.benchmark:{builder}", kwargs)
+    return cpu_peak_memory(f"attncourse.benchmarks.attention:{builder}", kwargs)
 
 
 def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List[int]] = None, memory_fraction: float = 0.6) -> Dict[str, object]:
@@ -211,7 +164,7 @@ def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List
             peaks: Dict[str, Optional[int]] = {}
             skipped: Dict[str, str] = {}
             for impl in IMPLEMENTATIONS:
-                available = _meminfo_gib("MemAvailable") if device == "cpu" else torch.cuda.mem_get_info()[0] / 2**30
+                available = meminfo_gib("MemAvailable") if device == "cpu" else torch.cuda.mem_get_info()[0] / 2**30
                 predicted = naive_bytes_per_score.get(causal, 0.0) * 8 * length * length / 2**30
                 if impl == "naive" and available is not None and predicted > memory_fraction * available:
                     skipped[impl] = f"predicted peak {predicted:.1f} GiB > {memory_fraction:.0%} of the {available:.1f} GiB available"
@@ -266,13 +219,13 @@ def table(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def load(device: str = "cpu", folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
+def load(device: str = "cpu", folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
     """The results written by the benchmark command for ``device`` (and ``--tag``).
 
-    By default they are read from the package's ``results`` folder, where the command writes
-    them and from where they are installed with the package.
+    By default the committed results that chapter 7 quotes, installed with the package
+    (:data:`attncourse.benchmarks.common.RESULTS`); ``folder`` reads those of your own run.
     """
-    path = Path(folder) / f"ch05_benchmark_{device}{tag}.json"
+    path = Path(folder or RESULTS) / f"ch07_benchmark_{device}{tag}.json"
     return json.loads(path.read_text())
 
 
@@ -346,86 +299,10 @@ def constants(sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, 
     }
 
 
-def load_constants(folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
-    """The results written by ``python -m attncourse.benchmark --constants`` (CPU)."""
-    return json.loads((Path(folder) / f"constants_cpu{tag}.json").read_text())
+def load_constants(folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
+    """The results written by ``python -m attncourse.benchmarks --constants`` (CPU); by default the committed ones."""
+    return json.loads((Path(folder or RESULTS) / f"constants_cpu{tag}.json").read_text())
 
 
 def _print_rows(rows: List[Dict[str, object]]) -> None:
     print(table(rows).split("\n", 1)[1], flush=True)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m attncourse.benchmark``."""
-    parser = argparse.ArgumentParser(prog="python -m attncourse.benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
-    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="'all': the CPU, and CUDA when present")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON results")
-    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
-    parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
-    parser.add_argument("--cache", action="store_true", help="time a decoding step with and without the KV cache (chapter 6)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048], help="context lengths for --cache")
-    parser.add_argument("--constants", action="store_true", help="measure only the CPU constants (constants_cpu.json): a minute")
-    parser.add_argument("--gpu-lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768],
-                        help="sequence lengths of the Triton kernels' benchmark (CUDA only)")
-    parser.add_argument("--gpu-dtypes", nargs="+", choices=["float16", "bfloat16", "float32"], default=["float16", "bfloat16"])
-    parser.add_argument("--no-kernels", action="store_true", help="on CUDA, leave out chapter 10's Triton kernels")
-    parser.add_argument("--no-attention", action="store_true", help="leave out the attention and layer benchmark (chapter 7)")
-    parser.add_argument("--span-time", action="store_true", help="time chapter 8's adaptive-span layer against its span on the CPU")
-    return parser
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    from . import kernel_benchmark
-
-    args = build_parser().parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    if args.constants:
-        result = constants()
-        args.output.mkdir(parents=True, exist_ok=True)
-        path = args.output / f"constants_cpu{args.tag}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
-        print(f"written to {path}")
-        return
-    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
-    devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
-    if args.cache:
-        for device in devices:
-            print(f"== {device}: one decoding step, KV cache or not ==", flush=True)
-            result = run_cache(args.contexts, device)
-            print(cache_table(result["rows"]))  # type: ignore[arg-type]
-            args.output.mkdir(parents=True, exist_ok=True)
-            path = args.output / f"ch06_cache_benchmark_{device}{args.tag}.json"
-            path.write_text(json.dumps(result, indent=1) + "\n")
-            print(f"written to {path}")
-        return
-    if args.span_time:
-        print("== adaptive-span layer on the CPU: time against span ==", flush=True)
-        result = kernel_benchmark.run_span_time()
-        print(kernel_benchmark.span_table(result))
-        print(f"written to {kernel_benchmark.write_result(result, args.output, f'span_time_cpu{args.tag}.json')}")
-    for device in devices:
-        if device == "cuda" and not args.no_kernels:
-            print("== cuda: Triton kernels ==", flush=True)
-            result = kernel_benchmark.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
-            print(kernel_benchmark.gpu_table(result["rows"]))  # type: ignore[arg-type]
-            print(json.dumps(result["targets"], indent=1))
-            name = kernel_benchmark.gpu_file_name(str(result["machine"]["gpu"])).replace(".json", f"{args.tag}.json")  # type: ignore[index]
-            print(f"written to {kernel_benchmark.write_result(result, args.output, name)}")
-        if args.no_attention:
-            continue
-        print(f"== {device} ==", flush=True)
-        print(table([]), flush=True)
-        result = run(args.lengths, device, layer_lengths=args.layer_lengths)
-        print("\n" + table(result["rows"]))  # type: ignore[arg-type]
-        args.output.mkdir(parents=True, exist_ok=True)
-        path = args.output / f"ch05_benchmark_{device}{args.tag}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"written to {path}")
-
-
-if __name__ == "__main__":
-    main()

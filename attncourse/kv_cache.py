@@ -1,4 +1,4 @@
-"""Attention at inference (chapter 6): the KV cache, grouped-query attention, a sliding window.
+"""The KV cache of attention at inference (chapter 6), grouped-query heads, a sliding window.
 
 A decoder generates one token at a time. Without a cache, every step runs the model over the
 whole sequence again; with a cache, each layer keeps the keys and values of the positions it
@@ -14,10 +14,8 @@ has seen and a step computes only the new position's query, key and value::
 * :func:`sliding_window_mask`: that window as a mask, chapter 3's bottom-right
   :func:`attncourse.masks.causal_mask` with a lower edge.
 * :func:`repeat_kv`: grouped-query attention shares one key/value head among
-  ``num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
+  ``n_rep = num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
-* :func:`mean_pool_kv_heads`: converts a trained multi-head layer to grouped-query attention
-  by averaging the key and value projections of each group (Ainslie et al., 2023).
 * :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
 """
 from __future__ import annotations
@@ -30,7 +28,7 @@ from torch import Tensor
 from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask
 
-__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "mean_pool_kv_heads", "kv_cache_bytes"]
+__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "kv_cache_bytes"]
 
 
 def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window: int, device: Optional[torch.device] = None) -> Tensor:
@@ -172,51 +170,22 @@ class KVCache:
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
 
-def repeat_kv(x: Tensor, num_groups: int) -> Tensor:
-    """``(B, kv_heads, S, head_dim)`` -> ``(B, kv_heads * num_groups, S, head_dim)``.
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """``(B, kv_heads, S, head_dim)`` -> ``(B, kv_heads * n_rep, S, head_dim)``.
 
-    K/V head ``g`` serves query heads ``g * num_groups .. (g + 1) * num_groups - 1``: each
-    K/V head is repeated ``num_groups`` times in place (``repeat_interleave`` along the head
-    dimension, which is what ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does).
+    ``n_rep`` is the size of a group, ``h / g`` query heads per K/V head, not the number of
+    groups ``g`` (the ``G`` of the GQA paper's "GQA-G", which is ``kv_heads`` here). K/V head
+    ``j`` serves query heads ``j * n_rep .. (j + 1) * n_rep - 1``: each K/V head is repeated
+    ``n_rep`` times in place (``repeat_interleave`` along the head dimension, which is what
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does).
     """
     require_tensor("x", x)
     require_rank("x", x, 4, "(B, kv_heads, S, head_dim)")
-    require_positive_int("num_groups", num_groups)
-    if num_groups == 1:
+    require_positive_int("n_rep", n_rep)
+    if n_rep == 1:
         return x
     batch, heads, length, head_dim = x.shape
-    return x[:, :, None].expand(batch, heads, num_groups, length, head_dim).reshape(batch, heads * num_groups, length, head_dim)
-
-
-def mean_pool_kv_heads(layer: "torch.nn.Module", num_kv_heads: int) -> "torch.nn.Module":
-    """A grouped-query copy of a multi-head ``MultiHeadAttention`` layer, its K/V heads mean-pooled.
-
-    The ``num_heads`` key (and value) projections are split into ``num_kv_heads`` groups of
-    consecutive heads; each group's weight rows (and biases) are averaged into one K/V head,
-    as Ainslie et al. (2023) convert a multi-head checkpoint before uptraining. The query
-    and output projections are copied unchanged. ``num_kv_heads = 1`` gives multi-query
-    attention; ``num_kv_heads = num_heads`` an exact copy.
-    """
-    from .multihead import MultiHeadAttention
-
-    if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
-    if layer.num_kv_heads != layer.num_heads:
-        raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
-    bias = layer.q_proj.bias is not None
-    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
-                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
-    pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
-    group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
-    with torch.no_grad():
-        pooled.q_proj.load_state_dict(layer.q_proj.state_dict())
-        pooled.out_proj.load_state_dict(layer.out_proj.state_dict())
-        for source, target in ((layer.k_proj, pooled.k_proj), (layer.v_proj, pooled.v_proj)):
-            weight = source.weight.view(num_kv_heads, group, head_dim, -1).mean(dim=1)
-            target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
-            if bias:
-                target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
-    return pooled
+    return x[:, :, None].expand(batch, heads, n_rep, length, head_dim).reshape(batch, heads * n_rep, length, head_dim)
 
 
 def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length: int, batch: int = 1, bytes_per_element: int = 2) -> int:

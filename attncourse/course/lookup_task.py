@@ -21,7 +21,10 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_positive_int, require_tensor
+from .._checks import fmt_shape, require_positive_int, require_tensor
+from ..all_attention import AllAttentionBlock, count_parameters
+from ..training import next_token_loss, train
+from ..transformer import CausalLM, TransformerBlock
 
 __all__ = ["make_table", "lookup_sequences", "lookup_entropy", "MODEL_KINDS", "build_lookup_model", "compare_on_lookup", "load_seed_results"]
 
@@ -85,7 +88,8 @@ def lookup_entropy(vocab_size: int, noise: float) -> float:
 # -- chapter 9's experiment: three models of the same size on the lookup language -------------
 
 MODEL_KINDS = ("FFN Transformer", "all-attention", "attention-only")
-RESULTS = Path(__file__).resolve().parent / "results" / "ch09_lookup_seeds.json"
+# The committed results chapter 9 quotes (package data); the command writes to the working directory.
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "ch09_lookup_seeds.json"
 
 
 def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, seed: int = 0):
@@ -95,9 +99,6 @@ def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, see
     ``"all-attention"``: 2 all-attention layers, ``d = 64``, 4 heads, ``N = 256`` per head;
     ``"attention-only"``: 6 standard layers without an FFN (``d_ff = 0``).
     """
-    from .all_attention import AllAttentionBlock
-    from .transformer import CausalLM, TransformerBlock
-
     if kind not in MODEL_KINDS:
         raise ValueError(f"kind must be one of {MODEL_KINDS}, got {kind!r}")
     torch.manual_seed(seed)
@@ -122,9 +123,6 @@ def compare_on_lookup(
     Returns ``{kind: {"test_loss", "parameters", "curve", "seconds"}}``; ``"curve"`` holds the
     training loss of every step.
     """
-    from .all_attention import count_parameters
-    from .training import next_token_loss, train
-
     generator = torch.Generator().manual_seed(0)
     table = make_table(vocab_size, generator=generator)
     train_tokens = lookup_sequences(table, 8192, length, noise=noise, generator=generator)
@@ -152,16 +150,16 @@ def compare_on_lookup(
 
 
 def load_seed_results(path: Optional[str] = None) -> Dict[str, object]:
-    """The committed results of ``python -m attncourse.lookup_task`` (several seeds, package data)."""
+    """The committed results of ``python -m attncourse.course.lookup_task`` (several seeds, package data)."""
     return json.loads(Path(path or RESULTS).read_text())
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Run :func:`compare_on_lookup` for several seeds and write the test losses as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m attncourse.lookup_task", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m attncourse.course.lookup_task", description=main.__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=Path(RESULTS.name), help="JSON file (default: in the working directory)")
     parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     args = parser.parse_args(argv)
     if args.threads is not None:

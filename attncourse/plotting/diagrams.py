@@ -1,7 +1,12 @@
-"""Plot helpers shared by every chapter: attention heat maps with token labels, and schematics drawn from the package's own code."""
+"""Schematics of the mechanisms, with every shape taken from running the package's own code.
+
+Scaled dot-product attention, the head split, masks, the encoder-decoder, Transformer blocks
+(chapters 1-5), the KV cache (6), tile schedules (7, 10), adaptive span's computed cells (8) and
+all-attention's persistent memory (9).
+"""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -9,162 +14,22 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ._checks import fmt_shape
+from .._checks import fmt_shape
+from ..adaptive_span import block_plan, computed_cells, soft_span_mask, span_window
+from ..all_attention import extend_mask
+from ..attention import scaled_dot_product_attention
+from ..efficient import tile_schedule
+from ..kv_cache import KVCache
+from ..masks import causal_mask, combine_masks, padding_mask
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ..transformer import Seq2SeqTransformer
+from .weights import ArrayLike
 
 __all__ = [
-    "heatmap", "plot_attention", "plot_heads", "block_stages", "plot_transformer_blocks", "draw_kv_cache",
-    "plot_decode_times", "plot_tile_schedule", "plot_span_cells", "plot_persistent_memory",
-    "plot_tile_maps", "plot_span_time", "plot_roofline",
+    "draw_attention_schematic", "draw_head_split", "draw_mask_schematic", "draw_encoder_decoder", "block_stages",
+    "plot_transformer_blocks", "draw_kv_cache", "plot_tile_schedule", "plot_span_cells", "plot_persistent_memory",
+    "plot_tile_maps",
 ]
-
-ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
-
-
-def _as_matrix(values: ArrayLike, name: str) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
-        values = values.detach().to("cpu", torch.float64).numpy()
-    matrix = np.asarray(values, dtype=float)
-    if matrix.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix (L, S), got shape {fmt_shape(matrix.shape)}")
-    return matrix
-
-
-def _check_labels(labels: Optional[Sequence[str]], size: int, name: str, axis: str) -> None:
-    if labels is not None and len(labels) != size:
-        raise ValueError(f"{name} has {len(labels)} labels but the matrix has {size} {axis}")
-
-
-def heatmap(
-    matrix: ArrayLike,
-    query_labels: Optional[Sequence[str]] = None,
-    key_labels: Optional[Sequence[str]] = None,
-    *,
-    ax: Optional[Axes] = None,
-    title: Optional[str] = None,
-    cmap: str = "viridis",
-    vmin: Optional[float] = None,
-    vmax: Optional[float] = None,
-    annotate: Optional[bool] = None,
-    colorbar: bool = True,
-) -> Axes:
-    """Draw one ``(L, S)`` matrix: queries down the rows, keys along the columns.
-
-    Args:
-        matrix: ``(L, S)`` tensor or array (scores, weights, a mask, ...). Entries that are
-            ``-inf`` (masked scores) or NaN are drawn grey and written as such.
-        query_labels: ``L`` row labels (tokens of the queries).
-        key_labels: ``S`` column labels (tokens of the keys).
-        ax: axes to draw on; a new figure is made when omitted.
-        title: the axes title.
-        cmap, vmin, vmax: colour map and its range (the data's range by default).
-        annotate: write each value in its cell; by default only when the matrix has at
-            most 100 cells.
-        colorbar: add a colour bar beside the axes.
-
-    Returns:
-        The axes drawn on.
-    """
-    values = _as_matrix(matrix, "matrix")
-    rows, cols = values.shape
-    shown = np.ma.masked_invalid(values)  # -inf (a masked score) is drawn grey and written as -inf
-    _check_labels(query_labels, rows, "query_labels", "rows")
-    _check_labels(key_labels, cols, "key_labels", "columns")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(1.0 + 0.55 * cols, 0.8 + 0.5 * rows), layout="constrained")
-    colours = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")
-    image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(cols), key_labels if key_labels is not None else range(cols), rotation=45 if key_labels else 0, ha="right" if key_labels else "center")
-    ax.set_yticks(range(rows), query_labels if query_labels is not None else range(rows))
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
-    if title:
-        ax.set_title(title)
-    if annotate is None:
-        annotate = values.size <= 100
-    if annotate:
-        low, high = image.get_clim()
-        middle = (low + high) / 2
-        for (i, j), v in np.ndenumerate(values):
-            text = f"{v:.2f}" if np.isfinite(v) else ("-inf" if v < 0 else str(v))
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if not np.isfinite(v) or v > middle else "white")
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax, shrink=0.8)
-    return ax
-
-
-def plot_attention(
-    weights: ArrayLike, query_labels: Optional[Sequence[str]] = None, key_labels: Optional[Sequence[str]] = None, **kwargs
-) -> Axes:
-    """Heat map of attention weights ``(L, S)`` on the fixed colour range ``[0, 1]``; see :func:`heatmap`."""
-    kwargs.setdefault("vmin", 0.0)
-    kwargs.setdefault("vmax", 1.0)
-    return heatmap(weights, query_labels, key_labels, **kwargs)
-
-
-def plot_heads(
-    matrices: Union[ArrayLike, Sequence[ArrayLike]],
-    query_labels: Optional[Sequence[str]] = None,
-    key_labels: Optional[Sequence[str]] = None,
-    *,
-    titles: Optional[Sequence[str]] = None,
-    ncols: Optional[int] = None,
-    shared_scale: bool = True,
-    suptitle: Optional[str] = None,
-    **kwargs,
-) -> Figure:
-    """Several ``(L, S)`` matrices side by side, e.g. every head of one layer.
-
-    Args:
-        matrices: a ``(H, L, S)`` tensor/array or a list of ``(L, S)`` matrices.
-        query_labels, key_labels: tick labels shared by every panel.
-        titles: one title per panel (``"head 0"``, ``"head 1"``, ... by default).
-        ncols: panels per row (all in one row by default).
-        shared_scale: use the colour range ``[0, 1]`` for every panel (attention weights);
-            otherwise each panel gets its own range and colour bar.
-        suptitle: a title over the whole figure.
-        **kwargs: passed to :func:`heatmap` (``cmap``, ``annotate``, ...).
-
-    Returns:
-        The figure.
-    """
-    if isinstance(matrices, (torch.Tensor, np.ndarray)):
-        if matrices.ndim != 3:
-            raise ValueError(f"matrices must be (H, L, S) or a list of (L, S), got shape {fmt_shape(matrices.shape)}")
-        panels = [matrices[h] for h in range(matrices.shape[0])]
-    else:
-        panels = list(matrices)
-    panels = [_as_matrix(m, f"matrices[{k}]") for k, m in enumerate(panels)]
-    if not panels:
-        raise ValueError("matrices is empty")
-    if titles is None:
-        titles = [f"head {h}" for h in range(len(panels))]
-    if len(titles) != len(panels):
-        raise ValueError(f"got {len(titles)} titles for {len(panels)} matrices")
-    ncols = ncols or len(panels)
-    nrows = -(-len(panels) // ncols)
-    rows, cols = panels[0].shape
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(ncols * (1.2 + 0.45 * cols), nrows * (1.0 + 0.42 * rows)), layout="constrained", squeeze=False
-    )
-    for k, ax in enumerate(axes.flat):
-        if k >= len(panels):
-            ax.set_visible(False)
-            continue
-        if shared_scale:
-            kwargs_k = {"vmin": 0.0, "vmax": 1.0, **kwargs, "colorbar": k == len(panels) - 1}
-        else:
-            kwargs_k = {**kwargs}
-        heatmap(panels[k], query_labels, key_labels, ax=ax, title=titles[k], **kwargs_k)
-        if k % ncols:
-            ax.set_ylabel("")
-    if suptitle:
-        fig.suptitle(suptitle)
-    return fig
-
-
-# -- Schematics: drawings of the mechanisms, with every shape taken from running the package ------
-
-__all__ += ["draw_attention_schematic", "draw_head_split", "draw_mask_schematic", "draw_encoder_decoder"]
 
 _HEAD_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
@@ -217,8 +82,6 @@ def draw_attention_schematic(L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2,
     Returns:
         The axes drawn on.
     """
-    from .attention import scaled_dot_product_attention
-
     for name, value in (("L", L), ("S", S), ("d_k", d_k), ("d_v", d_v)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 12:
             raise ValueError(f"{name} must be an int from 1 to 12 (a drawing, not a computation), got {value!r}")
@@ -261,8 +124,6 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
     Returns:
         The axes drawn on.
     """
-    from .multihead import MultiHeadAttention, merge_heads, split_heads
-
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
     h, E = layer.num_heads, layer.embed_dim
@@ -329,8 +190,6 @@ def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[S
     Returns:
         The axes drawn on.
     """
-    from .masks import causal_mask, combine_masks, padding_mask
-
     if not 1 <= max_len <= 10 or not 1 <= len(lengths) <= 4:
         raise ValueError(f"too large to draw: max_len={max_len} (1 to 10), {len(lengths)} sequences (1 to 4)")
     if tokens is not None and (len(tokens) != len(lengths) or any(len(t) != max_len for t in tokens)):
@@ -376,8 +235,6 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
         The axes drawn on.
     """
     from matplotlib.patches import FancyBboxPatch
-
-    from .transformer import Seq2SeqTransformer
 
     if not isinstance(model, Seq2SeqTransformer):
         raise TypeError(f"model must be an attncourse Seq2SeqTransformer, got {type(model).__name__}")
@@ -502,7 +359,7 @@ def _is_pre(stages: Sequence[str]) -> bool:
 def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int] = None, ax: Optional[Axes] = None) -> Axes:
     """The KV cache during decoding, one row per step: which position each cache slot holds.
 
-    The picture is drawn from a real :class:`attncourse.inference.KVCache` fed with
+    The picture is drawn from a real :class:`attncourse.kv_cache.KVCache` fed with
     ``prompt_len`` positions at once and then one position per step, so it shows what the code
     does: without a window the cache grows by one slot per step; with ``window=W`` it is a
     rolling buffer of ``W`` slots where position ``p`` overwrites slot ``p % W``. Each cell
@@ -510,8 +367,6 @@ def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int]
     the newest query attends to every filled slot of its row.
     """
     from matplotlib.patches import Rectangle
-
-    from .inference import KVCache
 
     cache = KVCache(window)
     rows = []  # per step: (positions held after the update, slots written this step)
@@ -544,23 +399,6 @@ def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int]
     return ax
 
 
-def plot_decode_times(rows: Sequence[dict], *, ax: Optional[Axes] = None) -> Axes:
-    """Time per generated token against the context length, with and without a KV cache.
-
-    ``rows`` are those of :func:`attncourse.benchmark.run_cache` (``context``, ``cached_s``,
-    ``uncached_s``), drawn on log-log axes in milliseconds.
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
-    contexts = [r["context"] for r in rows]
-    ax.loglog(contexts, [1e3 * r["uncached_s"] for r in rows], "-o", color="tab:red", label="no cache (recompute the context)", base=2)
-    ax.loglog(contexts, [1e3 * r["cached_s"] for r in rows], "-s", color="tab:blue", label="KV cache (one new position)", base=2)
-    ax.set(xlabel="context length (tokens)", ylabel="time per token (ms)", title="one decoding step")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
-
-
 def plot_tile_schedule(
     seq_q: int, seq_k: int, *, causal: bool = True, block_size: int = 1024, query_block_size: int = 256, ax: Optional[Axes] = None
 ) -> Axes:
@@ -571,8 +409,6 @@ def plot_tile_schedule(
     causal diagonal (computed in full, then masked). What is left white is never computed.
     """
     from matplotlib.patches import Rectangle
-
-    from .efficient import tile_schedule
 
     tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=block_size, query_block_size=query_block_size)
     if ax is None:
@@ -611,13 +447,11 @@ def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: 
     """
     from matplotlib.colors import ListedColormap
 
-    from .adaptive_span import _plan, computed_cells, soft_span_mask, span_window
-
     spans_t = torch.as_tensor(list(spans), dtype=torch.float64)
     if spans_t.dim() != 1 or spans_t.numel() == 0:
         raise ValueError(f"spans must be a non-empty 1-D sequence, got shape {fmt_shape(spans_t.shape)}")
     window = span_window(spans_t, ramp)
-    num_blocks, per_block, keys = _plan(length, min(window, length), block)
+    num_blocks, per_block, keys = block_plan(length, min(window, length), block)
     heads = spans_t.numel()
     fig, axes = plt.subplots(1, heads + 1, figsize=(3.2 * (heads + 1), 3.3), layout="constrained",
                              gridspec_kw={"width_ratios": [1.4] + [1] * heads})
@@ -653,14 +487,11 @@ def plot_persistent_memory(length: int, num_persistent: int, *, ax: Optional[Axe
     A grid of ``L`` query rows by ``L + N`` key columns: the context columns follow the causal
     mask (blue: visible, white: the future), the persistent columns (green) are visible to every
     query, the first included; one softmax runs over each whole row. The same mask
-    :class:`attncourse.all_attention.AllAttention` builds (its ``_extend_mask`` of a causal mask).
+    :class:`attncourse.all_attention.AllAttention` builds (:func:`attncourse.all_attention.extend_mask` of a causal mask).
     """
     from matplotlib.colors import ListedColormap
 
-    from .all_attention import _extend_mask
-    from .masks import causal_mask
-
-    visible = _extend_mask(causal_mask(length), num_persistent).numpy()  # (L, L + N)
+    visible = extend_mask(causal_mask(length), num_persistent).numpy()  # (L, L + N)
     kind = np.zeros_like(visible, dtype=float)
     kind[:, :length] = visible[:, :length] * 1.0
     kind[:, length:] = visible[:, length:] * 2.0
@@ -710,51 +541,4 @@ def plot_tile_maps(maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, s
     axes[0][0].set_ylabel("query block")
     if suptitle:
         fig.suptitle(suptitle)
-    return fig
-
-
-def plot_span_time(result: dict) -> Figure:
-    """Wall time and computed scores of the adaptive-span layer against its span (log-log).
-
-    ``result``: what :func:`attncourse.kernel_benchmark.run_span_time` returns (or the
-    committed ``span_time_cpu.json``): rows of ``span``, ``cells``, ``seconds`` and ``times``.
-    """
-    rows = sorted(result["rows"], key=lambda r: r["span"])
-    spans = [r["span"] for r in rows]
-    fig, (ax_time, ax_cells) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
-    for r in rows:
-        ax_time.plot([r["span"]] * len(r["times"]), r["times"], ".", color="tab:grey", alpha=0.6)
-    ax_time.loglog(spans, [r["seconds"] for r in rows], "-o", color="tab:blue", base=2, label="median")
-    ax_time.set(xlabel="span z (all heads)", ylabel="time (s)", title=f"forward wall time, L = {result['length']}")
-    ax_time.legend()
-    ax_cells.loglog(spans, [r["cells"] for r in rows], "-o", color="tab:orange", base=2)
-    ax_cells.set(xlabel="span z (all heads)", ylabel="scores computed", title="scores computed")
-    for ax in (ax_time, ax_cells):
-        ax.grid(True, which="both", alpha=0.3)
-    return fig
-
-
-def plot_roofline(machines: dict, points: dict, *, intensity_range: Sequence[float] = (1.0, 4096.0)) -> Figure:
-    """The roofline of each machine and where some computations sit on it (log-log).
-
-    Args:
-        machines: ``{name: (peak FLOP/s, memory bytes/s)}``; the attainable rate at arithmetic
-            intensity ``I`` (FLOPs per byte moved to or from memory) is ``min(peak, I * bandwidth)``.
-        points: ``{label: intensity}``, drawn as vertical lines.
-        intensity_range: the x range, FLOP/byte.
-    """
-    lo, hi = intensity_range
-    if not 0 < lo < hi:
-        raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range!r}")
-    x = np.geomspace(lo, hi, 200)
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    for name, (peak, bandwidth) in machines.items():
-        line, = ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e12, label=f"{name} (ridge at {peak / bandwidth:.0f} FLOP/B)")
-        ax.axvline(peak / bandwidth, color=line.get_color(), linestyle=":", linewidth=1)
-    for k, (label, intensity) in enumerate(points.items()):
-        ax.axvline(intensity, color=f"C{k + len(machines)}", linestyle="--", label=f"{label}: {intensity:.0f} FLOP/B")
-    ax.set(xlabel="arithmetic intensity (FLOPs per byte of memory traffic)", ylabel="attainable TFLOP/s",
-           title="roofline: min(peak, intensity x bandwidth)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
     return fig

@@ -28,9 +28,9 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
-from .training import train
-from .transformer import Seq2SeqTransformer
+from .._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from ..training import train
+from ..transformer import Seq2SeqTransformer
 
 __all__ = [
     "UNITS",

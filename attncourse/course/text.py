@@ -1,6 +1,6 @@
 """The text the character-level language model of chapter 5 learns, and its batches.
 
-``attncourse/data/shakespeare.txt`` holds the speeches of three of Shakespeare's plays
+``attncourse/course/data/shakespeare.txt`` holds the speeches of three of Shakespeare's plays
 (*Hamlet*, *Macbeth*, *Romeo and Juliet*), about 368,000 characters of plain ASCII laid out as
 ``SPEAKER:`` followed by the spoken lines and a blank line (``TEXT_SOURCE`` says where the
 text comes from and why it may be shipped).
@@ -18,7 +18,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .._checks import fmt_shape, require_positive_int, require_rank, require_tensor
 
 __all__ = ["TEXT_SOURCE", "load_text", "CharTokenizer", "train_val_split", "get_batch"]
 
@@ -33,7 +33,7 @@ TEXT_SOURCE = (
 
 def load_text() -> str:
     """The shipped text, as one string (about 368,000 characters, 63 distinct ones)."""
-    return resources.files("attncourse").joinpath("data").joinpath("shakespeare.txt").read_text(encoding="ascii")
+    return resources.files("attncourse.course").joinpath("data").joinpath("shakespeare.txt").read_text(encoding="ascii")
 
 
 class CharTokenizer:

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._checks import require_positive_int
+from .._checks import require_positive_int
 
 __all__ = ["near_far_copy_task", "near_far_entropy"]
 

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from ._checks import require_non_negative_int, require_positive_int
+from .._checks import require_non_negative_int, require_positive_int
 
 __all__ = [
     "Timing",
@@ -135,7 +135,7 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     """
     code = (
         "import json, sys\n"
-        "from attncourse.measure import _child_peak\n"
+        "from attncourse.benchmarks.measure import _child_peak\n"
         "print(json.dumps(_child_peak(sys.argv[1], json.loads(sys.argv[2]))))\n"
     )
     env = dict(os.environ)

@@ -1,6 +1,6 @@
 """Chapter 10's benchmarks: the Triton kernels on a GPU, and adaptive span's wall time on the CPU.
 
-Run through ``python -m attncourse.benchmark``:
+Run through ``python -m attncourse.benchmarks``:
 
 * ``--device cuda`` adds :func:`run_gpu`: the Triton FlashAttention kernel
   (:func:`attncourse.kernels.flash.flash_attention`) beside torch's SDPA restricted to its
@@ -20,13 +20,14 @@ from typing import Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from .adaptive_span import AdaptiveSpanAttention
-from .attention import scaled_dot_product_attention
-from .efficient import tiled_attention
-from .masks import causal_mask
+from ..adaptive_span import AdaptiveSpanAttention, computed_cells
+from ..attention import scaled_dot_product_attention
+from ..efficient import tiled_attention
+from ..masks import causal_mask
+from .common import machine, read_result
 from .measure import attention_flops, time_interleaved
 
-__all__ = ["GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table"]
+__all__ = ["GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table", "load_span_time"]
 
 GPU_IMPLEMENTATIONS = ("triton", "torch-flash", "tiled", "naive")
 # The issue's targets on an H100, B=4, H=16, d=64, L=4096, float16 (time ratios).
@@ -43,7 +44,7 @@ def build_gpu(
     ``GPU_IMPLEMENTATIONS``, or ``"span"``: the adaptive-span kernel with every head's span
     at ``span`` (causal by construction).
     """
-    from .kernels.flash import adaptive_span_flash_attention, flash_attention
+    from ..kernels.flash import adaptive_span_flash_attention, flash_attention
 
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, num_heads, length, head_dim, generator=g).to(device=device, dtype=dtype).requires_grad_(backward)
@@ -98,8 +99,6 @@ def run_gpu(
     memory_fraction: float = 0.5, repeats: int = 5,
 ) -> Dict[str, object]:
     """Time every implementation side by side (interleaved) at each setting; return rows, machine and targets."""
-    from .benchmark import machine
-
     rows: List[Dict[str, object]] = []
     free = torch.cuda.mem_get_info()[0] if torch.device(device).type == "cuda" else None
     shape = dict(batch=batch, num_heads=num_heads, head_dim=head_dim, device=device)
@@ -207,9 +206,6 @@ def run_span_time(
     Every head of the layer gets the same span ``z``; the layer computes the keys within
     ``z + R`` of each query (:func:`attncourse.adaptive_span.computed_cells`).
     """
-    from .adaptive_span import computed_cells
-    from .benchmark import machine
-
     torch.manual_seed(seed)
     x = torch.randn(1, length, embed_dim)
     layers = {}
@@ -243,22 +239,6 @@ def span_table(result: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def write_result(result: Dict[str, object], folder, name: str):
-    """Write ``result`` as JSON to ``folder / name`` and return the path."""
-    import json
-    from pathlib import Path
-
-    path = Path(folder) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    return path
-
-
 def load_span_time(folder: Optional[str] = None) -> Dict[str, object]:
     """The committed CPU timings of :func:`run_span_time` (package data), or those in ``folder``."""
-    import json
-    from pathlib import Path
-
-    from .benchmark import DEFAULT_OUTPUT
-
-    return json.loads((Path(folder or DEFAULT_OUTPUT) / "span_time_cpu.json").read_text())
+    return read_result("span_time_cpu.json", folder)

@@ -1,0 +1,69 @@
+"""Every notebook (book/ and the Colab edition) is valid nbformat 4.5 with an id on every cell and
+exactly one set-up cell, the first; the normaliser guarantees both for any notebook."""
+import json
+import warnings
+
+import nbformat
+import pytest
+
+from project_tools import ROOT, normalize
+
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _set_up_cells(nb: dict) -> list:
+    return [i for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code"
+            and ("".join(cell["source"]).startswith(normalize.SETUP_MARKER)
+                 or "".join(cell["source"]).lower().startswith(normalize.PLACEHOLDER_MARKER))]
+
+
+def _validate_strictly(nb: dict) -> None:
+    """nbformat's validation with its warnings (MissingIDFieldWarning among them) as errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nbformat.validate(nbformat.from_dict(json.loads(json.dumps(nb))))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_committed_notebook_has_ids_and_one_set_up_cell(path):
+    nb = json.loads(path.read_text())
+    _validate_strictly(nb)
+    ids = [cell.get("id") for cell in nb["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids)
+    assert _set_up_cells(nb) == [0]
+
+
+def _cell(kind: str, source: str, **extra) -> dict:
+    cell = {"cell_type": kind, "metadata": {}, "source": source, **extra}
+    if kind == "code":
+        cell.update(execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}])
+    return cell
+
+
+def test_normaliser_adds_ids_drops_stray_set_up_cells_and_strips_outputs():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "other", "display_name": "x"}},
+          "cells": [
+              _cell("code", "# set-up cell, rewritten by tools/normalize_notebooks.py", id="mine"),
+              _cell("markdown", "# Title"),
+              _cell("code", "x = 1"),
+              _cell("code", normalize.setup_source()),  # a stray second set-up cell
+              _cell("code", "y = 2", id="cell-04"),  # an id the generated ones must not repeat
+              _cell("code", "# set-up cell"),
+          ]}
+    out = normalize.normalized(nb)
+    _validate_strictly(out)
+    assert [c["source"] for c in out["cells"]] == [normalize.setup_source(), "# Title", "x = 1", "y = 2"]
+    assert out["cells"][0]["id"] == "mine"  # the first set-up cell's id is kept
+    ids = [c["id"] for c in out["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids)
+    code = [c for c in out["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    assert out["metadata"]["kernelspec"]["name"] == "python3"
+    assert normalize.normalized(out) == out  # idempotent
+
+
+def test_normaliser_output_keeps_ids_of_cells_that_have_them():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [_cell("markdown", "text", id="keep-me"), _cell("code", "z = 3", id="and-me")]}
+    out = normalize.normalized(nb)
+    assert [c["id"] for c in out["cells"]] == ["setup", "keep-me", "and-me"]
