@@ -164,6 +164,10 @@ class MultiHeadAttention(nn.Module):
                 f"query, key and value must be on the device of the layer's parameters ({param.device}), got "
                 f"{query.device}, {key.device} and {value.device}"
             )
+        if cache is not None and not isinstance(cache, KVCache):
+            hint = (" (CausalLM.new_cache() returns one KVCache per block: give each layer its own, cache[i])"
+                    if isinstance(cache, (list, tuple)) else "")
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
         batch, length, source = query.size(0), query.size(1), key.size(1)
         if cache is not None:  # key, value: the new positions; the queries also see the cached ones
             source = cache.attended_length(source)
@@ -263,4 +267,4 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
             target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
             if bias:
                 target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
-    return pooled
+    return pooled.train(layer.training)  # the copy is in the mode of the original
