@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    require_bool,
     broadcast_batch,
     fmt_shape,
     require_floating,
@@ -298,6 +299,7 @@ class AdaptiveSpan(nn.Module):
         if isinstance(init_span, bool) or not isinstance(init_span, (int, float)) or not 0 <= init_span <= max_span:
             raise ValueError(f"init_span must be a number in [0, max_span={max_span}], got {init_span!r}")
         self.num_heads, self.max_span, self.ramp = num_heads, max_span, float(ramp)
+        require_bool("learnable", learnable)
         self.span_fraction = nn.Parameter(torch.full((num_heads,), init_span / max_span), requires_grad=learnable)
 
     @property

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    require_bool,
     check_probability,
     fmt_shape,
     require_floating,
@@ -106,7 +107,9 @@ class TransformerBlock(nn.Module):
         super().__init__()
         require_non_negative_int("d_ff", d_ff)
         dropout = _check_dropout(dropout)
-        self.norm_first = bool(norm_first)
+        require_bool("cross_attention", cross_attention)
+        require_bool("norm_first", norm_first)
+        self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
@@ -236,6 +239,7 @@ class CausalLM(nn.Module):
         self.embed = _Embedding(vocab_size, d_model, max_len, positional)
         self.dropout = nn.Dropout(_check_dropout(dropout))
         self.blocks = nn.ModuleList(blocks)
+        require_bool("final_norm", final_norm)
         self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
 
