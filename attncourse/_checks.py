@@ -197,3 +197,32 @@ def check_attention_inputs(query: object, key: object, value: object, mask: obje
         if mask.device != query.device:
             raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
     return batch
+
+
+def require_floating_dtype(name: str, dtype: object) -> None:
+    """``dtype`` is a real floating ``torch.dtype`` (for tables of real values: encodings, biases)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point dtype (the values are real, not whole), got {dtype}")
+
+
+def require_real_positions(name: str, positions: object) -> None:
+    """``positions`` is a tensor of integer or real floating positions (not bool, not complex)."""
+    require_tensor(name, positions)
+    assert isinstance(positions, Tensor)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"{name} must hold integer or real floating positions, got dtype {positions.dtype}")
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError(f"{name} must be finite, got a non-finite value (shape {fmt_shape(positions.shape)})")
+
+
+def check_probability(name: str, value: object) -> float:
+    """``value`` is a real number in ``[0, 1)`` (a dropout probability): Python, numpy or 0-d torch."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_complex and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a probability (a real number in [0, 1)), got {type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+    return float(value)

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    require_bool,
     broadcast_batch,
     fmt_shape,
     require_floating,
@@ -298,6 +299,7 @@ class AdaptiveSpan(nn.Module):
         if isinstance(init_span, bool) or not isinstance(init_span, (int, float)) or not 0 <= init_span <= max_span:
             raise ValueError(f"init_span must be a number in [0, max_span={max_span}], got {init_span!r}")
         self.num_heads, self.max_span, self.ramp = num_heads, max_span, float(ramp)
+        require_bool("learnable", learnable)
         self.span_fraction = nn.Parameter(torch.full((num_heads,), init_span / max_span), requires_grad=learnable)
 
     @property
@@ -401,6 +403,13 @@ class AdaptiveSpanAttention(nn.Module):
         if length == 0:  # an empty sequence: empty output and weights, no cell computed
             self.cells = 0
             return x.new_zeros(x.shape), x.new_zeros(x.size(0), p.num_heads, 0, 0)
+        fractions = self.span.span_fraction.detach()
+        if not ((fractions >= 0) & (fractions <= 1)).all():
+            raise ValueError(
+                f"span.span_fraction must lie in [0, 1] (spans within [0, max_span={self.span.max_span}]), got "
+                f"{[round(f, 4) for f in fractions.tolist()]}: clamp it after each optimiser step "
+                f"(clamp_spans(model), or layer.span.clamp_())"
+            )
         window = self.span.window(length) if self.trim else length
         heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
         self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)

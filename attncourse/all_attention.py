@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    require_bool,
     check_mask,
     fmt_shape,
     require_floating,
@@ -250,6 +251,8 @@ def transformer_layer_parameters(
     """
     require_positive_int("d_model", d_model)
     require_non_negative_int("d_ff", d_ff)
+    for name, flag in (("attention_bias", attention_bias), ("ffn_bias", ffn_bias), ("layer_norm", layer_norm)):
+        require_bool(name, flag)
     d = d_model
     count = 4 * d * d + 2 * d * d_ff
     if ffn_bias and d_ff:
@@ -273,6 +276,8 @@ def all_attention_layer_parameters(
     """
     require_positive_int("d_model", d_model)
     require_non_negative_int("num_persistent", num_persistent)
+    for name, flag in (("attention_bias", attention_bias), ("layer_norm", layer_norm)):
+        require_bool(name, flag)
     d = d_model
     count = 4 * d * d + 2 * num_persistent * d
     if attention_bias:

@@ -212,6 +212,7 @@ def tile_schedule(
     """
     require_positive_int("seq_q", seq_q)
     require_positive_int("seq_k", seq_k)
+    require_bool("causal", causal)
     require_positive_int("block_size", block_size)
     require_positive_int("query_block_size", query_block_size)
     if not isinstance(causal, bool):

@@ -64,10 +64,16 @@ def window_mask_from_positions(query_positions: Tensor, key_positions: Tensor, w
     Returns:
         ``(L, S)`` boolean, ``True`` = may attend.
     """
-    require_tensor("query_positions", query_positions)
-    require_tensor("key_positions", key_positions)
+    for name, positions in (("query_positions", query_positions), ("key_positions", key_positions)):
+        require_tensor(name, positions)
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor of positions, got dtype {positions.dtype}")
     require_rank("query_positions", query_positions, 1, "(L,)")
     require_rank("key_positions", key_positions, 1, "(S,)")
+    if query_positions.device != key_positions.device:
+        raise ValueError(
+            f"query_positions and key_positions must be on one device, got {query_positions.device} and {key_positions.device}"
+        )
     distance = query_positions[:, None] - key_positions[None, :]
     visible = (distance >= 0) & (key_positions[None, :] >= 0)
     if window is not None:
@@ -105,8 +111,15 @@ class KVCache:
         return 0 if self.positions is None else int((self.positions >= 0).sum())
 
     def attended_length(self, new: int) -> int:
-        """``S``: how many key rows :meth:`update` returns for ``new`` new positions (stored rows, empty slots included, plus the new)."""
-        return (0 if self.keys is None else self.keys.size(2)) + new
+        """``S = len(self) + new``: how many key rows :meth:`update` returns for ``new`` new positions."""
+        return len(self) + new
+
+    def _stored(self) -> Tuple[Tensor, Tensor, Tensor]:
+        """The stored rows without empty slots (a rolling buffer still filling holds slots ``0 .. len - 1``)."""
+        n = len(self)
+        if n == self.keys.size(2):
+            return self.keys, self.values, self.positions
+        return self.keys[:, :, :n], self.values[:, :, :n], self.positions[:n]
 
     def update(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Add the keys and values of ``L`` new positions; return what the new queries attend over.
@@ -117,9 +130,11 @@ class KVCache:
 
         Returns:
             ``(keys, values, mask)``: the stored rows followed by the new ones,
-            ``(B, kv_heads, S_old + L, ...)``, and the ``(L, S_old + L)`` boolean mask that lets
-            each new query see the positions up to its own (within the window). The cache
-            then keeps all of them, or, with a window, the last ``W`` positions.
+            ``(B, kv_heads, S, ...)`` with ``S = len(cache) + L`` (:meth:`attended_length`), and
+            the ``(L, S)`` boolean mask that lets each new query see the positions up to its
+            own (within the window). The cache then keeps all of them, or, with a window, the
+            last ``W`` positions. The cache owns its storage: it never keeps a reference to
+            ``key`` or ``value``, so changing them afterwards changes nothing in it.
         """
         require_tensor("key", key)
         require_tensor("value", value)
@@ -136,11 +151,12 @@ class KVCache:
         length = key.size(2)
         new_positions = torch.arange(self.seen, self.seen + length, device=key.device)
         if self.keys is None:
-            keys, values, positions = key, value, new_positions
+            keys, values, positions = key.clone(), value.clone(), new_positions  # owned, not the caller's
         else:
-            keys = torch.cat([self.keys, key], dim=2)
-            values = torch.cat([self.values, value], dim=2)
-            positions = torch.cat([self.positions, new_positions])
+            stored_keys, stored_values, stored_positions = self._stored()
+            keys = torch.cat([stored_keys, key], dim=2)
+            values = torch.cat([stored_values, value], dim=2)
+            positions = torch.cat([stored_positions, new_positions])
         mask = window_mask_from_positions(new_positions, positions, self.window)
         self.seen += length
         if self.window is None:

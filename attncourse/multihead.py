@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import check_mask, check_probability, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache, repeat_kv
 from .masks import combine_masks
@@ -94,9 +94,7 @@ class MultiHeadAttention(nn.Module):
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
         require_positive_int("vdim", vdim)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
-        self.dropout = float(dropout)
+        self.dropout = check_probability("dropout", dropout)
         require_bool("bias", bias)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim, vdim
@@ -166,6 +164,10 @@ class MultiHeadAttention(nn.Module):
                 f"query, key and value must be on the device of the layer's parameters ({param.device}), got "
                 f"{query.device}, {key.device} and {value.device}"
             )
+        if cache is not None and not isinstance(cache, KVCache):
+            hint = (" (CausalLM.new_cache() returns one KVCache per block: give each layer its own, cache[i])"
+                    if isinstance(cache, (list, tuple)) else "")
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
         batch, length, source = query.size(0), query.size(1), key.size(1)
         if cache is not None:  # key, value: the new positions; the queries also see the cached ones
             source = cache.attended_length(source)
@@ -265,4 +267,4 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
             target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
             if bias:
                 target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
-    return pooled
+    return pooled.train(layer.training)  # the copy is in the mode of the original

@@ -18,7 +18,14 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_floating, require_positive_int, require_positive_number, require_tensor
+from ._checks import (
+    fmt_shape,
+    require_floating,
+    require_floating_dtype,
+    require_positive_int,
+    require_positive_number,
+    require_real_positions,
+)
 
 __all__ = ["sinusoidal_encoding", "rope_angles", "apply_rope", "alibi_slopes", "alibi_bias"]
 
@@ -42,6 +49,7 @@ def sinusoidal_encoding(
     require_positive_int("d_model", d_model)
     _require_even("d_model", d_model)
     require_positive_number("base", base)
+    require_floating_dtype("dtype", dtype)
     pos = torch.arange(length, device=device, dtype=torch.float64)[:, None]  # (L, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, device=device, dtype=torch.float64) / d_model)  # (d/2,)
     pe = torch.empty(length, d_model, device=device, dtype=torch.float64)
@@ -52,7 +60,7 @@ def sinusoidal_encoding(
 
 def rope_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) -> Tensor:
     """Rotation angles ``m * theta_i`` of RoPE, ``(L, head_dim / 2)``, with ``theta_i = base^(-2i / head_dim)``."""
-    require_tensor("positions", positions)
+    require_real_positions("positions", positions)
     if positions.dim() != 1:
         raise ValueError(f"positions must be 1-D (L,), got {fmt_shape(positions.shape)}")
     require_positive_int("head_dim", head_dim)
@@ -108,7 +116,9 @@ def alibi_bias(num_heads: int, length: int, source: Optional[int] = None, *, dev
     :func:`attncourse.masks.causal_mask` keeps last). Keys after the query get a positive
     value: combine the bias with a causal mask, for which ALiBi was designed.
     """
+    require_positive_int("num_heads", num_heads)
     require_positive_int("length", length)
+    require_floating_dtype("dtype", dtype)
     source = length if source is None else source
     require_positive_int("source", source)
     if source < length:

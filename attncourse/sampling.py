@@ -6,40 +6,67 @@
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_floating, require_non_negative_int, require_positive_int, require_tensor
+from ._checks import fmt_shape, require_bool, require_floating, require_non_negative_int, require_positive_int, require_tensor
 
 __all__ = ["next_token_distribution", "sample_next", "generate"]
 
 
 def _check_sampling(temperature: float, top_k: Optional[int]) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0.0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(f"temperature must be a real number >= 0, got {type(temperature).__name__} {temperature!r}")
+    if not (math.isfinite(temperature) and temperature >= 0.0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None:
         require_positive_int("top_k", top_k)
+
+
+def _check_logits(logits: Tensor) -> None:
+    """``logits`` ``(..., V)``: floating, ``V >= 1``, no NaN or +inf, a finite value in every row."""
+    require_floating("logits", logits)
+    if logits.dim() < 1 or logits.size(-1) == 0:
+        raise ValueError(f"logits must be (..., V) with a vocabulary of V >= 1 tokens, got {fmt_shape(logits.shape)}")
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise ValueError(f"logits must not contain NaN or +inf (shape {fmt_shape(logits.shape)})")
+    empty = torch.isneginf(logits).all(-1)  # rows where no token is possible
+    if empty.any():
+        row = [int(i) for i in empty.nonzero()[0]]
+        raise ValueError(
+            f"logits row {tuple(row)} is -inf everywhere: no token has any probability, so there is no "
+            f"distribution to sample from (logits shape {fmt_shape(logits.shape)})"
+        )
 
 
 def next_token_distribution(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None) -> Tensor:
     """Probabilities ``(..., V)`` from logits ``(..., V)``: ``softmax(logits / temperature)`` over the top ``k``.
 
     With ``top_k`` every logit below the ``k``-th largest is removed first (ties with the
-    ``k``-th are kept). ``temperature = 0`` is the limit: all the mass on the largest logit
-    (the first one, for a tie), which is greedy decoding.
+    ``k``-th are kept). ``temperature = 0`` is greedy decoding: all the mass on the largest
+    logit (the first one, for a tie). A tiny positive temperature gives the limit of
+    ``T -> 0``: the mass shared by the largest logits (no overflow: the largest logit is
+    subtracted before dividing by ``T``). The softmax is computed in float64 for float64
+    logits and in float32 otherwise (half and bfloat16 logits included), and returned in the
+    logits' dtype. Logits with NaN or +inf, an empty vocabulary, or a row where every logit is
+    -inf raise a ``ValueError``: there is no distribution to return.
     """
-    require_floating("logits", logits)
-    if logits.dim() < 1:
-        raise ValueError(f"logits must be (..., V), got {fmt_shape(logits.shape)}")
+    _check_logits(logits)
     _check_sampling(temperature, top_k)
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if temperature == 0.0:
         return nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
-    return torch.softmax(logits.float() / temperature, dim=-1).to(logits.dtype)
+    work = logits if logits.dtype == torch.float64 else logits.float()
+    if float(temperature) < torch.finfo(work.dtype).tiny:  # T would round to 0 in float32
+        work = work.double()
+    shifted = work - work.amax(-1, keepdim=True)  # <= 0, and 0 at the largest: no inf - inf
+    return torch.softmax(shifted / float(temperature), dim=-1).to(logits.dtype)
 
 
 def sample_next(
@@ -52,7 +79,8 @@ def sample_next(
     probs = next_token_distribution(logits, temperature=temperature, top_k=top_k)
     if temperature == 0.0:
         return probs.argmax(-1, keepdim=True)
-    return torch.multinomial(probs.float(), 1, generator=generator)
+    work = probs if probs.dtype == torch.float64 else probs.float()
+    return torch.multinomial(work, 1, generator=generator)
 
 
 @torch.no_grad()
@@ -91,6 +119,12 @@ def generate(
         raise ValueError(
             f"with use_cache=True the prompt ({tokens.size(1)} tokens) plus max_new_tokens - 1 = {max_new_tokens - 1} "
             f"must fit the model's max_len={max_len}: the cache keeps every position"
+        )
+    require_bool("use_cache", use_cache)
+    if use_cache and not callable(getattr(model, "new_cache", None)):
+        raise TypeError(
+            f"use_cache=True needs a model with a KV cache (a new_cache() method, as CausalLM has); "
+            f"{type(model).__name__} has none: generate with use_cache=False"
         )
     cache = model.new_cache() if use_cache else None
     step_input = tokens  # with the cache: the prompt first, then the newest token only

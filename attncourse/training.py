@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from ._checks import fmt_shape, require_floating, require_positive_int, require_token_ids
+from ._checks import fmt_shape, require_bool, require_floating, require_positive_int, require_token_ids
 
 __all__ = ["train", "next_token_loss", "ProgressBar"]
 
@@ -27,6 +27,7 @@ class ProgressBar:
     """A progress bar over ``total`` steps: ``update(loss=...)`` each step, ``close()`` at the end."""
 
     def __init__(self, total: int, desc: str = "", *, enabled: bool = True) -> None:
+        require_bool("enabled", enabled)
         self.total, self.desc, self.enabled = total, desc, enabled
         self.n, self.start, self.postfix = 0, time.perf_counter(), ""
         self._last_draw = -1.0
@@ -90,6 +91,7 @@ def train(
     require_positive_int("steps", steps)
     model.train()
     losses: List[float] = []
+    require_bool("progress", progress)
     bar = ProgressBar(steps, desc, enabled=progress)
     for step in range(steps):
         loss = loss_fn(model, get_batch(step))

@@ -19,12 +19,16 @@
 """
 from __future__ import annotations
 
+import inspect
+
 from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    require_bool,
+    check_probability,
     fmt_shape,
     require_floating,
     require_input_like,
@@ -59,9 +63,7 @@ class FeedForward(nn.Module):
 
 
 def _check_dropout(dropout: object) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
-    return float(dropout)
+    return check_probability("dropout", dropout)
 
 
 def _check_hidden(name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)") -> None:
@@ -105,7 +107,9 @@ class TransformerBlock(nn.Module):
         super().__init__()
         require_non_negative_int("d_ff", d_ff)
         dropout = _check_dropout(dropout)
-        self.norm_first = bool(norm_first)
+        require_bool("cross_attention", cross_attention)
+        require_bool("norm_first", norm_first)
+        self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
@@ -235,6 +239,7 @@ class CausalLM(nn.Module):
         self.embed = _Embedding(vocab_size, d_model, max_len, positional)
         self.dropout = nn.Dropout(_check_dropout(dropout))
         self.blocks = nn.ModuleList(blocks)
+        require_bool("final_norm", final_norm)
         self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
 
@@ -274,6 +279,7 @@ class CausalLM(nn.Module):
             for block in self.blocks:
                 x = block(x, mask)
         else:
+            self._require_cacheable()
             if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
                 raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
             x = self.dropout(self.embed(tokens, offset=cache[0].seen))
@@ -283,8 +289,21 @@ class CausalLM(nn.Module):
             x = self.norm(x)
         return self.head(x)
 
+    def _require_cacheable(self) -> None:
+        """A KV cache needs blocks whose ``forward`` takes ``cache=`` (as :class:`TransformerBlock`'s does)."""
+        for i, block in enumerate(self.blocks):
+            if "cache" not in inspect.signature(block.forward).parameters:
+                raise TypeError(
+                    f"block {i} ({type(block).__name__}) takes no KV cache, so this model cannot decode with "
+                    f"one: run it without cache (generate(..., use_cache=False))"
+                )
+
     def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
-        """An empty KV cache per block (``window``: a rolling buffer of that many positions)."""
+        """An empty KV cache per block (``window``: a rolling buffer of that many positions).
+
+        Raises a ``TypeError`` when a block takes no cache (the adaptive-span blocks of chapter 8).
+        """
+        self._require_cacheable()
         return [KVCache(window) for _ in self.blocks]
 
 

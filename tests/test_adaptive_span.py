@@ -461,3 +461,14 @@ def test_position_bias_is_added_per_head_and_distance(device):
     torch.testing.assert_close(got, (weights / weights.sum(-1, keepdim=True)) @ v)
     with pytest.raises(ValueError, match="position_bias"):
         adaptive_span_attention(q, k, v, span, 3.0, position_bias=bias[:, :5])
+
+
+@pytest.mark.parametrize("fraction", [1.25, -0.1])
+def test_span_fraction_outside_the_unit_interval_is_named(fraction):
+    layer = AdaptiveSpanAttention(16, 2, max_span=8, ramp=2.0)
+    with torch.no_grad():
+        layer.span.span_fraction.fill_(fraction)
+    with pytest.raises(ValueError, match=r"span_fraction must lie in \[0, 1\].*clamp"):
+        layer(torch.randn(1, 12, 16))
+    layer.span.clamp_()
+    assert layer(torch.randn(1, 12, 16))[0].shape == (1, 12, 16)

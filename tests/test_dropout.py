@@ -117,11 +117,19 @@ def test_gradcheck_in_eval_mode():
 
 
 def test_bad_dropout_is_rejected():
-    for bad in (-0.1, 1.0, True, "0.1"):
-        with pytest.raises(ValueError, match="dropout must be a probability"):
+    for bad, error in ((-0.1, ValueError), (1.0, ValueError), (float("nan"), ValueError), (True, TypeError),
+                       ("0.1", TypeError), (None, TypeError), (torch.tensor([0.1]), TypeError)):
+        with pytest.raises(error, match="dropout must be a probability"):
             MultiHeadAttention(16, 4, dropout=bad)
-        with pytest.raises(ValueError, match="dropout must be a probability"):
+        with pytest.raises(error, match="dropout must be a probability"):
             TransformerBlock(16, 4, 32, dropout=bad)
+
+
+def test_dropout_accepts_numpy_and_torch_numbers():
+    np = pytest.importorskip("numpy")
+    for good in (np.float64(0.25), np.float32(0.25), torch.tensor(0.25), 0):
+        assert MultiHeadAttention(16, 4, dropout=good).dropout == pytest.approx(float(good))
+        assert TransformerBlock(16, 4, 32, dropout=good) is not None
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -325,3 +325,58 @@ def test_cache_snapshot_by_shallow_copy():
     b = model(tokens[:, 7:], [copy.copy(c) for c in cache])
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert cache[0].seen == 7 and snapshot[0].seen == 8
+
+
+# --- contracts: a cache owns its storage, masks of the documented shape, copies keep the mode ---
+
+
+def test_cache_does_not_keep_the_callers_key():
+    cache = KVCache()
+    key, value = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    cache.update(key, value)
+    saved_key, saved_value = key.clone(), value.clone()
+    key.add_(100.0)
+    value.zero_()
+    assert torch.equal(cache.keys, saved_key) and torch.equal(cache.values, saved_value)
+
+
+@pytest.mark.parametrize("window", [None, 3, 6])
+def test_a_mask_of_shape_len_plus_new_is_accepted_while_the_buffer_fills(window):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2).double().eval()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    reference = layer(x, x, x, sliding_window_mask(6, window=window or 6))[0]
+    cache = KVCache(window=window)
+    outputs = []
+    for t in range(6):
+        S = len(cache) + 1  # the documented S = len(cache) + L
+        assert cache.attended_length(1) == S
+        allow_all = torch.ones(1, S, dtype=torch.bool)  # an extra mask of the documented shape
+        outputs.append(layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], allow_all, cache=cache)[0])
+    torch.testing.assert_close(torch.cat(outputs, 1), reference)
+
+
+def test_layer_given_the_list_of_caches_names_the_mistake():
+    model = CausalLM.standard(11, d_model=8, num_heads=2, d_ff=16, num_layers=2, max_len=8)
+    caches = model.new_cache()
+    layer = model.blocks[0].self_attn
+    x = torch.randn(1, 1, 8)
+    with pytest.raises(TypeError, match=r"cache must be a KVCache, got list.*cache\[i\]"):
+        layer(x, x, x, cache=caches)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_mean_pooled_copy_keeps_the_mode(training):
+    layer = MultiHeadAttention(8, 4).train(training)
+    assert mean_pool_kv_heads(layer, 2).training is training
+    assert mean_pool_kv_heads(layer, 4).training is training
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.complex64])
+def test_positions_must_be_integers(dtype):
+    good = torch.arange(3)
+    bad = torch.arange(3).to(dtype) if dtype != torch.bool else torch.tensor([True, False, True])
+    with pytest.raises(TypeError, match="query_positions"):
+        window_mask_from_positions(bad, good)
+    with pytest.raises(TypeError, match="key_positions"):
+        window_mask_from_positions(good, bad)

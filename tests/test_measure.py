@@ -9,6 +9,7 @@ from attncourse.benchmarks.measure import (
     attention_flops,
     cpu_peak_memory,
     cuda_peak_memory,
+    fit_slope,
     multihead_flops,
     time_call,
     time_interleaved,
@@ -86,3 +87,14 @@ def test_fit_slope_recovers_a_power_law():
     assert fit_slope(lengths, [5.0 * n for n in lengths]) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         fit_slope([1], [1])
+
+
+@pytest.mark.parametrize(
+    "lengths, values, words",
+    [([8, 8, 8], [1.0, 2.0, 3.0], "all be equal"), ([0, 8], [1.0, 2.0], "lengths must be positive"),
+     ([8, 16], [1.0, 0.0], "values must be positive"), ([8, float("nan")], [1.0, 2.0], "lengths"),
+     ([8, 16], [1.0, -2.0], "values")],
+)
+def test_fit_slope_refuses_what_has_no_log_log_slope(lengths, values, words):
+    with pytest.raises(ValueError, match=words):
+        fit_slope(lengths, values)

@@ -123,3 +123,34 @@ def test_causal_lm_positional_options(positional):
 def test_bad_positional_is_rejected():
     with pytest.raises(ValueError, match="positional"):
         CausalLM.standard(10, positional="rope")
+
+
+# --- dtypes and positions that have no real meaning are refused ---------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32, torch.bool, torch.complex64])
+def test_tables_of_real_values_refuse_non_floating_dtypes(dtype):
+    with pytest.raises(TypeError, match="dtype"):
+        sinusoidal_encoding(4, 8, dtype=dtype)
+    with pytest.raises(TypeError, match="dtype"):
+        alibi_bias(2, 4, dtype=dtype)
+    with pytest.raises(TypeError, match="dtype"):
+        sinusoidal_encoding(4, 8, dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_tables_keep_a_floating_dtype(dtype):
+    assert sinusoidal_encoding(4, 8, dtype=dtype).dtype == dtype
+    assert alibi_bias(2, 4, dtype=dtype).dtype == dtype
+
+
+def test_rope_refuses_boolean_complex_and_non_finite_positions():
+    x = torch.randn(3, 4)
+    with pytest.raises(TypeError, match="positions"):
+        apply_rope(x, torch.tensor([True, False, True]))
+    with pytest.raises(TypeError, match="positions"):
+        apply_rope(x, torch.arange(3).to(torch.complex64))
+    with pytest.raises(ValueError, match="positions"):
+        apply_rope(x, torch.tensor([0.0, float("nan"), 2.0]))
+    # integer and real positions are fine and agree
+    torch.testing.assert_close(apply_rope(x, torch.arange(3)), apply_rope(x, torch.arange(3).double()))

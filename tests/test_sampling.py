@@ -106,3 +106,82 @@ def test_bad_arguments():
         generate(model, torch.zeros(1, 1, dtype=torch.long), -1)
     with pytest.raises(ValueError, match=r"\(B, V\)"):
         sample_next(torch.zeros(4))
+
+
+# --- limits, precision and refusals (issue: no silent wrong result) ---------------------------
+
+
+def test_float64_logits_are_computed_in_float64():
+    # logits 1e-7 apart at T = 1e-6: the reference is softmax([-0.1, 0]) computed by hand
+    logits = torch.tensor([1.0, 1.0 + 1e-7], dtype=torch.float64)
+    probs = next_token_distribution(logits, temperature=1e-6)
+    diff = (logits[0] - logits[1]).item() / 1e-6
+    e = torch.tensor([diff, 0.0], dtype=torch.float64).exp()
+    torch.testing.assert_close(probs, e / e.sum(), rtol=1e-9, atol=0)
+    assert probs.dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_tiny_temperature_is_the_argmax_limit(dtype):
+    logits = torch.tensor([[0.5, 2.0, -1.0], [3.0, 3.0, 1.0]], dtype=dtype)
+    probs = next_token_distribution(logits, temperature=1e-300)
+    assert torch.isfinite(probs).all() and probs.dtype == dtype
+    # the limit T -> 0+: all the mass on the largest logit, shared equally by a tie
+    expected = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]], dtype=dtype)
+    assert torch.equal(probs, expected)
+    assert sample_next(logits, temperature=1e-300)[0].item() == 1
+
+
+def test_numpy_and_integer_temperatures_are_numbers():
+    np = pytest.importorskip("numpy")
+    logits = torch.tensor([[2.0, 1.0, 0.5]], dtype=torch.float64)
+    ref = next_token_distribution(logits, temperature=0.5)
+    torch.testing.assert_close(next_token_distribution(logits, temperature=np.float64(0.5)), ref)
+    torch.testing.assert_close(next_token_distribution(logits, temperature=np.float32(0.5)), ref)
+    torch.testing.assert_close(next_token_distribution(logits, temperature=2), next_token_distribution(logits, temperature=2.0))
+
+
+@pytest.mark.parametrize(
+    "temperature, error, words",
+    [(-0.5, ValueError, "temperature"), (float("nan"), ValueError, "temperature"), (float("inf"), ValueError, "temperature"),
+     ("1", TypeError, "temperature"), (True, TypeError, "temperature"), (None, TypeError, "temperature")],
+)
+def test_bad_temperatures_are_refused_by_name(temperature, error, words):
+    with pytest.raises(error, match=words):
+        next_token_distribution(torch.zeros(1, 3), temperature=temperature)
+
+
+@pytest.mark.parametrize(
+    "logits, words",
+    [
+        (torch.full((2, 3), float("-inf")), "-inf everywhere"),
+        (torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]]), r"row \(1,\)"),
+        (torch.tensor([[0.0, float("nan")]]), "NaN"),
+        (torch.tensor([[0.0, float("inf")]]), r"\+inf"),
+        (torch.zeros(2, 0), "V >= 1"),
+    ],
+)
+def test_logits_without_a_distribution_are_refused(logits, words):
+    with pytest.raises(ValueError, match=words):
+        next_token_distribution(logits)
+    with pytest.raises(ValueError, match=words):
+        sample_next(logits)
+
+
+def test_a_partly_minus_inf_row_is_fine():
+    logits = torch.tensor([[float("-inf"), 0.0, float("-inf")]])
+    assert next_token_distribution(logits).tolist() == [[0.0, 1.0, 0.0]]
+
+
+def test_generate_with_cache_refuses_a_model_without_one():
+    from attncourse.adaptive_span import adaptive_span_lm
+
+    model = adaptive_span_lm(11, max_span=8, ramp=2.0, d_model=16, num_heads=2, d_ff=0, max_len=16)
+    prompt = torch.tensor([[1, 2, 3]])
+    with pytest.raises(TypeError, match="AdaptiveSpanBlock.*use_cache=False"):
+        generate(model, prompt, 2, use_cache=True)
+    assert generate(model, prompt, 2, temperature=0.0).shape == (1, 5)
+    with pytest.raises(TypeError, match="use_cache"):
+        generate(model, prompt, 2, use_cache="yes")
+    with pytest.raises(TypeError, match="new_cache"):
+        generate(Bigram(torch.randn(7, 7)), prompt, 2, use_cache=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import statistics
 import subprocess
@@ -213,7 +214,14 @@ def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
     """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``."""
     if len(lengths) != len(values) or len(lengths) < 2:
         raise ValueError(f"need at least two (length, value) pairs of equal count, got {len(lengths)} and {len(values)}")
+    for name, seq in (("lengths", lengths), ("values", values)):
+        bad = [v for v in seq if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0]
+        if bad:
+            raise ValueError(f"{name} must be positive finite numbers (a log-log fit), got {bad[0]!r} in {list(seq)!r}")
     x = [math.log(v) for v in lengths]
     y = [math.log(v) for v in values]
     mx, my = sum(x) / len(x), sum(y) / len(y)
-    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+    spread = sum((a - mx) ** 2 for a in x)
+    if spread == 0:
+        raise ValueError(f"lengths must not all be equal (no slope can be fitted), got {list(lengths)!r}")
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / spread
