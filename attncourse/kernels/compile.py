@@ -1,0 +1,702 @@
+"""Compile chapter 10's Triton kernels for a GPU without one: what the compiler makes of them.
+
+Triton compiles for an explicit target: ``GPUTarget("cuda", capability, 32)`` needs no GPU,
+only the ``ptxas``, ``cuobjdump`` and ``nvdisasm`` that the triton wheel bundles. This module
+compiles each kernel **exactly as the launcher specialises it** and reports what a GPU of that
+kind would get:
+
+* **shared memory per block** (``metadata.shared``, the dynamic shared memory the launch asks
+  for) against the target's limit (:data:`TARGETS`); past it, the launch fails with
+  ``OutOfResources``;
+* **registers per thread** and **spilled bytes** (``ptxas -v``: spill stores and loads go to
+  local memory, which lives in DRAM behind the caches);
+* **tensor-core instructions**: whether ``tl.dot`` became an MMA layout in the TritonGPU IR
+  (``nvidia_mma`` version 2 is ``mma.sync``, version 3 is Hopper's ``wgmma``) and how many
+  ``HMMA`` / ``HGMMA`` instructions the SASS holds (``cuobjdump -sass``);
+* the SASS text itself.
+
+How the launcher's specialisation is captured. The launcher
+(:func:`attncourse.kernels.flash.flash_attention` and friends) is run on small CPU tensors
+while Triton's active driver is a stub that names the target, and Triton's
+``knobs.runtime.jit_cache_hook`` records every kernel the launcher would compile and returns
+``True``, which tells Triton to skip compiling and launching it. The record holds the kernel's
+signature (argument types), constexprs (block sizes, flags, strides folded to 1), divisibility
+attributes and options (``num_warps``, ``num_stages``): what a real launch on that GPU would
+compile. ``torch.cuda.get_device_capability`` answers the target's capability meanwhile, so a
+launcher that picks its configuration per GPU picks the target's. The inputs have the
+specialisation of the chapter's benchmark (``B=4, H=16, L=S=4096``): every size and stride a
+multiple of 16 and none equal to 1 except the last stride.
+
+Compiling takes from under a second to a minute per kernel on a CPU, so results are cached
+on disk (:func:`cache_dir`), keyed by the kernel's source (with the functions it calls), the
+triton version, the target and everything the launcher passed. A missing cache only costs time.
+
+Nothing here runs a kernel, and nothing here is a timing: registers, spills and shared memory
+are what the compiler produced, which bounds what a GPU can run, not how fast it runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import hashlib
+import importlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = [
+    "Target",
+    "TARGETS",
+    "VARIANTS",
+    "DTYPES",
+    "KernelLaunch",
+    "CompileResult",
+    "cache_dir",
+    "capture_launches",
+    "compile_launch",
+    "compile_variant",
+    "compile_matrix",
+    "tensor_core_kind",
+    "HEAD_DIMS",
+    "matrix_requests",
+    "main",
+]
+
+
+# -- the targets -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU architecture to compile for.
+
+    ``shared_per_block`` is the most shared memory one thread block may use, in bytes: the
+    "maximum amount of shared memory per thread block" of the CUDA C++ Programming Guide's
+    table of technical specifications per compute capability (above 48 KiB a kernel must opt in,
+    which Triton's launcher does). ``bf16``: whether the architecture has bfloat16 arithmetic
+    (compute capability 8.0 and later).
+    """
+
+    name: str
+    capability: Tuple[int, int]
+    shared_per_block: int
+    gpus: str
+    bf16: bool
+
+    @property
+    def arch(self) -> int:
+        """The capability as Triton writes it: ``(8, 0)`` is ``80``."""
+        return 10 * self.capability[0] + self.capability[1]
+
+
+_KIB = 1024
+TARGETS: Dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("sm_75", (7, 5), 64 * _KIB, "T4 (Colab's free GPU), RTX 20xx", False),
+        Target("sm_80", (8, 0), 163 * _KIB, "A100", True),
+        Target("sm_86", (8, 6), 99 * _KIB, "A10, RTX 30xx", True),
+        Target("sm_89", (8, 9), 99 * _KIB, "L4, RTX 40xx", True),
+        Target("sm_90", (9, 0), 227 * _KIB, "H100", True),
+    )
+}
+
+#: What the launcher can be asked for: the four kinds of attention it specialises for.
+VARIANTS = ("plain", "causal", "lengths", "span")
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _target(target) -> Target:
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and target in TARGETS:
+        return TARGETS[target]
+    raise ValueError(f"target must be a Target or one of {sorted(TARGETS)}, got {target!r}")
+
+
+# -- capturing what the launcher compiles ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel as a launcher would compile it for one target.
+
+    ``kernel`` is a short name (``_forward_kernel`` gives ``"forward"``); ``module`` and
+    ``qualname`` locate the ``@triton.jit`` function; ``signature``, ``constexprs`` and
+    ``attrs`` are what Triton's ``ASTSource`` takes; ``options`` the compile options
+    (``num_warps``, ``num_stages``, ...).
+    """
+
+    kernel: str
+    module: str
+    qualname: str
+    signature: Dict[str, str]
+    constexprs: Dict[Tuple[int, ...], Any]
+    attrs: Dict[Tuple[int, ...], Any]
+    options: Dict[str, Any]
+
+    def function(self):
+        """The ``@triton.jit`` function itself (imported by name, so a launch can cross processes)."""
+        obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    @property
+    def constants(self) -> Dict[str, Any]:
+        """The constexprs by argument name: ``{"BLOCK_M": 64, "CAUSAL": True, "sqd": 1, ...}``."""
+        names = list(self.signature)
+        return {names[path[0]]: value for path, value in self.constexprs.items() if len(path) == 1}
+
+
+def _short_name(name: str) -> str:
+    name = name.strip("_")
+    return name[: -len("_kernel")] if name.endswith("_kernel") else name
+
+
+class _StubDriver:
+    """Stands in for Triton's CUDA driver: names the target, owns no GPU."""
+
+    def __init__(self, target: Target):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", target.arch, 32)
+        self.device = f"attncourse-compile-{target.name}"  # its own key in each kernel's per-device caches
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_device(self):
+        return self.device
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
+    """Within it, launching a Triton kernel records a :class:`KernelLaunch` instead of compiling.
+
+    Also answers ``torch.cuda`` queries as the target GPU would and lets the launcher take CPU
+    tensors (its device check is the one thing bypassed: the tensors are never read by a kernel).
+    """
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    from . import flash
+
+    _require_compiled_kernels(flash)
+    launches: List[KernelLaunch] = []
+    touched = []
+
+    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        jit = fn.jit_function
+        touched.append(jit)
+        names = list(compile["signature"])
+        options = {k: compile[k] for k in ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion",
+                                           "launch_cooperative_grid")}
+        launches.append(KernelLaunch(
+            kernel=_short_name(jit.fn.__name__), module=jit.fn.__module__, qualname=jit.fn.__qualname__,
+            signature=dict(compile["signature"]), constexprs=dict(compile["constants"]),
+            attrs=dict(compile["configs"][0]), options=options,
+        ))
+        assert len(names) == len(jit.params)
+        return True  # tells Triton not to compile (nor launch) this kernel
+
+    stub = _StubDriver(target)
+    saved_active = driver._active
+    saved_hook = knobs.runtime.jit_cache_hook
+    patches = {
+        (torch.cuda, "get_device_capability"): lambda device=None: target.capability,
+        (torch.cuda, "is_available"): lambda: True,
+        (torch.cuda, "is_bf16_supported"): lambda *a, **k: target.bf16,
+        (torch.cuda, "get_device_name"): lambda device=None: f"compile-only {target.name}",
+        (torch.cuda, "device"): lambda device=None: contextlib.nullcontext(),
+        (torch.cuda, "current_device"): lambda: 0,
+        (flash, "_require_device"): lambda *a, **k: None,
+    }
+    saved = {(obj, name): getattr(obj, name) for obj, name in patches if hasattr(obj, name)}
+    driver.set_active(stub)
+    knobs.runtime.jit_cache_hook = hook
+    for (obj, name), value in patches.items():
+        setattr(obj, name, value)
+    try:
+        yield launches
+    finally:
+        for (obj, name) in patches:
+            if (obj, name) in saved:
+                setattr(obj, name, saved[(obj, name)])
+            else:
+                delattr(obj, name)
+        knobs.runtime.jit_cache_hook = saved_hook
+        driver._active = saved_active
+        for jit in touched:  # the stub device's binder and target go with it
+            jit.device_caches.pop(stub.device, None)
+
+
+def _require_compiled_kernels(flash) -> None:
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(getattr(flash, "_forward_kernel", None), JITFunction):
+        raise RuntimeError(
+            "triton was imported with TRITON_INTERPRET=1, so the kernels are interpreted, not compiled: "
+            "compile in a process that imports triton without it (python -m attncourse.kernels.compile)"
+        )
+
+
+def _inputs(variant: str, dtype: torch.dtype, head_dim: int, length: int):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 16, length, head_dim, generator=g).to(dtype).requires_grad_(True) for _ in range(3))
+    return q, k, v
+
+
+def _run_launcher(variant: str, dtype: torch.dtype, head_dim: int, backward: bool, length: int = 256) -> None:
+    from . import flash
+
+    q, k, v = _inputs(variant, dtype, head_dim, length)
+    if variant == "plain":
+        out = flash.flash_attention(q, k, v)
+    elif variant == "causal":
+        out = flash.flash_attention(q, k, v, causal=True)
+    elif variant == "lengths":
+        out = flash.flash_attention(q, k, v, lengths=torch.tensor([length, length // 2]))
+    elif variant == "span":
+        span = torch.full((q.size(1),), length / 4, requires_grad=True)
+        out = flash.adaptive_span_flash_attention(q, k, v, span, ramp=32.0)
+    else:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if backward:
+        out.backward(torch.ones_like(out))
+
+
+def capture_launches(target, variant: str, dtype, head_dim: int, *, backward: bool = True) -> List[KernelLaunch]:
+    """The kernels the launcher compiles for ``variant`` on ``target``, in launch order.
+
+    Args:
+        target: a :class:`Target` or its name (``"sm_75"`` ... ``"sm_90"``).
+        variant: one of :data:`VARIANTS`: ``"plain"``, ``"causal"``, ``"lengths"`` (a key
+            padding length per sequence) or ``"span"`` (adaptive span, causal).
+        dtype: ``torch.float16``, ``torch.bfloat16`` or ``torch.float32`` (or its name).
+        head_dim: the head size ``d`` (16..128).
+        backward: also run the backward pass (its three kernels).
+
+    Raises:
+        whatever the launcher raises for a request the target cannot run (bfloat16 on sm_75).
+    """
+    target = _target(target)
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        dtype = DTYPES[dtype]
+    if dtype not in DTYPES.values():
+        raise TypeError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool):
+        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__}")
+    with _capturing(target) as launches:
+        _run_launcher(variant, dtype, head_dim, backward)
+    return launches
+
+
+# -- compiling one kernel --------------------------------------------------------------------
+
+
+@dataclass
+class CompileResult:
+    """What compiling one :class:`KernelLaunch` for one target gave.
+
+    Sizes in bytes; ``registers`` per thread; ``spill_stores``/``spill_loads`` per thread
+    (``ptxas -v``); ``mma_version`` 0 where ``tl.dot`` stayed on the FMA path, 2 for
+    ``mma.sync``, 3 for ``wgmma``; ``hmma``/``hgmma`` the counts of those SASS instructions;
+    ``seconds`` the compile's wall time on the machine that compiled it (0 from the cache).
+    """
+
+    target: str
+    kernel: str
+    constants: Dict[str, Any]
+    num_warps: int
+    num_stages: int
+    shared: int
+    shared_limit: int
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack: int
+    mma_version: int
+    hmma: int
+    hgmma: int
+    sass_instructions: int
+    seconds: float
+    cached: bool = False
+    sass: str = field(default="", repr=False)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the block's shared memory fits the target's limit (else the launch fails)."""
+        return self.shared <= self.shared_limit
+
+    @property
+    def spills(self) -> int:
+        """Bytes spilled per thread (stores; loads read them back)."""
+        return self.spill_stores
+
+    @property
+    def tensor_cores(self) -> str:
+        """``"wgmma"``, ``"mma.sync"`` or ``"none (FMA)"``: what ``tl.dot`` became (see :func:`tensor_core_kind`)."""
+        return tensor_core_kind(self.mma_version, self.hmma, self.hgmma)
+
+    def summary(self) -> Dict[str, Any]:
+        """A JSON-ready dict of the facts (no SASS, no timing)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("sass", "seconds", "cached")}
+        out.update(fits=self.fits, tensor_cores=self.tensor_cores)
+        return out
+
+
+def tensor_core_kind(mma_version: int, hmma: int, hgmma: int) -> str:
+    """Name what ``tl.dot`` compiled to from the IR's MMA version and the SASS counts.
+
+    ``"wgmma"`` (Hopper's warpgroup MMA, ``HGMMA`` in SASS), ``"mma.sync"`` (``HMMA``),
+    ``"none (FMA)"`` when neither the IR nor the SASS holds a tensor-core instruction.
+    """
+    if hgmma > 0:
+        return "wgmma"
+    if hmma > 0:
+        return "mma.sync"
+    if mma_version:
+        return f"mma v{mma_version} in IR only"
+    return "none (FMA)"
+
+
+def cache_dir() -> Path:
+    """Where compile results are kept: ``$ATTNCOURSE_COMPILE_CACHE``, else ``~/.cache/attncourse/compile``."""
+    env = os.environ.get("ATTNCOURSE_COMPILE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "attncourse" / "compile"
+
+
+def _jsonable(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+def _cache_key(launch: KernelLaunch, target: Target) -> str:
+    import triton
+
+    fn = launch.function()
+    blob = json.dumps([
+        triton.__version__, target.name, launch.module, launch.qualname, fn.cache_key,
+        _jsonable(launch.signature), _jsonable(launch.constexprs), _jsonable(launch.attrs),
+        _jsonable(launch.options),
+    ])
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_MMA_LAYOUT = re.compile(r"nvidia_mma<\{versionMajor = (\d+)")
+
+
+def _nvidia_tool(name: str) -> str:
+    import triton
+
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is neither in the triton wheel ({path.parent}) nor on PATH")
+    return found
+
+
+def _sass(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([_nvidia_tool("cuobjdump"), "-sass", str(path)], check=True,
+                              capture_output=True, text=True).stdout
+
+
+def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    log = io.StringIO()
+    start = time.perf_counter()
+    saved = (knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        # always_compile + a private cache directory: ptxas runs here, and its -v log is printed
+        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir = True, True, tmp
+        try:
+            with contextlib.redirect_stdout(log):
+                kernel = triton.compile(
+                    ASTSource(launch.function(), launch.signature, launch.constexprs, launch.attrs),
+                    target=GPUTarget("cuda", target.arch, 32), options=dict(launch.options),
+                )
+        finally:
+            knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir = saved
+    seconds = time.perf_counter() - start
+    ptxas = log.getvalue()
+    spills = _PTXAS_SPILLS.search(ptxas)
+    regs = _PTXAS_REGS.search(ptxas)
+    if spills is None or regs is None:
+        raise RuntimeError(f"could not read ptxas -v's report for {launch.kernel} on {target.name}:\n{ptxas}")
+    layout = _MMA_LAYOUT.search(kernel.asm["ttgir"])
+    mma_version = int(layout.group(1)) if layout else 0
+    if "warp_group_dot" in kernel.asm["ttgir"]:
+        mma_version = max(mma_version, 3)
+    sass = _sass(kernel.asm["cubin"])
+    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    return CompileResult(
+        target=target.name, kernel=launch.kernel, constants=_jsonable(launch.constants),
+        num_warps=int(launch.options["num_warps"]), num_stages=int(launch.options["num_stages"]),
+        shared=int(kernel.metadata.shared), shared_limit=target.shared_per_block,
+        registers=int(regs.group(1)), stack=int(spills.group(1)),
+        spill_stores=int(spills.group(2)), spill_loads=int(spills.group(3)),
+        mma_version=mma_version,
+        hmma=sum(op.startswith("HMMA") for op in opcodes), hgmma=sum(op.startswith("HGMMA") for op in opcodes),
+        sass_instructions=len(opcodes), seconds=round(seconds, 3), sass=sass,
+    )
+
+
+def compile_launch(launch: KernelLaunch, target, *, cache: Optional[Path] = None, use_cache: bool = True) -> CompileResult:
+    """Compile one captured kernel for ``target`` (or read it from the cache) and report on it.
+
+    Args:
+        launch: from :func:`capture_launches`.
+        target: a :class:`Target` or its name.
+        cache: the cache directory (default :func:`cache_dir`).
+        use_cache: ``False`` compiles afresh (and refreshes the cache).
+
+    Raises:
+        triton's compile errors, and ``RuntimeError`` when ptxas's report cannot be read.
+    """
+    if not isinstance(launch, KernelLaunch):
+        raise TypeError(f"launch must be a KernelLaunch (from capture_launches), got {type(launch).__name__}")
+    target = _target(target)
+    directory = Path(cache) if cache is not None else cache_dir()
+    key = _cache_key(launch, target)
+    path = directory / f"{key}.json"
+    if use_cache and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            sass_path = directory / f"{key}.sass.gz"
+            data["sass"] = gzip.decompress(sass_path.read_bytes()).decode() if sass_path.exists() else ""
+            data["cached"] = True
+            data["seconds"] = 0.0
+            return CompileResult(**data)
+        except (OSError, ValueError, TypeError):
+            pass  # a damaged entry: compile again
+    result = _compile_uncached(launch, target)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in ("sass", "cached")}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        (directory / f"{key}.sass.gz").write_bytes(gzip.compress(result.sass.encode()))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache: results are still returned
+    return result
+
+
+def compile_variant(target, variant: str, dtype, head_dim: int, *, backward: bool = True,
+                    cache: Optional[Path] = None) -> List[CompileResult]:
+    """Capture and compile every kernel the launcher uses for one request on ``target``.
+
+    Example: ``compile_variant("sm_75", "causal", torch.float16, 64)`` gives four results
+    (forward, backward preprocess, backward dK/dV, backward dQ) with shared memory, registers,
+    spills and the tensor-core instructions of each.
+    """
+    target = _target(target)
+    return [compile_launch(launch, target, cache=cache)
+            for launch in capture_launches(target, variant, dtype, head_dim, backward=backward)]
+
+
+# -- many at once ----------------------------------------------------------------------------
+
+
+def _worker_init(niceness: int) -> None:
+    if niceness:
+        try:
+            os.nice(niceness)
+        except OSError:
+            pass
+    torch.set_num_threads(1)
+
+
+def _worker_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]) -> CompileResult:
+    return compile_launch(launch, target_name, cache=Path(cache) if cache else None)
+
+
+def compile_matrix(
+    requests: Iterable[Tuple[str, str, str, int]], *, workers: int = 2, niceness: int = 10,
+    cache: Optional[Path] = None, backward: bool = True,
+    progress: Optional[Callable[[str], None]] = None,
+) -> List[Dict[str, Any]]:
+    """Compile many ``(target, variant, dtype name, head_dim)`` requests, ``workers`` at a time.
+
+    Captures every request's kernels here (fast), compiles each distinct one once (two requests
+    that differ only in ``d`` within one padded block size often share kernels) in ``workers``
+    processes at ``nice`` level ``niceness``, and returns one row per request: its fields,
+    ``"refused"`` (the launcher's message, or ``None``) and ``"kernels"``: the
+    :meth:`CompileResult.summary` of each kernel, plus ``"compile_seconds"``.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    rows: List[Dict[str, Any]] = []
+    jobs: Dict[Tuple[str, str], Tuple[KernelLaunch, str]] = {}
+    for target_name, variant, dtype_name, head_dim in requests:
+        target = _target(target_name)
+        row: Dict[str, Any] = dict(target=target.name, variant=variant, dtype=dtype_name, head_dim=head_dim,
+                                   refused=None, keys=[])
+        try:
+            launches = capture_launches(target, variant, dtype_name, head_dim, backward=backward)
+        except (TypeError, ValueError, RuntimeError) as error:
+            row["refused"] = f"{type(error).__name__}: {error}"
+            launches = []
+        for launch in launches:
+            key = (target.name, _cache_key(launch, target))
+            jobs.setdefault(key, (launch, target.name))
+            row["keys"].append(key)
+        rows.append(row)
+
+    results: Dict[Tuple[str, str], Any] = {}
+    cache_arg = str(cache) if cache is not None else None
+    if workers <= 1:
+        for key, (launch, target_name) in jobs.items():
+            results[key] = _safe_compile(launch, target_name, cache_arg)
+            if progress:
+                progress(_progress_line(key, results[key], len(results), len(jobs)))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
+                                 initargs=(niceness,)) as pool:
+            futures = {key: pool.submit(_safe_compile, launch, target_name, cache_arg)
+                       for key, (launch, target_name) in jobs.items()}
+            for key, future in futures.items():
+                results[key] = future.result()
+                if progress:
+                    progress(_progress_line(key, results[key], len(results), len(jobs)))
+
+    for row in rows:
+        kernels = [results[key] for key in row.pop("keys")]
+        row["kernels"] = [k.summary() if isinstance(k, CompileResult) else {"error": k} for k in kernels]
+        row["compile_seconds"] = round(sum(k.seconds for k in kernels if isinstance(k, CompileResult)), 3)
+    return rows
+
+
+def _safe_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]):
+    try:
+        return _worker_compile(launch, target_name, cache)
+    except Exception as error:  # a compile failure is a result of the matrix, not its end
+        return f"{type(error).__name__}: {str(error)[:2000]}"
+
+
+def _progress_line(key, result, done: int, total: int) -> str:
+    if isinstance(result, CompileResult):
+        what = (f"{result.kernel:20s} shared {result.shared // 1024:4d} KiB regs {result.registers:3d} "
+                f"spills {result.spill_stores:5d} {result.tensor_cores:10s} {result.seconds:6.1f} s"
+                f"{' (cached)' if result.cached else ''}")
+    else:
+        what = f"FAILED {result[:200]}"
+    return f"[{done}/{total}] {key[0]} {what}"
+
+
+# -- the requests, and the command line ------------------------------------------------------
+
+#: The head sizes compiled: each padded block size (16, 32, 64, 128) and two sizes that are not
+#: powers of two (48, 96), which the kernels mask.
+HEAD_DIMS = (16, 32, 48, 64, 96, 128)
+
+
+def matrix_requests(*, subset: bool = False) -> List[Tuple[str, str, str, int]]:
+    """The ``(target, variant, dtype, head_dim)`` requests of the full matrix, or of CI's subset.
+
+    The full matrix is every target x variant x dtype x :data:`HEAD_DIMS` (bfloat16 on sm_75
+    included: the launcher must refuse it). The subset keeps, per target, the largest head size
+    in each dtype with the causal variant, the span variant in float16 at d = 64, and bfloat16
+    on sm_75 (refused): the cases nearest each limit, at a few minutes' compiling on a CPU.
+    """
+    if subset:
+        requests = []
+        for name in TARGETS:
+            requests += [(name, "causal", dtype, 128) for dtype in DTYPES]
+            requests.append((name, "span", "float16", 64))
+        return requests
+    return [(name, variant, dtype, d) for name in TARGETS for variant in VARIANTS for dtype in DTYPES
+            for d in HEAD_DIMS]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m attncourse.kernels.compile [--subset] [--out FILE] ...``: compile a matrix, write JSON."""
+    import argparse
+    import platform
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m attncourse.kernels.compile", description=main.__doc__)
+    parser.add_argument("--subset", action="store_true", help="CI's representative subset, not the full matrix")
+    parser.add_argument("--targets", nargs="*", default=None, help=f"restrict to these of {list(TARGETS)}")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--nice", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+
+    requests = matrix_requests(subset=args.subset)
+    if args.targets:
+        unknown = set(args.targets) - set(TARGETS)
+        if unknown:
+            parser.error(f"unknown targets {sorted(unknown)}")
+        requests = [r for r in requests if r[0] in args.targets]
+    start = time.perf_counter()
+    rows = compile_matrix(requests, workers=args.workers, niceness=args.nice,
+                          progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
+    import triton
+
+    report = {
+        "what": "compiler output for chapter 10's kernels (not timings): shared memory, registers, spills, "
+                "tensor-core instructions per target, compiled without a GPU",
+        "triton": triton.__version__, "torch": torch.__version__.split("+")[0],
+        "subset": bool(args.subset), "targets": {t.name: dataclasses.asdict(t) for t in TARGETS.values()},
+        "rows": rows,
+    }
+    text = json.dumps(report, indent=1, sort_keys=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    print(f"{len(rows)} requests compiled in {time.perf_counter() - start:.0f} s "
+          f"on {platform.node()} ({os.cpu_count()} cores)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: compile, do not interpret
+    raise SystemExit(main())
