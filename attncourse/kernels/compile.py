@@ -51,7 +51,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -161,8 +161,7 @@ class KernelLaunch:
 
 
 def _short_name(name: str) -> str:
-    name = name.strip("_")
-    return name[: -len("_kernel")] if name.endswith("_kernel") else name
+    return name.strip("_").removesuffix("_kernel")
 
 
 class _StubDriver:
