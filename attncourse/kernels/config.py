@@ -1,0 +1,160 @@
+"""Launch settings of chapter 10's kernels per GPU: tile sizes, warps and pipeline stages.
+
+A Triton kernel is compiled for one GPU architecture and one set of compile-time constants.
+What fits differs from GPU to GPU: a block (one program) may use at most 64 KiB of shared
+memory on a T4 (compute capability 7.5), 99 KiB on an RTX 30xx or an L4 (8.6, 8.9), 163 KiB
+on an A100 (8.0) and 227 KiB on an H100 (9.0) (NVIDIA's CUDA C++ Programming Guide, table of
+technical specifications per compute capability). A tile too large for the target fails at
+launch with ``OutOfResources``; one too large for the registers (255 per thread at most)
+spills to slow local memory. So :func:`launch_config` picks, per target, dtype and head size,
+the largest tiles that compile within both limits, and refuses what a GPU cannot do at all
+(bfloat16 before compute capability 8.0). ``attncourse.kernels.flash`` calls it with the
+capability of the tensors' GPU; the compile test compiles exactly what it returns for every
+target, without a GPU.
+
+This module imports neither triton nor CUDA: it is plain Python, tested on any machine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+__all__ = [
+    "KERNELS",
+    "TARGETS",
+    "LaunchConfig",
+    "launch_config",
+    "shared_memory_per_block",
+    "supports_bfloat16",
+    "block_d",
+]
+
+#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration.
+KERNELS = ("forward", "backward_dkdv", "backward_dq")
+
+#: The compute capabilities the course compiles for (the compile test's targets), a GPU of
+#: each kind, and the most shared memory one block may use there (bytes, the opt-in maximum).
+TARGETS = {
+    (7, 5): ("T4", 64 * 1024),
+    (8, 0): ("A100", 163 * 1024),
+    (8, 6): ("RTX 30xx / A10", 99 * 1024),
+    (8, 9): ("L4 / RTX 40xx", 99 * 1024),
+    (9, 0): ("H100", 227 * 1024),
+}
+# Other capabilities with a known limit (Jetson Orin, B200, RTX 50xx); any other gets 99 KiB,
+# the smallest limit from 8.6 on, for which every rule below also holds.
+_OTHER_SHARED = {(8, 7): 163 * 1024, (10, 0): 227 * 1024, (12, 0): 99 * 1024}
+_DEFAULT_SHARED = 99 * 1024
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one kernel is launched: a tile of ``block_m`` queries by ``block_n`` keys, run by
+    ``num_warps`` warps of 32 threads, with ``num_stages`` tiles of K and V (or Q and dO) in
+    flight in shared memory while the current one is multiplied (software pipelining)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def _check_capability(capability: object) -> Tuple[int, int]:
+    if (
+        not isinstance(capability, tuple)
+        or len(capability) != 2
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)
+    ):
+        raise TypeError(f"capability must be a pair of ints (major, minor) like (8, 0), got {capability!r}")
+    return capability  # type: ignore[return-value]
+
+
+def _describe(capability: Tuple[int, int], device_name: Optional[str]) -> str:
+    known = TARGETS.get(capability, ("a GPU",))[0]
+    name = device_name or known
+    return f"{name} (compute capability {capability[0]}.{capability[1]}, sm_{capability[0]}{capability[1]})"
+
+
+def shared_memory_per_block(capability: Tuple[int, int]) -> int:
+    """The most shared memory (bytes) one block may use on a GPU of this compute capability.
+
+    Capabilities before 7.5 are refused; unknown later ones get 99 KiB (see ``_OTHER_SHARED``).
+    """
+    capability = _check_capability(capability)
+    if capability < (7, 5):
+        raise ValueError(
+            f"the course's kernels need compute capability 7.5 or later (a T4 or newer), "
+            f"got {_describe(capability, None)}"
+        )
+    if capability in TARGETS:
+        return TARGETS[capability][1]
+    return _OTHER_SHARED.get(capability, _DEFAULT_SHARED)
+
+
+def supports_bfloat16(capability: Tuple[int, int]) -> bool:
+    """bfloat16 tensor-core products exist from compute capability 8.0 (Ampere) on."""
+    return _check_capability(capability) >= (8, 0)
+
+
+def block_d(head_dim: int) -> int:
+    """The head size padded to a power of two of at least 16 (``tl.arange`` and ``tl.dot`` need it)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 1 <= head_dim <= 128:
+        raise ValueError(f"head_dim must be an integer in 1..128, got {head_dim!r}")
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def launch_config(
+    capability: Tuple[int, int], dtype: torch.dtype, head_dim: int, kernel: str, *, device_name: Optional[str] = None
+) -> LaunchConfig:
+    """Tiles, warps and stages for ``kernel`` on a GPU of ``capability``, inputs of ``dtype``
+    and head size ``head_dim``.
+
+    Args:
+        capability: ``(major, minor)``, as ``torch.cuda.get_device_capability`` returns it.
+        dtype: ``torch.float16``, ``torch.bfloat16`` or ``torch.float32``.
+        head_dim: ``d``, 16..128 (the kernels pad it to a power of two).
+        kernel: one of :data:`KERNELS`.
+        device_name: the GPU's name for error messages (``torch.cuda.get_device_name``).
+
+    Raises:
+        ValueError: bfloat16 before compute capability 8.0, a capability before 7.5, an unknown
+            kernel or a head size outside 16..128.
+        TypeError: a dtype the kernels do not take.
+
+    The rules, checked by compiling every case for every target in :data:`TARGETS`:
+
+    * float16/bfloat16 multiply on the tensor cores; the tiles are 64 x 64 where they fit.
+      At ``d = 128`` the tiles of K and V (forward) or the ``dK``, ``dV`` accumulators
+      (backward) double, so the key tile halves (and the backward takes 8 warps, which
+      share the accumulators among twice the threads' registers).
+    * float32 multiplies in full precision ("ieee") on the ordinary cores, where every
+      thread holds its share of a tile in registers: tiles of 32 x 32.
+    * Pipelining stages cost a copy of each streamed tile: 2 where shared memory is at most
+      99 KiB, 3 on an A100 or an H100.
+    """
+    capability = _check_capability(capability)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    if dtype not in _DTYPES:
+        raise TypeError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 16 <= head_dim <= 128:
+        raise ValueError(f"head_dim must be an integer in 16..128, got {head_dim!r}")
+    shared = shared_memory_per_block(capability)  # refuses capabilities before 7.5
+    if dtype == torch.bfloat16 and not supports_bfloat16(capability):
+        raise ValueError(
+            f"bfloat16 needs compute capability 8.0 or later (A100, L4, H100); "
+            f"{_describe(capability, device_name)} has none: use float16 or float32"
+        )
+    d = block_d(head_dim)
+    stages = 3 if shared >= 160 * 1024 else 2
+    if dtype == torch.float32:
+        return LaunchConfig(32, 32, 4, 1 if shared < 96 * 1024 else 2)
+    if kernel == "forward":
+        return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
+    if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
+        return LaunchConfig(32, 64, 4 if d <= 64 else 8, stages)
+    return LaunchConfig(64, 32, 4 if d <= 64 else 8, stages)  # backward_dq: per query block
