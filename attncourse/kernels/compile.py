@@ -55,6 +55,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from .config import TARGETS as _CONFIG_TARGETS
+from .config import shared_memory_per_block, supports_bfloat16
+
 __all__ = [
     "Target",
     "TARGETS",
@@ -83,9 +86,10 @@ class Target:
 
     ``shared_per_block`` is the most shared memory one thread block may use, in bytes: the
     "maximum amount of shared memory per thread block" of the CUDA C++ Programming Guide's
-    table of technical specifications per compute capability (above 48 KiB a kernel must opt in,
-    which Triton's launcher does). ``bf16``: whether the architecture has bfloat16 arithmetic
-    (compute capability 8.0 and later).
+    table of technical specifications per compute capability, 64 KiB on 7.5, 163 KiB on 8.0,
+    99 KiB on 8.6 and 8.9, 227 KiB on 9.0 (above 48 KiB a kernel must opt in, which Triton's
+    launcher does). ``bf16``: whether the architecture has bfloat16 arithmetic (8.0 and later).
+    Both come from :mod:`attncourse.kernels.config`.
     """
 
     name: str
@@ -100,17 +104,14 @@ class Target:
         return 10 * self.capability[0] + self.capability[1]
 
 
-_KIB = 1024
-TARGETS: Dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target("sm_75", (7, 5), 64 * _KIB, "T4 (Colab's free GPU), RTX 20xx", False),
-        Target("sm_80", (8, 0), 163 * _KIB, "A100", True),
-        Target("sm_86", (8, 6), 99 * _KIB, "A10, RTX 30xx", True),
-        Target("sm_89", (8, 9), 99 * _KIB, "L4, RTX 40xx", True),
-        Target("sm_90", (9, 0), 227 * _KIB, "H100", True),
-    )
-}
+def _make_target(capability: Tuple[int, int]) -> Target:
+    return Target(f"sm_{capability[0]}{capability[1]}", capability, shared_memory_per_block(capability),
+                  _CONFIG_TARGETS[capability][0], supports_bfloat16(capability))
+
+
+#: The architectures compiled for, with their limits from :mod:`attncourse.kernels.config`
+#: (the one place the course states them).
+TARGETS: Dict[str, Target] = {t.name: t for t in map(_make_target, _CONFIG_TARGETS)}
 
 #: What the launcher can be asked for: the four kinds of attention it specialises for.
 VARIANTS = ("plain", "causal", "lengths", "span")
