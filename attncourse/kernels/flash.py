@@ -35,7 +35,10 @@ the same kernels with numpy (slowly, and without bfloat16).
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+from dataclasses import replace
 from typing import Optional, Tuple
 
 import torch
@@ -44,6 +47,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .._checks import fmt_shape, require_floating, require_positive_int, require_positive_number, require_rank
+from .config import LaunchConfig, launch_config
 from .tiles import span_windows
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "flash_attention_forward",
     "adaptive_span_flash_attention",
     "softmax_rows",
+    "compile_specs",
 ]
 
 
@@ -76,231 +81,420 @@ def softmax_rows(x: Tensor) -> Tensor:
     """Softmax over the last dimension of a 2-D tensor ``(R, C)``, one Triton program per row."""
     require_floating("x", x)
     require_rank("x", x, 2, "(R, C)")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     _require_device("x", x)
+    if x.size(1) == 0:
+        raise ValueError(f"x has empty rows (shape {fmt_shape(x.shape)}): a softmax needs at least one column")
+    if x.size(1) > 65_536:
+        raise ValueError(f"x has {x.size(1)} columns: this one-program-per-row kernel holds a row in one block "
+                         f"of at most 65,536")
     x = x.contiguous()
     y = torch.empty_like(x)
-    _softmax_rows_kernel[(x.size(0),)](x, y, x.size(1), x.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x.size(1)))
+    if x.size(0) == 0:
+        return y
+    with _device_guard(x.device):
+        _softmax_rows_kernel[(x.size(0),)](x, y, x.size(1), x.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x.size(1)))
     return y
 
 
-# -- the forward kernel ----------------------------------------------------------------------
+# -- helpers shared by the kernels -----------------------------------------------------------
+
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x log2(e)), one GPU instruction
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2) = 1 / log2(e)
 
 
 @triton.jit
-def _tile_weights(
-    q, k, offs_m, offs_n, scale, L, S, kv_len, span, ramp,
-    CAUSAL: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
-):
-    """Scores ``(BLOCK_M, BLOCK_N)`` in float32 (``-inf`` where masked) and the soft span mask."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-    keep = (offs_n[None, :] < kv_len) & (offs_m[:, None] < L)
+def _head_offset(b, h, stride_b, stride_h):
+    """Where (batch ``b``, head ``h``) starts, in elements, computed in 64 bits: ``B * H * L * d``
+    passes 2^31 for large inputs, and 32-bit offsets would wrap around to wrong addresses."""
+    return b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def _tile_ptrs(base, start, offs, offs_d, stride_row, stride_d):
+    """Pointers ``(len(offs), BLOCK_D)`` to rows ``start + offs`` of one head (64-bit row offset)."""
+    return base + tl.cast(start, tl.int64) * stride_row + offs[:, None] * stride_row + offs_d[None, :] * stride_d
+
+
+@triton.jit
+def _load_tile(ptrs, rows, num_rows, offs_d, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+               BLOCK_D: tl.constexpr):
+    """A tile of rows; out-of-range rows (only in ``MASKED`` tiles) and padded columns read 0."""
+    if MASKED:
+        return tl.load(ptrs, mask=(rows[:, None] < num_rows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    elif HEAD_DIM == BLOCK_D:
+        return tl.load(ptrs)  # a full tile: no bounds to check at all
+    else:
+        return tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+
+
+@triton.jit
+def _mask_tile(s, rows, cols, kv_len, L, S, span_end, inv_ramp, CAUSAL: tl.constexpr,
+               HAS_SPAN: tl.constexpr):
+    """For a tile on a boundary: the scores ``s`` with ``-inf`` where a key may not be attended
+    (padding, the causal mask, beyond the span), and the soft span mask ``m_z(i - j)`` (1 without span)."""
+    keep = cols[None, :] < kv_len
     if CAUSAL:
-        keep = keep & (offs_n[None, :] <= offs_m[:, None] + (S - L))  # bottom-right alignment
+        keep = keep & (cols[None, :] <= rows[:, None] + (S - L))  # bottom-right alignment
     soft = tl.full(s.shape, 1.0, tl.float32)
     if HAS_SPAN:
-        distance = (offs_m[:, None] - offs_n[None, :]).to(tl.float32)
-        soft = tl.minimum(tl.maximum((ramp + span - distance) / ramp, 0.0), 1.0)
+        distance = (rows[:, None] - cols[None, :]).to(tl.float32)
+        soft = tl.minimum(tl.maximum((span_end - distance) * inv_ramp, 0.0), 1.0)  # (R + z - x) / R
         keep = keep & (soft > 0)  # keys with mask 0 leave the softmax, as in the reference
     return tl.where(keep, s, float("-inf")), soft
-
-
-@triton.jit
-def _load_rows(ptr, rows, num_rows, offs_d, head_dim, stride_row, stride_d):
-    """The block ``ptr[rows, :head_dim]`` (rows past ``num_rows`` and columns past ``head_dim`` read as 0)."""
-    mask = (rows[:, None] < num_rows) & (offs_d[None, :] < head_dim)
-    return tl.load(ptr + rows[:, None] * stride_row + offs_d[None, :] * stride_d, mask=mask, other=0.0)
-
-
-@triton.jit
-def _query_program(H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Who this program is, for a grid of (query blocks, B * H): its first query, its (batch, head) and its index blocks."""
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    return start_m, bh, bh // H, bh % H, start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
 
 
 @triton.jit
 def _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
                CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``(kv_len, lo, hi, span)``: the real keys, the keys ``[lo, hi)`` a query block visits
-    (the ranges of ``tiles.key_block_range``), and the head's span."""
+    """The keys a block of queries visits (the ranges of ``tiles.key_block_range``), split in
+    three: ``[lo, full_lo)`` and ``[full_hi, hi)`` hold the tiles on a boundary (the span's
+    ramp; the causal diagonal, the padding), which need masks; ``[full_lo, full_hi)`` holds
+    whole tiles where every key is attended with weight 1, which need none. Also returns
+    ``kv_len`` (the real keys) and the head's span ``z``."""
     kv_len = S
     if HAS_LENGTHS:
         kv_len = tl.minimum(tl.load(LENGTHS + b), S)
     lo = 0
     hi = kv_len
     span = 0.0
+    full_end = kv_len  # a whole tile ends at or before this key
     if CAUSAL:
         hi = tl.minimum(hi, start_m + BLOCK_M + S - L)  # the block's last query sees keys j <= i + S - L
+        full_end = tl.minimum(full_end, start_m + 1 + S - L)  # ...and its first query sees them all
+    full_lo = lo
     if HAS_SPAN:
         span = tl.load(SPANS + h)
         lo = tl.maximum(start_m - tl.load(WINDOWS + h) + 1, 0) // BLOCK_N * BLOCK_N  # its first query's first key
-    return kv_len, lo, hi, span
+        # a whole tile: every distance i - j below z (weight 1), so j > last query - ceil(z)
+        first_whole = start_m + BLOCK_M - tl.ceil(span).to(tl.int32)
+        full_lo = lo + tl.maximum(first_whole - lo + BLOCK_N - 1, 0) // BLOCK_N * BLOCK_N
+    full_hi = lo + tl.maximum(full_end - lo, 0) // BLOCK_N * BLOCK_N
+    hi = tl.maximum(hi, lo)
+    full_lo = tl.minimum(full_lo, hi)
+    full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
+    return kv_len, lo, full_lo, full_hi, hi, span
+
+
+# -- the forward kernel ----------------------------------------------------------------------
+
+
+@triton.jit
+def _forward_tiles(
+    acc, m_i, l_i, q, K_head, V_head, start, end, offs_m, offs_n, offs_d, kv_len, L, S,
+    skn, skd, svn, svd, qk_scale, span_end, inv_ramp,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """The online softmax over the key tiles ``[start, end)``. Scores are kept in base 2:
+    ``s2 = q.k * scale * log2(e)``, so that ``exp(score - m) = exp2(s2 - m2)``, one instruction."""
+    for start_n in range(start, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = _load_tile(_tile_ptrs(K_head, start_n, offs_n, offs_d, skn, skd), cols, kv_len, offs_d,
+                       HEAD_DIM, MASKED, BLOCK_D)
+        v = _load_tile(_tile_ptrs(V_head, start_n, offs_n, offs_d, svn, svd), cols, kv_len, offs_d,
+                       HEAD_DIM, MASKED, BLOCK_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N) raw scores q.k
+        if MASKED:  # a boundary tile: masks, and rows that may have no key yet
+            s, soft = _mask_tile(s * qk_scale, offs_m, cols, kv_len, L, S, span_end, inv_ramp, CAUSAL, HAS_SPAN)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: avoid -inf - -inf
+            p = tl.math.exp2(s - shift[:, None]) * soft  # exp2(-inf) = 0 for masked keys
+        else:  # a whole tile: scale folded into the subtraction (one fused multiply-add per score)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+            shift = m_new
+            p = tl.math.exp2(s * qk_scale - shift[:, None])
+        correction = tl.math.exp2(m_i - shift)  # rescales what was summed against the old maximum
+        l_i = l_i * correction + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * correction[:, None], input_precision=PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
 
 
 @triton.jit
 def _forward_kernel(
     Q, K, V, O, LSE, LENGTHS, SPANS, WINDOWS,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-    H, L, S, head_dim, scale, ramp,
+    H, L, S, qk_scale, ramp, inv_ramp,
     CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    start_m, bh, b, h, offs_m, offs_n, offs_d = _query_program(H, BLOCK_M, BLOCK_N, BLOCK_D)
-    d_ok = offs_d[None, :] < head_dim
+    """One program per (batch * head, block of queries): grid axis 0 is ``B * H`` (up to 2^31 - 1),
+    axis 1 the query blocks (up to 65,535)."""
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    start_m = tl.program_id(1) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    Q_head = Q + _head_offset(b, h, sqb, sqh)
+    K_head = K + _head_offset(b, h, skb, skh)
+    V_head = V + _head_offset(b, h, svb, svh)
 
-    q = _load_rows(Q + b * sqb + h * sqh, offs_m, L, offs_d, head_dim, sqm, sqd)
-    kv_len, lo, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
-                                      CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
+    q = _load_tile(_tile_ptrs(Q_head, start_m, tl.arange(0, BLOCK_M), offs_d, sqm, sqd), offs_m, L, offs_d,
+                   HEAD_DIM, True, BLOCK_D)
+    kv_len, lo, full_lo, full_hi, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
+                                                       CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
+    span_end = span + ramp  # the soft mask (R + z - x) / R reaches 0 at distance x = z + R
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running maximum
-    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum of (masked) exp(score - m_i)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)  # running sum of exp(score - m_i) * value
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        k = _load_rows(K + b * skb + h * skh, cols, kv_len, offs_d, head_dim, skn, skd)
-        v = _load_rows(V + b * svb + h * svh, cols, kv_len, offs_d, head_dim, svn, svd)
-        s, soft = _tile_weights(q, k, offs_m, cols, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: avoid -inf - -inf
-        correction = tl.exp(m_i - shift)  # rescales what was summed against the old maximum
-        p = tl.exp(s - shift[:, None]) * soft  # exp(-inf) = 0 for masked keys
-        l_i = l_i * correction + tl.sum(p, axis=1)
-        acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running maximum (base-2 scores)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum of (masked) exp2(s2 - m_i)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)  # running sum of exp2(s2 - m_i) * value
+
+    # tiles on the span's ramp, then whole tiles (no mask), then tiles on the diagonal or the padding
+    acc, m_i, l_i = _forward_tiles(
+        acc, m_i, l_i, q, K_head, V_head, lo, full_lo, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span_end, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
+    acc, m_i, l_i = _forward_tiles(
+        acc, m_i, l_i, q, K_head, V_head, full_lo, full_hi, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span_end, inv_ramp,
+        False, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
+    acc, m_i, l_i = _forward_tiles(
+        acc, m_i, l_i, q, K_head, V_head, full_hi, hi, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span_end, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
 
     empty = l_i == 0.0  # no key at all: output 0, lse -inf
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-    tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
-             out.to(O.dtype.element_ty), mask=(offs_m[:, None] < L) & d_ok)
-    tl.store(LSE + bh * L + offs_m, lse, mask=offs_m < L)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    o_ptrs = _tile_ptrs(O + _head_offset(b, h, sob, soh), start_m, tl.arange(0, BLOCK_M), offs_d, som, sod)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_d[None, :] < HEAD_DIM))
+    tl.store(LSE + bh.to(tl.int64) * L + offs_m, lse, mask=offs_m < L)  # LSE is (B, H, L), contiguous
 
 
 # -- the backward kernels --------------------------------------------------------------------
 
 
 @triton.jit
-def _backward_preprocess_kernel(O, DO, DELTA, som, sod, sdom, sdod, L, head_dim,
-                                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """``D_i = sum_d dO_id O_id`` for the rows of one block (O and dO flattened to ``(B*H, L, d)``)."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    bh = tl.program_id(1)
+def _backward_preprocess_kernel(O, DO, DELTA, sob, soh, som, sod, sdob, sdoh, sdom, sdod, H, L,
+                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``D_i = sum_d dO_id O_id`` for the rows of one block; grid (B * H, query blocks)."""
+    bh = tl.program_id(0)
+    start_m = tl.program_id(1) * BLOCK_M
+    offs = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    ok = (offs_m[:, None] < L) & (offs_d[None, :] < head_dim)
-    o = tl.load(O + bh * L * som + offs_m[:, None] * som + offs_d[None, :] * sod, mask=ok, other=0.0).to(tl.float32)
-    do = tl.load(DO + bh * L * sdom + offs_m[:, None] * sdom + offs_d[None, :] * sdod, mask=ok, other=0.0).to(tl.float32)
-    tl.store(DELTA + bh * L + offs_m, tl.sum(o * do, axis=1), mask=offs_m < L)
+    rows = start_m + offs
+    o = _load_tile(_tile_ptrs(O + _head_offset(bh // H, bh % H, sob, soh), start_m, offs, offs_d, som, sod),
+                   rows, L, offs_d, HEAD_DIM, True, BLOCK_D)
+    do = _load_tile(_tile_ptrs(DO + _head_offset(bh // H, bh % H, sdob, sdoh), start_m, offs, offs_d, sdom, sdod),
+                    rows, L, offs_d, HEAD_DIM, True, BLOCK_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(DELTA + bh.to(tl.int64) * L + rows, delta, mask=rows < L)
 
 
 @triton.jit
-def _load_row_stats(LSE, DELTA, bh, L, offs_m):
-    """The saved ``lse`` (``+inf`` for padding and fully masked rows, so that ``exp(s - lse) = 0``) and ``D``."""
-    lse = tl.load(LSE + bh * L + offs_m, mask=offs_m < L, other=float("inf"))
-    lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    delta = tl.load(DELTA + bh * L + offs_m, mask=offs_m < L, other=0.0)
-    return lse, delta
+def _load_row_stats(LSE, DELTA, bh, rows, L, MASKED: tl.constexpr):
+    """The saved ``lse`` in base 2 (``+inf`` for padding and fully masked rows, so that
+    ``exp2(s2 - lse2) = 0``) and ``D``, for rows ``rows``."""
+    offset = bh.to(tl.int64) * L
+    if MASKED:
+        lse = tl.load(LSE + offset + rows, mask=rows < L, other=float("inf"))
+        lse = tl.where(lse == float("-inf"), float("inf"), lse)
+        delta = tl.load(DELTA + offset + rows, mask=rows < L, other=0.0)
+    else:  # rows inside L whose lse is finite (a whole tile has a key in every row)
+        lse = tl.load(LSE + offset + rows)
+        delta = tl.load(DELTA + offset + rows)
+    return lse * LOG2E, delta
+
+
+@triton.jit
+def _dkdv_tiles(
+    dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh, start, end, offs_m, offs_n, offs_d, kv_len,
+    L, S, sqm, sqd, sdom, sdod, qk_scale, span, span_end, inv_ramp,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """``dK``, ``dV`` (and the span gradient) of one key block over the query tiles ``[start, end)``."""
+    for start_m in range(start, end, BLOCK_M):
+        rows = start_m + offs_m
+        q = _load_tile(_tile_ptrs(Q_head, start_m, offs_m, offs_d, sqm, sqd), rows, L, offs_d, HEAD_DIM, MASKED,
+                       BLOCK_D)
+        do = _load_tile(_tile_ptrs(DO_head, start_m, offs_m, offs_d, sdom, sdod), rows, L, offs_d, HEAD_DIM,
+                        MASKED, BLOCK_D)
+        lse2, delta = _load_row_stats(LSE, DELTA, bh, rows, L, MASKED)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+        if MASKED:
+            s, soft = _mask_tile(s * qk_scale, rows, offs_n, kv_len, L, S, span_end, inv_ramp, CAUSAL, HAS_SPAN)
+            e = tl.math.exp2(s - lse2[:, None])  # exp(s) / sum_j m_j exp(s_j): the weight before the soft mask
+            p = e * soft  # the attention weights, recomputed
+        else:
+            p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)  # dV += P^T dO
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # dP = dO V^T
+        ds = p * (dp - delta[:, None])  # dS = P * (dP - D)
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)  # dK += dS^T Q (scaled at the end)
+        if MASKED and HAS_SPAN:
+            distance = (rows[:, None] - offs_n[None, :]).to(tl.float32)
+            on_ramp = (soft > 0) & (distance >= span)  # where m_z(x) = (R + z - x) / R, slope 1 / R in z
+            dspan += tl.sum(tl.where(on_ramp, e * (dp - delta[:, None]), 0.0), axis=0)
+    return dk, dv, dspan
 
 
 @triton.jit
 def _backward_dkdv_kernel(
     Q, K, V, DO, DK, DV, LSE, DELTA, DSPAN, LENGTHS, SPANS, WINDOWS,
-    sqm, sqd, skn, skd, svn, svd, sdom, sdod,
-    H, L, S, head_dim, scale, ramp, num_key_blocks,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdob, sdoh, sdom, sdod,
+    H, L, S, scale, qk_scale, ramp, inv_ramp, num_key_blocks,
     CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """One program per key block: ``dK``, ``dV`` (and the span gradient's share) over the query blocks."""
-    pid_n = tl.program_id(0)
-    start_n = pid_n * BLOCK_N
-    bh = tl.program_id(1)
+    """One program per (batch * head, key block): ``dK``, ``dV`` (and the span gradient's share)
+    over the query blocks. ``DK`` and ``DV`` are contiguous ``(B, H, S, d)``."""
+    bh = tl.program_id(0)
     b = bh // H
     h = bh % H
+    pid_n = tl.program_id(1)
+    start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d[None, :] < head_dim
 
     kv_len = S
     if HAS_LENGTHS:
         kv_len = tl.minimum(tl.load(LENGTHS + b), S)
-    k = _load_rows(K + bh * S * skn, offs_n, kv_len, offs_d, head_dim, skn, skd)
-    v = _load_rows(V + bh * S * svn, offs_n, kv_len, offs_d, head_dim, svn, svd)
+    k = _load_tile(_tile_ptrs(K + _head_offset(b, h, skb, skh), start_n, tl.arange(0, BLOCK_N), offs_d, skn, skd),
+                   offs_n, kv_len, offs_d, HEAD_DIM, True, BLOCK_D)
+    v = _load_tile(_tile_ptrs(V + _head_offset(b, h, svb, svh), start_n, tl.arange(0, BLOCK_N), offs_d, svn, svd),
+                   offs_n, kv_len, offs_d, HEAD_DIM, True, BLOCK_D)
 
-    # The query blocks that see this key block (the same ranges as tiles.query_block_range).
+    # The query blocks that see this key block (the ranges of tiles.query_block_range), split
+    # like the forward's: [lo, full_lo) on the causal diagonal, [full_lo, full_hi) whole tiles,
+    # [full_hi, hi) on the span's ramp or past the last query.
     lo = 0
     hi = L
     span = 0.0
+    full_lo = 0
+    full_end = L  # whole query tiles end at or before this query
     if CAUSAL:
         lo = tl.maximum(start_n - (S - L), 0) // BLOCK_M * BLOCK_M
+        full_start = start_n + BLOCK_N - 1 - (S - L)  # the first query that sees all the block's keys
+        full_lo = lo + tl.maximum(full_start - lo + BLOCK_M - 1, 0) // BLOCK_M * BLOCK_M
     if HAS_SPAN:
         span = tl.load(SPANS + h)
         hi = tl.minimum(L, start_n + BLOCK_N + tl.load(WINDOWS + h) - 1)
+        full_end = tl.minimum(full_end, start_n + tl.ceil(span).to(tl.int32))  # distances below z
+    full_hi = full_lo + tl.maximum(full_end - full_lo, 0) // BLOCK_M * BLOCK_M
     hi = tl.where(start_n >= kv_len, lo, hi)  # padding keys: nothing to do, their gradients are zero
+    full_hi = tl.where(start_n + BLOCK_N > kv_len, full_lo, full_hi)  # keys past the padding: all masked
+    full_lo = tl.minimum(full_lo, hi)
+    full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
+    span_end = span + ramp
 
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dspan = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + offs_m
-        q = _load_rows(Q + bh * L * sqm, rows, L, offs_d, head_dim, sqm, sqd)
-        do = _load_rows(DO + bh * L * sdom, rows, L, offs_d, head_dim, sdom, sdod)
-        lse, delta = _load_row_stats(LSE, DELTA, bh, L, rows)
-        s, soft = _tile_weights(q, k, rows, offs_n, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
-        e = tl.exp(s - lse[:, None])  # exp(s) / sum_j m_j exp(s_j): the weight before the soft mask
-        p = e * soft  # the attention weights, recomputed
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+    dspan = tl.zeros((BLOCK_N,), tl.float32)
+    Q_head = Q + _head_offset(b, h, sqb, sqh)
+    DO_head = DO + _head_offset(b, h, sdob, sdoh)
+
+    dk, dv, dspan = _dkdv_tiles(
+        dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh, lo, full_lo, offs_m, offs_n, offs_d, kv_len,
+        L, S, sqm, sqd, sdom, sdod, qk_scale, span, span_end, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_M, BLOCK_D,
+    )
+    dk, dv, dspan = _dkdv_tiles(
+        dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh, full_lo, full_hi, offs_m, offs_n, offs_d, kv_len,
+        L, S, sqm, sqd, sdom, sdod, qk_scale, span, span_end, inv_ramp,
+        False, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_M, BLOCK_D,
+    )
+    dk, dv, dspan = _dkdv_tiles(
+        dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh, full_hi, hi, offs_m, offs_n, offs_d, kv_len,
+        L, S, sqm, sqd, sdom, sdod, qk_scale, span, span_end, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_M, BLOCK_D,
+    )
+
+    ok = (offs_n[:, None] < S) & (offs_d[None, :] < HEAD_DIM)
+    out = (bh.to(tl.int64) * S + start_n) * HEAD_DIM + tl.arange(0, BLOCK_N)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=ok)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=ok)
+    if HAS_SPAN:
+        tl.store(DSPAN + bh.to(tl.int64) * num_key_blocks + pid_n, tl.sum(dspan, axis=0) * inv_ramp)
+
+
+@triton.jit
+def _dq_tiles(
+    dq, q, do, lse2, delta, K_head, V_head, start, end, offs_m, offs_n, offs_d, kv_len, L, S,
+    skn, skd, svn, svd, qk_scale, span_end, inv_ramp,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """``dQ`` of one query block over the key tiles ``[start, end)``."""
+    for start_n in range(start, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = _load_tile(_tile_ptrs(K_head, start_n, offs_n, offs_d, skn, skd), cols, kv_len, offs_d,
+                       HEAD_DIM, MASKED, BLOCK_D)
+        v = _load_tile(_tile_ptrs(V_head, start_n, offs_n, offs_d, svn, svd), cols, kv_len, offs_d,
+                       HEAD_DIM, MASKED, BLOCK_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASKED:
+            s, soft = _mask_tile(s * qk_scale, offs_m, cols, kv_len, L, S, span_end, inv_ramp, CAUSAL, HAS_SPAN)
+            p = tl.math.exp2(s - lse2[:, None]) * soft
+        else:
+            p = tl.math.exp2(s * qk_scale - lse2[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-        if HAS_SPAN:
-            distance = (rows[:, None] - offs_n[None, :]).to(tl.float32)
-            on_ramp = (soft > 0) & (distance >= span)  # where m_z(x) = (R + z - x) / R, slope 1 / R in z
-            dspan += tl.where(on_ramp, e * (dp - delta[:, None]), 0.0)
-
-    tl.store(DK + bh * S * head_dim + offs_n[:, None] * head_dim + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=(offs_n[:, None] < S) & d_ok)
-    tl.store(DV + bh * S * head_dim + offs_n[:, None] * head_dim + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=(offs_n[:, None] < S) & d_ok)
-    if HAS_SPAN:
-        tl.store(DSPAN + bh * num_key_blocks + pid_n, tl.sum(tl.sum(dspan, axis=1), axis=0) / ramp)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # dQ += dS K (scaled at the end)
+    return dq
 
 
 @triton.jit
 def _backward_dq_kernel(
     Q, K, V, DO, DQ, LSE, DELTA, LENGTHS, SPANS, WINDOWS,
-    sqm, sqd, skn, skd, svn, svd, sdom, sdod,
-    H, L, S, head_dim, scale, ramp,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdob, sdoh, sdom, sdod,
+    H, L, S, scale, qk_scale, ramp, inv_ramp,
     CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """One program per query block: ``dQ`` over the key blocks (the forward pass's loop)."""
-    start_m, bh, b, h, offs_m, offs_n, offs_d = _query_program(H, BLOCK_M, BLOCK_N, BLOCK_D)
-    d_ok = offs_d[None, :] < head_dim
-    q = _load_rows(Q + bh * L * sqm, offs_m, L, offs_d, head_dim, sqm, sqd)
-    do = _load_rows(DO + bh * L * sdom, offs_m, L, offs_d, head_dim, sdom, sdod)
-    lse, delta = _load_row_stats(LSE, DELTA, bh, L, offs_m)
-    kv_len, lo, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
-                                      CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
-
+    """One program per (batch * head, query block): ``dQ`` over the key blocks (the forward's loops).
+    ``DQ`` is contiguous ``(B, H, L, d)``."""
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    start_m = tl.program_id(1) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = _load_tile(_tile_ptrs(Q + _head_offset(b, h, sqb, sqh), start_m, tl.arange(0, BLOCK_M), offs_d, sqm, sqd),
+                   offs_m, L, offs_d, HEAD_DIM, True, BLOCK_D)
+    do = _load_tile(_tile_ptrs(DO + _head_offset(b, h, sdob, sdoh), start_m, tl.arange(0, BLOCK_M), offs_d, sdom,
+                               sdod), offs_m, L, offs_d, HEAD_DIM, True, BLOCK_D)
+    lse2, delta = _load_row_stats(LSE, DELTA, bh, offs_m, L, True)
+    kv_len, lo, full_lo, full_hi, hi, span = _key_range(start_m, b, h, L, S, LENGTHS, SPANS, WINDOWS,
+                                                       CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
+    K_head = K + _head_offset(b, h, skb, skh)
+    V_head = V + _head_offset(b, h, svb, svh)
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        k = _load_rows(K + bh * S * skn, cols, kv_len, offs_d, head_dim, skn, skd)
-        v = _load_rows(V + bh * S * svn, cols, kv_len, offs_d, head_dim, svn, svd)
-        s, soft = _tile_weights(q, k, offs_m, cols, scale, L, S, kv_len, span, ramp, CAUSAL, HAS_SPAN, PRECISION)
-        p = tl.exp(s - lse[:, None]) * soft
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    tl.store(DQ + bh * L * head_dim + offs_m[:, None] * head_dim + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=(offs_m[:, None] < L) & d_ok)
+
+    dq = _dq_tiles(
+        dq, q, do, lse2, delta, K_head, V_head, lo, full_lo, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span + ramp, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
+    dq = _dq_tiles(
+        dq, q, do, lse2, delta, K_head, V_head, full_lo, full_hi, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span + ramp, inv_ramp,
+        False, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
+    dq = _dq_tiles(
+        dq, q, do, lse2, delta, K_head, V_head, full_hi, hi, offs_m, offs_n, offs_d, kv_len, L, S,
+        skn, skd, svn, svd, qk_scale, span + ramp, inv_ramp,
+        True, CAUSAL, HAS_SPAN, PRECISION, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )
+    out = (bh.to(tl.int64) * L + start_m) * HEAD_DIM + tl.arange(0, BLOCK_M)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DQ + out, (dq * scale).to(DQ.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_d[None, :] < HEAD_DIM))
 
 
 # -- launching them --------------------------------------------------------------------------
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_MAX_GRID_AXIS_1 = 65_535  # CUDA's limit on grid axes 1 and 2 (axis 0 goes to 2^31 - 1)
+_MAX_GRID_AXIS_0 = 2**31 - 1
 
 
 def _require_device(name: str, x: Tensor) -> None:
@@ -309,6 +503,41 @@ def _require_device(name: str, x: Tensor) -> None:
             f"{name} is on {x.device}: the Triton kernels run on a CUDA GPU, or on the CPU through Triton's "
             f"interpreter (set TRITON_INTERPRET=1 before triton is imported)"
         )
+    if x.device.type == "cpu" and x.dtype == torch.bfloat16:
+        raise TypeError(
+            f"{name} is bfloat16 on the CPU: Triton's interpreter has no bfloat16 (it would return wrong "
+            f"values); use float32 or float16 on the CPU, bfloat16 on a GPU of compute capability 8.0 or later"
+        )
+
+
+def _reads_values(x: Tensor) -> bool:
+    """Whether checking ``x``'s values is free: on a GPU it would wait for the GPU (a host
+    synchronisation on every call), so there the kernels clamp instead (see the docstrings)."""
+    return x.device.type != "cuda"
+
+
+def _device_guard(device: torch.device):
+    """Launch on ``device``'s GPU even when another one is current (Triton launches on the current one)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _grid(batch_heads: int, blocks: int) -> Tuple[int, int]:
+    """The launch grid ``(B * H, blocks)``: the product ``B * H``, which can be large, on axis 0
+    (up to 2^31 - 1), the blocks along the sequence on axis 1 (up to 65,535)."""
+    if batch_heads > _MAX_GRID_AXIS_0:
+        raise ValueError(f"B * H = {batch_heads} exceeds the {_MAX_GRID_AXIS_0} programs of grid axis 0")
+    if blocks > _MAX_GRID_AXIS_1:
+        raise ValueError(
+            f"{blocks} blocks along the sequence exceed the {_MAX_GRID_AXIS_1} programs of grid axis 1: "
+            f"use larger blocks (block_m, block_n) or a shorter sequence"
+        )
+    return (batch_heads, blocks)
+
+
+def _require_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+    return value
 
 
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, lengths: Optional[Tensor], scale: Optional[float]) -> float:
@@ -329,18 +558,21 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, lengths: Optional[T
         )
     if not 16 <= query.size(3) <= 128:
         raise ValueError(f"the head size d must be in 16..128, got query {fmt_shape(query.shape)}")
-    if min(query.size(2), key.size(2)) == 0:
-        raise ValueError(f"query and key need at least one position, got query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}")
+    if min(query.size(0), query.size(1), query.size(2), key.size(2)) == 0:
+        raise ValueError(
+            f"query and key need at least one batch, head and position, got query {fmt_shape(query.shape)}, "
+            f"key {fmt_shape(key.shape)}"
+        )
     if lengths is not None:
         if not isinstance(lengths, Tensor):
             raise TypeError(f"lengths must be a tensor of integers (B,), got {type(lengths).__name__}")
-        if lengths.dtype in (torch.bool,) or lengths.is_floating_point() or lengths.is_complex():
+        if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
             raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
         if lengths.shape != query.shape[:1]:
             raise ValueError(f"lengths must have shape (B,) = ({query.size(0)},), got {fmt_shape(lengths.shape)}")
         if lengths.device != query.device:
             raise ValueError(f"lengths must be on the device of query ({query.device}), got {lengths.device}")
-        if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > key.size(2)):
+        if _reads_values(lengths) and (int(lengths.min()) < 0 or int(lengths.max()) > key.size(2)):
             raise ValueError(f"lengths must lie in [0, S={key.size(2)}], got {lengths.tolist()}")
     if scale is None:
         return query.size(3) ** -0.5
@@ -348,18 +580,23 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, lengths: Optional[T
     return float(scale)
 
 
-def _blocks(head_dim: int, block_m: Optional[int], block_n: Optional[int]) -> Tuple[int, int, int]:
-    """``(BLOCK_M, BLOCK_N, BLOCK_D)``: tile sizes (powers of two >= 16) and the head size padded to one."""
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    if block_m is None:
-        block_m = 16 if interpreting() else 64
-    if block_n is None:
-        block_n = 16 if interpreting() else (64 if block_d <= 64 else 32)  # a T4's shared memory fits these
+def _config(q: Tensor, kernel: str, block_m: Optional[int], block_n: Optional[int]) -> LaunchConfig:
+    """The launch settings of ``kernel`` for ``q``'s GPU (:func:`~attncourse.kernels.config.launch_config`),
+    or 16 x 16 tiles under the interpreter; ``block_m``/``block_n`` given by the caller win."""
+    if q.device.type == "cuda":
+        capability = torch.cuda.get_device_capability(q.device)
+        config = launch_config(capability, q.dtype, q.size(3), kernel, device_name=torch.cuda.get_device_name(q.device))
+    else:  # the interpreter: warps and stages mean nothing there; small tiles keep it quick
+        config = LaunchConfig(16, 16, 1, 1)
+    return replace(config, block_m=block_m or config.block_m, block_n=block_n or config.block_n)
+
+
+def _check_blocks(block_m: Optional[int], block_n: Optional[int]) -> None:
     for name, value in (("block_m", block_m), ("block_n", block_n)):
-        require_positive_int(name, value)
-        if value < 16 or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two >= 16 (tl.dot needs 16), got {value}")
-    return block_m, block_n, block_d
+        if value is not None:
+            require_positive_int(name, value)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two >= 16 (tl.dot needs 16), got {value}")
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -367,53 +604,160 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _forward(q, k, v, causal, lengths, spans, windows, ramp, scale, block_m, block_n):
-    batch, heads, length, head_dim = q.shape
-    keys = k.size(2)
-    block_m, block_n, block_d = _blocks(head_dim, block_m, block_n)
-    out = torch.empty_like(q)
-    lse = torch.empty(batch, heads, length, device=q.device, dtype=torch.float32)
+def _constexprs(q: Tensor, causal: bool, lengths, spans, config: LaunchConfig) -> dict:
+    head_dim = q.size(3)
+    return dict(
+        CAUSAL=causal or spans is not None, HAS_LENGTHS=lengths is not None, HAS_SPAN=spans is not None,
+        PRECISION=_precision(q.dtype), HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+    )
+
+
+def _forward_launch(q, k, v, out, lse, causal, lengths, spans, windows, ramp, scale, config):
+    """``(kernel, grid, args, constexprs)`` of the forward pass: what the launcher runs and what
+    :func:`compile_specs` compiles."""
+    batch, heads, length, _ = q.shape
     dummy = lse  # stands for the pointers a configuration does not read
-    grid = (triton.cdiv(length, block_m), batch * heads)
-    _forward_kernel[grid](
+    args = (
         q, k, v, out, lse,
         lengths if lengths is not None else dummy, spans if spans is not None else dummy,
         windows if windows is not None else dummy,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, length, keys, head_dim, scale, ramp,
-        CAUSAL=causal or spans is not None, HAS_LENGTHS=lengths is not None, HAS_SPAN=spans is not None,
-        PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        heads, length, k.size(2), scale * _LOG2E_HOST, ramp, 1.0 / ramp,
     )
+    grid = _grid(batch * heads, triton.cdiv(length, config.block_m))
+    return _forward_kernel, grid, args, _constexprs(q, causal, lengths, spans, config)
+
+
+def _backward_launches(do, q, k, v, out, lse, delta, dq, dk, dv, dspan, causal, lengths, spans, windows, ramp,
+                       scale, configs):
+    """The three backward launches ``[(kernel, grid, args, constexprs), ...]``."""
+    batch, heads, length, _ = q.shape
+    keys = k.size(2)
+    extra = (lengths if lengths is not None else lse, spans if spans is not None else lse,
+             windows if windows is not None else lse)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    pre, kv, qc = configs
+    pre_consts = _constexprs(q, causal, lengths, spans, pre)
+    preprocess = (
+        _backward_preprocess_kernel, _grid(batch * heads, triton.cdiv(length, pre.block_m)),
+        (out, do, delta, *out.stride(), *do.stride(), heads, length),
+        dict(HEAD_DIM=pre_consts["HEAD_DIM"], BLOCK_M=pre.block_m, BLOCK_D=pre_consts["BLOCK_D"]),
+    )
+    num_key_blocks = triton.cdiv(keys, kv.block_n)
+    dkdv = (
+        _backward_dkdv_kernel, _grid(batch * heads, num_key_blocks),
+        (q, k, v, do, dk, dv, lse, delta, dspan, *extra, *strides,
+         heads, length, keys, scale, scale * _LOG2E_HOST, ramp, 1.0 / ramp, num_key_blocks),
+        _constexprs(q, causal, lengths, spans, kv),
+    )
+    dqs = (
+        _backward_dq_kernel, _grid(batch * heads, triton.cdiv(length, qc.block_m)),
+        (q, k, v, do, dq, lse, delta, *extra, *strides, heads, length, keys, scale, scale * _LOG2E_HOST, ramp,
+         1.0 / ramp),
+        _constexprs(q, causal, lengths, spans, qc),
+    )
+    return [preprocess, dkdv, dqs]
+
+
+_LOG2E_HOST = math.log2(math.e)
+
+
+def _run(launch, config: LaunchConfig) -> None:
+    kernel, grid, args, constexprs = launch
+    kernel[grid](*args, **constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def _forward(q, k, v, causal, lengths, spans, windows, ramp, scale, block_m, block_n):
+    batch, heads, length, _ = q.shape
+    config = _config(q, "forward", block_m, block_n)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, length, device=q.device, dtype=torch.float32)
+    with _device_guard(q.device):
+        _run(_forward_launch(q, k, v, out, lse, causal, lengths, spans, windows, ramp, scale, config), config)
     return out, lse
 
 
 def _backward(do, q, k, v, out, lse, causal, lengths, spans, windows, ramp, scale, block_m, block_n):
     batch, heads, length, head_dim = q.shape
     keys = k.size(2)
-    block_m, block_n, block_d = _blocks(head_dim, block_m, block_n)
-    q, k, v, out, do = (t.contiguous() for t in (q, k, v, out, do))
+    configs = (_config(q, "backward_dq", block_m, block_n), _config(q, "backward_dkdv", block_m, block_n),
+               _config(q, "backward_dq", block_m, block_n))
     delta = torch.empty_like(lse)
-    _backward_preprocess_kernel[(triton.cdiv(length, block_m), batch * heads)](
-        out, do, delta, out.stride(2), out.stride(3), do.stride(2), do.stride(3), length, head_dim,
-        BLOCK_M=block_m, BLOCK_D=block_d,
-    )
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    num_key_blocks = triton.cdiv(keys, block_n)
-    dspan = torch.zeros(batch, heads, num_key_blocks, device=q.device, dtype=torch.float32)
-    flags = dict(CAUSAL=causal or spans is not None, HAS_LENGTHS=lengths is not None, HAS_SPAN=spans is not None,
-                 PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
-    extra = (lengths if lengths is not None else lse, spans if spans is not None else lse,
-             windows if windows is not None else lse)
-    strides = (q.stride(2), q.stride(3), k.stride(2), k.stride(3), v.stride(2), v.stride(3), do.stride(2), do.stride(3))
-    _backward_dkdv_kernel[(num_key_blocks, batch * heads)](
-        q, k, v, do, dk, dv, lse, delta, dspan, *extra, *strides,
-        heads, length, keys, head_dim, scale, ramp, num_key_blocks, **flags,
-    )
-    _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
-        q, k, v, do, dq, lse, delta, *extra, *strides,
-        heads, length, keys, head_dim, scale, ramp, **flags,
-    )
+    dq = torch.empty(batch, heads, length, head_dim, device=q.device, dtype=q.dtype)
+    dk = torch.empty(batch, heads, keys, head_dim, device=q.device, dtype=q.dtype)
+    dv = torch.empty_like(dk)
+    dspan = torch.zeros(batch, heads, triton.cdiv(keys, configs[1].block_n), device=q.device, dtype=torch.float32)
+    launches = _backward_launches(do, q, k, v, out, lse, delta, dq, dk, dv, dspan, causal, lengths, spans, windows,
+                                  ramp, scale, configs)
+    with _device_guard(q.device):
+        for launch, config in zip(launches, configs):
+            _run(launch, config)
     return dq, dk, dv, dspan.sum(dim=(0, 2))
+
+
+def compile_specs(
+    capability: Tuple[int, int], dtype: torch.dtype, head_dim: int, *, causal: bool = False, lengths: bool = False,
+    span: bool = False, batch: int = 2, heads: int = 4, length: int = 1024,
+) -> dict:
+    """What the launcher would compile on a GPU of ``capability``, for a compile test without a GPU.
+
+    Returns ``{kernel name: (jit function, signature, constexprs, attrs, options)}`` for
+    ``forward``, ``backward_preprocess``, ``backward_dkdv`` and ``backward_dq``, built by the very
+    functions the launcher calls (on tensors of the ``meta`` device, which hold no data), with the
+    argument specialisation Triton applies at launch (integers equal to 1 become constants, those
+    divisible by 16 and 16-byte aligned pointers are marked so). ``triton.compile(ASTSource(fn,
+    signature, constexprs, attrs), target=GPUTarget("cuda", major * 10 + minor, 32), options=options)``
+    compiles one.
+    """
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    configs = {name: launch_config(capability, dtype, head_dim, name) for name in ("forward", "backward_dkdv",
+                                                                                  "backward_dq")}
+    meta = dict(device="meta", dtype=dtype)
+    q = torch.empty(batch, heads, length, head_dim, **meta)
+    k, v, out, do, dq, dk, dv = (torch.empty_like(q) for _ in range(7))
+    lse = torch.empty(batch, heads, length, device="meta", dtype=torch.float32)
+    lens = torch.empty(batch, device="meta", dtype=torch.int32) if lengths else None
+    spans = torch.empty(heads, device="meta", dtype=torch.float32) if span else None
+    windows = torch.empty(heads, device="meta", dtype=torch.int32) if span else None
+    ramp, scale = 32.0, head_dim ** -0.5
+    launches = {"forward": (_forward_launch(q, k, v, out, lse, causal, lens, spans, windows, ramp, scale,
+                                            configs["forward"]), configs["forward"])}
+    backward_configs = (configs["backward_dq"], configs["backward_dkdv"], configs["backward_dq"])
+    dspan = lse
+    for name, launch, config in zip(
+        ("backward_preprocess", "backward_dkdv", "backward_dq"),
+        _backward_launches(do, q, k, v, out, lse, lse, dq, dk, dv, dspan, causal, lens, spans, windows, ramp, scale,
+                           backward_configs),
+        backward_configs,
+    ):
+        launches[name] = (launch, config)
+    types = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32"}
+    specs = {}
+    for name, ((kernel, _, args, constexprs), config) in launches.items():
+        signature, attrs, consts = {}, {}, dict(constexprs)
+        params = [p for p in kernel.arg_names if p not in constexprs]
+        for i, (param, value) in enumerate(zip(params, args)):
+            if isinstance(value, Tensor):
+                signature[param], attrs[(kernel.arg_names.index(param),)] = "*" + types[value.dtype], [
+                    ["tt.divisibility", 16]]
+                continue
+            kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+            if kind == "constexpr":
+                consts[param] = value
+                signature[param] = "constexpr"
+            else:
+                signature[param] = kind
+                if attr == "D":
+                    attrs[(kernel.arg_names.index(param),)] = [["tt.divisibility", 16]]
+        for c in constexprs:
+            signature[c] = "constexpr"
+        signature = {p: signature[p] for p in kernel.arg_names}
+        specs[name] = (kernel, signature, consts, attrs, dict(num_warps=config.num_warps,
+                                                               num_stages=config.num_stages))
+    return specs
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -421,7 +765,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, span, causal, lengths, ramp, scale, block_m, block_n):
-        windows = span_windows(span, ramp, q.size(2)).to(q.device) if span is not None else None
+        windows = span_windows(span, ramp, q.size(2)) if span is not None else None
         spans = span.detach().float().contiguous() if span is not None else None
         out, lse = _forward(q, k, v, causal, lengths, spans, windows, ramp, scale, block_m, block_n)
         ctx.save_for_backward(q, k, v, out, lse, lengths, spans, windows)
@@ -449,8 +793,11 @@ def flash_attention_forward(
     attend to (``-inf`` for a row with none). It carries no gradient.
     """
     scale = _check_inputs(query, key, value, lengths, scale)
-    lengths = lengths.to(torch.int32).contiguous() if lengths is not None else None
-    return _FlashAttention.apply(query, key, value, None, bool(causal), lengths, 1.0, scale, block_m, block_n)
+    causal = _require_flag("causal", causal)
+    _check_blocks(block_m, block_n)
+    if lengths is not None:  # clamped into [0, S]: checked above on the CPU, free of a GPU wait here
+        lengths = lengths.clamp(0, key.size(2)).to(torch.int32).contiguous()
+    return _FlashAttention.apply(query, key, value, None, causal, lengths, 1.0, scale, block_m, block_n)
 
 
 def flash_attention(
@@ -520,6 +867,11 @@ def adaptive_span_flash_attention(
         raise ValueError(f"span has {span.size(0)} entries but query has {query.size(1)} heads (query {fmt_shape(query.shape)})")
     if span.device != query.device:
         raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
-    if not bool(torch.isfinite(span.detach()).all()) or float(span.detach().min()) < 0:
-        raise ValueError(f"every span must be finite and >= 0, got {span.tolist()}")
+    _check_blocks(block_m, block_n)
+    if _reads_values(span):
+        if not bool(torch.isfinite(span.detach()).all()) or float(span.detach().min()) < 0:
+            raise ValueError(f"every span must be finite and >= 0, got {span.tolist()}")
+    else:  # on a GPU: checked asynchronously (an error at the next synchronisation), no wait here
+        torch._assert_async((torch.isfinite(span.detach()) & (span.detach() >= 0)).all(),
+                            "every span must be finite and >= 0")
     return _FlashAttention.apply(query, key, value, span, True, None, float(ramp), query.size(3) ** -0.5, block_m, block_n)[0]
