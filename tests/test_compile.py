@@ -54,6 +54,25 @@ def facts(tmp_path_factory):
                                   "sm_80", cache=cache)
         out["again_cached"] = again.cached
         out["again_summary"] = again.summary()
+        from attncourse.kernels import flash
+        agree = []
+        for target, variant, dtype, d in [("sm_80", "causal", "float16", 64), ("sm_75", "span", "float32", 128),
+                                          ("sm_90", "lengths", "bfloat16", 32), ("sm_86", "plain", "float16", 48)]:
+            specs = flash.compile_specs(kc.TARGETS[target].capability, kc.DTYPES[dtype], d,
+                                        causal=variant == "causal", lengths=variant == "lengths",
+                                        span=variant == "span", batch=2, heads=16, length=256)
+            for launch in kc.capture_launches(target, variant, dtype, d):
+                fn, signature, constants, attrs, options = specs[launch.kernel]
+                agree.append([target, variant, launch.kernel, fn is launch.function(),
+                              signature == launch.signature, constants == launch.constants,
+                              attrs == {{k: v for k, v in launch.attrs.items() if v}},
+                              options == {{k: launch.options[k] for k in options}}])
+        out["agree"] = agree
+        try:
+            kc.capture_launches("sm_75", "plain", "bfloat16", 64)
+            out["refused"] = None
+        except (TypeError, ValueError) as error:
+            out["refused"] = str(error)
         print(json.dumps(out))
     """)
 
@@ -86,11 +105,10 @@ def test_tl_dot_per_architecture(facts, dtype):
 def test_results_are_complete_and_consistent(facts):
     for name, r in facts["forward"].items():
         target = kc.TARGETS[r["target"]]
-        assert r["shared_limit"] == target.shared_per_block
-        assert r["fits"] == (r["shared"] <= r["shared_limit"])
+        assert r["fits"] == (r["shared"] <= target.shared_per_block)
         assert 16 <= r["registers"] <= 255, name
         assert r["spill_stores"] >= 0 and r["spill_loads"] >= 0 and r["sass_instructions"] > 100
-        assert r["constants"]["BLOCK_M"] >= 16
+        assert all(b >= 16 for b in r["blocks"])
 
 
 def test_second_compile_comes_from_the_cache(facts):
@@ -135,3 +153,17 @@ def test_subset_is_a_part_of_the_matrix():
     assert set(subset) <= full and len(subset) < len(full) / 10
     assert {t for t, *_ in subset} == set(kc.TARGETS)
     assert ("sm_75", "causal", "bfloat16", 128) in subset  # must be refused by the launcher
+
+
+def test_capture_agrees_with_the_launchers_own_specs(facts):
+    """The hook sees what Triton's binder makes of the launcher's real arguments; the launcher's
+    compile_specs builds the same from its launch functions: signature, constants, divisibility
+    attributes and options agree kernel by kernel."""
+    assert len(facts["agree"]) == 16
+    for target, variant, kernel, *same in facts["agree"]:
+        assert all(same), (target, variant, kernel, same)
+
+
+def test_bfloat16_on_a_t4_is_refused_by_name(facts):
+    assert facts["refused"] is not None
+    assert "bfloat16" in facts["refused"] and "7.5" in facts["refused"]

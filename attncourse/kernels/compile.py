@@ -51,7 +51,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -74,6 +74,12 @@ __all__ = [
     "HEAD_DIMS",
     "matrix_requests",
     "main",
+    "RESULTS",
+    "load_results",
+    "request_kernels",
+    "compile_table",
+    "target_summary",
+    "summary_table",
 ]
 
 
@@ -195,7 +201,9 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
     """Within it, launching a Triton kernel records a :class:`KernelLaunch` instead of compiling.
 
     Also answers ``torch.cuda`` queries as the target GPU would and lets the launcher take CPU
-    tensors (its device check is the one thing bypassed: the tensors are never read by a kernel).
+    tensors: its device check is bypassed (the tensors are never read by a kernel) and its
+    ``_config``, which picks the interpreter's small tiles for CPU tensors, answers as for a
+    CUDA tensor on the target (:func:`attncourse.kernels.config.launch_config`).
     """
     from triton import knobs
     from triton.runtime.driver import driver
@@ -231,6 +239,7 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
         (torch.cuda, "device"): lambda device=None: contextlib.nullcontext(),
         (torch.cuda, "current_device"): lambda: 0,
         (flash, "_require_device"): lambda *a, **k: None,
+        (flash, "_config"): _target_config(target),
     }
     saved = {(obj, name): getattr(obj, name) for obj, name in patches if hasattr(obj, name)}
     driver.set_active(stub)
@@ -249,6 +258,18 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
         driver._active = saved_active
         for jit in touched:  # the stub device's binder and target go with it
             jit.device_caches.pop(stub.device, None)
+
+
+def _target_config(target: Target):
+    """The launcher's ``_config`` as it answers for CUDA tensors on ``target`` (the capture's
+    tensors are on the CPU, where the launcher would pick the interpreter's tiles)."""
+    from .config import launch_config
+
+    def config(q, kernel, block_m=None, block_n=None):
+        chosen = launch_config(target.capability, q.dtype, q.size(3), kernel, device_name=target.gpus)
+        return dataclasses.replace(chosen, block_m=block_m or chosen.block_m, block_n=block_n or chosen.block_n)
+
+    return config
 
 
 def _require_compiled_kernels(flash) -> None:
@@ -364,11 +385,15 @@ class CompileResult:
         return tensor_core_kind(self.mma_version, self.hmma, self.hgmma)
 
     def summary(self) -> Dict[str, Any]:
-        """A JSON-ready dict of the facts (no SASS, no timing)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("sass", "seconds", "cached")}
-        out.update(fits=self.fits, tensor_cores=self.tensor_cores)
+        """The facts as a JSON-ready dict (no SASS, no timing): what :data:`RESULTS` keeps per kernel."""
+        blocks = [self.constants.get(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_D")]
+        out = {name: getattr(self, name) for name in _SUMMARY_FIELDS}
+        out.update(blocks=blocks, fits=self.fits, tensor_cores=self.tensor_cores)
         return out
+
+
+_SUMMARY_FIELDS = ("target", "kernel", "num_warps", "num_stages", "shared", "registers", "spill_stores",
+                   "spill_loads", "stack", "mma_version", "hmma", "hgmma", "sass_instructions")
 
 
 def tensor_core_kind(mma_version: int, hmma: int, hgmma: int) -> str:
@@ -557,14 +582,15 @@ def compile_matrix(
     requests: Iterable[Tuple[str, str, str, int]], *, workers: int = 2, niceness: int = 10,
     cache: Optional[Path] = None, backward: bool = True,
     progress: Optional[Callable[[str], None]] = None,
-) -> List[Dict[str, Any]]:
+) -> Dict[str, Any]:
     """Compile many ``(target, variant, dtype name, head_dim)`` requests, ``workers`` at a time.
 
     Captures every request's kernels here (fast), compiles each distinct one once (two requests
     that differ only in ``d`` within one padded block size often share kernels) in ``workers``
-    processes at ``nice`` level ``niceness``, and returns one row per request: its fields,
-    ``"refused"`` (the launcher's message, or ``None``) and ``"kernels"``: the
-    :meth:`CompileResult.summary` of each kernel, plus ``"compile_seconds"``.
+    processes at ``nice`` level ``niceness``. Returns ``{"kernels": {id: summary}, "rows": [...],
+    "compile_seconds": {id: seconds}}``: each kernel's :meth:`CompileResult.summary` (or
+    ``{"error": message}``) once, and one row per request with its fields, ``"refused"`` (the
+    launcher's message, or ``None``) and ``"kernels"``, the ids of the kernels it launches.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -604,11 +630,12 @@ def compile_matrix(
                 if progress:
                     progress(_progress_line(key, results[key], len(results), len(jobs)))
 
+    ids = {key: f"{key[0]}/{key[1][:12]}" for key in jobs}
+    kernels = {ids[key]: (r.summary() if isinstance(r, CompileResult) else {"error": r}) for key, r in results.items()}
+    seconds = {ids[key]: r.seconds for key, r in results.items() if isinstance(r, CompileResult)}
     for row in rows:
-        kernels = [results[key] for key in row.pop("keys")]
-        row["kernels"] = [k.summary() if isinstance(k, CompileResult) else {"error": k} for k in kernels]
-        row["compile_seconds"] = round(sum(k.seconds for k in kernels if isinstance(k, CompileResult)), 3)
-    return rows
+        row["kernels"] = [ids[key] for key in row.pop("keys")]
+    return {"kernels": kernels, "rows": rows, "compile_seconds": seconds}
 
 
 def _safe_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]):
@@ -626,6 +653,136 @@ def _progress_line(key, result, done: int, total: int) -> str:
     else:
         what = f"FAILED {result[:200]}"
     return f"[{done}/{total}] {key[0]} {what}"
+
+
+# -- the committed results and chapter 10's tables ------------------------------------------
+
+#: The full matrix's result, as ``make compile-matrix`` writes it into the package.
+RESULTS = "ch10_compile_matrix.json"
+_KERNEL_NAMES = {"forward": "forward", "backward_preprocess": "backward D", "backward_dkdv": "backward dK, dV",
+                 "backward_dq": "backward dQ"}
+
+
+def load_results(path: Optional[Path] = None) -> Dict[str, Any]:
+    """The committed compile results (:data:`RESULTS` in ``attncourse/results``), or those at ``path``."""
+    if path is None:
+        from importlib.resources import files
+
+        text = files("attncourse").joinpath("results", RESULTS).read_text()
+    else:
+        text = Path(path).read_text()
+    results = json.loads(text)
+    if not {"kernels", "rows", "targets"} <= set(results):
+        raise ValueError(f"not a compile result (no kernels, rows and targets): {path or RESULTS}")
+    return results
+
+
+def request_kernels(results: Mapping[str, Any], target: str, variant: str, dtype: str,
+                    head_dim: int) -> Optional[List[Dict[str, Any]]]:
+    """The kernel summaries of one request in ``results``; ``None`` where the launcher refused it.
+
+    Raises ``KeyError`` when the request is not in ``results``.
+    """
+    for row in results["rows"]:
+        if (row["target"], row["variant"], row["dtype"], row["head_dim"]) == (target, variant, dtype, head_dim):
+            if row["refused"]:
+                return None
+            return [results["kernels"][k] for k in row["kernels"]]
+    raise KeyError(f"no request {(target, variant, dtype, head_dim)} in the results")
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.0f}" if n % 1024 == 0 or n >= 10 * 1024 else f"{n / 1024:.1f}"
+
+
+def compile_table(results: Optional[Mapping[str, Any]] = None, *, variant: str = "causal", dtype: str = "float16",
+                  head_dim: int = 128) -> str:
+    """Chapter 10's table: per target and kernel, the tiles, shared memory, registers, spills and MMA.
+
+    One request (default: causal, float16, ``d = 128``, the largest tiles) for every target in
+    ``results`` (default :func:`load_results`), as a Markdown table. Compiler output, not timings.
+    """
+    results = load_results() if results is None else results
+    lines = [
+        "| GPU (target) | kernel | tile, warps, stages | shared memory per block | registers | "
+        "spilled bytes per thread | `tl.dot` became |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, target in results["targets"].items():
+        kernels = request_kernels(results, name, variant, dtype, head_dim)
+        gpu = f"{target['gpus']} ({name})"
+        if kernels is None:
+            lines.append(f"| {gpu} | refused by the launcher | | | | | |")
+            continue
+        for k in kernels:
+            if "error" in k:
+                lines.append(f"| {gpu} | compile error | | | | | |")
+                continue
+            if k["kernel"] == "backward_preprocess":
+                continue  # a row-wise sum: no tiles of scores, no tl.dot
+            m, n, _ = k["blocks"]
+            limit = target["shared_per_block"]
+            fits = "" if k["shared"] <= limit else " **too much**"
+            lines.append(
+                f"| {gpu} | {_KERNEL_NAMES.get(k['kernel'], k['kernel'])} | {m}x{n}, {k['num_warps']}, "
+                f"{k['num_stages']} | {_kib(k['shared'])} of {_kib(limit)} KiB{fits} | {k['registers']} | "
+                f"{k['spill_stores']} | {k['tensor_cores']} |"
+            )
+    return "\n".join(lines)
+
+
+def target_summary(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """Per target, over every request in ``results``: what compiled, what fits, what spills.
+
+    Each dict: ``target``, ``gpus``, ``requests``, ``refused`` (the refused dtypes),
+    ``errors``, ``fit`` (requests whose kernels all fit the shared memory), ``max_shared``
+    (bytes), ``shared_limit``, ``half_spill_free`` and ``half`` (float16/bfloat16 requests with
+    no spilled byte, and all of them), ``tensor_cores`` (what ``tl.dot`` became in float16 and
+    in float32).
+    """
+    results = load_results() if results is None else results
+    out = []
+    for name, target in results["targets"].items():
+        rows = [r for r in results["rows"] if r["target"] == name]
+        refused = sorted({r["dtype"] for r in rows if r["refused"]})
+        compiled = [[results["kernels"][k] for k in r["kernels"]] for r in rows if not r["refused"]]
+        errors = sum(any("error" in k for k in ks) for ks in compiled)
+        good = [(r, [results["kernels"][k] for k in r["kernels"]]) for r in rows
+                if not r["refused"] and not any("error" in results["kernels"][k] for k in r["kernels"])]
+        half = [ks for r, ks in good if r["dtype"] in ("float16", "bfloat16")]
+        kinds = {}
+        for dtype in ("float16", "float32"):
+            kinds[dtype] = sorted({k["tensor_cores"] for r, ks in good if r["dtype"] == dtype for k in ks
+                                   if k["kernel"] != "backward_preprocess"})
+        out.append({
+            "target": name, "gpus": target["gpus"], "requests": len(rows), "refused": refused,
+            "errors": errors,
+            "fit": sum(all(k["shared"] <= target["shared_per_block"] for k in ks) for _, ks in good),
+            "compiled": len(good),
+            "max_shared": max((k["shared"] for _, ks in good for k in ks), default=0),
+            "shared_limit": target["shared_per_block"],
+            "half_spill_free": sum(all(k["spill_stores"] == 0 for k in ks) for ks in half), "half": len(half),
+            "max_spill": max((k["spill_stores"] for _, ks in good for k in ks), default=0),
+            "tensor_cores": kinds,
+        })
+    return out
+
+
+def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
+    """:func:`target_summary` as a Markdown table, one line per target."""
+    lines = ["| GPU (target) | requests compiled | fit in shared memory | largest block | "
+             "float16/bfloat16 without spills | most spilled per thread | `tl.dot` in float16 / float32 |",
+             "|---|---|---|---|---|---|---|"]
+    for t in target_summary(results):
+        refused = f" ({', '.join(t['refused'])} refused)" if t["refused"] else ""
+        errors = f", {t['errors']} failed" if t["errors"] else ""
+        lines.append(
+            f"| {t['gpus']} ({t['target']}) | {t['compiled']} of {t['requests']}{refused}{errors} | "
+            f"{t['fit']} of {t['compiled']} | {_kib(t['max_shared'])} of {_kib(t['shared_limit'])} KiB | "
+            f"{t['half_spill_free']} of {t['half']} | {t['max_spill']} B | "
+            f"{', '.join(t['tensor_cores']['float16'])} / {', '.join(t['tensor_cores']['float32'])} |"
+        )
+    return "\n".join(lines)
 
 
 # -- the requests, and the command line ------------------------------------------------------
@@ -675,26 +832,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"unknown targets {sorted(unknown)}")
         requests = [r for r in requests if r[0] in args.targets]
     start = time.perf_counter()
-    rows = compile_matrix(requests, workers=args.workers, niceness=args.nice,
-                          progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
+    matrix = compile_matrix(requests, workers=args.workers, niceness=args.nice,
+                            progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
+    seconds = matrix.pop("compile_seconds")
     import triton
 
     report = {
-        "what": "compiler output for chapter 10's kernels (not timings): shared memory, registers, spills, "
-                "tensor-core instructions per target, compiled without a GPU",
+        "what": "compiler output for chapter 10's kernels, not timings: shared memory per block, registers "
+                "and spilled bytes per thread, tensor-core instructions, per target, compiled without a GPU "
+                "by python -m attncourse.kernels.compile",
         "triton": triton.__version__, "torch": torch.__version__.split("+")[0],
-        "subset": bool(args.subset), "targets": {t.name: dataclasses.asdict(t) for t in TARGETS.values()},
-        "rows": rows,
+        "subset": bool(args.subset),
+        "targets": {t.name: {**dataclasses.asdict(t), "capability": list(t.capability)} for t in TARGETS.values()},
+        **matrix,
     }
-    text = json.dumps(report, indent=1, sort_keys=True)
+    text = _dump(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        args.out.write_text(text)
     else:
-        print(text)
-    print(f"{len(rows)} requests compiled in {time.perf_counter() - start:.0f} s "
-          f"on {platform.node()} ({os.cpu_count()} cores)", file=sys.stderr)
-    return 0
+        print(text, end="")
+    errors = [k for k, v in report["kernels"].items() if "error" in v]
+    print(f"{len(report['rows'])} requests, {len(report['kernels'])} distinct kernels ({len(errors)} failed), "
+          f"{sum(seconds.values()):.0f} s of compiling, {time.perf_counter() - start:.0f} s wall "
+          f"on {platform.node()} ({os.cpu_count()} cores, {args.workers} workers)", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _dump(report: Dict[str, Any]) -> str:
+    """JSON with one kernel and one row per line: small, and readable in a diff."""
+    head = {k: v for k, v in report.items() if k not in ("kernels", "rows")}
+    lines = ["{"]
+    lines += [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in sorted(head.items())]
+    lines.append(' "kernels": {')
+    items = sorted(report["kernels"].items())
+    lines += [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}{',' if i < len(items) - 1 else ''}"
+              for i, (k, v) in enumerate(items)]
+    lines.append(" },")
+    lines.append(' "rows": [')
+    rows = report["rows"]
+    lines += [f"  {json.dumps(r, sort_keys=True)}{',' if i < len(rows) - 1 else ''}" for i, r in enumerate(rows)]
+    lines += [" ]", "}"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
