@@ -106,7 +106,7 @@ class Target:
 
     @property
     def arch(self) -> int:
-        """The capability as Triton writes it: ``(8, 0)`` is ``80``."""
+        """The capability in Triton's notation, ``80`` for ``(8, 0)``."""
         return 10 * self.capability[0] + self.capability[1]
 
 
@@ -119,8 +119,9 @@ def _make_target(capability: Tuple[int, int]) -> Target:
 #: (the one place the course states them).
 TARGETS: Dict[str, Target] = {t.name: t for t in map(_make_target, _CONFIG_TARGETS)}
 
-#: What the launcher can be asked for: the four kinds of attention it specialises for.
+#: The four kinds of attention the launcher specialises its kernels for.
 VARIANTS = ("plain", "causal", "lengths", "span")
+#: The dtypes the launcher takes, by name.
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -162,7 +163,7 @@ class KernelLaunch:
 
     @property
     def constants(self) -> Dict[str, Any]:
-        """The constexprs by argument name: ``{"BLOCK_M": 64, "CAUSAL": True, "sqd": 1, ...}``."""
+        """Each constexpr under its argument's name, as in ``{"BLOCK_M": 64, "CAUSAL": True}``."""
         names = list(self.signature)
         return {names[path[0]]: value for path, value in self.constexprs.items() if len(path) == 1}
 
@@ -319,7 +320,9 @@ def capture_launches(target, variant: str, dtype, head_dim: int, *, backward: bo
         backward: also run the backward pass (its three kernels).
 
     Raises:
-        whatever the launcher raises for a request the target cannot run (bfloat16 on sm_75).
+        ValueError: an unknown target, variant or dtype name, or a request the launcher refuses
+            for the target (bfloat16 on sm_75).
+        TypeError: a dtype that is not one of :data:`DTYPES`, a head size that is not an int.
     """
     target = _target(target)
     if isinstance(dtype, str):
@@ -411,10 +414,10 @@ def tensor_core_kind(mma_version: int, hmma: int, hgmma: int) -> str:
     return "none (FMA)"
 
 
-def cache_dir() -> Path:
-    """Where compile results are kept: ``$ATTNCOURSE_COMPILE_CACHE``, else ``~/.cache/attncourse/compile``."""
+def cache_dir() -> str:
+    """The directory of cached results, ``$ATTNCOURSE_COMPILE_CACHE`` or ``~/.cache/attncourse/compile``."""
     env = os.environ.get("ATTNCOURSE_COMPILE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "attncourse" / "compile"
+    return env if env else str(Path.home() / ".cache" / "attncourse" / "compile")
 
 
 def _jsonable(value):
@@ -508,7 +511,7 @@ def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
     )
 
 
-def compile_launch(launch: KernelLaunch, target, *, cache: Optional[Path] = None, use_cache: bool = True) -> CompileResult:
+def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None, use_cache: bool = True) -> CompileResult:
     """Compile one captured kernel for ``target`` (or read it from the cache) and report on it.
 
     Args:
@@ -518,12 +521,13 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[Path] = None
         use_cache: ``False`` compiles afresh (and refreshes the cache).
 
     Raises:
-        triton's compile errors, and ``RuntimeError`` when ptxas's report cannot be read.
+        TypeError: ``launch`` is not a :class:`KernelLaunch`.
+        RuntimeError: ptxas's report cannot be read (triton's own compile errors pass through).
     """
     if not isinstance(launch, KernelLaunch):
         raise TypeError(f"launch must be a KernelLaunch (from capture_launches), got {type(launch).__name__}")
     target = _target(target)
-    directory = Path(cache) if cache is not None else cache_dir()
+    directory = Path(cache if cache is not None else cache_dir())
     key = _cache_key(launch, target)
     path = directory / f"{key}.json"
     if use_cache and path.exists():
@@ -550,7 +554,7 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[Path] = None
 
 
 def compile_variant(target, variant: str, dtype, head_dim: int, *, backward: bool = True,
-                    cache: Optional[Path] = None) -> List[CompileResult]:
+                    cache: Optional[str] = None) -> List[CompileResult]:
     """Capture and compile every kernel the launcher uses for one request on ``target``.
 
     Example: ``compile_variant("sm_75", "causal", torch.float16, 64)`` gives four results
@@ -580,7 +584,7 @@ def _worker_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]
 
 def compile_matrix(
     requests: Iterable[Tuple[str, str, str, int]], *, workers: int = 2, niceness: int = 10,
-    cache: Optional[Path] = None, backward: bool = True,
+    cache: Optional[str] = None, backward: bool = True,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Any]:
     """Compile many ``(target, variant, dtype name, head_dim)`` requests, ``workers`` at a time.
@@ -663,7 +667,7 @@ _KERNEL_NAMES = {"forward": "forward", "backward_preprocess": "backward D", "bac
                  "backward_dq": "backward dQ"}
 
 
-def load_results(path: Optional[Path] = None) -> Dict[str, Any]:
+def load_results(path: Optional[str] = None) -> Dict[str, Any]:
     """The committed compile results (:data:`RESULTS` in ``attncourse/results``), or those at ``path``."""
     if path is None:
         from importlib.resources import files
@@ -787,8 +791,8 @@ def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
 
 # -- the requests, and the command line ------------------------------------------------------
 
-#: The head sizes compiled: each padded block size (16, 32, 64, 128) and two sizes that are not
-#: powers of two (48, 96), which the kernels mask.
+#: The head sizes of the full matrix, each padded block size (16, 32, 64, 128) and two sizes
+#: that are not powers of two (48, 96), which the kernels mask.
 HEAD_DIMS = (16, 32, 48, 64, 96, 128)
 
 
