@@ -127,10 +127,11 @@ def launch_config(
 
     The rules, checked by compiling every case for every target in :data:`TARGETS`:
 
-    * float16/bfloat16 multiply on the tensor cores; the tiles are 64 x 64 where they fit.
-      At ``d = 128`` the tiles of K and V (forward) or the ``dK``, ``dV`` accumulators
-      (backward) double, so the key tile halves (and the backward takes 8 warps, which
-      share the accumulators among twice the threads' registers).
+    * float16/bfloat16 multiply on the tensor cores; the tiles are 64 x 64 where they fit in
+      shared memory and in the registers without spilling (the backward's dK/dV tiles take
+      32 queries before sm_90, the dQ tiles 32 keys below 160 KiB). At ``d = 128`` the tiles
+      of K and V (forward) or the accumulators (backward) double, so the key tile halves and
+      the backward takes 8 warps, which share the accumulators among twice the registers.
     * float32 multiplies in full precision ("ieee") on the ordinary cores, where every
       thread holds its share of a tile in registers: tiles of 32 x 32.
     * Pipelining stages cost a copy of each streamed tile: 2 where shared memory is at most
@@ -155,6 +156,9 @@ def launch_config(
         return LaunchConfig(32, 32, 4, 1 if shared < 96 * 1024 else 2)
     if kernel == "forward":
         return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
+    if d > 64:  # dK and dV (or dQ) accumulators of 128 columns: 8 warps share them
+        return LaunchConfig(32, 64, 8, stages) if kernel == "backward_dkdv" else LaunchConfig(64, 32, 8, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
-        return LaunchConfig(32, 64, 4 if d <= 64 else 8, stages)
-    return LaunchConfig(64, 32, 4 if d <= 64 else 8, stages)  # backward_dq: per query block
+        # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile
+        return LaunchConfig(64 if capability >= (9, 0) else 32, 64, 4, stages)
+    return LaunchConfig(64, 64 if shared >= 160 * 1024 else 32, 4, stages)  # backward_dq: per query block

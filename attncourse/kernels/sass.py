@@ -4,8 +4,8 @@ Triton compiles a kernel for an explicit GPU target without a GPU (``triton.comp
 ``GPUTarget``); its wheel bundles NVIDIA's ``nvdisasm``, which turns the compiled binary
 (``cubin``) into SASS, the GPU's assembly. The inner loop of an attention kernel runs once per
 tile, so the number of instructions in its body is a measure of the work per tile that needs
-no timing: what :mod:`attncourse.kernels.sass_benchmark` compares with Triton's own
-fused-attention tutorial. A count is not a time (instructions differ in cost, and memory
+no timing: ``tools/sass_ratios.py`` compares :func:`our_counts` with Triton's own
+fused-attention tutorial compiled the same way. A count is not a time (instructions differ in cost, and memory
 stalls do not show), but a kernel that issues twice the instructions for the same tile leaves
 the tensor cores idle for longer.
 
@@ -19,9 +19,10 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Tuple
 
-__all__ = ["Loop", "disassemble", "loops", "mma_loops", "tool_path"]
+__all__ = ["Loop", "disassemble", "loops", "mma_loops", "tool_path", "per_scores", "specialise", "compile_cubin",
+           "whole_tile_loop", "our_counts"]
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
@@ -123,5 +124,64 @@ def per_scores(loop_instructions: int, num_warps: int, tile_scores: int, scores:
     return loop_instructions * num_warps * scores / tile_scores
 
 
-def _unused(_: Sequence[object]) -> None:  # pragma: no cover - keeps flake8 quiet about typing imports
-    return None
+def specialise(fn, values: Dict[str, object], constexprs: Dict[str, object]):
+    """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(fn, ...))``, as a launch with
+    these argument values would specialise them: a tensor becomes a 16-byte-aligned pointer, an
+    integer equal to 1 a constant, one divisible by 16 is marked so (what lets Triton vectorise)."""
+    import torch
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    types = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32"}
+    signature, attrs, consts = {}, {}, dict(constexprs)
+    for index, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+            continue
+        value = values[name]
+        if isinstance(value, torch.Tensor):
+            signature[name] = "*" + types[value.dtype]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+            continue
+        kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+        signature[name] = kind
+        if kind == "constexpr":
+            consts[name] = value
+        elif attr == "D":
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    return signature, consts, attrs
+
+
+def compile_cubin(fn, signature, constexprs, attrs, options, capability: Tuple[int, int]) -> bytes:
+    """Compile a Triton kernel for ``sm_<major><minor>`` without a GPU; the binary (cubin)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options).asm["cubin"]
+
+
+def whole_tile_loop(cubin: bytes) -> Loop:
+    """The cheapest tile loop: the one over whole tiles, which needs no masks."""
+    found = mma_loops(disassemble(cubin))
+    if not found:
+        raise ValueError("no loop with tensor-core (or matrix) instructions in this kernel")
+    return min(found, key=lambda loop: loop.instructions)
+
+
+def our_counts(capability: Tuple[int, int], head_dim: int = 64, length: int = 4096) -> Dict[str, float]:
+    """Instructions (all warps) per 4,096 scores in the whole-tile loops of chapter 10's kernels,
+    float16, compiled as the launcher launches them on ``capability``: ``forward`` and ``backward``
+    (the dK/dV loop plus the dQ loop)."""
+    import torch
+
+    from .flash import compile_specs
+
+    specs = compile_specs(capability, torch.float16, head_dim, causal=True, length=length)
+    counts = {}
+    for name in ("forward", "backward_dkdv", "backward_dq"):
+        fn, signature, consts, attrs, options = specs[name]
+        loop = whole_tile_loop(compile_cubin(fn, signature, consts, attrs, options, capability))
+        counts[name] = per_scores(loop.instructions, options["num_warps"], consts["BLOCK_M"] * consts["BLOCK_N"])
+    return {"forward": counts["forward"], "backward": counts["backward_dkdv"] + counts["backward_dq"]}
