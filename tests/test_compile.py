@@ -152,7 +152,7 @@ def test_subset_is_a_part_of_the_matrix():
     subset = kc.matrix_requests(subset=True)
     assert set(subset) <= full and len(subset) < len(full) / 10
     assert {t for t, *_ in subset} == set(kc.TARGETS)
-    assert ("sm_75", "causal", "bfloat16", 128) in subset  # must be refused by the launcher
+    assert ("sm_75", "span", "bfloat16", 64) in subset  # must be refused by the launcher
 
 
 def test_capture_agrees_with_the_launchers_own_specs(facts):

@@ -791,27 +791,29 @@ def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
 
 # -- the requests, and the command line ------------------------------------------------------
 
-#: The head sizes of the full matrix, each padded block size (16, 32, 64, 128) and two sizes
-#: that are not powers of two (48, 96), which the kernels mask.
-HEAD_DIMS = (16, 32, 48, 64, 96, 128)
+#: The head sizes of the full matrix, in the order it compiles them: each padded block size
+#: (128, 64, 32, 16; the largest tiles first) and one size that is not a power of two (96), which
+#: the kernels mask.
+HEAD_DIMS = (128, 64, 32, 16, 96)
 
 
-def matrix_requests(*, subset: bool = False) -> List[Tuple[str, str, str, int]]:
+def matrix_requests(*, subset: bool = False, head_dims: Sequence[int] = HEAD_DIMS) -> List[Tuple[str, str, str, int]]:
     """The ``(target, variant, dtype, head_dim)`` requests of the full matrix, or of CI's subset.
 
-    The full matrix is every target x variant x dtype x :data:`HEAD_DIMS` (bfloat16 on sm_75
-    included: the launcher must refuse it). The subset keeps, per target, the largest head size
-    in each dtype with the causal variant, the span variant in float16 at d = 64, and bfloat16
-    on sm_75 (refused): the cases nearest each limit, at a few minutes' compiling on a CPU.
+    The full matrix is every target x variant x dtype x head size in ``head_dims`` (bfloat16 on
+    sm_75 included: the launcher must refuse it), one head size after the other. The subset
+    keeps, per target, the causal kernels at d = 128 in float16 and float32 (the largest tiles,
+    nearest the shared-memory and register limits) and the adaptive-span kernels in bfloat16 at
+    d = 64 (refused on sm_75): a few minutes' compiling on a quiet CPU.
     """
     if subset:
         requests = []
         for name in TARGETS:
-            requests += [(name, "causal", dtype, 128) for dtype in DTYPES]
-            requests.append((name, "span", "float16", 64))
+            requests += [(name, "causal", "float16", 128), (name, "causal", "float32", 128),
+                         (name, "span", "bfloat16", 64)]
         return requests
-    return [(name, variant, dtype, d) for name in TARGETS for variant in VARIANTS for dtype in DTYPES
-            for d in HEAD_DIMS]
+    return [(name, variant, dtype, d) for d in head_dims for name in TARGETS for variant in VARIANTS
+            for dtype in DTYPES]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -823,13 +825,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attncourse.kernels.compile", description=main.__doc__)
     parser.add_argument("--subset", action="store_true", help="CI's representative subset, not the full matrix")
     parser.add_argument("--targets", nargs="*", default=None, help=f"restrict to these of {list(TARGETS)}")
+    parser.add_argument("--head-dims", nargs="*", type=int, default=list(HEAD_DIMS),
+                        help="the full matrix's head sizes, in this order")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
 
-    requests = matrix_requests(subset=args.subset)
+    requests = matrix_requests(subset=args.subset, head_dims=args.head_dims)
     if args.targets:
         unknown = set(args.targets) - set(TARGETS)
         if unknown:
@@ -847,6 +851,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "by python -m attncourse.kernels.compile",
         "triton": triton.__version__, "torch": torch.__version__.split("+")[0],
         "subset": bool(args.subset),
+        "head_dims": sorted({r[3] for r in requests}),
         "targets": {t.name: {**dataclasses.asdict(t), "capability": list(t.capability)} for t in TARGETS.values()},
         **matrix,
     }
