@@ -1,4 +1,4 @@
-"""The host code of chapter 10's GPU comparison, on the CPU under a faked GPU (T4, A100, H100).
+"""Chapter 10's host code on the CPU under a faked GPU (T4, A100, H100): SDPA backend, launch config.
 
 PyTorch's flash SDPA backend needs compute capability 8.0: on Colab's T4 (7.5), asking for it
 alone raises "No available kernel". The package picks the fastest backend each GPU has.
@@ -106,3 +106,35 @@ def test_benchmark_uses_the_same_choice(monkeypatch):
     monkeypatch.setattr(sdpa, "sdpa_backend_for", lambda device, dtype, head_dim: "efficient")
     with pytest.raises(RuntimeError, match="No viable backend|No available kernel"):
         fn()
+
+
+class FakeCudaTensor:
+    """Stands in for a CUDA tensor where the launcher only asks its device, dtype and size."""
+
+    def __init__(self, dtype, shape=(4, 16, 4096, 64)):
+        self.device, self.dtype, self.shape = torch.device("cuda", 0), dtype, shape
+
+    def size(self, dim):
+        return self.shape[dim]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_launcher_asks_the_gpu_for_its_config(fake_gpu, gpu):
+    """The launcher's host code takes the tiles, warps and stages of the tensors' GPU from
+    config.launch_config, and refuses bfloat16 on a T4 naming it."""
+    pytest.importorskip("triton")
+    from attncourse.kernels import config, flash
+
+    capability = fake_gpu(gpu)
+    for kernel in config.KERNELS:
+        for dtype in (torch.float16, torch.float32):
+            for d in (64, 128):
+                got = flash._config(FakeCudaTensor(dtype, (4, 16, 4096, d)), kernel, None, None)
+                assert got == config.launch_config(capability, dtype, d, kernel), (gpu, kernel, dtype, d)
+        chosen = flash._config(FakeCudaTensor(torch.float16), kernel, 128, None)
+        assert chosen.block_m == 128  # the caller's block size wins
+    if gpu == "T4":
+        with pytest.raises(ValueError, match="bfloat16.*T4"):
+            flash._config(FakeCudaTensor(torch.bfloat16), "forward", None, None)
+    else:
+        assert flash._config(FakeCudaTensor(torch.bfloat16), "forward", None, None).num_warps >= 4
