@@ -1,4 +1,5 @@
 """The launch settings of chapter 10's kernels per GPU (plain Python: no triton, no GPU)."""
+
 import pytest
 import torch
 
@@ -31,7 +32,9 @@ def test_bfloat16_on_a_t4_is_refused_naming_the_gpu_and_the_dtype(kernel):
         launch_config((7, 5), torch.bfloat16, 64, kernel, device_name="Tesla T4")
     with pytest.raises(ValueError, match=r"bfloat16.*sm_75"):
         launch_config((7, 5), torch.bfloat16, 64, kernel)
-    assert launch_config((8, 0), torch.bfloat16, 64, kernel) == launch_config((8, 0), torch.float16, 64, kernel)
+    assert launch_config((8, 0), torch.bfloat16, 64, kernel) == launch_config(
+        (8, 0), torch.float16, 64, kernel
+    )
 
 
 def test_shared_memory_per_target():

@@ -6,6 +6,7 @@ tests run compiled on CUDA (the ``device`` fixture), and the CPU case skips. The
 has no bfloat16, so bfloat16 is tested on CUDA only. Sizes are small on purpose: each
 interpreted kernel launch costs a fraction of a second.
 """
+
 import math
 
 import pytest
@@ -19,6 +20,8 @@ from attncourse.masks import causal_mask, padding_mask
 
 triton = pytest.importorskip("triton")
 from attncourse.kernels import flash  # noqa: E402  (needs triton)
+
+tl = triton.language
 
 
 @pytest.fixture
@@ -72,14 +75,20 @@ CASES = [
 
 
 @pytest.mark.parametrize("batch,heads,L,S,d,causal,lengths", CASES)
-def test_forward_and_gradients_match_float64_reference(kdevice, batch, heads, L, S, d, causal, lengths):
+def test_forward_and_gradients_match_float64_reference(
+    kdevice, batch, heads, L, S, d, causal, lengths
+):
     q, k, v = _inputs(batch, heads, L, S, d, kdevice)
     lens = torch.tensor(lengths, device=kdevice) if lengths is not None else None
     out, lse = flash.flash_attention_forward(q, k, v, causal=causal, lengths=lens)
     expected, expected_lse = _reference(q, k, v, causal, lengths)
-    assert out.dtype == torch.float32 and lse.dtype == torch.float32 and lse.shape == (batch, heads, L)
+    assert (
+        out.dtype == torch.float32 and lse.dtype == torch.float32 and lse.shape == (batch, heads, L)
+    )
     torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
-    torch.testing.assert_close(lse.double(), expected_lse, atol=2e-6, rtol=1e-5)  # -inf where the row is empty
+    torch.testing.assert_close(
+        lse.double(), expected_lse, atol=2e-6, rtol=1e-5
+    )  # -inf where the row is empty
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(kdevice)
     got = torch.autograd.grad(out, (q, k, v), grad)
     want = torch.autograd.grad(expected, (q, k, v), grad.double())
@@ -97,7 +106,9 @@ def test_matches_torch_sdpa(kdevice, causal):
     out = flash.flash_attention(q, k, v, causal=causal)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     grad = torch.randn_like(out)
-    for g, w in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(expected, (q, k, v), grad)):
+    for g, w in zip(
+        torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(expected, (q, k, v), grad)
+    ):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
@@ -107,28 +118,44 @@ def test_fully_masked_rows_give_zeros_and_zero_gradients(kdevice):
     out, lse = flash.flash_attention_forward(q, k, v, causal=True, lengths=lengths)
     # sequence 0 has no key; in sequence 1 the first L - S = 12 causal queries precede every key
     assert (out[0] == 0).all() and (out[1, :, :12] == 0).all() and (out[1, :, 12:] != 0).any()
-    assert torch.isneginf(lse[0]).all() and torch.isneginf(lse[1, :, :12]).all() and torch.isfinite(lse[1, :, 12:]).all()
+    assert (
+        torch.isneginf(lse[0]).all()
+        and torch.isneginf(lse[1, :, :12]).all()
+        and torch.isfinite(lse[1, :, 12:]).all()
+    )
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert all(torch.isfinite(t).all() for t in (dq, dk, dv))
-    assert (dq[0] == 0).all() and (dk[0] == 0).all() and (dv[0] == 0).all() and (dq[1, :, :12] == 0).all()
+    assert (
+        (dq[0] == 0).all()
+        and (dk[0] == 0).all()
+        and (dv[0] == 0).all()
+        and (dq[1, :, :12] == 0).all()
+    )
 
 
 def test_non_contiguous_inputs(kdevice):
     # (B, L, H, d) projections viewed as (B, H, L, d): strided, as a multi-head layer produces them
     g = torch.Generator().manual_seed(14)
-    q, k, v = (torch.randn(2, 21, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_() for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 21, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_()
+        for _ in range(3)
+    )
     assert not q.is_contiguous()
     out = flash.flash_attention(q, k, v, causal=True)
     expected, _ = _reference(q, k, v, True, None)
     torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
-    for g_, w in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(expected.sum(), (q, k, v))):
+    for g_, w in zip(
+        torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(expected.sum(), (q, k, v))
+    ):
         torch.testing.assert_close(g_.double(), w.double(), atol=5e-6, rtol=1e-5)
 
 
 def test_scale_argument(kdevice):
     q, k, v = _inputs(1, 1, 18, 18, 16, kdevice, seed=4)
     out = flash.flash_attention(q, k, v, scale=0.3)
-    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, scale=0.3)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out, scaled_dot_product_attention(q, k, v, scale=0.3)[0], atol=1e-5, rtol=1e-5
+    )
 
 
 def test_float16_accumulates_in_float32(kdevice):
@@ -138,7 +165,10 @@ def test_float16_accumulates_in_float32(kdevice):
     expected, _ = _reference(q, k, v, True, None)
     torch.testing.assert_close(out.double(), expected, atol=2e-3, rtol=2e-3)
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(6)).to(kdevice)
-    for g, w in zip(torch.autograd.grad(out, (q, k, v), grad.half()), torch.autograd.grad(expected, (q, k, v), grad.double())):
+    for g, w in zip(
+        torch.autograd.grad(out, (q, k, v), grad.half()),
+        torch.autograd.grad(expected, (q, k, v), grad.double()),
+    ):
         assert g.dtype == torch.float16
         torch.testing.assert_close(g.double(), w.double(), atol=1e-2, rtol=1e-2)
 
@@ -152,7 +182,10 @@ def test_bfloat16_on_cuda(kdevice):
     out = flash.flash_attention(q, k, v, causal=True)
     expected, _ = _reference(q, k, v, True, None)
     torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
-    for g, w in zip(torch.autograd.grad(out.float().sum(), (q, k, v)), torch.autograd.grad(expected.sum(), (q, k, v))):
+    for g, w in zip(
+        torch.autograd.grad(out.float().sum(), (q, k, v)),
+        torch.autograd.grad(expected.sum(), (q, k, v)),
+    ):
         torch.testing.assert_close(g.double(), w.double(), atol=5e-2, rtol=5e-2)
 
 
@@ -164,7 +197,9 @@ def test_softmax_rows(kdevice):
 # -- adaptive span ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spans,ramp,L", [([0.0, 6.5, 17.2], 4.0, 50), ([3.3, 40.0, 80.0], 8.0, 41)])
+@pytest.mark.parametrize(
+    "spans,ramp,L", [([0.0, 6.5, 17.2], 4.0, 50), ([3.3, 40.0, 80.0], 8.0, 41)]
+)
 def test_adaptive_span_matches_reference_with_span_gradient(kdevice, spans, ramp, L):
     q, k, v = _inputs(2, 3, L, L, 32, kdevice, seed=9)
     span = torch.tensor(spans, device=kdevice, requires_grad=True)
@@ -192,8 +227,8 @@ def test_adaptive_span_float16(kdevice):
 def _poisoned_rows(run, q, k, v, key_block, block_n):
     """Which query rows come out NaN when the keys and values of one key block are NaN."""
     k, v = k.detach().clone(), v.detach().clone()
-    k[:, :, key_block * block_n:(key_block + 1) * block_n] = float("nan")
-    v[:, :, key_block * block_n:(key_block + 1) * block_n] = float("nan")
+    k[:, :, key_block * block_n : (key_block + 1) * block_n] = float("nan")
+    v[:, :, key_block * block_n : (key_block + 1) * block_n] = float("nan")
     return torch.isnan(run(q.detach(), k, v)).any(-1)  # (B, H, L): 0 * NaN = NaN in a visited tile
 
 
@@ -204,7 +239,14 @@ def test_kernels_visit_exactly_the_planned_tiles(kdevice):
     q, k, v = _inputs(1, 1, L, S, 16, kdevice, seed=12)
     planned = tiles.tile_map(L, S, block, block, causal=True)
     for c in range(planned.size(1)):
-        rows = _poisoned_rows(lambda *a: flash.flash_attention(*a, causal=True, block_m=block, block_n=block), q, k, v, c, block)
+        rows = _poisoned_rows(
+            lambda *a: flash.flash_attention(*a, causal=True, block_m=block, block_n=block),
+            q,
+            k,
+            v,
+            c,
+            block,
+        )
         visited = rows[0, 0].view(-1).tolist()
         assert [visited[r * block] for r in range(planned.size(0))] == planned[:, c].tolist(), c
     # adaptive span: each head has its own plan, and short heads skip the far blocks
@@ -213,9 +255,20 @@ def test_kernels_visit_exactly_the_planned_tiles(kdevice):
     span, ramp = torch.tensor([3.0, 30.0], device=kdevice), 4.0
     maps = tiles.span_tile_maps(span.cpu(), ramp, L, block, block)
     for c in range(maps.size(2)):
-        rows = _poisoned_rows(lambda *a: flash.adaptive_span_flash_attention(*a, span, ramp, block_m=block, block_n=block), q, k, v, c, block)
+        rows = _poisoned_rows(
+            lambda *a: flash.adaptive_span_flash_attention(
+                *a, span, ramp, block_m=block, block_n=block
+            ),
+            q,
+            k,
+            v,
+            c,
+            block,
+        )
         for h in range(2):
-            assert [bool(rows[0, h, r * block]) for r in range(maps.size(1))] == maps[h, :, c].tolist(), (h, c)
+            assert [bool(rows[0, h, r * block]) for r in range(maps.size(1))] == maps[
+                h, :, c
+            ].tolist(), (h, c)
     assert maps[0].sum() < maps[1].sum()
 
 
@@ -269,7 +322,12 @@ def test_causal_plan_is_exactly_the_tiles_with_a_weight(L, S):
     mask = causal_mask(L, S)
     for bm, bn in ((16, 16), (16, 32), (32, 16)):
         planned = tiles.tile_map(L, S, bm, bn, causal=True)
-        needed = torch.tensor([[bool(mask[r:r + bm, c:c + bn].any()) for c in range(0, S, bn)] for r in range(0, L, bm)])
+        needed = torch.tensor(
+            [
+                [bool(mask[r : r + bm, c : c + bn].any()) for c in range(0, S, bn)]
+                for r in range(0, L, bm)
+            ]
+        )
         assert torch.equal(planned, needed), (bm, bn)
         for c in range(planned.size(1)):  # the dK/dV programs' query ranges mirror it
             lo, hi = tiles.query_block_range(c * bn, bm, bn, S, L, causal=True)
@@ -285,12 +343,19 @@ def test_span_plan_covers_every_weight_and_work_falls_with_the_span():
     distance = torch.arange(L)[:, None] - torch.arange(L)[None, :]
     for h, z in enumerate(spans.tolist()):
         weight = (distance >= 0) & (distance < z + ramp)
-        needed = torch.tensor([[bool(weight[r:r + block, c:c + block].any()) for c in range(0, L, block)] for r in range(0, L, block)])
+        needed = torch.tensor(
+            [
+                [bool(weight[r : r + block, c : c + block].any()) for c in range(0, L, block)]
+                for r in range(0, L, block)
+            ]
+        )
         assert (maps[h] | ~needed).all(), "a tile with a weight is skipped"
         assert (maps[h] & ~needed).sum() <= maps.size(1), "more than one extra tile per query block"
     counts = maps.sum(dim=(1, 2)).tolist()
     assert counts == sorted(counts) and counts[0] < counts[-1]
-    assert counts[-1] == tiles.tile_map(L, L, block, block, causal=True).sum()  # the longest is plain causal
+    assert (
+        counts[-1] == tiles.tile_map(L, L, block, block, causal=True).sum()
+    )  # the longest is plain causal
 
 
 # -- issue 18/21 fixes: each test failed on the kernels before the fix -------------------------
@@ -301,8 +366,10 @@ def test_gradients_of_strided_views_with_one_position(kdevice, L, S):
     """A decoder's q of shape (B, 1, H, d) viewed as (B, H, 1, d): the size-1 dimension keeps a
     stride that ``.contiguous()`` does not change; the kernels must address heads by their strides."""
     g = torch.Generator().manual_seed(20)
-    q, k, v = (torch.randn(2, n, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_()
-               for n in (L, S, S))
+    q, k, v = (
+        torch.randn(2, n, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_()
+        for n in (L, S, S)
+    )
     assert q.stride(1) != q.size(2) * q.stride(2)  # bh * L * stride would address the wrong rows
     out = flash.flash_attention(q, k, v)
     expected = F.scaled_dot_product_attention(q, k, v)
@@ -317,7 +384,6 @@ def test_gradients_of_strided_views_with_one_position(kdevice, L, S):
 
 @triton.jit
 def _head_offset_probe(OUT, b, h, stride_b, stride_h):
-    tl = triton.language
     tl.store(OUT, flash._head_offset(b, h, stride_b, stride_h))
 
 
@@ -326,15 +392,21 @@ def test_head_offsets_are_64_bit_past_2_31(kdevice):
     out = torch.zeros(1, dtype=torch.int64, device=kdevice)
     b, h, stride_b, stride_h = 3, 5, 2**30, 2**27  # (B, H, L, d) = (4, 8, 2**20, 128)
     _head_offset_probe[(1,)](out, b, h, stride_b, stride_h)
-    assert int(out) == b * stride_b + h * stride_h > 2**31  # 32-bit arithmetic wraps to a negative offset
+    assert (
+        int(out) == b * stride_b + h * stride_h > 2**31
+    )  # 32-bit arithmetic wraps to a negative offset
 
 
 def test_kernels_offsets_use_the_64_bit_helper():
     """Every kernel that addresses a (batch, head) goes through ``_head_offset`` (64 bits)."""
     import inspect
 
-    for kernel in (flash._forward_kernel, flash._backward_dkdv_kernel, flash._backward_dq_kernel,
-                   flash._backward_preprocess_kernel):
+    for kernel in (
+        flash._forward_kernel,
+        flash._backward_dkdv_kernel,
+        flash._backward_dq_kernel,
+        flash._backward_preprocess_kernel,
+    ):
         source = inspect.getsource(kernel.fn)
         assert "_head_offset(" in source and "bh * L *" not in source and "bh * S *" not in source
 
@@ -354,10 +426,13 @@ def test_launches_use_grid_axis_0_for_batch_times_heads():
     q = torch.empty(7000, 10, 64, 32, device="meta")
     lse = torch.empty(7000, 10, 64, device="meta")
     cfg = flash.LaunchConfig(64, 64, 4, 2)
-    kernel, grid, _, _ = flash._forward_launch(q, q, q, q, lse, True, None, None, None, 1.0, 0.1, cfg)
+    kernel, grid, _, _ = flash._forward_launch(
+        q, q, q, q, lse, True, None, None, None, 1.0, 0.1, cfg
+    )
     specs_grid.append(grid)
-    for launch in flash._backward_launches(q, q, q, q, q, lse, lse, q, q, q, lse, True, None, None, None, 1.0,
-                                           0.1, (cfg, cfg, cfg)):
+    for launch in flash._backward_launches(
+        q, q, q, q, q, lse, lse, q, q, q, lse, True, None, None, None, 1.0, 0.1, (cfg, cfg, cfg)
+    ):
         specs_grid.append(launch[1])
     assert all(grid == (70_000, 1) for grid in specs_grid), specs_grid
 
@@ -387,7 +462,9 @@ def test_device_guard_selects_the_tensors_gpu():
 def test_tensors_on_a_second_gpu():
     q, k, v = _inputs(1, 2, 40, 40, 32, torch.device("cuda", 1))
     out = flash.flash_attention(q, k, v, causal=True)
-    torch.testing.assert_close(out.double(), _reference(q, k, v, True, None)[0], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        out.double(), _reference(q, k, v, True, None)[0], atol=2e-5, rtol=1e-4
+    )
 
 
 def test_no_host_synchronisation_for_gpu_tensors(kdevice, monkeypatch):
@@ -408,7 +485,9 @@ def test_no_host_synchronisation_for_gpu_tensors(kdevice, monkeypatch):
     out.backward(torch.ones_like(out))
     flash.adaptive_span_flash_attention(q, k, v, span, 2.0).backward(torch.ones_like(out))
     monkeypatch.undo()
-    torch.testing.assert_close(out.double(), _reference(q, k, v, True, [20, 7])[0], atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        out.double(), _reference(q, k, v, True, [20, 7])[0], atol=2e-6, rtol=1e-5
+    )
 
 
 def test_lengths_out_of_range_on_a_gpu_are_clamped_not_read(kdevice, monkeypatch):
@@ -506,8 +585,6 @@ def test_empty_batch_or_heads_are_refused(kdevice):
 # -- the loop split: every tile the plan lists is computed, with or without masks ---------------
 
 
-
-
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning")
 def test_dkdv_kernel_visits_exactly_the_planned_query_blocks(kdevice):
     """A NaN query block spoils the dK of exactly the key blocks whose program visits it."""
@@ -517,11 +594,137 @@ def test_dkdv_kernel_visits_exactly_the_planned_query_blocks(kdevice):
     maps = tiles.span_tile_maps(span.cpu(), ramp, L, block, block)
     for r in range(maps.size(1)):
         qn = q.detach().clone()
-        qn[:, :, r * block:(r + 1) * block] = float("nan")
+        qn[:, :, r * block : (r + 1) * block] = float("nan")
         qn.requires_grad_()
         kk = k.detach().clone().requires_grad_()
-        out = flash.adaptive_span_flash_attention(qn, kk, v.detach(), span, ramp, block_m=block, block_n=block)
+        out = flash.adaptive_span_flash_attention(
+            qn, kk, v.detach(), span, ramp, block_m=block, block_n=block
+        )
         (dk,) = torch.autograd.grad(out, (kk,), torch.ones_like(out))
         for h in range(2):
             spoiled = [bool(torch.isnan(dk[0, h, c * block]).any()) for c in range(maps.size(2))]
             assert spoiled == maps[h, r].tolist(), (h, r)
+
+
+# -- adaptive span: the tiles the kernel computes, at the issue's size ---------------------------
+
+
+@triton.jit
+def _key_range_probe(
+    OUT,
+    L,
+    S,
+    LENGTHS,
+    SPANS,
+    WINDOWS,
+    CAUSAL: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr,
+    HAS_SPAN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    start_m = tl.program_id(0) * BLOCK_M
+    kv_len, lo, full_lo, full_hi, hi, span = flash._key_range(
+        start_m,
+        0,
+        0,
+        L,
+        S,
+        LENGTHS,
+        SPANS,
+        WINDOWS,
+        CAUSAL,
+        HAS_LENGTHS,
+        HAS_SPAN,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    base = OUT + tl.program_id(0) * 4
+    tl.store(base, lo)
+    tl.store(base + 1, full_lo)
+    tl.store(base + 2, full_hi)
+    tl.store(base + 3, hi)
+
+
+def _kernel_key_ranges(L, S, block, causal, span=None, ramp=None, length=None):
+    """``(query blocks, 4)``: the forward kernel's ``lo, full_lo, full_hi, hi`` per query block."""
+    out = torch.zeros(math.ceil(L / block), 4, dtype=torch.int32)
+    spans = torch.tensor([float(span)]) if span is not None else torch.zeros(1)
+    windows = (
+        tiles.span_windows(spans, ramp, L)
+        if span is not None
+        else torch.zeros(1, dtype=torch.int32)
+    )
+    lengths = (
+        torch.tensor([length], dtype=torch.int32)
+        if length is not None
+        else torch.zeros(1, dtype=torch.int32)
+    )
+    _key_range_probe[(out.size(0),)](
+        out,
+        L,
+        S,
+        lengths,
+        spans,
+        windows,
+        CAUSAL=causal or span is not None,
+        HAS_LENGTHS=length is not None,
+        HAS_SPAN=span is not None,
+        BLOCK_M=block,
+        BLOCK_N=block,
+    )
+    return out.long()
+
+
+@pytest.mark.skipif(not flash.interpreting(), reason="the probe runs through the interpreter")
+def test_span_256_of_4096_computes_369_tiles_instead_of_2080():
+    """Issue 18's adaptive-span target on the CPU: with every span at 256 (ramp 32) of L = 4,096,
+    causal, 64 x 64 tiles, the kernel's loops visit 369 tiles per head, against 2,080 at full span."""
+    L, block, ramp = 4096, 64, 32.0
+    maps = tiles.span_tile_maps(torch.tensor([256.0, float(L)]), ramp, L, block, block)
+    assert maps.sum(dim=(1, 2)).tolist() == [369, 2080]
+    for span, expected in ((256.0, 369), (float(L), 2080)):
+        ranges = _kernel_key_ranges(L, L, block, True, span=span, ramp=ramp)
+        lo, full_lo, full_hi, hi = ranges.unbind(1)
+        visited = ((hi - lo + block - 1) // block).clamp_min(0)
+        assert int(visited.sum()) == expected
+        planned = tiles.span_tile_maps(torch.tensor([span]), ramp, L, block, block)[0]
+        for r in range(planned.size(0)):  # the same tiles, block by block
+            row = torch.zeros(planned.size(1), dtype=torch.bool)
+            row[int(lo[r]) // block : (int(hi[r]) + block - 1) // block] = True
+            assert torch.equal(row, planned[r]), r
+    print(f"tiles per head: {2080} at full span, {369} at span 256: {2080 / 369:.2f}x fewer")
+
+
+@pytest.mark.skipif(not flash.interpreting(), reason="the probe runs through the interpreter")
+@pytest.mark.parametrize(
+    "L,S,causal,span,length",
+    [
+        (300, 300, True, None, None),
+        (200, 333, True, None, 250),
+        (256, 256, False, None, 100),
+        (260, 260, True, 70.5, None),
+        (256, 256, True, 0.0, None),
+        (256, 256, True, 64.0, None),
+    ],
+)
+def test_whole_tiles_need_no_mask_and_boundary_tiles_are_few(L, S, causal, span, length):
+    """The loop split: every tile in [full_lo, full_hi) has weight 1 everywhere (no mask, no ramp);
+    the masked tiles are at most a few per query block."""
+    block, ramp = 16, 8.0
+    ranges = _kernel_key_ranges(L, S, block, causal, span=span, ramp=ramp, length=length)
+    kv_len = S if length is None else length
+    i = torch.arange(L)[:, None]
+    j = torch.arange(S)[None, :]
+    visible = (j < kv_len) & (j <= i + (S - L) if causal or span is not None else True)
+    whole_weight = visible & ((i - j) < span if span is not None else True)
+    for r, (lo, full_lo, full_hi, hi) in enumerate(ranges.tolist()):
+        assert lo <= full_lo <= full_hi <= hi and (full_hi - full_lo) % block == 0
+        rows = slice(r * block, min((r + 1) * block, L))
+        for c in range(full_lo, full_hi, block):
+            assert whole_weight[rows, c : c + block].all(), (r, c)
+        boundary = math.ceil((full_lo - lo) / block) + math.ceil(max(hi - full_hi, 0) / block)
+        assert boundary <= 2 + (math.ceil((ramp + 1) / block) if span is not None else 0), (
+            r,
+            boundary,
+        )

@@ -11,6 +11,7 @@ Its forward is compiled with its 64 x 64 tiles, 4 warps and 3 stages, its backwa
 blocks, warps and stages its launcher fixes (32 x 128 for dK/dV, 128 x 32 for dQ, 4 warps,
 5 stages). Counts are compiler output, not timings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,9 @@ def load_jit_functions(path: Path) -> dict:
     tree = ast.parse(path.read_text())
     keep = []
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+        if isinstance(node, ast.FunctionDef) and any(
+            "jit" in ast.unparse(d) for d in node.decorator_list
+        ):
             node.decorator_list = [d for d in node.decorator_list if ast.unparse(d) == "triton.jit"]
             keep.append(node)
     module = ast.Module(body=keep, type_ignores=[])
@@ -39,7 +42,12 @@ def load_jit_functions(path: Path) -> dict:
     # triton.jit reads the source of each function, so give it the file's lines
     import linecache
 
-    linecache.cache[str(path)] = (len(path.read_text()), None, path.read_text().splitlines(True), str(path))
+    linecache.cache[str(path)] = (
+        len(path.read_text()),
+        None,
+        path.read_text().splitlines(True),
+        str(path),
+    )
     exec(code, namespace)
     return namespace
 
@@ -54,20 +62,48 @@ def tutorial_counts(path: Path, capability) -> dict:
     values = {"Q": t, "K": t, "V": t, "Out": t, "M": m, "sm_scale": 0.5, "Z": batch, "H": heads}
     for p in "qkvo":
         for axis, name in zip(("z", "h", "m", "k"), ("z", "h", "m", "k")):
-            values_name = {"q": f"stride_q{axis}", "k": f"stride_k{axis}", "v": f"stride_v{axis}", "o": f"stride_o{axis}"}
+            values_name = {
+                "q": f"stride_q{axis}",
+                "k": f"stride_k{axis}",
+                "v": f"stride_v{axis}",
+                "o": f"stride_o{axis}",
+            }
             values[values_name[p]] = strides[name]
-    values.update(stride_kn=strides["m"], stride_vk=strides["m"], stride_vn=strides["k"], stride_on=strides["k"])
+    values.update(
+        stride_kn=strides["m"],
+        stride_vk=strides["m"],
+        stride_vn=strides["k"],
+        stride_on=strides["k"],
+    )
     consts = dict(HEAD_DIM=d, BLOCK_M=64, BLOCK_N=64, CAUSAL=False, N_CTX=n_ctx)
     values = {k: v for k, v in values.items() if k in fwd.arg_names}
     sig, consts, attrs = sass.specialise(fwd, values, consts)
-    loop = sass.whole_tile_loop(sass.compile_cubin(fwd, sig, consts, attrs, dict(num_warps=4, num_stages=3),
-                                                   capability))
+    loop = sass.whole_tile_loop(
+        sass.compile_cubin(fwd, sig, consts, attrs, dict(num_warps=4, num_stages=3), capability)
+    )
     forward = sass.per_scores(loop.instructions, 4, 64 * 64)
     bwd = fns["_attn_bwd"]
-    values = {"Q": t, "K": t, "V": t, "DO": t, "DQ": t, "DK": t, "DV": t, "M": m, "D": m, "sm_scale": 0.5,
-              "stride_z": strides["z"], "stride_h": strides["h"], "stride_tok": strides["m"], "stride_d": 1,
-              "H": heads, "N_CTX": n_ctx}
-    consts = dict(BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, BLK_SLICE_FACTOR=2, HEAD_DIM=d)
+    values = {
+        "Q": t,
+        "K": t,
+        "V": t,
+        "DO": t,
+        "DQ": t,
+        "DK": t,
+        "DV": t,
+        "M": m,
+        "D": m,
+        "sm_scale": 0.5,
+        "stride_z": strides["z"],
+        "stride_h": strides["h"],
+        "stride_tok": strides["m"],
+        "stride_d": 1,
+        "H": heads,
+        "N_CTX": n_ctx,
+    }
+    consts = dict(
+        BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, BLK_SLICE_FACTOR=2, HEAD_DIM=d
+    )
     sig, consts, attrs = sass.specialise(bwd, values, consts)
     cubin = sass.compile_cubin(bwd, sig, consts, attrs, dict(num_warps=4, num_stages=5), capability)
     loops = sass.mma_loops(sass.disassemble(cubin))
@@ -88,17 +124,25 @@ def tutorial_counts(path: Path, capability) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tutorial", type=Path, help="path to Triton's python/tutorials/06-fused-attention.py")
-    parser.add_argument("--targets", type=int, nargs="+", default=[80, 90], help="compute capabilities, e.g. 80 90")
+    parser.add_argument(
+        "tutorial", type=Path, help="path to Triton's python/tutorials/06-fused-attention.py"
+    )
+    parser.add_argument(
+        "--targets", type=int, nargs="+", default=[80, 90], help="compute capabilities, e.g. 80 90"
+    )
     args = parser.parse_args(argv)
-    print(f"triton {triton.__version__}; float16, d = 64; instructions (all warps) per 4,096 scores, "
-          f"whole-tile loops; compiler output, not timings")
+    print(
+        f"triton {triton.__version__}; float16, d = 64; instructions (all warps) per 4,096 scores, "
+        f"whole-tile loops; compiler output, not timings"
+    )
     print(f"{'target':>7} {'pass':>9} {'ours':>8} {'tutorial':>9} {'ratio':>6}")
     for cc in args.targets:
         capability = (cc // 10, cc % 10)
         ours, theirs = sass.our_counts(capability), tutorial_counts(args.tutorial, capability)
         for name in ("forward", "backward"):
-            print(f"{'sm_' + str(cc):>7} {name:>9} {ours[name]:8.0f} {theirs[name]:9.0f} {ours[name] / theirs[name]:6.2f}")
+            print(
+                f"{'sm_' + str(cc):>7} {name:>9} {ours[name]:8.0f} {theirs[name]:9.0f} {ours[name] / theirs[name]:6.2f}"
+            )
     return 0
 
 

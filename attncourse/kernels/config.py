@@ -14,6 +14,7 @@ target, without a GPU.
 
 This module imports neither triton nor CUDA: it is plain Python, tested on any machine.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ __all__ = [
     "block_d",
 ]
 
-#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration.
-KERNELS = ("forward", "backward_dkdv", "backward_dq")
+#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration;
+#: ``backward_dkdv_span`` is the dK/dV kernel of adaptive span, which also accumulates the
+#: span's gradient and needs more registers.
+KERNELS = ("forward", "backward_dkdv", "backward_dq", "backward_dkdv_span")
 
 #: The compute capabilities the course compiles for (the compile test's targets), a GPU of
 #: each kind, and the most shared memory one block may use there (bytes, the opt-in maximum).
@@ -69,7 +72,9 @@ def _check_capability(capability: object) -> Tuple[int, int]:
         or len(capability) != 2
         or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)
     ):
-        raise TypeError(f"capability must be a pair of ints (major, minor) like (8, 0), got {capability!r}")
+        raise TypeError(
+            f"capability must be a pair of ints (major, minor) like (8, 0), got {capability!r}"
+        )
     return capability  # type: ignore[return-value]
 
 
@@ -108,7 +113,12 @@ def block_d(head_dim: int) -> int:
 
 
 def launch_config(
-    capability: Tuple[int, int], dtype: torch.dtype, head_dim: int, kernel: str, *, device_name: Optional[str] = None
+    capability: Tuple[int, int],
+    dtype: torch.dtype,
+    head_dim: int,
+    kernel: str,
+    *,
+    device_name: Optional[str] = None,
 ) -> LaunchConfig:
     """Tiles, warps and stages for ``kernel`` on a GPU of ``capability``, inputs of ``dtype``
     and head size ``head_dim``.
@@ -157,8 +167,16 @@ def launch_config(
     if kernel == "forward":
         return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
     if d > 64:  # dK and dV (or dQ) accumulators of 128 columns: 8 warps share them
-        return LaunchConfig(32, 64, 8, stages) if kernel == "backward_dkdv" else LaunchConfig(64, 32, 8, stages)
+        if kernel.startswith("backward_dkdv"):
+            return LaunchConfig(32, 64, 8, stages)
+        return LaunchConfig(64, 32, 8, stages)
+    if (
+        kernel == "backward_dkdv_span"
+    ):  # the span's gradient too: smaller tiles keep it in registers
+        return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile
         return LaunchConfig(64 if capability >= (9, 0) else 32, 64, 4, stages)
-    return LaunchConfig(64, 64 if shared >= 160 * 1024 else 32, 4, stages)  # backward_dq: per query block
+    return LaunchConfig(
+        64, 64 if shared >= 160 * 1024 else 32, 4, stages
+    )  # backward_dq: per query block

@@ -681,7 +681,8 @@ def _forward(q, k, v, causal, lengths, spans, windows, ramp, scale, block_m, blo
 def _backward(do, q, k, v, out, lse, causal, lengths, spans, windows, ramp, scale, block_m, block_n):
     batch, heads, length, head_dim = q.shape
     keys = k.size(2)
-    configs = (_config(q, "backward_dq", block_m, block_n), _config(q, "backward_dkdv", block_m, block_n),
+    dkdv = "backward_dkdv_span" if spans is not None else "backward_dkdv"
+    configs = (_config(q, "backward_dq", block_m, block_n), _config(q, dkdv, block_m, block_n),
                _config(q, "backward_dq", block_m, block_n))
     delta = torch.empty_like(lse)
     dq = torch.empty(batch, heads, length, head_dim, device=q.device, dtype=q.dtype)
@@ -713,8 +714,9 @@ def compile_specs(
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
-    configs = {name: launch_config(capability, dtype, head_dim, name) for name in ("forward", "backward_dkdv",
-                                                                                  "backward_dq")}
+    configs = {name: launch_config(capability, dtype, head_dim, name) for name in ("forward", "backward_dq")}
+    configs["backward_dkdv"] = launch_config(capability, dtype, head_dim,
+                                             "backward_dkdv_span" if span else "backward_dkdv")
     meta = dict(device="meta", dtype=dtype)
     q = torch.empty(batch, heads, length, head_dim, **meta)
     k, v, out, do, dq, dk, dv = (torch.empty_like(q) for _ in range(7))

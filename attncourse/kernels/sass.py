@@ -12,6 +12,7 @@ the tensor cores idle for longer.
 A loop in SASS is a branch back to an earlier label (``@P0 BRA `(.L_x_3)``): its body is
 every instruction from the label to the branch.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,18 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-__all__ = ["Loop", "disassemble", "loops", "mma_loops", "tool_path", "per_scores", "specialise", "compile_cubin",
-           "whole_tile_loop", "our_counts"]
+__all__ = [
+    "Loop",
+    "disassemble",
+    "loops",
+    "mma_loops",
+    "tool_path",
+    "per_scores",
+    "specialise",
+    "compile_cubin",
+    "whole_tile_loop",
+    "our_counts",
+]
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
@@ -70,12 +81,16 @@ def tool_path(name: str) -> str:
 def disassemble(cubin: bytes) -> str:
     """The SASS listing of a compiled kernel (``nvdisasm -c``)."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
-        raise TypeError("cubin must be the non-empty bytes of a compiled kernel (kernel.asm['cubin'])")
+        raise TypeError(
+            "cubin must be the non-empty bytes of a compiled kernel (kernel.asm['cubin'])"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
-        result = subprocess.run([tool_path("nvdisasm"), "-c", path], capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [tool_path("nvdisasm"), "-c", path], capture_output=True, text=True, check=True
+        )
     return result.stdout
 
 
@@ -106,7 +121,7 @@ def loops(sass: str) -> List[Loop]:
         target = _BRANCH.search(text)
         if target and target.group(1) in labels and labels[target.group(1)] <= i:
             start = labels[target.group(1)]
-            found.append(Loop(start, i, tuple(opcodes[start: i + 1])))
+            found.append(Loop(start, i, tuple(opcodes[start : i + 1])))
     return sorted(found, key=lambda loop: loop.start)
 
 
@@ -114,10 +129,16 @@ def mma_loops(sass: str) -> List[Loop]:
     """The loops that multiply matrices on the tensor cores (the tile loops), outermost first
     where loops nest (a loop inside another is dropped)."""
     found = [loop for loop in loops(sass) if loop.mma]
-    return [a for a in found if not any(b is not a and b.start <= a.start and a.end <= b.end for b in found)]
+    return [
+        a
+        for a in found
+        if not any(b is not a and b.start <= a.start and a.end <= b.end for b in found)
+    ]
 
 
-def per_scores(loop_instructions: int, num_warps: int, tile_scores: int, scores: int = 4096) -> float:
+def per_scores(
+    loop_instructions: int, num_warps: int, tile_scores: int, scores: int = 4096
+) -> float:
     """Instructions all warps issue for ``scores`` attention scores, from one loop body per warp."""
     if min(loop_instructions, num_warps, tile_scores, scores) <= 0:
         raise ValueError("counts, warps and scores must be positive")
@@ -132,7 +153,12 @@ def specialise(fn, values: Dict[str, object], constexprs: Dict[str, object]):
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
-    types = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32"}
+    types = {
+        torch.float16: "fp16",
+        torch.bfloat16: "bf16",
+        torch.float32: "fp32",
+        torch.int32: "i32",
+    }
     signature, attrs, consts = {}, {}, dict(constexprs)
     for index, name in enumerate(fn.arg_names):
         if name in constexprs:
@@ -159,7 +185,9 @@ def compile_cubin(fn, signature, constexprs, attrs, options, capability: Tuple[i
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options).asm["cubin"]
+    return triton.compile(
+        ASTSource(fn, signature, constexprs, attrs), target=target, options=options
+    ).asm["cubin"]
 
 
 def whole_tile_loop(cubin: bytes) -> Loop:
@@ -170,7 +198,9 @@ def whole_tile_loop(cubin: bytes) -> Loop:
     return min(found, key=lambda loop: loop.instructions)
 
 
-def our_counts(capability: Tuple[int, int], head_dim: int = 64, length: int = 4096) -> Dict[str, float]:
+def our_counts(
+    capability: Tuple[int, int], head_dim: int = 64, length: int = 4096
+) -> Dict[str, float]:
     """Instructions (all warps) per 4,096 scores in the whole-tile loops of chapter 10's kernels,
     float16, compiled as the launcher launches them on ``capability``: ``forward`` and ``backward``
     (the dK/dV loop plus the dQ loop)."""
@@ -183,5 +213,10 @@ def our_counts(capability: Tuple[int, int], head_dim: int = 64, length: int = 40
     for name in ("forward", "backward_dkdv", "backward_dq"):
         fn, signature, consts, attrs, options = specs[name]
         loop = whole_tile_loop(compile_cubin(fn, signature, consts, attrs, options, capability))
-        counts[name] = per_scores(loop.instructions, options["num_warps"], consts["BLOCK_M"] * consts["BLOCK_N"])
-    return {"forward": counts["forward"], "backward": counts["backward_dkdv"] + counts["backward_dq"]}
+        counts[name] = per_scores(
+            loop.instructions, options["num_warps"], consts["BLOCK_M"] * consts["BLOCK_N"]
+        )
+    return {
+        "forward": counts["forward"],
+        "backward": counts["backward_dkdv"] + counts["backward_dq"],
+    }
