@@ -22,8 +22,11 @@ while Triton's active driver is a stub that names the target, and Triton's
 ``True``, which tells Triton to skip compiling and launching it. The record holds the kernel's
 signature (argument types), constexprs (block sizes, flags, strides folded to 1), divisibility
 attributes and options (``num_warps``, ``num_stages``): what a real launch on that GPU would
-compile. ``torch.cuda.get_device_capability`` answers the target's capability meanwhile, so a
-launcher that picks its configuration per GPU picks the target's. The inputs have the
+compile. Meanwhile ``torch.cuda.get_device_capability`` answers the target's capability and
+the launcher's ``_config`` answers as it does for CUDA tensors on the target (CPU tensors would
+get the interpreter's small tiles), so the configuration is the target's
+(:func:`attncourse.kernels.config.launch_config`); ``flash.compile_specs`` builds the same
+launches from the launcher's own functions, and the tests check that both agree. The inputs have the
 specialisation of the chapter's benchmark (``B=4, H=16, L=S=4096``): every size and stride a
 multiple of 16 and none equal to 1 except the last stride.
 
