@@ -1,8 +1,9 @@
-"""Chapter 10's host code on the CPU under a faked GPU (T4, A100, H100): SDPA backend, launch config.
+"""Chapter 10's host code on the CPU under a faked T4, A100, H100: SDPA backend, launch config.
 
 PyTorch's flash SDPA backend needs compute capability 8.0: on Colab's T4 (7.5), asking for it
 alone raises "No available kernel". The package picks the fastest backend each GPU has.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -26,16 +27,19 @@ def fake_gpu(monkeypatch):
     return install
 
 
-@pytest.mark.parametrize("gpu, dtype, expected", [
-    ("T4", torch.float16, "efficient"),   # no flash backend before 8.0
-    ("T4", torch.float32, "efficient"),
-    ("T4", torch.bfloat16, "math"),       # no bfloat16 before 8.0 but in the math backend
-    ("A100", torch.float16, "flash"),
-    ("A100", torch.bfloat16, "flash"),
-    ("A100", torch.float32, "efficient"),  # flash takes only half precision
-    ("H100", torch.float16, "flash"),
-    ("H100", torch.float32, "efficient"),
-])
+@pytest.mark.parametrize(
+    "gpu, dtype, expected",
+    [
+        ("T4", torch.float16, "efficient"),  # no flash backend before 8.0
+        ("T4", torch.float32, "efficient"),
+        ("T4", torch.bfloat16, "math"),  # no bfloat16 before 8.0 but in the math backend
+        ("A100", torch.float16, "flash"),
+        ("A100", torch.bfloat16, "flash"),
+        ("A100", torch.float32, "efficient"),  # flash takes only half precision
+        ("H100", torch.float16, "flash"),
+        ("H100", torch.float32, "efficient"),
+    ],
+)
 def test_backend_per_gpu(fake_gpu, gpu, dtype, expected):
     fake_gpu(gpu)
     assert sdpa.sdpa_backend_for("cuda", dtype, 64) == expected
@@ -45,7 +49,9 @@ def test_backend_per_gpu(fake_gpu, gpu, dtype, expected):
 def test_head_size_limits():
     assert sdpa.sdpa_backend((9, 0), torch.float16, 256) == "flash"
     assert sdpa.sdpa_backend((9, 0), torch.float16, 512) == "efficient"  # flash stops at 256
-    assert sdpa.sdpa_backend((9, 0), torch.float16, 60) == "math"  # neither takes d % 8 != 0 in half precision
+    assert (
+        sdpa.sdpa_backend((9, 0), torch.float16, 60) == "math"
+    )  # neither takes d % 8 != 0 in half precision
     assert sdpa.sdpa_backend((6, 0), torch.float16, 64) == "efficient"
     assert sdpa.sdpa_backend((3, 7), torch.float16, 64) == "math"
 
@@ -73,7 +79,9 @@ def test_restrict_really_restricts():
     """On CPU tensors torch has the flash (CPU) and math backends, not the efficient one."""
     q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(sdpa.torch_attention(q, k, v, is_causal=True, backend="math"), expected)
+    torch.testing.assert_close(
+        sdpa.torch_attention(q, k, v, is_causal=True, backend="math"), expected
+    )
     torch.testing.assert_close(sdpa.torch_attention(q, k, v, is_causal=True), expected)
     with pytest.raises(RuntimeError, match="No viable backend|No available kernel"):
         sdpa.torch_attention(q, k, v, backend="efficient")
@@ -88,8 +96,9 @@ def test_chapter_cell_on_the_cpu(fake_gpu):
     if not flash.interpreting():
         pytest.skip("needs Triton's interpreter on the CPU")
     fake_gpu("T4")  # the device is the CPU: the fake GPU must not leak into the choice
-    result = sdpa.time_triton_against_torch("cpu", batch=1, heads=1, length=32, head_dim=16,
-                                            dtype=torch.float32, repeats=1, warmup=0)
+    result = sdpa.time_triton_against_torch(
+        "cpu", batch=1, heads=1, length=32, head_dim=16, dtype=torch.float32, repeats=1, warmup=0
+    )
     assert result["backend"] == "default"
     assert "not a GPU timing" in result["line"] and "torch SDPA (default backend)" in result["line"]
     assert result["ratio"] == pytest.approx(result["triton_ms"] / result["torch_ms"])
@@ -100,8 +109,17 @@ def test_benchmark_uses_the_same_choice(monkeypatch):
     "efficient", which CPU tensors lack, it fails as a T4 asked for "flash" would."""
     from attncourse import kernel_benchmark
 
-    fn = kernel_benchmark.build_gpu("torch-flash", 16, True, torch.float32, False, batch=1, num_heads=1,
-                                    head_dim=16, device="cpu")
+    fn = kernel_benchmark.build_gpu(
+        "torch-flash",
+        16,
+        True,
+        torch.float32,
+        False,
+        batch=1,
+        num_heads=1,
+        head_dim=16,
+        device="cpu",
+    )
     assert fn().shape == (1, 1, 16, 16)
     monkeypatch.setattr(sdpa, "sdpa_backend_for", lambda device, dtype, head_dim: "efficient")
     with pytest.raises(RuntimeError, match="No viable backend|No available kernel"):
@@ -130,7 +148,12 @@ def test_launcher_asks_the_gpu_for_its_config(fake_gpu, gpu):
         for dtype in (torch.float16, torch.float32):
             for d in (64, 128):
                 got = flash._config(FakeCudaTensor(dtype, (4, 16, 4096, d)), kernel, None, None)
-                assert got == config.launch_config(capability, dtype, d, kernel), (gpu, kernel, dtype, d)
+                assert got == config.launch_config(capability, dtype, d, kernel), (
+                    gpu,
+                    kernel,
+                    dtype,
+                    d,
+                )
         chosen = flash._config(FakeCudaTensor(torch.float16), kernel, 128, None)
         assert chosen.block_m == 128  # the caller's block size wins
     if gpu == "T4":

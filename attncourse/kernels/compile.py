@@ -37,6 +37,7 @@ triton version, the target and everything the launcher passed. A missing cache o
 Nothing here runs a kernel, and nothing here is a timing: registers, spills and shared memory
 are what the compiler produced, which bounds what a GPU can run, not how fast it runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -114,8 +115,13 @@ class Target:
 
 
 def _make_target(capability: Tuple[int, int]) -> Target:
-    return Target(f"sm_{capability[0]}{capability[1]}", capability, shared_memory_per_block(capability),
-                  _CONFIG_TARGETS[capability][0], supports_bfloat16(capability))
+    return Target(
+        f"sm_{capability[0]}{capability[1]}",
+        capability,
+        shared_memory_per_block(capability),
+        _CONFIG_TARGETS[capability][0],
+        supports_bfloat16(capability),
+    )
 
 
 #: The architectures compiled for, with their limits from :mod:`attncourse.kernels.config`
@@ -158,7 +164,7 @@ class KernelLaunch:
     options: Dict[str, Any]
 
     def function(self):
-        """The ``@triton.jit`` function itself (imported by name, so a launch can cross processes)."""
+        """The ``@triton.jit`` function (imported by name: a launch can cross processes)."""
         obj: Any = importlib.import_module(self.module)
         for part in self.qualname.split("."):
             obj = getattr(obj, part)
@@ -182,7 +188,9 @@ class _StubDriver:
         from triton.backends.compiler import GPUTarget
 
         self.target = GPUTarget("cuda", target.arch, 32)
-        self.device = f"attncourse-compile-{target.name}"  # its own key in each kernel's per-device caches
+        self.device = (
+            f"attncourse-compile-{target.name}"  # its own key in each kernel's per-device caches
+        )
 
     def is_active(self) -> bool:
         return True
@@ -222,13 +230,27 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
         jit = fn.jit_function
         touched.append(jit)
         names = list(compile["signature"])
-        options = {k: compile[k] for k in ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion",
-                                           "launch_cooperative_grid")}
-        launches.append(KernelLaunch(
-            kernel=_short_name(jit.fn.__name__), module=jit.fn.__module__, qualname=jit.fn.__qualname__,
-            signature=dict(compile["signature"]), constexprs=dict(compile["constants"]),
-            attrs=dict(compile["configs"][0]), options=options,
-        ))
+        options = {
+            k: compile[k]
+            for k in (
+                "num_warps",
+                "num_ctas",
+                "num_stages",
+                "enable_fp_fusion",
+                "launch_cooperative_grid",
+            )
+        }
+        launches.append(
+            KernelLaunch(
+                kernel=_short_name(jit.fn.__name__),
+                module=jit.fn.__module__,
+                qualname=jit.fn.__qualname__,
+                signature=dict(compile["signature"]),
+                constexprs=dict(compile["constants"]),
+                attrs=dict(compile["configs"][0]),
+                options=options,
+            )
+        )
         assert len(names) == len(jit.params)
         return True  # tells Triton not to compile (nor launch) this kernel
 
@@ -253,7 +275,7 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
     try:
         yield launches
     finally:
-        for (obj, name) in patches:
+        for obj, name in patches:
             if (obj, name) in saved:
                 setattr(obj, name, saved[(obj, name)])
             else:
@@ -270,8 +292,12 @@ def _target_config(target: Target):
     from .config import launch_config
 
     def config(q, kernel, block_m=None, block_n=None):
-        chosen = launch_config(target.capability, q.dtype, q.size(3), kernel, device_name=target.gpus)
-        return dataclasses.replace(chosen, block_m=block_m or chosen.block_m, block_n=block_n or chosen.block_n)
+        chosen = launch_config(
+            target.capability, q.dtype, q.size(3), kernel, device_name=target.gpus
+        )
+        return dataclasses.replace(
+            chosen, block_m=block_m or chosen.block_m, block_n=block_n or chosen.block_n
+        )
 
     return config
 
@@ -281,18 +307,24 @@ def _require_compiled_kernels(flash) -> None:
 
     if not isinstance(getattr(flash, "_forward_kernel", None), JITFunction):
         raise RuntimeError(
-            "triton was imported with TRITON_INTERPRET=1, so the kernels are interpreted, not compiled: "
-            "compile in a process that imports triton without it (python -m attncourse.kernels.compile)"
+            "triton was imported with TRITON_INTERPRET=1, so the kernels are interpreted, "
+            "not compiled: compile in a process that imports triton without it "
+            "(python -m attncourse.kernels.compile)"
         )
 
 
 def _inputs(variant: str, dtype: torch.dtype, head_dim: int, length: int):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 16, length, head_dim, generator=g).to(dtype).requires_grad_(True) for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 16, length, head_dim, generator=g).to(dtype).requires_grad_(True)
+        for _ in range(3)
+    )
     return q, k, v
 
 
-def _run_launcher(variant: str, dtype: torch.dtype, head_dim: int, backward: bool, length: int = 256) -> None:
+def _run_launcher(
+    variant: str, dtype: torch.dtype, head_dim: int, backward: bool, length: int = 256
+) -> None:
     from . import flash
 
     q, k, v = _inputs(variant, dtype, head_dim, length)
@@ -311,7 +343,9 @@ def _run_launcher(variant: str, dtype: torch.dtype, head_dim: int, backward: boo
         out.backward(torch.ones_like(out))
 
 
-def capture_launches(target, variant: str, dtype, head_dim: int, *, backward: bool = True) -> List[KernelLaunch]:
+def capture_launches(
+    target, variant: str, dtype, head_dim: int, *, backward: bool = True
+) -> List[KernelLaunch]:
     """The kernels the launcher compiles for ``variant`` on ``target``, in launch order.
 
     Args:
@@ -387,19 +421,33 @@ class CompileResult:
 
     @property
     def tensor_cores(self) -> str:
-        """``"wgmma"``, ``"mma.sync"`` or ``"none (FMA)"``: what ``tl.dot`` became (see :func:`tensor_core_kind`)."""
+        """What ``tl.dot`` became, ``"wgmma"``, ``"mma.sync"`` or ``"none (FMA)"``
+        (:func:`tensor_core_kind`)."""
         return tensor_core_kind(self.mma_version, self.hmma, self.hgmma)
 
     def summary(self) -> Dict[str, Any]:
-        """The facts as a JSON-ready dict (no SASS, no timing): what :data:`RESULTS` keeps per kernel."""
+        """The facts as a JSON-ready dict, no SASS, no timing (what :data:`RESULTS` keeps)."""
         blocks = [self.constants.get(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_D")]
         out = {name: getattr(self, name) for name in _SUMMARY_FIELDS}
         out.update(blocks=blocks, fits=self.fits, tensor_cores=self.tensor_cores)
         return out
 
 
-_SUMMARY_FIELDS = ("target", "kernel", "num_warps", "num_stages", "shared", "registers", "spill_stores",
-                   "spill_loads", "stack", "mma_version", "hmma", "hgmma", "sass_instructions")
+_SUMMARY_FIELDS = (
+    "target",
+    "kernel",
+    "num_warps",
+    "num_stages",
+    "shared",
+    "registers",
+    "spill_stores",
+    "spill_loads",
+    "stack",
+    "mma_version",
+    "hmma",
+    "hgmma",
+    "sass_instructions",
+)
 
 
 def tensor_core_kind(mma_version: int, hmma: int, hgmma: int) -> str:
@@ -418,7 +466,8 @@ def tensor_core_kind(mma_version: int, hmma: int, hgmma: int) -> str:
 
 
 def cache_dir() -> str:
-    """The directory of cached results, ``$ATTNCOURSE_COMPILE_CACHE`` or ``~/.cache/attncourse/compile``."""
+    """The directory of cached results: ``$ATTNCOURSE_COMPILE_CACHE``, else
+    ``~/.cache/attncourse/compile``."""
     env = os.environ.get("ATTNCOURSE_COMPILE_CACHE")
     return env if env else str(Path.home() / ".cache" / "attncourse" / "compile")
 
@@ -437,15 +486,25 @@ def _cache_key(launch: KernelLaunch, target: Target) -> str:
     import triton
 
     fn = launch.function()
-    blob = json.dumps([
-        triton.__version__, target.name, launch.module, launch.qualname, fn.cache_key,
-        _jsonable(launch.signature), _jsonable(launch.constexprs), _jsonable(launch.attrs),
-        _jsonable(launch.options),
-    ])
+    blob = json.dumps(
+        [
+            triton.__version__,
+            target.name,
+            launch.module,
+            launch.qualname,
+            fn.cache_key,
+            _jsonable(launch.signature),
+            _jsonable(launch.constexprs),
+            _jsonable(launch.attrs),
+            _jsonable(launch.options),
+        ]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-_PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_SPILLS = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _MMA_LAYOUT = re.compile(r"nvidia_mma<\{versionMajor = (\d+)")
 
@@ -458,7 +517,9 @@ def _nvidia_tool(name: str) -> str:
         return str(path)
     found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError(f"{name} is neither in the triton wheel ({path.parent}) nor on PATH")
+        raise FileNotFoundError(
+            f"{name} is neither in the triton wheel ({path.parent}) nor on PATH"
+        )
     return found
 
 
@@ -466,8 +527,12 @@ def _sass(cubin: bytes) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        return subprocess.run([_nvidia_tool("cuobjdump"), "-sass", str(path)], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            [_nvidia_tool("cuobjdump"), "-sass", str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
 
 
 def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
@@ -481,12 +546,17 @@ def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
     saved = (knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir)
     with tempfile.TemporaryDirectory() as tmp:
         # always_compile + a private cache directory: ptxas runs here, and its -v log is printed
-        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir = True, True, tmp
+        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir = (
+            True,
+            True,
+            tmp,
+        )
         try:
             with contextlib.redirect_stdout(log):
                 kernel = triton.compile(
                     ASTSource(launch.function(), launch.signature, launch.constexprs, launch.attrs),
-                    target=GPUTarget("cuda", target.arch, 32), options=dict(launch.options),
+                    target=GPUTarget("cuda", target.arch, 32),
+                    options=dict(launch.options),
                 )
         finally:
             knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile, knobs.cache.dir = saved
@@ -495,7 +565,9 @@ def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
     spills = _PTXAS_SPILLS.search(ptxas)
     regs = _PTXAS_REGS.search(ptxas)
     if spills is None or regs is None:
-        raise RuntimeError(f"could not read ptxas -v's report for {launch.kernel} on {target.name}:\n{ptxas}")
+        raise RuntimeError(
+            f"could not read ptxas -v's report for {launch.kernel} on {target.name}:\n{ptxas}"
+        )
     layout = _MMA_LAYOUT.search(kernel.asm["ttgir"])
     mma_version = int(layout.group(1)) if layout else 0
     if "warp_group_dot" in kernel.asm["ttgir"]:
@@ -503,18 +575,29 @@ def _compile_uncached(launch: KernelLaunch, target: Target) -> CompileResult:
     sass = _sass(kernel.asm["cubin"])
     opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
     return CompileResult(
-        target=target.name, kernel=launch.kernel, constants=_jsonable(launch.constants),
-        num_warps=int(launch.options["num_warps"]), num_stages=int(launch.options["num_stages"]),
-        shared=int(kernel.metadata.shared), shared_limit=target.shared_per_block,
-        registers=int(regs.group(1)), stack=int(spills.group(1)),
-        spill_stores=int(spills.group(2)), spill_loads=int(spills.group(3)),
+        target=target.name,
+        kernel=launch.kernel,
+        constants=_jsonable(launch.constants),
+        num_warps=int(launch.options["num_warps"]),
+        num_stages=int(launch.options["num_stages"]),
+        shared=int(kernel.metadata.shared),
+        shared_limit=target.shared_per_block,
+        registers=int(regs.group(1)),
+        stack=int(spills.group(1)),
+        spill_stores=int(spills.group(2)),
+        spill_loads=int(spills.group(3)),
         mma_version=mma_version,
-        hmma=sum(op.startswith("HMMA") for op in opcodes), hgmma=sum(op.startswith("HGMMA") for op in opcodes),
-        sass_instructions=len(opcodes), seconds=round(seconds, 3), sass=sass,
+        hmma=sum(op.startswith("HMMA") for op in opcodes),
+        hgmma=sum(op.startswith("HGMMA") for op in opcodes),
+        sass_instructions=len(opcodes),
+        seconds=round(seconds, 3),
+        sass=sass,
     )
 
 
-def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None, use_cache: bool = True) -> CompileResult:
+def compile_launch(
+    launch: KernelLaunch, target, *, cache: Optional[str] = None, use_cache: bool = True
+) -> CompileResult:
     """Compile one captured kernel for ``target`` (or read it from the cache) and report on it.
 
     Args:
@@ -528,7 +611,9 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None,
         RuntimeError: ptxas's report cannot be read (triton's own compile errors pass through).
     """
     if not isinstance(launch, KernelLaunch):
-        raise TypeError(f"launch must be a KernelLaunch (from capture_launches), got {type(launch).__name__}")
+        raise TypeError(
+            f"launch must be a KernelLaunch (from capture_launches), got {type(launch).__name__}"
+        )
     target = _target(target)
     directory = Path(cache if cache is not None else cache_dir())
     key = _cache_key(launch, target)
@@ -537,7 +622,9 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None,
         try:
             data = json.loads(path.read_text())
             sass_path = directory / f"{key}.sass.gz"
-            data["sass"] = gzip.decompress(sass_path.read_bytes()).decode() if sass_path.exists() else ""
+            data["sass"] = (
+                gzip.decompress(sass_path.read_bytes()).decode() if sass_path.exists() else ""
+            )
             data["cached"] = True
             data["seconds"] = 0.0
             return CompileResult(**data)
@@ -546,7 +633,11 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None,
     result = _compile_uncached(launch, target)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in ("sass", "cached")}
+        data = {
+            f.name: getattr(result, f.name)
+            for f in dataclasses.fields(result)
+            if f.name not in ("sass", "cached")
+        }
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         (directory / f"{key}.sass.gz").write_bytes(gzip.compress(result.sass.encode()))
@@ -556,8 +647,15 @@ def compile_launch(launch: KernelLaunch, target, *, cache: Optional[str] = None,
     return result
 
 
-def compile_variant(target, variant: str, dtype, head_dim: int, *, backward: bool = True,
-                    cache: Optional[str] = None) -> List[CompileResult]:
+def compile_variant(
+    target,
+    variant: str,
+    dtype,
+    head_dim: int,
+    *,
+    backward: bool = True,
+    cache: Optional[str] = None,
+) -> List[CompileResult]:
     """Capture and compile every kernel the launcher uses for one request on ``target``.
 
     Example: ``compile_variant("sm_75", "causal", torch.float16, 64)`` gives four results
@@ -565,8 +663,10 @@ def compile_variant(target, variant: str, dtype, head_dim: int, *, backward: boo
     spills and the tensor-core instructions of each.
     """
     target = _target(target)
-    return [compile_launch(launch, target, cache=cache)
-            for launch in capture_launches(target, variant, dtype, head_dim, backward=backward)]
+    return [
+        compile_launch(launch, target, cache=cache)
+        for launch in capture_launches(target, variant, dtype, head_dim, backward=backward)
+    ]
 
 
 # -- many at once ----------------------------------------------------------------------------
@@ -586,8 +686,12 @@ def _worker_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]
 
 
 def compile_matrix(
-    requests: Iterable[Tuple[str, str, str, int]], *, workers: int = 2, niceness: int = 10,
-    cache: Optional[str] = None, backward: bool = True,
+    requests: Iterable[Tuple[str, str, str, int]],
+    *,
+    workers: int = 2,
+    niceness: int = 10,
+    cache: Optional[str] = None,
+    backward: bool = True,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Any]:
     """Compile many ``(target, variant, dtype name, head_dim)`` requests, ``workers`` at a time.
@@ -606,8 +710,14 @@ def compile_matrix(
     jobs: Dict[Tuple[str, str], Tuple[KernelLaunch, str]] = {}
     for target_name, variant, dtype_name, head_dim in requests:
         target = _target(target_name)
-        row: Dict[str, Any] = dict(target=target.name, variant=variant, dtype=dtype_name, head_dim=head_dim,
-                                   refused=None, keys=[])
+        row: Dict[str, Any] = dict(
+            target=target.name,
+            variant=variant,
+            dtype=dtype_name,
+            head_dim=head_dim,
+            refused=None,
+            keys=[],
+        )
         try:
             launches = capture_launches(target, variant, dtype_name, head_dim, backward=backward)
         except (TypeError, ValueError, RuntimeError) as error:
@@ -628,17 +738,23 @@ def compile_matrix(
                 progress(_progress_line(key, results[key], len(results), len(jobs)))
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
-                                 initargs=(niceness,)) as pool:
-            futures = {key: pool.submit(_safe_compile, launch, target_name, cache_arg)
-                       for key, (launch, target_name) in jobs.items()}
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_worker_init, initargs=(niceness,)
+        ) as pool:
+            futures = {
+                key: pool.submit(_safe_compile, launch, target_name, cache_arg)
+                for key, (launch, target_name) in jobs.items()
+            }
             for key, future in futures.items():
                 results[key] = future.result()
                 if progress:
                     progress(_progress_line(key, results[key], len(results), len(jobs)))
 
     ids = {key: f"{key[0]}/{key[1][:12]}" for key in jobs}
-    kernels = {ids[key]: (r.summary() if isinstance(r, CompileResult) else {"error": r}) for key, r in results.items()}
+    kernels = {
+        ids[key]: (r.summary() if isinstance(r, CompileResult) else {"error": r})
+        for key, r in results.items()
+    }
     seconds = {ids[key]: r.seconds for key, r in results.items() if isinstance(r, CompileResult)}
     for row in rows:
         row["kernels"] = [ids[key] for key in row.pop("keys")]
@@ -654,9 +770,11 @@ def _safe_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]):
 
 def _progress_line(key, result, done: int, total: int) -> str:
     if isinstance(result, CompileResult):
-        what = (f"{result.kernel:20s} shared {result.shared // 1024:4d} KiB regs {result.registers:3d} "
-                f"spills {result.spill_stores:5d} {result.tensor_cores:10s} {result.seconds:6.1f} s"
-                f"{' (cached)' if result.cached else ''}")
+        what = (
+            f"{result.kernel:20s} shared {result.shared // 1024:4d} KiB regs {result.registers:3d} "
+            f"spills {result.spill_stores:5d} {result.tensor_cores:10s} {result.seconds:6.1f} s"
+            f"{' (cached)' if result.cached else ''}"
+        )
     else:
         what = f"FAILED {result[:200]}"
     return f"[{done}/{total}] {key[0]} {what}"
@@ -666,12 +784,16 @@ def _progress_line(key, result, done: int, total: int) -> str:
 
 #: The full matrix's result, as ``make compile-matrix`` writes it into the package.
 RESULTS = "ch10_compile_matrix.json"
-_KERNEL_NAMES = {"forward": "forward", "backward_preprocess": "backward D", "backward_dkdv": "backward dK, dV",
-                 "backward_dq": "backward dQ"}
+_KERNEL_NAMES = {
+    "forward": "forward",
+    "backward_preprocess": "backward D",
+    "backward_dkdv": "backward dK, dV",
+    "backward_dq": "backward dQ",
+}
 
 
 def load_results(path: Optional[str] = None) -> Dict[str, Any]:
-    """The committed compile results (:data:`RESULTS` in ``attncourse/results``), or those at ``path``."""
+    """The committed compile results (:data:`RESULTS` in ``attncourse/results``), or ``path``'s."""
     if path is None:
         from importlib.resources import files
 
@@ -684,14 +806,20 @@ def load_results(path: Optional[str] = None) -> Dict[str, Any]:
     return results
 
 
-def request_kernels(results: Mapping[str, Any], target: str, variant: str, dtype: str,
-                    head_dim: int) -> Optional[List[Dict[str, Any]]]:
+def request_kernels(
+    results: Mapping[str, Any], target: str, variant: str, dtype: str, head_dim: int
+) -> Optional[List[Dict[str, Any]]]:
     """The kernel summaries of one request in ``results``; ``None`` where the launcher refused it.
 
     Raises ``KeyError`` when the request is not in ``results``.
     """
     for row in results["rows"]:
-        if (row["target"], row["variant"], row["dtype"], row["head_dim"]) == (target, variant, dtype, head_dim):
+        if (row["target"], row["variant"], row["dtype"], row["head_dim"]) == (
+            target,
+            variant,
+            dtype,
+            head_dim,
+        ):
             if row["refused"]:
                 return None
             return [results["kernels"][k] for k in row["kernels"]]
@@ -702,9 +830,14 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.0f}" if n % 1024 == 0 or n >= 10 * 1024 else f"{n / 1024:.1f}"
 
 
-def compile_table(results: Optional[Mapping[str, Any]] = None, *, variant: str = "causal", dtype: str = "float16",
-                  head_dim: int = 128) -> str:
-    """Chapter 10's table: per target and kernel, the tiles, shared memory, registers, spills and MMA.
+def compile_table(
+    results: Optional[Mapping[str, Any]] = None,
+    *,
+    variant: str = "causal",
+    dtype: str = "float16",
+    head_dim: int = 128,
+) -> str:
+    """Chapter 10's table: per target and kernel, tiles, shared memory, registers, spills, MMA.
 
     One request (default: causal, float16, ``d = 128``, the largest tiles) for every target in
     ``results`` (default :func:`load_results`), as a Markdown table. Compiler output, not timings.
@@ -731,8 +864,9 @@ def compile_table(results: Optional[Mapping[str, Any]] = None, *, variant: str =
             limit = target["shared_per_block"]
             fits = "" if k["shared"] <= limit else " **too much**"
             lines.append(
-                f"| {gpu} | {_KERNEL_NAMES.get(k['kernel'], k['kernel'])} | {m}x{n}, {k['num_warps']}, "
-                f"{k['num_stages']} | {_kib(k['shared'])} of {_kib(limit)} KiB{fits} | {k['registers']} | "
+                f"| {gpu} | {_KERNEL_NAMES.get(k['kernel'], k['kernel'])} | {m}x{n}, "
+                f"{k['num_warps']}, {k['num_stages']} | {_kib(k['shared'])} of {_kib(limit)} KiB"
+                f"{fits} | {k['registers']} | "
                 f"{k['spill_stores']} | {k['tensor_cores']} |"
             )
     return "\n".join(lines)
@@ -754,40 +888,63 @@ def target_summary(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str
         refused = sorted({r["dtype"] for r in rows if r["refused"]})
         compiled = [[results["kernels"][k] for k in r["kernels"]] for r in rows if not r["refused"]]
         errors = sum(any("error" in k for k in ks) for ks in compiled)
-        good = [(r, [results["kernels"][k] for k in r["kernels"]]) for r in rows
-                if not r["refused"] and not any("error" in results["kernels"][k] for k in r["kernels"])]
+        good = [
+            (r, [results["kernels"][k] for k in r["kernels"]])
+            for r in rows
+            if not r["refused"] and not any("error" in results["kernels"][k] for k in r["kernels"])
+        ]
         half = [ks for r, ks in good if r["dtype"] in ("float16", "bfloat16")]
         kinds = {}
         for dtype in ("float16", "float32"):
-            kinds[dtype] = sorted({k["tensor_cores"] for r, ks in good if r["dtype"] == dtype for k in ks
-                                   if k["kernel"] != "backward_preprocess"})
-        out.append({
-            "target": name, "gpus": target["gpus"], "requests": len(rows), "refused": refused,
-            "errors": errors,
-            "fit": sum(all(k["shared"] <= target["shared_per_block"] for k in ks) for _, ks in good),
-            "compiled": len(good),
-            "max_shared": max((k["shared"] for _, ks in good for k in ks), default=0),
-            "shared_limit": target["shared_per_block"],
-            "half_spill_free": sum(all(k["spill_stores"] == 0 for k in ks) for ks in half), "half": len(half),
-            "max_spill": max((k["spill_stores"] for _, ks in good for k in ks), default=0),
-            "tensor_cores": kinds,
-        })
+            kinds[dtype] = sorted(
+                {
+                    k["tensor_cores"]
+                    for r, ks in good
+                    if r["dtype"] == dtype
+                    for k in ks
+                    if k["kernel"] != "backward_preprocess"
+                }
+            )
+        out.append(
+            {
+                "target": name,
+                "gpus": target["gpus"],
+                "requests": len(rows),
+                "refused": refused,
+                "errors": errors,
+                "fit": sum(
+                    all(k["shared"] <= target["shared_per_block"] for k in ks) for _, ks in good
+                ),
+                "compiled": len(good),
+                "max_shared": max((k["shared"] for _, ks in good for k in ks), default=0),
+                "shared_limit": target["shared_per_block"],
+                "half_spill_free": sum(all(k["spill_stores"] == 0 for k in ks) for ks in half),
+                "half": len(half),
+                "max_spill": max((k["spill_stores"] for _, ks in good for k in ks), default=0),
+                "tensor_cores": kinds,
+            }
+        )
     return out
 
 
 def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
     """:func:`target_summary` as a Markdown table, one line per target."""
-    lines = ["| GPU (target) | requests compiled | fit in shared memory | largest block | "
-             "float16/bfloat16 without spills | most spilled per thread | `tl.dot` in float16 / float32 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| GPU (target) | requests compiled | fit in shared memory | largest block | "
+        "float16/bfloat16 without spills | most spilled per thread | "
+        "`tl.dot` in float16 / float32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for t in target_summary(results):
         refused = f" ({', '.join(t['refused'])} refused)" if t["refused"] else ""
         errors = f", {t['errors']} failed" if t["errors"] else ""
         lines.append(
-            f"| {t['gpus']} ({t['target']}) | {t['compiled']} of {t['requests']}{refused}{errors} | "
-            f"{t['fit']} of {t['compiled']} | {_kib(t['max_shared'])} of {_kib(t['shared_limit'])} KiB | "
+            f"| {t['gpus']} ({t['target']}) | {t['compiled']} of {t['requests']}{refused}"
+            f"{errors} | {t['fit']} of {t['compiled']} | {_kib(t['max_shared'])} of "
+            f"{_kib(t['shared_limit'])} KiB | "
             f"{t['half_spill_free']} of {t['half']} | {t['max_spill']} B | "
-            f"{', '.join(t['tensor_cores']['float16'])} / {', '.join(t['tensor_cores']['float32'])} |"
+            f"{', '.join(t['tensor_cores']['float16'])} / "
+            f"{', '.join(t['tensor_cores']['float32'])} |"
         )
     return "\n".join(lines)
 
@@ -800,7 +957,9 @@ def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
 HEAD_DIMS = (128, 64, 32, 16, 96)
 
 
-def matrix_requests(*, subset: bool = False, head_dims: Sequence[int] = HEAD_DIMS) -> List[Tuple[str, str, str, int]]:
+def matrix_requests(
+    *, subset: bool = False, head_dims: Sequence[int] = HEAD_DIMS
+) -> List[Tuple[str, str, str, int]]:
     """The ``(target, variant, dtype, head_dim)`` requests of the full matrix, or of CI's subset.
 
     The full matrix is every target x variant x dtype x head size in ``head_dims`` (bfloat16 on
@@ -812,24 +971,43 @@ def matrix_requests(*, subset: bool = False, head_dims: Sequence[int] = HEAD_DIM
     if subset:
         requests = []
         for name in TARGETS:
-            requests += [(name, "causal", "float16", 128), (name, "causal", "float32", 128),
-                         (name, "span", "bfloat16", 128)]
+            requests += [
+                (name, "causal", "float16", 128),
+                (name, "causal", "float32", 128),
+                (name, "span", "bfloat16", 128),
+            ]
         return requests
-    return [(name, variant, dtype, d) for d in head_dims for name in TARGETS for variant in VARIANTS
-            for dtype in DTYPES]
+    return [
+        (name, variant, dtype, d)
+        for d in head_dims
+        for name in TARGETS
+        for variant in VARIANTS
+        for dtype in DTYPES
+    ]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m attncourse.kernels.compile [--subset] [--out FILE] ...``: compile a matrix, write JSON."""
+    """``python -m attncourse.kernels.compile [--subset] [--out FILE]``: compile, write JSON."""
     import argparse
     import platform
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m attncourse.kernels.compile", description=main.__doc__)
-    parser.add_argument("--subset", action="store_true", help="CI's representative subset, not the full matrix")
-    parser.add_argument("--targets", nargs="*", default=None, help=f"restrict to these of {list(TARGETS)}")
-    parser.add_argument("--head-dims", nargs="*", type=int, default=list(HEAD_DIMS),
-                        help="the full matrix's head sizes, in this order")
+    parser = argparse.ArgumentParser(
+        prog="python -m attncourse.kernels.compile", description=main.__doc__
+    )
+    parser.add_argument(
+        "--subset", action="store_true", help="CI's representative subset, not the full matrix"
+    )
+    parser.add_argument(
+        "--targets", nargs="*", default=None, help=f"restrict to these of {list(TARGETS)}"
+    )
+    parser.add_argument(
+        "--head-dims",
+        nargs="*",
+        type=int,
+        default=list(HEAD_DIMS),
+        help="the full matrix's head sizes, in this order",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
@@ -843,19 +1021,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"unknown targets {sorted(unknown)}")
         requests = [r for r in requests if r[0] in args.targets]
     start = time.perf_counter()
-    matrix = compile_matrix(requests, workers=args.workers, niceness=args.nice,
-                            progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
+    matrix = compile_matrix(
+        requests,
+        workers=args.workers,
+        niceness=args.nice,
+        progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
+    )
     seconds = matrix.pop("compile_seconds")
     import triton
 
     report = {
-        "what": "compiler output for chapter 10's kernels, not timings: shared memory per block, registers "
-                "and spilled bytes per thread, tensor-core instructions, per target, compiled without a GPU "
-                "by python -m attncourse.kernels.compile",
-        "triton": triton.__version__, "torch": torch.__version__.split("+")[0],
+        "what": "compiler output for chapter 10's kernels, not timings: shared memory per "
+        "block, registers and spilled bytes per thread, tensor-core instructions, per target, "
+        "compiled without a GPU "
+        "by python -m attncourse.kernels.compile",
+        "triton": triton.__version__,
+        "torch": torch.__version__.split("+")[0],
         "subset": bool(args.subset),
         "head_dims": sorted({r[3] for r in requests}),
-        "targets": {t.name: {**dataclasses.asdict(t), "capability": list(t.capability)} for t in TARGETS.values()},
+        "targets": {
+            t.name: {**dataclasses.asdict(t), "capability": list(t.capability)}
+            for t in TARGETS.values()
+        },
         **matrix,
     }
     text = _dump(report)
@@ -865,9 +1052,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         print(text, end="")
     errors = [k for k, v in report["kernels"].items() if "error" in v]
-    print(f"{len(report['rows'])} requests, {len(report['kernels'])} distinct kernels ({len(errors)} failed), "
-          f"{sum(seconds.values()):.0f} s of compiling, {time.perf_counter() - start:.0f} s wall "
-          f"on {platform.node()} ({os.cpu_count()} cores, {args.workers} workers)", file=sys.stderr)
+    print(
+        f"{len(report['rows'])} requests, {len(report['kernels'])} distinct kernels "
+        f"({len(errors)} failed), "
+        f"{sum(seconds.values()):.0f} s of compiling, {time.perf_counter() - start:.0f} s wall "
+        f"on {platform.node()} ({os.cpu_count()} cores, {args.workers} workers)",
+        file=sys.stderr,
+    )
     return 1 if errors else 0
 
 
@@ -875,15 +1066,22 @@ def _dump(report: Dict[str, Any]) -> str:
     """JSON with one kernel and one row per line: small, and readable in a diff."""
     head = {k: v for k, v in report.items() if k not in ("kernels", "rows")}
     lines = ["{"]
-    lines += [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in sorted(head.items())]
+    lines += [
+        f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in sorted(head.items())
+    ]
     lines.append(' "kernels": {')
     items = sorted(report["kernels"].items())
-    lines += [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}{',' if i < len(items) - 1 else ''}"
-              for i, (k, v) in enumerate(items)]
+    lines += [
+        f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}{',' if i < len(items) - 1 else ''}"
+        for i, (k, v) in enumerate(items)
+    ]
     lines.append(" },")
     lines.append(' "rows": [')
     rows = report["rows"]
-    lines += [f"  {json.dumps(r, sort_keys=True)}{',' if i < len(rows) - 1 else ''}" for i, r in enumerate(rows)]
+    lines += [
+        f"  {json.dumps(r, sort_keys=True)}{',' if i < len(rows) - 1 else ''}"
+        for i, r in enumerate(rows)
+    ]
     lines += [" ]", "}"]
     return "\n".join(lines) + "\n"
 

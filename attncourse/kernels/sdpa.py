@@ -18,6 +18,7 @@ the dtype and head-size checks). Asking for the flash backend alone on a T4 (7.5
 Nothing here imports triton: the backend choice is plain Python, tested on any machine with
 a faked capability.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,17 +28,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["SDPA_BACKENDS", "sdpa_backend", "sdpa_backend_for", "restrict_sdpa", "torch_attention",
-           "time_triton_against_torch"]
+__all__ = [
+    "SDPA_BACKENDS",
+    "sdpa_backend",
+    "sdpa_backend_for",
+    "restrict_sdpa",
+    "torch_attention",
+    "time_triton_against_torch",
+]
 
 #: The backends in order of preference; ``"default"`` leaves the choice to PyTorch (the CPU).
 SDPA_BACKENDS = ("flash", "efficient", "math")
 
 
 def _check_capability(capability: object) -> Tuple[int, int]:
-    if (not isinstance(capability, tuple) or len(capability) != 2
-            or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)):
-        raise TypeError(f"capability must be a pair of ints (major, minor) like (7, 5), got {capability!r}")
+    if (
+        not isinstance(capability, tuple)
+        or len(capability) != 2
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)
+    ):
+        raise TypeError(
+            f"capability must be a pair of ints (major, minor) like (7, 5), got {capability!r}"
+        )
     return capability  # type: ignore[return-value]
 
 
@@ -57,7 +69,9 @@ def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int)
     half = dtype in (torch.float16, torch.bfloat16)
     if capability >= (8, 0) and half and head_dim % 8 == 0 and head_dim <= 256:
         return "flash"
-    efficient_dtypes = (torch.float16, torch.float32) + ((torch.bfloat16,) if capability >= (8, 0) else ())
+    efficient_dtypes = (torch.float16, torch.float32) + (
+        (torch.bfloat16,) if capability >= (8, 0) else ()
+    )
     alignment = 8 if half else (4 if capability >= (8, 0) else 1)  # its matrix products' alignment
     if capability >= (5, 0) and dtype in efficient_dtypes and head_dim % alignment == 0:
         return "efficient"
@@ -65,7 +79,7 @@ def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int)
 
 
 def sdpa_backend_for(device, dtype: torch.dtype, head_dim: int) -> str:
-    """:func:`sdpa_backend` for the GPU ``device`` is on; ``"default"`` (PyTorch's own choice) off CUDA."""
+    """:func:`sdpa_backend` for ``device``'s GPU; ``"default"`` (PyTorch's own choice) off CUDA."""
     device = torch.device(device)
     if device.type != "cuda":
         return "default"
@@ -74,7 +88,7 @@ def sdpa_backend_for(device, dtype: torch.dtype, head_dim: int) -> str:
 
 @contextlib.contextmanager
 def restrict_sdpa(backend: str) -> Iterator[None]:
-    """Within it, ``F.scaled_dot_product_attention`` may use only ``backend`` (``"default"``: any)."""
+    """Within it, ``F.scaled_dot_product_attention`` uses only ``backend`` (``"default"``: any)."""
     if backend == "default":
         yield
         return
@@ -82,15 +96,24 @@ def restrict_sdpa(backend: str) -> Iterator[None]:
         raise ValueError(f"backend must be one of {SDPA_BACKENDS + ('default',)}, got {backend!r}")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    names = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-             "math": SDPBackend.MATH}
+    names = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
     with sdpa_kernel([names[backend]]):
         yield
 
 
-def torch_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
-                    backend: Optional[str] = None) -> Tensor:
-    """``F.scaled_dot_product_attention`` on the backend :func:`sdpa_backend_for` picks (or ``backend``).
+def torch_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """``F.scaled_dot_product_attention`` on :func:`sdpa_backend_for`'s backend (or ``backend``).
 
     ``query`` ``(B, H, L, d)``, ``key`` and ``value`` ``(B, H, S, d)``. ``is_causal`` is PyTorch's
     top-left causal mask, the package's own when ``L == S``.
@@ -104,9 +127,19 @@ def torch_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: boo
         return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
 
 
-def time_triton_against_torch(device, *, batch: int = 4, heads: int = 16, length: int = 4096,
-                              head_dim: int = 64, dtype: torch.dtype = torch.float16, causal: bool = False,
-                              repeats: int = 10, warmup: int = 3, seed: int = 0) -> Dict[str, Any]:
+def time_triton_against_torch(
+    device,
+    *,
+    batch: int = 4,
+    heads: int = 16,
+    length: int = 4096,
+    head_dim: int = 64,
+    dtype: torch.dtype = torch.float16,
+    causal: bool = False,
+    repeats: int = 10,
+    warmup: int = 3,
+    seed: int = 0,
+) -> Dict[str, Any]:
     """Chapter 10's GPU cell: the Triton forward kernel against PyTorch's SDPA, timed interleaved.
 
     Returns ``{"device", "backend", "triton_ms", "torch_ms", "ratio", "line"}`` (medians, and
@@ -119,18 +152,37 @@ def time_triton_against_torch(device, *, batch: int = 4, heads: int = 16, length
 
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
+        for _ in range(3)
+    )
     backend = sdpa_backend_for(device, dtype, head_dim)
     timings = time_interleaved(
-        {"triton": lambda: flash.flash_attention(q, k, v, causal=causal),
-         "torch": lambda: torch_attention(q, k, v, is_causal=causal, backend=backend)},
-        repeats=repeats, warmup=warmup, device=device,
+        {
+            "triton": lambda: flash.flash_attention(q, k, v, causal=causal),
+            "torch": lambda: torch_attention(q, k, v, is_causal=causal, backend=backend),
+        },
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
     )
     triton_ms, torch_ms = 1e3 * timings["triton"].median, 1e3 * timings["torch"].median
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (interpreter: not a GPU timing)"
-    line = (f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
-            f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, torch SDPA ({backend} backend) "
-            f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}")
-    return {"device": name, "backend": backend, "triton_ms": triton_ms, "torch_ms": torch_ms,
-            "ratio": triton_ms / torch_ms, "line": line}
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else "CPU (interpreter: not a GPU timing)"
+    )
+    line = (
+        f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
+        f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, "
+        f"torch SDPA ({backend} backend) "
+        f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}"
+    )
+    return {
+        "device": name,
+        "backend": backend,
+        "triton_ms": triton_ms,
+        "torch_ms": torch_ms,
+        "ratio": triton_ms / torch_ms,
+        "line": line,
+    }
