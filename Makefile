@@ -3,6 +3,7 @@
 #   make test   runs every test: unit tests, checker tests, every notebook under nbval, and the
 #               browser test of the built book (so it builds the book first when it is missing or stale)
 #   make mutation-checkers   mutation testing of the exercise checkers (also run by the tests)
+#   make compile-matrix   chapter 10's kernels compiled for five GPU architectures (no GPU needed)
 # Both create the virtual environment .venv from requirements.txt on first use.
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -12,7 +13,7 @@ BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test lint colab benchmark clean mutation-checkers mutation-package mutation-package-sample
+.PHONY: book test lint colab benchmark clean mutation-checkers mutation-package mutation-package-sample compile-matrix
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -54,6 +55,15 @@ mutation-package: $(BIN)/.installed
 
 mutation-package-sample: $(BIN)/.installed
 	$(BIN)/python tools/mutate_package.py --sample 3 --seed 0 --min-rate 0.6
+
+# Chapter 10's kernels compiled for sm_75, sm_80, sm_86, sm_89 and sm_90 without a GPU, every
+# variant, dtype and head size the launcher takes (attncourse.kernels.compile), on both cores at
+# nice 10: shared memory, registers, spills and tensor-core instructions, written into the package
+# for the chapter's table. Compiles are cached (~/.cache/attncourse/compile), so a rerun after a
+# kernel change compiles only what changed. CI compiles a subset (tests/test_compile_matrix.py).
+compile-matrix: $(BIN)/.installed
+	env -u TRITON_INTERPRET $(BIN)/python -m attncourse.kernels.compile --workers 2 --nice 10 \
+		--out attncourse/results/ch10_compile_matrix.json
 
 clean:
 	rm -rf _build

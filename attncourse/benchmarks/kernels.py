@@ -4,7 +4,8 @@ Run through ``python -m attncourse.benchmarks``:
 
 * ``--device cuda`` adds :func:`run_gpu`: the Triton FlashAttention kernel
   (:func:`attncourse.kernels.flash.flash_attention`) beside torch's SDPA restricted to its
-  flash backend, the package's tiled PyTorch attention and the naive one, forward and
+  flash backend (the memory-efficient one before compute capability 8.0, a T4:
+  :func:`attncourse.kernels.sdpa.sdpa_backend`), the package's tiled PyTorch attention and the naive one, forward and
   forward+backward, causal and not, float16 and bfloat16, ``B=4, H=16, d=64``, and the
   adaptive-span kernel with every span at 256 against every span at the maximum. It writes
   ``results/gpu_benchmark_<gpu>.json`` with the GPU's name and the ratios against the targets.
@@ -18,11 +19,11 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..adaptive_span import AdaptiveSpanAttention, computed_cells
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
+from ..kernels.sdpa import sdpa_backend_for, torch_attention
 from ..masks import causal_mask
 from .common import machine, read_result
 from .measure import attention_flops, time_interleaved
@@ -52,15 +53,10 @@ def build_gpu(
     if impl == "triton":
         forward = lambda: flash_attention(q, k, v, causal=causal)
     elif impl == "torch-flash":
-        def forward():
-            if torch.device(device).type != "cuda":  # the plumbing tests on the CPU: torch's own choice
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            # the flash backend; before compute capability 8.0 (a T4) torch has none and uses its
-            # memory-efficient backend instead. L == S: top-left is_causal equals causal_mask.
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        # torch's SDPA on the fastest backend the GPU has (kernels.sdpa.sdpa_backend: flash from
+        # compute capability 8.0, the memory-efficient one on a T4; torch's own choice on the
+        # CPU). L == S: top-left is_causal equals causal_mask.
+        forward = lambda: torch_attention(q, k, v, is_causal=causal)
     elif impl == "tiled":
         forward = lambda: tiled_attention(q, k, v, causal=causal)
     elif impl == "naive":
@@ -140,7 +136,7 @@ def run_gpu(
         "device": device,
         "triton_interpreter": device == "cpu",
         "compute_capability": list(torch.cuda.get_device_capability()) if on_cuda else None,
-        "torch_sdpa_backend": ("flash" if torch.cuda.get_device_capability() >= (8, 0) else "efficient") if on_cuda else "default",
+        "torch_sdpa_backend": {name: sdpa_backend_for(device, getattr(torch, name), head_dim) for name in dtypes},
         "skipped_dtypes": skipped_dtypes,
         "shape": {"batch": batch, "num_heads": num_heads, "head_dim": head_dim},
         "rows": rows,

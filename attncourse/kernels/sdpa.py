@@ -1,0 +1,188 @@
+"""PyTorch's own attention as the yardstick on a GPU (chapter 10): which SDPA backend, and a timing.
+
+``F.scaled_dot_product_attention`` dispatches to one of several backends. Chapter 10 compares
+its Triton kernels with the fastest one the GPU has, restricted to that one backend so that
+the comparison says what ran:
+
+* ``"flash"`` (FlashAttention-2, Dao 2023): compute capability 8.0 and later, float16 or
+  bfloat16, a head size that is a multiple of 8 and at most 256;
+* ``"efficient"`` (the memory-efficient kernel of xFormers): compute capability 5.0 and
+  later, float16 or float32, and bfloat16 from 8.0 on;
+* ``"math"``: PyTorch's plain composition of operations, which runs everywhere.
+
+Those are the checks of PyTorch's ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
+(``check_flash_attention_hardware_support``, ``check_mem_efficient_hardware_support``,
+the dtype and head-size checks). Asking for the flash backend alone on a T4 (7.5) raises
+"No available kernel"; :func:`sdpa_backend` picks the efficient one there.
+
+Nothing here imports triton: the backend choice is plain Python, tested on any machine with
+a faked capability.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "SDPA_BACKENDS",
+    "sdpa_backend",
+    "sdpa_backend_for",
+    "restrict_sdpa",
+    "torch_attention",
+    "time_triton_against_torch",
+]
+
+#: The backends in order of preference; ``"default"`` leaves the choice to PyTorch (the CPU).
+SDPA_BACKENDS = ("flash", "efficient", "math")
+
+
+def _check_capability(capability: object) -> Tuple[int, int]:
+    if (
+        not isinstance(capability, tuple)
+        or len(capability) != 2
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)
+    ):
+        raise TypeError(
+            f"capability must be a pair of ints (major, minor) like (7, 5), got {capability!r}"
+        )
+    return capability  # type: ignore[return-value]
+
+
+def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int) -> str:
+    """The fastest SDPA backend a CUDA GPU of ``capability`` offers for ``dtype`` and ``head_dim``.
+
+    Returns ``"flash"`` where PyTorch's FlashAttention backend runs (8.0 and later, float16 or
+    bfloat16, ``head_dim`` a multiple of 8 up to 256), else ``"efficient"`` where the
+    memory-efficient one runs (5.0 and later; float16, float32, and bfloat16 from 8.0), else
+    ``"math"``. A T4 (7.5) in float16 gets ``"efficient"``; an A100 or H100 gets ``"flash"``.
+    """
+    capability = _check_capability(capability)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    half = dtype in (torch.float16, torch.bfloat16)
+    if capability >= (8, 0) and half and head_dim % 8 == 0 and head_dim <= 256:
+        return "flash"
+    efficient_dtypes = (torch.float16, torch.float32) + (
+        (torch.bfloat16,) if capability >= (8, 0) else ()
+    )
+    alignment = 8 if half else (4 if capability >= (8, 0) else 1)  # its matrix products' alignment
+    if capability >= (5, 0) and dtype in efficient_dtypes and head_dim % alignment == 0:
+        return "efficient"
+    return "math"
+
+
+def sdpa_backend_for(device, dtype: torch.dtype, head_dim: int) -> str:
+    """:func:`sdpa_backend` for ``device``'s GPU; ``"default"`` (PyTorch's own choice) off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "default"
+    return sdpa_backend(tuple(torch.cuda.get_device_capability(device)), dtype, head_dim)
+
+
+@contextlib.contextmanager
+def restrict_sdpa(backend: str) -> Iterator[None]:
+    """Within it, ``F.scaled_dot_product_attention`` uses only ``backend`` (``"default"``: any)."""
+    if backend == "default":
+        yield
+        return
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"backend must be one of {SDPA_BACKENDS + ('default',)}, got {backend!r}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    names = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    with sdpa_kernel([names[backend]]):
+        yield
+
+
+def torch_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """``F.scaled_dot_product_attention`` on :func:`sdpa_backend_for`'s backend (or ``backend``).
+
+    ``query`` ``(B, H, L, d)``, ``key`` and ``value`` ``(B, H, S, d)``. ``is_causal`` is PyTorch's
+    top-left causal mask, the package's own when ``L == S``.
+    """
+    if not all(isinstance(t, Tensor) for t in (query, key, value)):
+        raise TypeError("query, key and value must be tensors")
+    if query.dim() != 4:
+        raise ValueError(f"query must be (B, H, L, d), got shape {tuple(query.shape)}")
+    chosen = backend or sdpa_backend_for(query.device, query.dtype, query.size(-1))
+    with restrict_sdpa(chosen):
+        return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
+
+
+def time_triton_against_torch(
+    device,
+    *,
+    batch: int = 4,
+    heads: int = 16,
+    length: int = 4096,
+    head_dim: int = 64,
+    dtype: torch.dtype = torch.float16,
+    causal: bool = False,
+    repeats: int = 10,
+    warmup: int = 3,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Chapter 10's GPU cell: the Triton forward kernel against PyTorch's SDPA, timed interleaved.
+
+    Returns ``{"device", "backend", "triton_ms", "torch_ms", "ratio", "line"}`` (medians, and
+    a printable line). The SDPA backend is :func:`sdpa_backend_for`'s (``"efficient"`` on a
+    T4, ``"flash"`` on an A100 or H100). On a CPU the kernel runs through Triton's interpreter
+    and the times say nothing about a GPU; the line says so.
+    """
+    from ..measure import time_interleaved
+    from . import flash
+
+    device = torch.device(device)
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
+        for _ in range(3)
+    )
+    backend = sdpa_backend_for(device, dtype, head_dim)
+    timings = time_interleaved(
+        {
+            "triton": lambda: flash.flash_attention(q, k, v, causal=causal),
+            "torch": lambda: torch_attention(q, k, v, is_causal=causal, backend=backend),
+        },
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
+    )
+    triton_ms, torch_ms = 1e3 * timings["triton"].median, 1e3 * timings["torch"].median
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else "CPU (interpreter: not a GPU timing)"
+    )
+    line = (
+        f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
+        f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, "
+        f"torch SDPA ({backend} backend) "
+        f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}"
+    )
+    return {
+        "device": name,
+        "backend": backend,
+        "triton_ms": triton_ms,
+        "torch_ms": torch_ms,
+        "ratio": triton_ms / torch_ms,
+        "line": line,
+    }
