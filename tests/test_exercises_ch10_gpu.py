@@ -106,7 +106,7 @@ def test_skipped_tiles():
     assert str(right) in str(solution("gpu/span-skipped-tiles"))
 
 
-# -- the kernel exercises: run through Triton's interpreter here (conftest sets TRITON_INTERPRET=1) ------
+# -- the kernel exercises: through Triton's interpreter here (conftest sets TRITON_INTERPRET=1) --
 
 try:
     import triton
@@ -144,7 +144,10 @@ def softmax_exp2(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     length = tl.load(LENGTHS + row)
-    x = tl.load(X + row * stride_x + cols, mask=cols < length, other=float("-inf")) * 1.4426950408889634
+    x = (
+        tl.load(X + row * stride_x + cols, mask=cols < length, other=float("-inf"))
+        * 1.4426950408889634
+    )
     m = tl.max(x, axis=0)
     m = tl.where(m == float("-inf"), 0.0, m)
     e = tl.exp2(x - m)
@@ -166,8 +169,15 @@ def softmax_early_exit_style(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: t
 
 
 @needs_triton
-@pytest.mark.parametrize("kernel", [ch10_gpu.masked_softmax_kernel, softmax_arithmetic_mask, softmax_exp2,
-                                    softmax_early_exit_style])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        ch10_gpu.masked_softmax_kernel,
+        softmax_arithmetic_mask,
+        softmax_exp2,
+        softmax_early_exit_style,
+    ],
+)
 @pytest.mark.parametrize("decorated", [True, False])
 def test_masked_softmax_accepts(kernel, decorated):
     result = check(SOFTMAX, _jit(kernel) if decorated else kernel)
@@ -185,11 +195,21 @@ def softmax_no_lengths(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.cons
     tl.store(Y + row * stride_y + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
 
 
-def _softmax_variant(polarity="<", store="cols < n_cols", row_stride="stride_x", other='float("-inf")',
-                     shift=True, guard=True):
+def _softmax_variant(
+    polarity="<",
+    store="cols < n_cols",
+    row_stride="stride_x",
+    other='float("-inf")',
+    shift=True,
+    guard=True,
+):
     """A masked-softmax kernel with one mistake, as source (Triton needs a function's source)."""
-    keep = {"<": "cols < length", ">=": "(cols >= length) & (cols < n_cols)", "<=": "cols <= length"}[polarity]
-    source = f'''
+    keep = {
+        "<": "cols < length",
+        ">=": "(cols >= length) & (cols < n_cols)",
+        "<=": "cols <= length",
+    }[polarity]
+    source = f"""
 def kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -201,7 +221,7 @@ def kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     total = tl.sum(e, axis=0)
     y = tl.where(total > 0, e / total, 0.0) if {guard} else e / total
     tl.store(Y + row * stride_y + cols, y{", mask=" + store if store else ""})
-'''
+"""
     return _from_source(source, "kernel")
 
 
@@ -216,17 +236,23 @@ def _from_source(source, name):
 
 
 @needs_triton
-@pytest.mark.parametrize("variant,words", [
-    (dict(), None),  # the variant builder's right answer: the checker must accept it
-    (dict(polarity=">="), "mask is inverted"),
-    (dict(polarity="<="), "read X[0, 37], past its last column"),  # cols <= length: one column too many
-    (dict(store="keep"), "still hold what Y held"),
-    (dict(store=""), "wrote Y[0, 37], past its last column"),
-    (dict(row_stride="n_cols"), "read X[0, 37]"),
-    (dict(other="0.0", guard=False), "loaded as 0"),
-    (dict(shift=False), "tl.exp overflowed"),
-    (dict(guard=False), "row of length 0"),
-])
+@pytest.mark.parametrize(
+    "variant,words",
+    [
+        (dict(), None),  # the variant builder's right answer: the checker must accept it
+        (dict(polarity=">="), "mask is inverted"),
+        (
+            dict(polarity="<="),
+            "read X[0, 37], past its last column",
+        ),  # cols <= length: one column too many
+        (dict(store="keep"), "still hold what Y held"),
+        (dict(store=""), "wrote Y[0, 37], past its last column"),
+        (dict(row_stride="n_cols"), "read X[0, 37]"),
+        (dict(other="0.0", guard=False), "loaded as 0"),
+        (dict(shift=False), "tl.exp overflowed"),
+        (dict(guard=False), "row of length 0"),
+    ],
+)
 def test_masked_softmax_diagnoses(variant, words):
     kernel = _jit(_softmax_variant(**variant))
     if words is None:
@@ -268,12 +294,23 @@ def test_run_masked_softmax_is_the_notebooks_launcher():
         ch10_gpu.run_masked_softmax(_softmax_variant(store=""), x, lengths)
 
 
-# -- the online softmax kernel ----------------------------------------------------------------------
+# -- the online softmax kernel -----------------------------------------------------------------
 
 
-def online_exp2_where(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    # exp2 with log2(e) folded into the scores, masks applied with tl.where, a broadcast sum for P V
+def online_exp2_where(
+    S,
+    V,
+    O,
+    n_rows,
+    n_keys,
+    stride_s,
+    stride_v,
+    stride_o,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+):
+    # exp2 with log2(e) folded into the scores, masks by tl.where, a broadcast sum for P V
     LOG2E: tl.constexpr = 1.4426950408889634
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     d = tl.arange(0, D)
@@ -295,8 +332,19 @@ def online_exp2_where(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
     tl.store(O + r[:, None] * stride_o + d[None, :], acc / l_i[:, None], mask=r[:, None] < n_rows)
 
 
-def online_deferred_lse(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def online_deferred_lse(
+    S,
+    V,
+    O,
+    n_rows,
+    n_keys,
+    stride_s,
+    stride_v,
+    stride_o,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+):
     # the rows' loads masked once, a safe shift for the padding rows, tl.dot for P V
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
@@ -306,9 +354,14 @@ def online_deferred_lse(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
-        s = tl.load(S + rows[:, None] * stride_s + keys[None, :], mask=row_ok[:, None] & (keys[None, :] < n_keys),
-                    other=-1.0e38)
-        v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        s = tl.load(
+            S + rows[:, None] * stride_s + keys[None, :],
+            mask=row_ok[:, None] & (keys[None, :] < n_keys),
+            other=-1.0e38,
+        )
+        v = tl.load(
+            V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0
+        )
         m_new = tl.maximum(m, tl.max(s, axis=1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m - m_new)
@@ -321,7 +374,9 @@ def online_deferred_lse(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
 
 
 @needs_triton
-@pytest.mark.parametrize("kernel", [ch10_gpu.online_softmax_kernel, online_exp2_where, online_deferred_lse])
+@pytest.mark.parametrize(
+    "kernel", [ch10_gpu.online_softmax_kernel, online_exp2_where, online_deferred_lse]
+)
 def test_online_softmax_accepts(kernel):
     result = check(ONLINE, _jit(kernel))
     assert result.passed, result
@@ -340,20 +395,34 @@ def _online_variant(**change):
 
 
 @needs_triton
-@pytest.mark.parametrize("change,words", [
-    ({"acc = alpha[:, None] * acc +": "acc = acc +"}, "accumulator is not rescaled"),
-    ({"l = alpha * l +": "l = l +"}, "running sum is not rescaled"),
-    ({"acc / l[:, None]": "acc"}, "not divided by the running sum"),
-    ({"p = tl.exp(s - m_new[:, None])": "p = tl.exp(s)", "alpha = tl.exp(m - m_new)": "alpha = 1.0"},
-     "overflowed"),
-    ({"m_new = tl.maximum(m, tl.max(s, axis=1))": "m_new = tl.max(s, axis=1)"}, "overflowed"),
-    ({'other=float("-inf"))': "other=0.0)"}, "loaded as 0"),
-    ({"mask=(rows[:, None] < n_rows) & (keys[None, :] < n_keys)": "mask=rows[:, None] < n_rows"}, "S[0, 50]"),
-    ({", mask=keys[:, None] < n_keys, other=0.0": ""}, "read V at row 50"),
-    ({", mask=rows[:, None] < n_rows)": ")"}, "wrote O at row 40"),
-    ({"rows[:, None] * stride_s": "rows[:, None] * n_keys"}, "read S["),
-    ({"keys[:, None] * stride_v": "keys[:, None] * D"}, "read V[0, 16]"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        ({"acc = alpha[:, None] * acc +": "acc = acc +"}, "accumulator is not rescaled"),
+        ({"l = alpha * l +": "l = l +"}, "running sum is not rescaled"),
+        ({"acc / l[:, None]": "acc"}, "not divided by the running sum"),
+        (
+            {
+                "p = tl.exp(s - m_new[:, None])": "p = tl.exp(s)",
+                "alpha = tl.exp(m - m_new)": "alpha = 1.0",
+            },
+            "overflowed",
+        ),
+        ({"m_new = tl.maximum(m, tl.max(s, axis=1))": "m_new = tl.max(s, axis=1)"}, "overflowed"),
+        ({'other=float("-inf"))': "other=0.0)"}, "loaded as 0"),
+        (
+            {
+                "mask=(rows[:, None] < n_rows) & (keys[None, :] < "
+                "n_keys)": "mask=rows[:, None] < n_rows"
+            },
+            "S[0, 50]",
+        ),
+        ({"mask=keys[:, None] < n_keys, other=0.0": "mask=None"}, "read V at row 50"),
+        ({"mask=rows[:, None] < n_rows)": "mask=None)"}, "wrote O at row 40"),
+        ({"rows[:, None] * stride_s": "rows[:, None] * n_keys"}, "read S["),
+        ({"keys[:, None] * stride_v": "keys[:, None] * D"}, "read V[0, 16]"),
+    ],
+)
 def test_online_softmax_diagnoses(change, words):
     assert_fails(ONLINE, _online_variant(**change), words)
 
@@ -361,7 +430,9 @@ def test_online_softmax_diagnoses(change, words):
 @needs_triton
 def test_run_online_softmax_is_the_notebooks_launcher():
     scores, value = torch.randn(20, 37), torch.randn(37, 16)
-    out = ch10_gpu.run_online_softmax(_jit(ch10_gpu.online_softmax_kernel), scores, value, block_n=32)
+    out = ch10_gpu.run_online_softmax(
+        _jit(ch10_gpu.online_softmax_kernel), scores, value, block_n=32
+    )
     torch.testing.assert_close(out.cpu(), torch.softmax(scores, -1) @ value, atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="block_n"):
         ch10_gpu.run_online_softmax(ch10_gpu.online_softmax_kernel, scores, value, block_n=8)
@@ -386,17 +457,26 @@ def test_kernel_checks_without_triton_say_so_and_set_the_interpreter_themselves(
         print(result.status, os.environ.get("TRITON_INTERPRET"), result.message.splitlines()[0])
     """)
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    missing = subprocess.run([sys.executable, "-c", script, "missing"], capture_output=True, text=True, timeout=300,
-                             env=env)
+    missing = subprocess.run(
+        [sys.executable, "-c", script, "missing"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert missing.returncode == 0, missing.stderr
-    assert missing.stdout.startswith("failed") and "not installed" in missing.stdout, missing.stdout
+    assert missing.stdout.startswith("failed") and "not installed" in missing.stdout, (
+        missing.stdout
+    )
     if triton is not None and not torch.cuda.is_available():
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("passed 1 "), done.stdout
 
 
-# -- find the bug -----------------------------------------------------------------------------------
+# -- find the bug ------------------------------------------------------------------------------
 
 BUG = "gpu/find-the-bug"
 
@@ -409,8 +489,12 @@ def test_bug_listing_is_wrong_on_line_6_only():
     assert len(lines) == 10 and "j < i + N - L" in lines[5]
 
     def run(listing, L, N):
-        kernel = _jit(_from_source("\n".join(line for line in listing if not line.startswith("@")) + "\n",
-                                   "causal_softmax_kernel"))
+        kernel = _jit(
+            _from_source(
+                "\n".join(line for line in listing if not line.startswith("@")) + "\n",
+                "causal_softmax_kernel",
+            )
+        )
         s = torch.randn(L, N)
         p = torch.full((L, N), -1.0)
         kernel[(L,)](s, p, L, N, s.stride(0), p.stride(0), BLOCK_N=triton.next_power_of_2(N))
@@ -431,17 +515,28 @@ def test_find_the_bug_accepts_the_line(answer):
     assert check(BUG, answer).passed
 
 
-@pytest.mark.parametrize("answer,words", [
-    (7, "masked lanes load -inf"), (10, "every column j < N"), (3, "comment"), (8, "maximum"),
-    (11, "lines 1 to 10"), (0, "lines 1 to 10"), (6.5, "whole number"), ("6", "as a number"), (True, "boolean"),
-    ([6], "number"), (float("nan"), "whole number"),
-])
+@pytest.mark.parametrize(
+    "answer,words",
+    [
+        (7, "masked lanes load -inf"),
+        (10, "every column j < N"),
+        (3, "comment"),
+        (8, "maximum"),
+        (11, "lines 1 to 10"),
+        (0, "lines 1 to 10"),
+        (6.5, "whole number"),
+        ("6", "as a number"),
+        (True, "boolean"),
+        ([6], "number"),
+        (float("nan"), "whole number"),
+    ],
+)
 def test_find_the_bug_rejects(answer, words):
     assert_fails(BUG, answer, words)
     assert check(BUG, ...).status.startswith("not attempted")
 
 
-# -- the backward pass -----------------------------------------------------------------------------
+# -- the backward pass -------------------------------------------------------------------------
 
 BACKWARD = "gpu/backward"
 
@@ -458,11 +553,16 @@ def _backward_softmax_style(query, key, value, out, lse, dout):  # P from softma
     p = torch.softmax(torch.einsum("...ld,...sd->...ls", query, key) * scale, dim=-1)
     dp = torch.einsum("...le,...se->...ls", dout, value)
     ds = p * (dp - (p * dp).sum(-1, keepdim=True))
-    return (torch.einsum("...ls,...sd->...ld", ds, key) * scale, torch.einsum("...ls,...ld->...sd", ds, query) * scale,
-            torch.einsum("...ls,...le->...se", p, dout))
+    return (
+        torch.einsum("...ls,...sd->...ld", ds, key) * scale,
+        torch.einsum("...ls,...ld->...sd", ds, query) * scale,
+        torch.einsum("...ls,...le->...se", p, dout),
+    )
 
 
-@pytest.mark.parametrize("answer", [ch10_gpu.attention_backward, _backward_autograd, _backward_softmax_style])
+@pytest.mark.parametrize(
+    "answer", [ch10_gpu.attention_backward, _backward_autograd, _backward_softmax_style]
+)
 def test_backward_accepts(answer):
     assert check(BACKWARD, answer).passed
 
@@ -470,14 +570,32 @@ def test_backward_accepts(answer):
 def _backward_with(mistake):
     def fn(query, key, value, out, lse, dout):
         return ch10_gpu._backward_variants(query, key, value, out, lse, dout)[mistake]
+
     return fn
 
 
-@pytest.mark.parametrize("index,words", [(0, "D is missing"), (1, "sign of D"), (2, "lacks the factor P"),
-                                         (3, "wrong dimension"), (4, "lack the scale"), (5, "without the scale")])
+@pytest.mark.parametrize(
+    "index,words",
+    [
+        (0, "D is missing"),
+        (1, "sign of D"),
+        (2, "lacks the factor P"),
+        (3, "wrong dimension"),
+        (4, "lack the scale"),
+        (5, "without the scale"),
+    ],
+)
 def test_backward_diagnoses(index, words):
-    names = list(ch10_gpu._backward_variants(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2),
-                                             torch.randn(3, 2), torch.randn(3), torch.randn(3, 2)))
+    names = list(
+        ch10_gpu._backward_variants(
+            torch.randn(3, 4),
+            torch.randn(5, 4),
+            torch.randn(5, 2),
+            torch.randn(3, 2),
+            torch.randn(3),
+            torch.randn(3, 2),
+        )
+    )
     assert_fails(BACKWARD, _backward_with(names[index]), words)
 
 
@@ -489,5 +607,7 @@ def test_backward_rejects_shapes_and_transposes():
 
     assert_fails(BACKWARD, dv_not_transposed, "shapes cannot be multiplied")
     assert_fails(BACKWARD, lambda *a: ch10_gpu.attention_backward(*a)[:2], "three gradients")
-    assert_fails(BACKWARD, lambda *a: tuple(g.float() for g in ch10_gpu.attention_backward(*a)), "dtype")
+    assert_fails(
+        BACKWARD, lambda *a: tuple(g.float() for g in ch10_gpu.attention_backward(*a)), "dtype"
+    )
     assert check(BACKWARD, stub).status.startswith("not attempted")
