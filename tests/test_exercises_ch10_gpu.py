@@ -611,3 +611,39 @@ def test_backward_rejects_shapes_and_transposes():
         BACKWARD, lambda *a: tuple(g.float() for g in ch10_gpu.attention_backward(*a)), "dtype"
     )
     assert check(BACKWARD, stub).status.startswith("not attempted")
+
+
+@needs_triton
+def test_the_solution_kernels_compile_for_a_gpu():
+    """The GPU path of the checks: the solutions are real Triton, compiled here without a GPU
+    (for an A100's sm_80, with the ptxas that the triton wheel ships)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import triton, triton.language as tl
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from attncourse.exercises import ch10_gpu
+        ch10_gpu.tl = tl
+        ptrs = lambda *names: {n: "*fp32" for n in names}
+        softmax = {**ptrs("X", "Y"), "LENGTHS": "*i32", "n_cols": "i32", "stride_x": "i32",
+                   "stride_y": "i32", "BLOCK": "constexpr"}
+        online = {**ptrs("S", "V", "O"), **{n: "i32" for n in ("n_rows", "n_keys", "stride_s",
+                  "stride_v", "stride_o")}, "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                  "D": "constexpr"}
+        for fn, signature, constants in [
+            (ch10_gpu.masked_softmax_kernel, softmax, {(6,): 64}),
+            (ch10_gpu.online_softmax_kernel, online, {(8,): 16, (9,): 32, (10,): 16}),
+        ]:
+            kernel = triton.compile(ASTSource(triton.jit(fn), signature, constants),
+                                    target=GPUTarget("cuda", 80, 32))
+            print(fn.__name__, "mma" if "mma" in kernel.asm["ttgir"] else "no mma")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["masked_softmax_kernel no mma", "online_softmax_kernel mma"]
