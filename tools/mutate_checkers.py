@@ -30,6 +30,7 @@ import ast
 import copy
 import inspect
 import json
+import linecache
 import sys
 import textwrap
 import time
@@ -257,7 +258,10 @@ def mutants_of(exercise_id: str, solution: Callable) -> List[Mutant]:
 
 def compile_mutant(mutant: Mutant, solution: Callable) -> Callable:
     namespace = dict(solution.__globals__)
-    exec(compile(mutant.source, f"<mutant of {mutant.exercise_id}>", "exec"), namespace)
+    filename = f"<mutant of {mutant.exercise_id}>"
+    # the mutant's source where inspect.getsource finds it: Triton reads a kernel's source to run it
+    linecache.cache[filename] = (len(mutant.source), None, mutant.source.splitlines(True), filename)
+    exec(compile(mutant.source, filename, "exec"), namespace)
     return namespace[solution.__name__]
 
 

@@ -1,17 +1,35 @@
-"""Chapter 10 exercises: the key blocks a causal query block visits, and the tiles an adaptive-span head skips.
+"""Chapter 10 exercises: the loops, two kernels to write, a bug to find and the backward pass.
 
-Both are questions about the loops of the Triton kernels; they are answered in plain Python
-(no GPU, no triton), and checked against :mod:`attncourse.kernels.tiles`.
+1-2. the key blocks a causal query block visits and the tiles an adaptive-span head skips,
+     in plain Python, checked against :mod:`attncourse.kernels.tiles`;
+3-4. a masked row softmax and the online-softmax loop, written as Triton kernels that the
+     checker launches (compiled on a GPU; without one, through Triton's interpreter on CPU
+     tensors, which bounds-checks every load and store);
+5.   find the wrong line of a causal-softmax kernel;
+6.   the backward pass of attention from the saved log-sum-exp, checked against autograd.
+
+triton is imported only when a kernel exercise is checked or launched (:func:`_triton`), so the
+package imports without it.
 """
 from __future__ import annotations
 
+import ast
+import contextlib
+import inspect
 import math
 import operator
-from typing import List
+import os
+import sys
+import textwrap
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ._core import Mistake, call, check_number, exercise
+from ._core import (
+    Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, integer, matches,
+)
 
 
 # -- 1. the key blocks a causal query block must visit ----------------------------------------
@@ -132,3 +150,1029 @@ def _check_skipped(answer) -> str:
         right="Right: this head does about a seventh of the causal work, and its programs finish that much sooner.",
         otherwise="{value:g} is not it. Count the key blocks of each query block from the window W = ceil(z + R).",
     )
+
+
+# -- running a learner's Triton kernel ---------------------------------------------------------
+
+# triton.language, bound by _triton() on first use: the kernel solutions below use it
+tl: Any = None
+
+NO_TRITON = (
+    "This exercise runs your kernel with Triton, which is not installed here (triton has Linux "
+    "wheels only; "
+    "Colab has it). Run the chapter in Colab, or on Linux after pip install triton."
+)
+
+
+def _interpreter_on(triton: Any) -> bool:
+    """Whether triton was imported with TRITON_INTERPRET=1 (its library functions are then
+    interpreted)."""
+    return type(triton.language.max).__name__ == "InterpretedFunction"
+
+
+def _triton() -> Tuple[Any, torch.device]:
+    """Import triton for a kernel exercise and say where kernels run: ``(triton, device)``.
+
+    With a GPU (and the interpreter off) kernels are compiled and run on CUDA tensors. Without
+    one they run in Triton's interpreter on CPU tensors, which needs ``TRITON_INTERPRET=1``
+    before triton is first imported: it is set here when triton is not imported yet.
+    Raises ``ImportError`` without triton, ``RuntimeError`` when it cannot run a kernel.
+    """
+    global tl
+    gpu = torch.cuda.is_available()
+    if "triton" not in sys.modules and not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton
+        import triton.language as language
+    except ImportError:
+        raise ImportError(NO_TRITON) from None
+    tl = language
+    if _interpreter_on(triton):
+        return triton, torch.device("cpu")
+    if gpu:
+        return triton, torch.device("cuda")
+    raise RuntimeError(
+        "There is no GPU here, and triton was imported before TRITON_INTERPRET=1 was set, so its "
+        "interpreter is "
+        "off. Restart the runtime and run the chapter's first code cell (it sets "
+        "TRITON_INTERPRET=1) first."
+    )
+
+
+def _python_function(kernel: Any) -> Any:
+    """The Python function of a kernel: the function decorated with ``@triton.jit``, or a plain
+    one."""
+    fn = getattr(
+        kernel, "fn", kernel
+    )  # JITFunction and InterpretedFunction keep the function in .fn
+    if not inspect.isfunction(fn):
+        raise TypeError(
+            f"kernel should be a function decorated with @triton.jit, got {type(kernel).__name__}"
+        )
+    return fn
+
+
+def _launchable(kernel: Any, triton: Any, device: torch.device) -> Any:
+    """``kernel`` in the form that runs on ``device``: interpreted on the CPU, compiled on a
+    GPU."""
+    fn = _python_function(kernel)
+    if device.type == "cpu":
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(fn)
+    from triton.runtime.jit import JITFunction
+
+    return kernel if isinstance(kernel, JITFunction) else triton.jit(fn)
+
+
+def _is_stub(kernel: Any) -> bool:
+    """Whether the kernel's body still raises NotImplementedError (the untouched stub)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(_python_function(kernel))))
+    except Exception:  # noqa: BLE001 - no source: run it and see
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id == "NotImplementedError":
+                return True
+    return False
+
+
+@dataclass
+class _Region:
+    """A tensor a kernel may touch: ``rows`` rows of ``cols`` elements, ``stride`` elements apart,
+    inside a buffer twice its span wider (so that a stray access stays in memory the check
+    owns)."""
+
+    name: str
+    view: torch.Tensor
+    buffer: torch.Tensor
+    fill: float
+    writable: bool
+
+    @property
+    def rows(self) -> int:
+        return self.view.size(0) if self.view.dim() == 2 else 1
+
+    @property
+    def cols(self) -> int:
+        return self.view.size(-1)
+
+    @property
+    def stride(self) -> int:
+        return self.view.stride(0) if self.view.dim() == 2 else self.view.numel()
+
+    def where(self, address: int) -> Optional[str]:
+        """Where ``address`` falls, if inside this region's buffer: ``None`` for an element of the
+        tensor."""
+        size = self.view.element_size()
+        start, end = self.buffer.data_ptr(), self.buffer.data_ptr() + self.buffer.numel() * size
+        if not start <= address < end:
+            return "outside every tensor"
+        index = (address - self.view.data_ptr()) // size
+        row, col = divmod(index, self.stride)
+        if (
+            0 <= row < self.rows
+            and col < self.cols
+            and (address - self.view.data_ptr()) % size == 0
+        ):
+            return None
+        if self.view.dim() == 1:
+            return f"{self.name}[{index}], past its {self.cols} elements"
+        if 0 <= row < self.rows:
+            return f"{self.name}[{row}, {col}], past its last column ({self.cols} columns)"
+        return f"{self.name} at row {row}, outside its {self.rows} rows"
+
+
+def _place(
+    name: str,
+    values: torch.Tensor,
+    device: torch.device,
+    *,
+    stride: Optional[int] = None,
+    fill: float = float("nan"),
+    writable: bool = False,
+) -> _Region:
+    """``values`` (1-D, or 2-D with rows ``stride`` elements apart) in the middle of a buffer
+    filled with ``fill``."""
+    rows = values.size(0) if values.dim() == 2 else 1
+    cols = values.size(-1)
+    stride = cols if stride is None or values.dim() == 1 else stride
+    span = rows * stride
+    buffer = torch.full((3 * span + 64,), fill, dtype=values.dtype, device=device)
+    if values.dim() == 2:
+        view = buffer[span + 32 : 2 * span + 32].view(rows, stride)[:, :cols]
+    else:
+        view = buffer[span + 32 : span + 32 + cols]
+    view.copy_(values)
+    return _Region(name, view, buffer, fill, writable)
+
+
+class _OutOfBounds(Exception):
+    """Raised inside the interpreter when a kernel reads or writes outside the tensors."""
+
+
+@contextlib.contextmanager
+def _bounds_checked(regions: List[_Region], device: torch.device):
+    """In the interpreter, every enabled lane of every load and store must hit an element of a
+    region (a store, of a writable one); the first that does not raises :class:`_OutOfBounds`.
+    A compiled kernel is not checked: its stray stores show in the buffers' fill afterwards."""
+    if device.type != "cpu":
+        yield
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def check(ptrs: Any, mask: Any, writing: bool) -> None:
+        addresses = np.asarray(ptrs.data).astype(np.int64)
+        enabled = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        addresses = addresses[enabled].reshape(-1)
+        if addresses.size == 0:
+            return
+        ok = np.zeros(addresses.shape, dtype=bool)
+        for region in regions:
+            if writing and not region.writable:
+                continue
+            size = region.view.element_size()
+            offset = addresses - region.view.data_ptr()
+            index = offset // size
+            ok |= (
+                (offset >= 0)
+                & (offset % size == 0)
+                & (index // region.stride < region.rows)
+                & (index % region.stride < region.cols)
+            )
+        if ok.all():
+            return
+        address = int(addresses[~ok][0])
+        places = [p for p in (r.where(address) for r in regions) if p != "outside every tensor"]
+        if writing and any(p is None for p in places):
+            where = "into an input: " + next(r.name for r in regions if r.where(address) is None)
+        else:
+            where = next((p for p in places if p), "outside every tensor")
+        verb = "wrote" if writing else "read"
+        raise _OutOfBounds(f"your kernel {verb} {where}")
+
+    def checked_load(ptrs, mask, other, *args):
+        check(ptrs, mask, False)
+        return load(ptrs, mask, other, *args)
+
+    def checked_store(ptrs, value, mask, *args):
+        check(ptrs, mask, True)
+        return store(ptrs, value, mask, *args)
+
+    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    try:
+        yield
+    finally:
+        del builder.create_masked_load, builder.create_masked_store
+
+
+def _launch(
+    kernel: Any,
+    grid: Tuple[int, ...],
+    regions: List[_Region],
+    device: torch.device,
+    args: List[Any],
+    constants: Dict[str, int],
+) -> Optional[str]:
+    """Run ``kernel[grid](*args, **constants)``; ``None``, or what went wrong (an exception's text,
+    an access outside the tensors, a store into a buffer's guard)."""
+    try:
+        with _bounds_checked(regions, device), warnings.catch_warnings():
+            warnings.simplefilter(
+                "ignore", RuntimeWarning
+            )  # numpy's, for inf - inf in the interpreter
+            kernel[grid](*args, **constants)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as error:  # noqa: BLE001 - the learner's kernel failed: say how
+        cause = error
+        while cause is not None and not isinstance(cause, _OutOfBounds):
+            cause = cause.__cause__
+        if cause is not None:
+            return f"{cause} (a load or store without its mask, or a wrong offset or stride)"
+        text = str(error).strip().splitlines()
+        return f"your kernel raised {type(error).__name__}: " + (text[-1] if text else "")
+    for region in regions:
+        start = (region.view.data_ptr() - region.buffer.data_ptr()) // region.view.element_size()
+        mask = torch.ones_like(region.buffer, dtype=torch.bool)
+        mask[start : start + region.rows * region.stride].view(region.rows, region.stride)[
+            :, : region.cols
+        ] = False
+        outside = region.buffer[mask]
+        untouched = outside.isnan() if math.isnan(region.fill) else outside == region.fill
+        if not bool(untouched.all()):
+            return (
+                f"your kernel wrote outside {region.name} "
+                "(a store without its mask, or a wrong offset or stride)"
+            )
+    return None
+
+
+def _prepare(kernel: Any) -> Tuple[Any, torch.device]:
+    """The learner's kernel ready to launch, and the device of its tensors; a :class:`Mistake`
+    when triton cannot run it, :class:`NotAttempted` for the untouched stub."""
+    try:
+        triton, device = _triton()
+    except (ImportError, RuntimeError) as error:
+        raise Mistake(str(error)) from None
+    if _is_stub(kernel):
+        raise NotAttempted()
+    try:
+        return _launchable(kernel, triton, device), device
+    except TypeError as error:
+        raise Mistake(
+            f"Pass your kernel, the function decorated with @triton.jit ({error})."
+        ) from None
+
+
+def _power_of_two_block(name: str, block: Any, at_least: int) -> int:
+    if block is None:
+        return 1 << max(at_least - 1, 0).bit_length()
+    if (
+        isinstance(block, bool)
+        or not isinstance(block, int)
+        or block < at_least
+        or block & (block - 1)
+    ):
+        raise ValueError(f"{name} should be a power of two >= {at_least}, got {block!r}")
+    return block
+
+
+# -- 3. a masked row softmax, as a Triton kernel ------------------------------------------------
+
+
+def masked_softmax_kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)  # one program per row
+    cols = tl.arange(0, BLOCK)  # BLOCK >= n_cols
+    length = tl.load(LENGTHS + row)
+    keep = cols < length
+    x = tl.load(X + row * stride_x + cols, mask=keep, other=float("-inf"))
+    m = tl.max(x, axis=0)
+    e = tl.where(keep, tl.exp(x - m), 0.0)  # an empty row has m = -inf: exp(x - m) is NaN
+    total = tl.sum(e, axis=0)
+    y = tl.where(total > 0, e / total, 0.0)  # a row of length 0 gives zeros
+    tl.store(Y + row * stride_y + cols, y, mask=cols < n_cols)
+
+
+def _softmax_run(
+    kernel: Any,
+    device: torch.device,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    block: int,
+    stride_x: Optional[int] = None,
+    stride_y: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Launch a masked-softmax kernel on ``x`` placed with row stride ``stride_x`` (and Y with
+    ``stride_y``) inside guarded buffers: ``{"out": Y (R, C) or None, "error": what went wrong
+    or None}``."""
+    rows, cols = x.shape
+    X = _place("X", x, device, stride=stride_x)
+    Y = _place("Y", torch.full_like(x, -3.0), device, stride=stride_y, fill=-3.0, writable=True)
+    lens = _place("LENGTHS", lengths.to(torch.int32), device, fill=-1)
+    error = _launch(
+        kernel,
+        (rows,),
+        [X, Y, lens],
+        device,
+        [X.view, Y.view, lens.view, cols, X.stride, Y.stride],
+        {"BLOCK": block},
+    )
+    return {"out": None if error else Y.view.cpu().clone(), "error": error}
+
+
+def run_masked_softmax(
+    kernel: Any, x: torch.Tensor, lengths: torch.Tensor, *, block: Optional[int] = None
+) -> torch.Tensor:
+    """Launch ``masked_softmax_kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK)`` (chapter
+    10's
+    exercise) with one program per row: row ``r`` of the result is the softmax of ``x[r,
+    :lengths[r]]``,
+    zeros after it.
+
+    Args:
+        kernel: the kernel, a function decorated with ``@triton.jit``.
+        x: scores ``(R, C)``, float32 or float16.
+        lengths: ``(R,)`` integers in ``0 .. C``.
+        block: ``BLOCK``, a power of two ``>= C`` (default: the smallest).
+
+    Returns:
+        ``(R, C)`` on the device the kernels run on: CUDA with a GPU, else the CPU (Triton's
+        interpreter, which also checks that every load and store stays inside the tensors).
+    """
+    if (
+        not isinstance(x, torch.Tensor)
+        or x.dim() != 2
+        or x.dtype not in (torch.float32, torch.float16)
+    ):
+        raise TypeError(
+            f"x should be a 2-D float32 or float16 tensor (R, C), got "
+            f"{type(x).__name__ if not isinstance(x, torch.Tensor) else (tuple(x.shape), x.dtype)}"
+        )
+    if (
+        not isinstance(lengths, torch.Tensor)
+        or lengths.shape != (x.size(0),)
+        or lengths.is_floating_point()
+    ):
+        raise ValueError(
+            f"lengths should be an integer tensor of shape ({x.size(0)},), got "
+            + (
+                f"{tuple(lengths.shape)}"
+                if isinstance(lengths, torch.Tensor)
+                else type(lengths).__name__
+            )
+        )
+    if bool((lengths < 0).any()) or bool((lengths > x.size(1)).any()):
+        raise ValueError(f"lengths should lie in 0 .. {x.size(1)}, got {lengths.tolist()}")
+    block = _power_of_two_block("block", block, x.size(1))
+    triton, device = _triton()
+    result = _softmax_run(
+        _launchable(kernel, triton, device),
+        device,
+        x.detach().to(device),
+        lengths.to(device),
+        block,
+    )
+    if result["error"]:
+        raise RuntimeError(result["error"])
+    return result["out"].to(device)
+
+
+def _masked_softmax_reference(
+    x: torch.Tensor, lengths: torch.Tensor, keep: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Softmax of each row over the columns ``keep`` (default ``j < length``) in float64; zeros
+    elsewhere and in empty rows."""
+    x = x.double()
+    if keep is None:
+        keep = torch.arange(x.size(1)) < lengths[:, None]
+    scores = x.masked_fill(~keep, float("-inf"))
+    empty = ~keep.any(-1, keepdim=True)
+    return torch.softmax(scores.masked_fill(empty, 0.0), -1).masked_fill(empty | ~keep, 0.0)
+
+
+def _softmax_mistakes(
+    x: torch.Tensor, lengths: torch.Tensor, block: int
+) -> Dict[str, torch.Tensor]:
+    cols = torch.arange(x.size(1))
+    keep = cols < lengths[:, None]
+    padded = torch.cat(
+        [x.double().masked_fill(~keep, 0.0), x.new_zeros(x.size(0), block - x.size(1)).double()], 1
+    )
+    zero_lanes = torch.softmax(padded, -1)[
+        :, : x.size(1)
+    ]  # masked lanes loaded as 0 count in the sum
+    inverted = x.double().masked_fill(keep, float("-inf"))
+    return {
+        "the lengths are ignored: each row's softmax runs over all n_cols columns. Mask the "
+        "columns "
+        "cols >= LENGTHS[row] (load LENGTHS + row first).": _masked_softmax_reference(
+            x, lengths, cols < x.size(1) + 0 * lengths[:, None]
+        ),
+        "the mask is inverted: you kept the columns at or past the length and dropped the real "
+        "ones. "
+        "Keep cols < length.": _masked_softmax_reference(x, lengths, ~keep),
+        "the mask is inverted (and the rows with no column left give NaN): keep cols < "
+        "length.": torch.softmax(
+            inverted, -1
+        ),
+        "the mask is off by one: cols <= length keeps one column too many; keep cols < "
+        "length.": _masked_softmax_reference(
+            x, lengths, cols <= lengths[:, None]
+        ),
+        "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load them as "
+        "float('-inf'), or zero their exponentials with tl.where, so that they get no "
+        "weight.": zero_lanes,
+    }
+
+
+_SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, shift)
+    ("full rows, 16 columns, BLOCK 16", 4, 16, [16, 16, 16, 16], 16, None, None, 2.0, 0.0),
+    (
+        "ragged lengths [37, 5, 1, 20, 36, 12] over 37 columns, BLOCK 64, X rows 48 apart and Y "
+        "rows 40 apart",
+        6,
+        37,
+        [37, 5, 1, 20, 36, 12],
+        64,
+        48,
+        40,
+        1.5,
+        0.0,
+    ),
+    (
+        "large scores (rows between -260 and +250), 24 columns, BLOCK 32",
+        4,
+        24,
+        [24, 24, 10, 17],
+        32,
+        None,
+        None,
+        50.0,
+        0.0,
+    ),
+    ("a row of length 0, 10 columns, BLOCK 32", 3, 10, [10, 0, 3], 32, 16, None, 1.0, 0.0),
+]
+
+
+def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    what, rows, cols, lengths, block, _, _, scale, _ = _SOFTMAX_CASES[index]
+    x = scale * torch.randn(rows, cols, generator=torch.Generator().manual_seed(100 + index))
+    if (
+        index == 2
+    ):  # rows far from 0: a missing max subtraction overflows (or underflows) exp in float32
+        x = x + torch.tensor([0.0, -200.0, 200.0, 90.0])[:, None]
+    return x.float(), torch.tensor(lengths)
+
+
+@exercise(
+    "gpu/masked-softmax-kernel",
+    title="A masked row softmax in Triton",
+    hint="""
+        One program per row: row = tl.program_id(0), cols = tl.arange(0, BLOCK). Load the row's
+        length
+        with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with that
+        mask and
+        other=float("-inf"), subtract its maximum before tl.exp, and divide by the sum. A row of
+        length 0
+        has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0) and give
+        it zeros.
+        Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
+    """,
+    solution=masked_softmax_kernel,
+)
+def _check_masked_softmax(kernel) -> str:
+    runnable, device = _prepare(kernel)
+    for index, (what, rows, cols, lengths, block, stride_x, stride_y, _, _) in enumerate(
+        _SOFTMAX_CASES
+    ):
+        x, lens = _softmax_inputs(index)
+
+        def launch(x, lengths):
+            return _softmax_run(
+                runnable, device, x.to(device), lengths.to(device), block, stride_x, stride_y
+            )
+
+        result = call(launch, x, lens)
+        if result["error"]:
+            raise Mistake(f"With {what}: {result['error']}.")
+        out = result["out"]
+        expected = _masked_softmax_reference(x, lens)
+        keep = torch.arange(cols) < lens[:, None]
+        atol = 1e-5 if device.type == "cpu" else 1e-4
+        if matches(out, expected, atol=atol):
+            continue
+        if matches(out.masked_fill(~keep, 0.0), expected, atol=atol) and bool(
+            (out[~keep] == -3.0).all()
+        ):
+            raise Mistake(
+                f"With {what}: the columns past each row's length still hold what Y held before "
+                "(-3.0 here): store zeros there too (store every cols < n_cols, not only cols < "
+                "length)."
+            )
+        message = diagnose(out, _softmax_mistakes(x, lens, block), default="", atol=atol)
+        if message:
+            raise Mistake(f"With {what}: {message}")
+        if not bool(torch.isfinite(out).all()):
+            if index == 2:
+                raise Mistake(
+                    f"With {what}: your output has NaN or inf: tl.exp overflowed. Subtract the "
+                    "row's "
+                    "maximum (over the kept columns) before the exponential."
+                )
+            if 0 in lengths:
+                raise Mistake(
+                    f"With {what}: your output has NaN: the row of length 0 computes 0/0 (and "
+                    "-inf - (-inf)). Give a row with no column zeros."
+                )
+            raise Mistake(f"With {what}: your output has NaN or inf where the reference has none.")
+        if index == 2 and not bool((out[1] > 0).any()):
+            raise Mistake(
+                f"With {what}: the row whose scores are all near -200 came out zero: its "
+                "exponentials "
+                "underflowed. Subtract the row's own maximum, not a constant."
+            )
+        raise Mistake(
+            f"With {what}: your output differs from the softmax of each row over its first "
+            "LENGTHS[row] "
+            f"columns (largest difference {(out.double() - expected).abs().max().item():.3g})."
+        )
+    return (
+        "Right: masked lanes, ragged lengths, strided rows, large scores and an empty row all "
+        "come out as the "
+        "reference's (your kernel ran "
+        f"{'compiled on the GPU' if device.type == 'cuda' else 'in the interpreter'})."
+    )
+
+
+# -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
+
+
+def online_softmax_kernel(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # this program's rows of S and O
+    dims = tl.arange(0, D)
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running maximum
+    l = tl.zeros((BLOCK_M,), tl.float32)  # running sum of exp(s - m)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)  # running sum of exp(s - m) v
+    for start in range(0, n_keys, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        s = tl.load(S + rows[:, None] * stride_s + keys[None, :],
+                    mask=(rows[:, None] < n_rows) & (keys[None, :] < n_keys), other=float("-inf"))
+        v = tl.load(V + keys[:, None] * stride_v + dims[None, :],
+                    mask=keys[:, None] < n_keys, other=0.0)
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)  # rescales what was summed with the old maximum
+        p = tl.exp(s - m_new[:, None])
+        l = alpha * l + tl.sum(p, axis=1)
+        acc = alpha[:, None] * acc + tl.dot(p, v)
+        m = m_new
+    tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None],
+             mask=rows[:, None] < n_rows)
+
+
+def _online_run(
+    kernel: Any,
+    device: torch.device,
+    scores: torch.Tensor,
+    value: torch.Tensor,
+    block_m: int,
+    block_n: int,
+    strides: Tuple[int, int, int],
+) -> Dict[str, Any]:
+    """Launch an online-softmax kernel with S, V and O in guarded buffers (row strides
+    ``strides``):
+    ``{"out": O (n_rows, D) or None, "error": what went wrong or None}``."""
+    n_rows, n_keys = scores.shape
+    S = _place("S", scores, device, stride=strides[0])
+    V = _place("V", value, device, stride=strides[1])
+    O = _place(
+        "O",
+        torch.full((n_rows, value.size(1)), -3.0, device=device),
+        device,
+        stride=strides[2],
+        fill=-3.0,
+        writable=True,
+    )
+    error = _launch(
+        kernel,
+        (-(-n_rows // block_m),),
+        [S, V, O],
+        device,
+        [S.view, V.view, O.view, n_rows, n_keys, S.stride, V.stride, O.stride],
+        {"BLOCK_M": block_m, "BLOCK_N": block_n, "D": value.size(1)},
+    )
+    return {"out": None if error else O.view.cpu().clone(), "error": error}
+
+
+def run_online_softmax(
+    kernel: Any, scores: torch.Tensor, value: torch.Tensor, *, block_m: int = 16, block_n: int = 16
+) -> torch.Tensor:
+    """Launch ``online_softmax_kernel(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
+    BLOCK_M,
+    BLOCK_N, D)`` (chapter 10's exercise), one program per block of ``block_m`` rows: the result
+    is ``softmax(scores) @ value``, computed one tile of ``block_n`` keys at a time.
+
+    Args:
+        kernel: the kernel, a function decorated with ``@triton.jit``.
+        scores: ``(n_rows, n_keys)`` float32.
+        value: ``(n_keys, D)`` float32, ``D`` a power of two >= 16.
+        block_m, block_n: powers of two >= 16 (``tl.dot``'s smallest tile).
+
+    Returns:
+        ``(n_rows, D)`` float32 on the device the kernels run on (CUDA with a GPU, else the CPU).
+    """
+    for name, t in (("scores", scores), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
+            raise TypeError(
+                f"{name} should be a 2-D float32 tensor, got "
+                f"{(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__}"
+            )
+    if value.size(0) != scores.size(1):
+        raise ValueError(
+            f"value should have one row per key: scores {tuple(scores.shape)}, value "
+            f"{tuple(value.shape)}"
+        )
+    _power_of_two_block("value.size(1)", value.size(1), 16)
+    block_m, block_n = (
+        _power_of_two_block("block_m", block_m, 16),
+        _power_of_two_block("block_n", block_n, 16),
+    )
+    triton, device = _triton()
+    result = _online_run(
+        _launchable(kernel, triton, device),
+        device,
+        scores.detach().to(device),
+        value.detach().to(device),
+        block_m,
+        block_n,
+        (scores.size(1), value.size(1), value.size(1)),
+    )
+    if result["error"]:
+        raise RuntimeError(result["error"])
+    return result["out"].to(device)
+
+
+def _online_emulation(
+    scores: torch.Tensor,
+    value: torch.Tensor,
+    block_n: int,
+    *,
+    rescale_acc: bool = True,
+    rescale_sum: bool = True,
+    pad_zero: bool = False,
+    normalise: bool = True,
+) -> torch.Tensor:
+    """The tile loop in float64 with one of the usual mistakes (for the diagnosis)."""
+    s, v = scores.double(), value.double()
+    n_keys = s.size(1)
+    pad = -n_keys % block_n
+    if (
+        pad_zero
+    ):  # masked scores loaded as 0 instead of -inf: the padding keys get a weight (with V = 0)
+        s = torch.cat([s, s.new_zeros(s.size(0), pad)], 1)
+        v = torch.cat([v, v.new_zeros(pad, v.size(1))], 0)
+    m = torch.full((s.size(0),), float("-inf"), dtype=torch.float64)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(s.size(0), v.size(1), dtype=torch.float64)
+    for start in range(0, s.size(1), block_n):
+        tile = s[:, start : start + block_n]
+        m_new = torch.maximum(m, tile.amax(-1))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(tile - m_new[:, None])
+        l = (alpha if rescale_sum else 1.0) * l + p.sum(-1)
+        acc = (alpha[:, None] if rescale_acc else 1.0) * acc + p @ v[start : start + block_n]
+        m = m_new
+    return acc / l[:, None] if normalise else acc
+
+
+# (what, n_rows, n_keys, D, BLOCK_M, BLOCK_N, (stride_s, stride_v, stride_o), scale)
+_ONLINE_CASES = [
+    (
+        "40 rows, 50 keys (a ragged last tile of 18), D=16, BLOCK_M=16, BLOCK_N=32, S rows 56 "
+        "apart, V 24, O 20",
+        40,
+        50,
+        16,
+        16,
+        32,
+        (56, 24, 20),
+        2.0,
+    ),
+    (
+        "20 rows, 70 keys, D=32, BLOCK_M=16, BLOCK_N=64, S rows 72 apart, V 40, O 32",
+        20,
+        70,
+        32,
+        16,
+        64,
+        (72, 40, 32),
+        3.0,
+    ),
+    (
+        "large scores (the first key tile near +100, the last near -100, one row near -300), 16 "
+        "rows, 48 keys, "
+        "BLOCK_M=BLOCK_N=16",
+        16,
+        48,
+        16,
+        16,
+        16,
+        (48, 16, 16),
+        1.0,
+    ),
+]
+
+
+def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    _, n_rows, n_keys, d, _, _, _, scale = _ONLINE_CASES[index]
+    g = torch.Generator().manual_seed(200 + index)
+    scores = scale * torch.randn(n_rows, n_keys, generator=g)
+    if index == 2:
+        scores = (
+            scores + torch.linspace(100.0, -100.0, n_keys)[None, :]
+        )  # the maximum falls over the tiles
+        scores[3] -= 300.0
+        scores[5, -1] = 250.0  # and one row's maximum comes last
+    return scores.float(), torch.randn(n_keys, d, generator=g).float()
+
+
+@exercise(
+    "gpu/online-softmax-kernel",
+    title="The online softmax over key tiles in Triton",
+    hint="""
+        Keep, for each of the BLOCK_M rows, the running maximum m (start at -inf), the running sum
+        l and
+        the accumulator acc (BLOCK_M, D), all float32. For each tile of BLOCK_N keys: load the
+        scores with
+        the mask (rows < n_rows) & (keys < n_keys) and other=float("-inf"), and the value rows
+        keys < n_keys;
+        m_new = max(m, max of the tile); alpha = exp(m - m_new); p = exp(s - m_new[:, None]);
+        l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store acc /
+        l[:, None]
+        for the rows < n_rows.
+    """,
+    solution=online_softmax_kernel,
+)
+def _check_online_softmax(kernel) -> str:
+    runnable, device = _prepare(kernel)
+    for index, (what, n_rows, n_keys, d, block_m, block_n, strides, _) in enumerate(_ONLINE_CASES):
+        scores, value = _online_inputs(index)
+
+        def launch(scores, value):
+            return _online_run(
+                runnable, device, scores.to(device), value.to(device), block_m, block_n, strides
+            )
+
+        result = call(launch, scores, value)
+        if result["error"]:
+            raise Mistake(f"With {what}: {result['error']}.")
+        out = result["out"]
+        expected = torch.softmax(scores.double(), -1) @ value.double()
+        atol = (
+            1e-4 if device.type == "cpu" else 1e-2
+        )  # a GPU's tl.dot rounds float32 to tf32 by default
+        if matches(out, expected, atol=atol, rtol=1e-3):
+            continue
+        mistakes = {
+            "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
+            "exp(m - m_new), "
+            "so that what earlier tiles added moves to the new maximum too.": _online_emulation(
+                scores, value, block_n, rescale_acc=False
+            ),
+            "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
+            "accumulator.": _online_emulation(
+                scores, value, block_n, rescale_sum=False
+            ),
+            "the output is not divided by the running sum: store acc / l[:, "
+            "None].": _online_emulation(
+                scores, value, block_n, normalise=False
+            ),
+            "the padding keys of the ragged last tile get a weight: their scores were loaded as "
+            "0. Load them "
+            "with other=float('-inf').": _online_emulation(scores, value, block_n, pad_zero=True),
+        }
+        message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
+        if message:
+            raise Mistake(f"With {what}: {message}")
+        if index == 2 and not bool(torch.isfinite(out).all()):
+            raise Mistake(
+                f"With {what}: your output has NaN or inf: an exponential overflowed. Subtract "
+                "the "
+                "running maximum m_new = max(m, max of the tile), the largest score seen so far, "
+                "in every "
+                "exponential, so that each is at most 1 (the rescale factor exp(m - m_new) too)."
+            )
+        if not bool(torch.isfinite(out).all()):
+            raise Mistake(
+                f"With {what}: your output has NaN or inf where the reference has none: look for "
+                "-inf - (-inf), 0/0, or exp of a score before the maximum is subtracted."
+            )
+        raise Mistake(
+            f"With {what}: your output differs from softmax(S) @ V (largest difference "
+            f"{(out.double() - expected).abs().max().item():.3g})."
+        )
+    return (
+        "Right: the running maximum, the rescaled sum and accumulator, and the masks of the "
+        "ragged tiles "
+        "all work (your kernel ran "
+        f"{'compiled on the GPU' if device.type == 'cuda' else 'in the interpreter'})."
+    )
+
+
+# -- 5. find the bug in a causal softmax kernel ---------------------------------------------------
+
+_BUG = "Vw=="
+_BUG_MISTAKES = (
+    "GlZFTFlPVz4aCwRURU4KHFUAGgIJAE5OIxsHGwcKD1oeBxdPFh0eFQgYER1DRxoAUwwPABEcEx0QBgBMQQAcC0MJ"
+    "ABwQEQgbGk4CHFUTUw4EBhoLD0FVPhwKClQVGkMbHRdTCQgaER1DGx0TB0UCGxkeFhsQXFFJQVZGTFlPVz4aCwRU"
+    "Rk4KHFUAGgIJAE5OFwcQUhgAExoRAkMbFBkWFkEAHAtDHxobHREEBgdCQxsdF1MWCA4RHUMjVRMdAUE6WE4XBxBS"
+    "AQoWVAcaEQYRFwBFABoQThcHEFIRCQ4XH04UBhEGG0tDWFRMUE1PUlEpCBoRTlBPHAFTBEEXGwMOChsGX0UAGhBO"
+    "ChtVAQcEFREHThcHEFIBEA0RVBoLClUZFhcPERhOEAcaBx8BQRIbAg8AAkhTD0FISU4KT15SPUVMVDhAQysaFwBF"
+    "FRwRTgAAERdMR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMAGxdTFRMbExwCAlUCFhdBBQELERZVABwSTVQdTl5P"
+    "AR5dFRMbExwCAiobF01RXVpMT09XR1FfQVY4Bw0KVUdTDBJUBgcEBwFIUyctOzclPCFVTE5FL1QYDw0KBlIQChcR"
+    "Bk4XBxBSBA0OGBFOEQACSVMRCRFUAgIBEAFTD0FKSU4tTxQAFkUMFQcFBgtVEBYJDgNaTE9PV0VRX0FWOAcNClVF"
+    "UwwSVAYHBAcBSFMRCRFUAwIcHhcXRQ0VGgsQTxkdEgFBWR0ABUNVBRsKEhFUCxsfGhwWCxUdFQJDBgZSQ0lBBxtO"
+    "FwcQC1MRAB8RTg0AVQUWDAYcAEBDLQAGUxIJHRcGQwMUHBYWQRAbCxBPARoWRQwVBwVDBBAXA1pDWFRMW01PUlEp"
+    "CBoRTltPHAFTFwgTHBpZTwYHERETFRcaCgESUgcNBFQGARRIBlIeBBkdGRsOTx4XFhUSVBEYBh0MUhYdERsaCw0b"
+    "HBMfRQAAVAMMHAFSQkVJABwLQwIUARgABVQYDw0KBlISFwRUWQcNCVlSAApBABwLGk8RHVMLDgBUDQsOGxUWRQgA"
+    "XUBBQ1VQSkdbVFYiCgEQUkpFCAdUHAoIHQZJRQUdAgcHBhsVUwcYVAAGBk8HHQRCElQHGw5PGBMYABJUAAYGTwIX"
+    "GgIJAAdOEBoYUgcKQUVaTE9PV0NDR1tUViIKARBSQlVBHQdOEQYSGgdfQQAcC0McAR0BAEEZAR0XTwIAGhEEVBEY"
+    "Bh0MUhAKDQEZAEMFVU5TK01UAAYGTw8XAQoSVBsIQxsdF1MIAAcfCwdPHhcKFkEAGwFDRxgTAA4IGhNOChtVBRoR"
+    "CVQCBxAGFx4WRRYbAQIHTxkXEhMEVAAGBgJVBx0SEx0AGgYBXFxRGA=="
+)
+_BUG_SOLUTION = (
+    "LR0aC0NZT1IHDQRUEAcCCBocEglBHQdOFQYGGxEJBFhUHQxPARoWRQIbGgoKGxwdHUUIB1QEQ1NIUhpFSlQ6Tk5P"
+    "OV5TCw4AVARDU1UbU05BOlRDQyNbUjIWQQMGBxcbEBxfRRABERwaTxxSHwoSEQdOFwcQUhgAGFQbAEMGAQFTChYa"
+    "VAoKDhIdHQQNWFQPDQtVBRoRCVQ6Tl5POVICEAQGDU5TTxkdAAASVB0aEE8aHB8cQR8RF1lPHAYARRMbA04KHFVf"
+    "GgsHVBEYBh0MBRsAExFUDw0LVREcCAQHVAEWG1U8EitBXERBU0ZbUicNBFQSBxsKEVIfDA8RTmRpT1VSUxMIBx0M"
+    "DwpVT1NNC1RITi1GVVRTTQtUSFNDBlVZUytBWVQiSg=="
+)
+
+
+@exercise(
+    "gpu/find-the-bug",
+    title="Find the bug in a causal softmax kernel",
+    hint="""
+        Run the kernel (or work it by hand) with L = N = 4: which keys does query 0 see, and which
+        should it
+        see? The package's causal mask lets query i attend to key j when j <= i + (N - L), the
+        last query
+        aligned with the last key.
+    """,
+    solution=_BUG_SOLUTION,
+)
+def _check_find_the_bug(answer) -> str:
+    if isinstance(answer, str):
+        raise Mistake(
+            f"Give the line number as a number (6, not '6'), got the string {answer[:40]!r}."
+        )
+    line = integer(answer, "line number")
+    if not 1 <= line <= 10:
+        raise Mistake(
+            f"The listing has lines 1 to 10; {line} is not one of them. Give the number of the "
+            "wrong line."
+        )
+    return check_number(
+        line,
+        _BUG,
+        _BUG_MISTAKES,
+        what="line number",
+        right="Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
+        "key, and the first "
+        "query of a square block has none left.",
+        otherwise="Line {value:g} is right. Run the kernel on a small square case and compare "
+        "with the causal mask.",
+    )
+
+
+# -- 6. the backward pass from the saved log-sum-exp ----------------------------------------------
+
+
+def attention_backward(query, key, value, out, lse, dout):
+    scale = query.size(-1) ** -0.5
+    p = torch.exp(
+        query @ key.transpose(-2, -1) * scale - lse[..., None]
+    )  # P recomputed, (..., L, S)
+    dv = p.transpose(-2, -1) @ dout
+    dp = dout @ value.transpose(-2, -1)
+    d = (dout * out).sum(-1, keepdim=True)  # D_i = rowsum(dO * O) = rowsum(P * dP)
+    ds = p * (dp - d)
+    return ds @ key * scale, ds.transpose(-2, -1) @ query * scale, dv
+
+
+def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[torch.Tensor, ...]]:
+    """(dq, dk, dv) of the usual mistakes."""
+    scale = query.size(-1) ** -0.5
+    raw = query @ key.transpose(-2, -1)
+    p = torch.exp(raw * scale - lse[..., None])
+    dv = p.transpose(-2, -1) @ dout
+    dp = dout @ value.transpose(-2, -1)
+    d = (dout * out).sum(-1, keepdim=True)
+
+    def grads(ds, s=scale):
+        return ds @ key * s, ds.transpose(-2, -1) @ query * s, dv
+
+    unscaled_p = torch.exp(raw - lse[..., None])
+    return {
+        "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. The softmax's "
+        "Jacobian "
+        "subtracts each row's weighted mean of dP.": grads(p * dp),
+        "the sign of D is flipped: dS = P * (dP - D).": grads(p * (dp + d)),
+        "dS = dP - D lacks the factor P: dS = P * (dP - D).": grads(dp - d),
+        "D sums over the wrong dimension: D_i = sum over the head dimension of dO_i * O_i, one "
+        "number per "
+        "query (keepdim=True, so it broadcasts over the keys).": grads(
+            p * (dp - (dout * out).sum(-2, keepdim=True).sum(-1, keepdim=True))
+        ),
+        "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = dS^T "
+        "Q / sqrt(d_k).": grads(
+            p * (dp - d), 1.0
+        ),
+        "P was recomputed without the scale: P = exp(Q K^T / sqrt(d_k) - lse), the scores the "
+        "forward saw.": (
+            lambda pp: (
+                (pp * (dout @ value.transpose(-2, -1) - d)) @ key * scale,
+                (pp * (dout @ value.transpose(-2, -1) - d)).transpose(-2, -1) @ query * scale,
+                pp.transpose(-2, -1) @ dout,
+            )
+        )(unscaled_p),
+    }
+
+
+@exercise(
+    "gpu/backward",
+    title="The backward pass from the saved log-sum-exp",
+    hint="""
+        With s = Q K^T * scale (scale = 1/sqrt(d_k)): P = exp(s - lse[..., None]) recomputes the
+        weights.
+        dV = P^T dO; dP = dO V^T; D = rowsum(dO * O) (one number per query, keepdim=True);
+        dS = P * (dP - D); dQ = dS K * scale; dK = dS^T Q * scale. Transpose only the last two
+        dimensions.
+    """,
+    solution=attention_backward,
+)
+def _check_backward(fn) -> str:
+    cases = [  # (what, batch, L, S, d_k, d_v)
+        ("L=5, S=7, d_k=8, d_v=6, no batch", (), 5, 7, 8, 6),
+        ("batch (2, 3), L=S=6, d_k=d_v=4", (2, 3), 6, 6, 4, 4),
+        ("batch (2,), L=9, S=4, d_k=16, d_v=3", (2,), 9, 4, 16, 3),
+    ]
+    for index, (what, batch, L, S, d_k, d_v) in enumerate(cases):
+        g = torch.Generator().manual_seed(300 + index)
+        query, key = (
+            torch.randn(*batch, L, d_k, generator=g, dtype=torch.float64),
+            torch.randn(*batch, S, d_k, generator=g, dtype=torch.float64),
+        )
+        value = torch.randn(*batch, S, d_v, generator=g, dtype=torch.float64)
+        dout = torch.randn(*batch, L, d_v, generator=g, dtype=torch.float64)
+        q, k, v = (t.clone().requires_grad_(True) for t in (query, key, value))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+        out = torch.softmax(scores, -1) @ v
+        expected = torch.autograd.grad(out, (q, k, v), dout)
+        out, lse = out.detach(), torch.logsumexp(scores.detach(), -1)
+        got = call(fn, query, key, value, out, lse, dout)
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise Mistake(
+                f"Return the three gradients (dq, dk, dv); got {type(got).__name__}"
+                f"{f' of length {len(got)}' if isinstance(got, (tuple, list)) else ''}."
+            )
+        names = ("dq", "dk", "dv")
+        for name, g_, e in zip(names, got, expected):
+            expect_tensor(g_, e.shape, f"With {what}, {name}")
+        if all(matches(g_, e, atol=1e-8, rtol=1e-6) for g_, e in zip(got, expected)):
+            continue
+        for message, wrong in _backward_variants(query, key, value, out, lse, dout).items():
+            if all(
+                matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)
+            ):
+                raise Mistake(f"With {what}: {message}")
+        wrong = [
+            name
+            for name, g_, e in zip(names, got, expected)
+            if not matches(g_, e, atol=1e-8, rtol=1e-6)
+        ]
+        if wrong == ["dv"]:
+            raise Mistake(
+                f"With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights "
+                "transposed."
+            )
+        if "dv" not in wrong:
+            raise Mistake(
+                f"With {what}: dv is right, {' and '.join(wrong)} not: check dS = P * (dP - D) "
+                "and the "
+                "products dQ = dS K * scale, dK = dS^T Q * scale."
+            )
+        raise Mistake(
+            f"With {what}: {', '.join(wrong)} differ from autograd's. Recompute P = exp(s - lse) "
+            "first "
+            "and check it against torch.softmax."
+        )
+    return "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
