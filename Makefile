@@ -5,20 +5,31 @@
 #   make mutation-checkers   mutation testing of the exercise checkers (also run by the tests)
 #   make compile-matrix   chapter 10's kernels compiled for five GPU architectures (no GPU needed)
 # Both create the virtual environment .venv from requirements.txt on first use.
-PYTHON ?= python3.11
+# PYTHON: the interpreter that creates .venv (Python 3.11 or 3.12). The first of python3.11,
+# python3.12, python3 and python on the PATH unless given: `make book PYTHON=/path/to/python`.
+PYTHON ?= $(firstword $(foreach name,python3.11 python3.12 python3 python,$(shell command -v $(name) 2>/dev/null)))
 VENV ?= .venv
+# A venv keeps its programs in bin/, or in Scripts/ on Windows.
+ifeq ($(OS),Windows_NT)
+BIN := $(VENV)/Scripts
+else
 BIN := $(VENV)/bin
+endif
 # The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
 BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test lint colab benchmark clean mutation-checkers mutation-package mutation-package-sample compile-matrix
+.PHONY: book test test-fast book-loaded lock lint colab benchmark clean mutation-checkers \
+	mutation-package mutation-package-sample compile-matrix
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
 $(BIN)/.installed: requirements.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "no python3.11, python3.12, python3 or python on the PATH: make ... PYTHON=/path/to/python"; exit 1; }
+	"$(PYTHON)" -c "import sys; assert sys.version_info >= (3, 11), f'$(PYTHON) is Python {sys.version.split()[0]}; \
+	the book needs 3.11 or 3.12: make ... PYTHON=/path/to/python3.11'"
+	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
@@ -42,6 +53,20 @@ colab: $(BIN)/.installed
 
 test: $(BIN)/.installed $(BOOK)
 	$(BIN)/python -m pytest
+
+# The unit tests without the notebooks, the browser tests and the fresh Colab-like environment
+# (marker `slow`): what the macOS and Windows jobs of the workflow run. A few minutes.
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest tests -m "not slow"
+
+# Every notebook of book/, one at a time, while two busy processes hold the cores: each must
+# finish within 150 s (tools/loaded_run.py; the weekly run of the workflow runs it).
+book-loaded: $(BIN)/.installed
+	$(BIN)/python tools/loaded_run.py --budget 150 --busy 2
+
+# requirements.txt, the lock, rewritten from requirements.in (tools/lock_requirements.py).
+lock: $(BIN)/.installed
+	$(BIN)/python tools/lock_requirements.py
 
 # every mutant of every exercise's solution through its checker: a table of kill rates per exercise
 mutation-checkers: $(BIN)/.installed

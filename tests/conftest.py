@@ -27,3 +27,14 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     return torch.device(request.param)
+
+
+# `make test-fast` (and the workflow's macOS and Windows jobs) runs `pytest tests -m "not slow"`:
+# these modules build a fresh environment, drive Chromium or execute every notebook.
+SLOW_MODULES = {"test_colab_runtime.py", "test_book_browser.py", "test_colab_browser.py", "test_loaded_run.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

@@ -146,8 +146,9 @@ def runtime():
 
 
 def build_runtime(base: Path) -> dict:
-    python3_11 = shutil.which("python3.11")
-    assert python3_11, "python3.11 is needed to build the Colab-like environment"
+    # python3.11 where it is on the PATH; elsewhere (Windows, a python.org install on macOS) the
+    # interpreter that runs the tests, outside its venv
+    python3_11 = shutil.which("python3.11") or getattr(sys, "_base_executable", sys.executable)
     start = time.perf_counter()
     subprocess.run([python3_11, "-m", "venv", str(base / "venv")], check=True)
     python = base / "venv" / "bin" / "python"

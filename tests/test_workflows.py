@@ -122,3 +122,22 @@ def test_shape_check_can_fail(tmp_path):
     problems = book_workflow_problems(load(broken))
     for expected in ("pages and id-token", ".ci/run", "push to main", "official Pages actions"):
         assert any(expected in p for p in problems), expected
+
+
+def test_install_matrix_and_weekly_loaded_run():
+    """macOS and Windows, Python 3.11 and 3.12, run the README's install and the fast tests; the
+    loaded run of every notebook runs weekly (and by hand), not on every push."""
+    jobs = load(BOOK)["jobs"]
+    install, loaded = jobs["install"], jobs["loaded"]
+    matrix = install["strategy"]["matrix"]
+    assert sorted(matrix["os"]) == ["macos-latest", "windows-latest"] and matrix["python"] == ["3.11", "3.12"]
+    assert install["runs-on"] == "${{ matrix.os }}"
+    assert [step.get("run") for step in steps(install)][-1] == "make test-fast"
+    assert "test-fast:" in (ROOT / "Makefile").read_text() and '-m "not slow"' in (ROOT / "Makefile").read_text()
+    assert "schedule" in loaded["if"] and "push" not in loaded["if"]
+    assert [step.get("run") for step in steps(loaded)][-1] == "make book-loaded"
+    assert "book-loaded" not in (ROOT / ".ci" / "run").read_text()
+    for job in (install, loaded):
+        for step in steps(job):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
