@@ -16,3 +16,4 @@ def _load(name: str):
 
 normalize = _load("normalize_notebooks")
 colab = _load("colab_edition")
+exercise_index = _load("exercise_index")
