@@ -42,7 +42,7 @@ from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_
 from .multihead import MultiHeadAttention
 from .transformer import CausalLM
 
-__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "plot", "constants", "load_constants", "main"]
+__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "machine", "table", "load", "load_cache", "plot", "constants", "load_constants", "main"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
 # Shipped inside the package (package data), so chapter 7 finds the committed results in a
@@ -264,6 +264,20 @@ def table(rows: List[Dict[str, object]]) -> str:
             f"{r['flops'] / r['seconds'] / 1e9:>8.1f} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
         )
     return "\n".join(lines)
+
+
+def load_cache(device: str = "cpu", folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
+    """The decoding-step timings written by ``python -m attncourse.benchmark --cache`` (chapter 6).
+
+    ``{"machine", "device", "model", "rows"}`` as :func:`run_cache` returns them, read from the
+    package's ``results`` folder by default (``ch06_cache_benchmark_<device><tag>.json``).
+    """
+    if not isinstance(device, str) or not isinstance(tag, str):
+        raise TypeError(f"device and tag must be strings, got {type(device).__name__} and {type(tag).__name__}")
+    path = Path(folder) / f"ch06_cache_benchmark_{device}{tag}.json"
+    if not path.is_file():
+        raise ValueError(f"no committed cache benchmark for device={device!r}, tag={tag!r}: {path} is missing")
+    return json.loads(path.read_text())
 
 
 def load(device: str = "cpu", folder: str = str(DEFAULT_OUTPUT), tag: str = "") -> Dict[str, object]:
