@@ -23,6 +23,16 @@ def _in_notebook() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
+class _BarLine:
+    """The bar's text as a notebook output: shown as plain text, without a string's quotes."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 class ProgressBar:
     """A progress bar over ``total`` steps: ``update(loss=...)`` each step, ``close()`` at the end."""
 
@@ -38,7 +48,7 @@ class ProgressBar:
         if _in_notebook():
             from IPython.display import display
 
-            self._handle = display(self._text(), display_id=True)
+            self._handle = display(_BarLine(self._text()), display_id=True)
         else:
             self._bar = tqdm(total=total, desc=desc, leave=True)
 
@@ -54,13 +64,13 @@ class ProgressBar:
             self._bar.update(1)
         elif self._handle is not None and (time.perf_counter() - self._last_draw > 0.5 or self.n == self.total):
             self._last_draw = time.perf_counter()
-            self._handle.update(self._text())
+            self._handle.update(_BarLine(self._text()))
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
         elif self._handle is not None:
-            self._handle.update(self._text())
+            self._handle.update(_BarLine(self._text()))
 
 
 def train(

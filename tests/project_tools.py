@@ -22,3 +22,4 @@ def tool(name: str):
 
 normalize = tool("normalize_notebooks")
 colab = tool("colab_edition")
+exercise_index = tool("exercise_index")

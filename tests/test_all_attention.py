@@ -469,3 +469,20 @@ def test_committed_seed_results_cover_every_model():
     committed = load_seed_results()
     assert len(committed["runs"]) >= 3 and committed["steps"] == 600
     assert all(set(run) == set(MODEL_KINDS) for run in committed["runs"].values())
+
+
+def test_time_training_steps_interleaves_the_models_on_the_threads_asked():
+    from attncourse.lookup_task import MODEL_KINDS, load_step_times, time_training_steps
+
+    before = torch.get_num_threads()
+    result = time_training_steps(rounds=2, warmup=0, batch=2, kinds=MODEL_KINDS[:2])
+    assert torch.get_num_threads() == before  # restored
+    assert result["threads"] == 1 and result["rounds"] == 2
+    assert set(result["times_ms"]) == set(MODEL_KINDS[:2]) and all(len(t) == 2 for t in result["times_ms"].values())
+    assert all(t > 0 for t in result["median_ms"].values())
+    with pytest.raises(ValueError, match="rounds must be a positive integer"):
+        time_training_steps(rounds=0)
+    with pytest.raises(ValueError, match="kinds must be a non-empty selection"):
+        time_training_steps(kinds=["FFN"])
+    committed = load_step_times()
+    assert committed["threads"] == 1 and set(committed["median_ms"]) == set(MODEL_KINDS)

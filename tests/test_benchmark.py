@@ -76,6 +76,17 @@ def test_committed_constants_load():
     assert {"machine", "matmul_flops_per_s", "softmax_flops_per_s", "qk_flops_per_s", "copy_bytes_per_s"} <= set(result)
 
 
+def test_committed_cache_benchmark_loads_and_rejects_a_missing_one(tmp_path):
+    result = benchmark.load_cache()
+    assert {"machine", "device", "model", "rows"} <= set(result) and result["device"] == "cpu"
+    for row in result["rows"]:
+        assert row["speedup"] == pytest.approx(row["uncached_s"] / row["cached_s"])
+    with pytest.raises(ValueError, match="tag='_nowhere'"):
+        benchmark.load_cache(tag="_nowhere")
+    with pytest.raises(TypeError, match="device and tag must be strings"):
+        benchmark.load_cache(device=0)
+
+
 def test_command_line_of_the_kernel_benchmarks():
     args = build_parser().parse_args(["--device", "cuda", "--gpu-lengths", "512", "1024", "--gpu-dtypes", "bfloat16", "--span-time"])
     assert args.gpu_lengths == [512, 1024] and args.gpu_dtypes == ["bfloat16"] and args.span_time and not args.no_kernels

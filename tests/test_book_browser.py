@@ -19,6 +19,7 @@ environment sets ``ATTNCOURSE_REQUIRE_BROWSER=1`` (as ``.ci/run`` does once Chro
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -182,6 +183,14 @@ COLLECT_JS = page_js(r"""
     }
     return text.trim();
   };
+  // The TeX source of each typeset formula, to name it in a report.
+  const texOf = new Map();
+  try {
+    for (const item of MathJax.startup.document.math) texOf.set(item.typesetRoot, item.math);
+  } catch (e) { /* no MathJax on the page */ }
+  // A backslash MathJax drew as a character (\_ in \text{...}, an unknown escape): the reader sees it.
+  const shownBackslash = (c) => c !== null && (c.querySelector("mjx-c.mjx-c5C") !== null
+    || [...c.querySelectorAll("mjx-utext")].some((u) => u.textContent.includes("\\")));
   const strays = [];
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
@@ -197,6 +206,8 @@ COLLECT_JS = page_js(r"""
       typeset: e.querySelector("mjx-container") !== null,
       error: e.querySelector("mjx-merror, [data-mjx-error]") !== null,
       residual: residual(e).slice(0, 120),
+      backslash: shownBackslash(e.querySelector("mjx-container")),
+      tex: (texOf.get(e.querySelector("mjx-container")) || "").slice(0, 120),
     })),
     strayTex: strays,
     mathjax: (window.MathJax && window.MathJax.version) || null,
@@ -402,6 +413,8 @@ def math_problems(report: PageReport) -> list[str]:
             problems.append(f"raw TeX left beside MathJax's output: {item['residual']!r}")
         if item["error"]:
             problems.append("MathJax reports an error in a formula")
+        if item.get("backslash"):
+            problems.append(f"a backslash shows in typeset math: {item['tex']!r}")
     return problems
 
 
@@ -665,6 +678,32 @@ def test_the_checks_catch_a_broken_page(context, tmp_path):
         "raw TeX outside math: 'Prose with raw \\\\(x^2\\\\) left over.'",
         "1 math elements but MathJax is not loaded",
         "math not typeset: '\\\\(y\\\\)'",
+    ]
+
+
+MATH_PAGE = """<!doctype html><html><head><title>math</title>
+<script>window.MathJax = {options: {processHtmlClass: "math"}};</script>
+<script defer src="mathjax/tex-chtml.js"></script></head><body><main><article>
+<p><span class="math notranslate nohighlight">\\(\\text{kv\\_heads} \\cdot d_k\\)</span>,
+<span class="math notranslate nohighlight">\\(\\text{kv heads} \\setminus d_k\\)</span>,
+<span class="math notranslate nohighlight">\\(\\sqrt{\\text{hidden\\_size}}\\)</span></p>
+</article></main></body></html>"""
+
+
+def test_the_math_check_catches_a_backslash_shown_in_typeset_math(context, tmp_path):
+    """MathJax draws ``\\_`` inside ``\\text{...}`` as a backslash and an underscore: a reader sees it."""
+    mathjax = Path(str(importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
+        "sphinx-mathjax-offline/static/mathjax")))
+    if not (mathjax / "tex-chtml.js").is_file():
+        pytest.skip("sphinx-mathjax-offline's MathJax is not installed")
+    (tmp_path / "mathjax").symlink_to(mathjax, target_is_directory=True)
+    (tmp_path / "index.html").write_text(MATH_PAGE)
+    with LocalServer(tmp_path) as server:
+        report = visit(context, server.origin, "index.html")
+    assert [m["typeset"] for m in report.data["math"]] == [True, True, True]
+    assert math_problems(report) == [
+        "a backslash shows in typeset math: '\\\\text{kv\\\\_heads} \\\\cdot d_k'",
+        "a backslash shows in typeset math: '\\\\sqrt{\\\\text{hidden\\\\_size}}'",
     ]
 
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from attncourse.exercises import list_exercises
+from project_tools import exercise_index
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))  # 01 .. 10
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # (label, identifier, chapter) of every row of the exercise index
-EXERCISE_ROWS = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
+EXERCISE_ROWS = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| .+ \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
                            (BOOK / "exercises.md").read_text(), flags=re.MULTILINE)
 
 
@@ -56,6 +57,16 @@ def test_exercise_index_lists_every_exercise_of_the_package_in_book_order():
         text = notebook_text(notebook)
         book_order += [(label, notebook.stem) for label in re.findall(r":label: (ex-[a-z0-9-]+)", text)]
     assert [(label, chapter) for label, _, chapter in rows] == book_order
+
+
+def test_exercise_index_gives_each_exercise_its_registered_title():
+    """The page's table is the one tools/exercise_index.py writes: number, title, identifier, chapter."""
+    titles = {item["id"]: item["title"] for item in list_exercises()}
+    table_rows = re.findall(r"^\| \{numref\}`ex-[a-z0-9-]+` \| (.+) \| `([a-z0-9/-]+)` \|", (BOOK / "exercises.md").read_text(),
+                            flags=re.MULTILINE)
+    assert len(table_rows) == len(titles)
+    assert all(title == titles[ident].replace("|", "\\|") for title, ident in table_rows)
+    assert (BOOK / "exercises.md").read_text() == exercise_index.page(), "run: python tools/exercise_index.py"
 
 
 @pytest.mark.parametrize("label, ident, chapter", EXERCISE_ROWS)

@@ -89,3 +89,15 @@ def test_next_token_loss_shape_errors():
 def test_next_token_loss_rejects_a_bad_start(start):
     with pytest.raises(ValueError, match="start must be an integer in"):
         next_token_loss(torch.randn(2, 5, 7), torch.zeros(2, 5, dtype=torch.long), start=start)
+
+
+def test_progress_bar_line_shows_as_plain_text_in_a_notebook():
+    """A notebook shows the bar's text/plain form: the bar itself, not a quoted Python string."""
+    from IPython.core.formatters import PlainTextFormatter
+
+    from attncourse.training import _BarLine
+
+    line = "char GPT: 100%|██████████| 500/500 [00:41<00:00, loss=2.0]"
+    shown = PlainTextFormatter()(_BarLine(line))
+    assert shown == line
+    assert PlainTextFormatter()(line) != line  # what a bare string would have shown: quoted

@@ -40,7 +40,7 @@ from ..transformer import CausalLM
 from .common import RESULTS, machine, meminfo_gib
 from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
 
-__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "table", "load", "plot", "constants", "load_constants"]
+__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "table", "load", "load_cache", "plot", "constants", "load_constants"]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
 
@@ -217,6 +217,21 @@ def table(rows: List[Dict[str, object]]) -> str:
             f"{r['flops'] / r['seconds'] / 1e9:>8.1f} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
         )
     return "\n".join(lines)
+
+
+def load_cache(device: str = "cpu", folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
+    """The decoding-step timings written by ``python -m attncourse.benchmarks --cache`` (chapter 6).
+
+    ``{"machine", "device", "model", "rows"}`` as :func:`run_cache` returns them: by default the
+    committed results chapter 6 quotes (``ch06_cache_benchmark_<device><tag>.json``, installed
+    with the package); ``folder`` reads those of your own run.
+    """
+    if not isinstance(device, str) or not isinstance(tag, str):
+        raise TypeError(f"device and tag must be strings, got {type(device).__name__} and {type(tag).__name__}")
+    path = Path(folder or RESULTS) / f"ch06_cache_benchmark_{device}{tag}.json"
+    if not path.is_file():
+        raise ValueError(f"no committed cache benchmark for device={device!r}, tag={tag!r}: {path} is missing")
+    return json.loads(path.read_text())
 
 
 def load(device: str = "cpu", folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:

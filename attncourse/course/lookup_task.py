@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -21,12 +22,13 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from .._checks import fmt_shape, require_positive_int, require_tensor
+from .._checks import fmt_shape, require_non_negative_int, require_positive_int, require_tensor
 from ..all_attention import AllAttentionBlock, count_parameters
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
 
-__all__ = ["make_table", "lookup_sequences", "lookup_entropy", "MODEL_KINDS", "build_lookup_model", "compare_on_lookup", "load_seed_results"]
+__all__ = ["make_table", "lookup_sequences", "lookup_entropy", "MODEL_KINDS", "build_lookup_model", "compare_on_lookup", "load_seed_results",
+           "time_training_steps", "load_step_times"]
 
 
 def make_table(vocab_size: int, *, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -90,6 +92,7 @@ def lookup_entropy(vocab_size: int, noise: float) -> float:
 MODEL_KINDS = ("FFN Transformer", "all-attention", "attention-only")
 # The committed results chapter 9 quotes (package data); the command writes to the working directory.
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "ch09_lookup_seeds.json"
+STEP_TIMES = Path(__file__).resolve().parent.parent / "results" / "ch09_step_times_cpu.json"
 
 
 def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, seed: int = 0):
@@ -149,6 +152,60 @@ def compare_on_lookup(
     return results
 
 
+def time_training_steps(
+    *, rounds: int = 30, warmup: int = 3, batch: int = 32, vocab_size: int = 32, length: int = 16, seed: int = 0,
+    threads: int = 1, kinds: Sequence[str] = MODEL_KINDS,
+) -> Dict[str, object]:
+    """Time one training step (forward, backward, Adam) of each model of ``kinds``, interleaved.
+
+    Every round times one step of each model on the same ``(batch, length)`` batch, the order
+    of the models rotating from round to round, so that a change in the machine's load hits
+    them alike; ``warmup`` untimed rounds come first. torch runs on ``threads`` threads (the
+    previous setting is restored). Returns ``{"threads", "rounds", "batch", "load_average",
+    "times_ms": {kind: [ms, ...]}, "median_ms": {kind: ms}}``.
+    """
+    require_positive_int("rounds", rounds)
+    require_non_negative_int("warmup", warmup)
+    require_positive_int("threads", threads)
+    require_positive_int("batch", batch)
+    kinds = list(kinds)
+    if not kinds or any(kind not in MODEL_KINDS for kind in kinds):
+        raise ValueError(f"kinds must be a non-empty selection of {MODEL_KINDS}, got {kinds}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        generator = torch.Generator().manual_seed(seed)
+        table = make_table(vocab_size, generator=generator)
+        tokens = lookup_sequences(table, batch, length, generator=generator)
+        models = {kind: build_lookup_model(kind, vocab_size, length, seed=seed) for kind in kinds}
+        optimizers = {kind: torch.optim.Adam(model.parameters(), lr=3e-3) for kind, model in models.items()}
+
+        def step(kind: str) -> float:
+            start = time.perf_counter()
+            optimizers[kind].zero_grad(set_to_none=True)
+            next_token_loss(models[kind](tokens), tokens, start=2).backward()
+            optimizers[kind].step()
+            return 1e3 * (time.perf_counter() - start)
+
+        times: Dict[str, List[float]] = {kind: [] for kind in kinds}
+        for r in range(warmup + rounds):
+            for i in range(len(kinds)):
+                kind = kinds[(r + i) % len(kinds)]
+                elapsed = step(kind)
+                if r >= warmup:
+                    times[kind].append(elapsed)
+    finally:
+        torch.set_num_threads(previous)
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {"threads": threads, "rounds": rounds, "batch": batch, "load_average": load, "times_ms": times,
+            "median_ms": {kind: sorted(t)[len(t) // 2] for kind, t in times.items()}}
+
+
+def load_step_times(path: Optional[str] = None) -> Dict[str, object]:
+    """The committed result of ``python -m attncourse.course.lookup_task --step-times`` (package data)."""
+    return json.loads(Path(path or STEP_TIMES).read_text())
+
+
 def load_seed_results(path: Optional[str] = None) -> Dict[str, object]:
     """The committed results of ``python -m attncourse.course.lookup_task`` (several seeds, package data)."""
     return json.loads(Path(path or RESULTS).read_text())
@@ -161,7 +218,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--output", type=Path, default=Path(RESULTS.name), help="JSON file (default: in the working directory)")
     parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
+    parser.add_argument("--step-times", action="store_true",
+                        help="time one training step of each model, interleaved, on one thread (ch09_step_times_cpu.json)")
     args = parser.parse_args(argv)
+    if args.step_times:
+        result = time_training_steps()
+        output = Path(STEP_TIMES.name)  # the working directory, never the installed package
+        output.write_text(json.dumps(dict(result, torch=torch.__version__), indent=1) + "\n")
+        print({kind: round(ms, 1) for kind, ms in result["median_ms"].items()}, f"written to {output}")
+        return
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     runs = {}
