@@ -4,8 +4,10 @@ import torch
 from torch import nn
 
 from attncourse.course.toy_translation import (
+    AttentionTranslator,
     BOS,
     EOS,
+    MAX_TGT_LEN,
     PAD,
     SRC_VOCAB,
     TENS,
@@ -126,10 +128,10 @@ def test_alignment_accuracy():
 
 def test_short_training_is_seeded_and_learns(device):
     data = make_data(all_numbers()[:500]).to(device)
-    model, losses = train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)
+    model, losses = train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1)
     assert len(losses) == 40 and not model.training
     assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
-    assert train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_layers=1)[1] == losses
+    assert train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1)[1] == losses
     weights = cross_attention(model, data[:8])
     assert weights.shape == (1, 8, 2, 5, 7)
     assert weights.device.type == device.type
@@ -146,3 +148,23 @@ def test_translate_cuts_at_eos():
 
     assert translate(Scripted(), make_data([31, 1])) == ["32", "1?111"]
     assert TGT_VOCAB[5] == "3" and SRC_VOCAB[PAD] == "<pad>"
+
+
+def test_attention_translator_decodes_as_it_trains_and_ignores_padding():
+    """Greedy decoding equals teacher forcing on its own output; padded source words change nothing."""
+    torch.manual_seed(0)
+    model = AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), d_model=16, num_heads=2).double().eval()
+    assert all(layer.ffn is None for layer in list(model.encoder) + list(model.decoder))
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    data = make_data([3241, 7, 58])
+    out = model.greedy_decode(data.src, BOS, MAX_TGT_LEN)
+    tgt_in = torch.cat([torch.full((3, 1), BOS), out[:, :-1]], dim=1)
+    assert torch.equal(model(data.src, tgt_in).argmax(-1), out)
+    memory = model.encode(data.src)
+    logits = model.decode(data.tgt_in, memory, data.src)
+    model.src_tokens.weight.data[PAD] += 100.0  # the pad embedding must not matter either
+    torch.testing.assert_close(model(data.src, data.tgt_in), logits)
+    with pytest.raises(ValueError, match="src .B, S. and tgt_in"):
+        model(data.src[0], data.tgt_in)
+    with pytest.raises(ValueError, match="max_len=8"):
+        model(torch.zeros(1, 9, dtype=torch.long), data.tgt_in[:1])

@@ -16,19 +16,23 @@ known. Reading the tens and the units needs a reordering: the target's third dig
 from the source's last word, its fourth from the word before "and".
 
 :class:`TranslationData` holds padded token tensors and the true alignment; the model is
-:class:`attncourse.transformer.Seq2SeqTransformer`, trained by :func:`train_translator`
+:class:`AttentionTranslator`, an encoder-decoder made of nothing but what chapters 1-4 teach
+(embeddings, multi-head self-attention with padding and causal masks, cross-attention) plus
+learned position vectors and residual connections; it is trained by :func:`train_translator`
 with :func:`attncourse.training.train`; :func:`alignment_accuracy` scores its
 cross-attention against the true alignment.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .._checks import fmt_shape, require_non_negative_int, require_positive_int, require_rank, require_tensor
+from ..masks import causal_mask, combine_masks
+from ..multihead import MultiHeadAttention
 from ..training import train
 from ..transformer import Seq2SeqTransformer
 
@@ -47,6 +51,7 @@ __all__ = [
     "split_numbers",
     "TranslationData",
     "make_data",
+    "AttentionTranslator",
     "translation_loss",
     "train_translator",
     "cross_attention",
@@ -184,6 +189,123 @@ def make_data(numbers: Sequence[int]) -> TranslationData:
     return TranslationData(numbers, src, tgt_in, tgt_out, alignment)
 
 
+class _AttentionLayer(nn.Module):
+    """Self-attention, then (in the decoder) cross-attention, each added to its input."""
+
+    def __init__(self, d_model: int, num_heads: int, cross_attention: bool) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads) if cross_attention else None
+        self.ffn = None  # no feed-forward sublayer: chapter 5 adds it
+        self.self_weights: Optional[Tensor] = None
+        self.cross_weights: Optional[Tensor] = None
+
+    def forward(self, x: Tensor, mask: Tensor, memory: Optional[Tensor] = None,
+                memory_mask: Optional[Tensor] = None) -> Tensor:
+        """``x`` ``(B, L, d)``, ``memory`` ``(B, S, d)`` -> ``(B, L, d)``."""
+        attended, weights = self.self_attn(x, x, x, mask)
+        self.self_weights = weights.detach()
+        x = x + attended  # residual: each position keeps its own vector and adds what it gathered
+        if self.cross_attn is not None:
+            attended, weights = self.cross_attn(x, memory, memory, memory_mask)
+            self.cross_weights = weights.detach()
+            x = x + attended
+        return x
+
+
+class AttentionTranslator(nn.Module):
+    """An encoder-decoder built from attention alone (chapter 4).
+
+    Each token gets a trained vector (``nn.Embedding``) plus a trained vector for its position
+    (attention itself does not see the order; chapter 5 compares the ways to add it). The
+    encoder's layers are padding-masked self-attention; the decoder's are causal
+    self-attention, then cross-attention to the encoder's output with the source's padding
+    masked as keys. Each attention output is added to its input (a residual connection). No
+    feed-forward sublayer and no LayerNorm: chapter 5 adds them.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes.
+        d_model, num_heads: width and heads of every attention layer.
+        num_encoder_layers, num_decoder_layers: the depth of each side (the encoder may have 0).
+        max_len: longest source or target sequence.
+        pad_id: the padding token id of both vocabularies.
+
+    ``forward(src (B, S), tgt_in (B, L))`` returns logits ``(B, L, tgt_vocab)``; every decoder
+    layer keeps its last cross-attention weights ``(B, num_heads, L, S)`` in ``cross_weights``.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, *, d_model: int = 32, num_heads: int = 2,
+                 num_encoder_layers: int = 1, num_decoder_layers: int = 2, max_len: int = 8,
+                 pad_id: int = 0) -> None:
+        super().__init__()
+        for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model),
+                            ("num_decoder_layers", num_decoder_layers), ("max_len", max_len)):
+            require_positive_int(name, value)
+        require_non_negative_int("num_encoder_layers", num_encoder_layers)
+        self.pad_id, self.max_len = pad_id, max_len
+        self.src_tokens, self.tgt_tokens = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        self.src_positions, self.tgt_positions = nn.Embedding(max_len, d_model), nn.Embedding(max_len, d_model)
+        self.encoder = nn.ModuleList(_AttentionLayer(d_model, num_heads, False) for _ in range(num_encoder_layers))
+        self.decoder = nn.ModuleList(_AttentionLayer(d_model, num_heads, True) for _ in range(num_decoder_layers))
+        self.head = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, tokens: Tensor, table: nn.Embedding, positions: nn.Embedding, name: str) -> Tensor:
+        require_tensor(name, tokens)
+        require_rank(name, tokens, 2, "(B, L)")
+        if tokens.dtype != torch.long or tokens.size(1) > self.max_len:
+            raise ValueError(f"{name} must be long token ids of length <= max_len={self.max_len}, "
+                             f"got {tokens.dtype} of shape {fmt_shape(tokens.shape)}")
+        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < table.num_embeddings:
+            raise ValueError(f"{name} holds ids outside [0, {table.num_embeddings})")
+        return table(tokens) + positions(torch.arange(tokens.size(1), device=tokens.device))
+
+    def encode(self, src: Tensor) -> Tensor:
+        """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
+        x = self._embed(src, self.src_tokens, self.src_positions, "src")
+        keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
+        for layer in self.encoder:
+            x = layer(x, keys)
+        return x
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        """``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
+        x = self._embed(tgt_in, self.tgt_tokens, self.tgt_positions, "tgt_in")
+        self_mask = combine_masks(causal_mask(tgt_in.size(1), device=tgt_in.device),
+                                  (tgt_in != self.pad_id)[:, None, :])
+        memory_mask = (src != self.pad_id)[:, None, :]
+        for layer in self.decoder:
+            x = layer(x, self_mask, memory, memory_mask)
+        return self.head(x)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
+        require_tensor("src", src)
+        require_tensor("tgt_in", tgt_in)
+        if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
+            raise ValueError(
+                f"src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
+                f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
+            )
+        return self.decode(tgt_in, self.encode(src), src)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
+        """Translate ``src`` ``(B, S)`` greedily; returns ``(B, max_len)`` tokens (BOS excluded).
+
+        Each step feeds every token so far back into the decoder. Tokens after an
+        end-of-sequence token are produced too; cut them off where the task's EOS appears.
+        """
+        require_positive_int("max_len", max_len)
+        if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < self.tgt_tokens.num_embeddings:
+            raise ValueError(f"bos_id must be a target token id in [0, {self.tgt_tokens.num_embeddings}), got {bos_id!r}")
+        memory = self.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            logits = self.decode(out, memory, src)
+            out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
+        return out[:, 1:]
+
+
 def translation_loss(model: nn.Module, batch: TranslationData) -> Tensor:
     """Mean cross-entropy of the decoder's predictions of ``batch.tgt_out``, padding ignored."""
     logits = model(batch.src, batch.tgt_in)  # (B, L, V)
@@ -199,12 +321,12 @@ def train_translator(
     seed: int = 0,
     progress: bool = True,
     **model_kwargs,
-) -> Tuple[Seq2SeqTransformer, List[float]]:
-    """Train a :class:`~attncourse.transformer.Seq2SeqTransformer` on ``data``.
+) -> Tuple[AttentionTranslator, List[float]]:
+    """Train an :class:`AttentionTranslator` on ``data``.
 
     Everything is seeded by ``seed``: the initial weights and the batches (drawn uniformly
-    with replacement). ``model_kwargs`` go to the model; the defaults (``d_model=32``,
-    ``num_heads=2``, ``d_ff=64``, ``num_layers=2``) learn the task in 400 steps, a few
+    with replacement). ``model_kwargs`` go to the model; its defaults (``d_model=32``,
+    ``num_heads=2``, 1 encoder and 2 decoder layers) learn the task in 400 steps, a few
     seconds of CPU.
 
     Returns:
@@ -213,10 +335,8 @@ def train_translator(
     require_positive_int("steps", steps)
     require_positive_int("batch_size", batch_size)
     torch.manual_seed(seed)
-    for name, value in (("d_model", 32), ("num_heads", 2), ("d_ff", 64), ("num_layers", 2)):
-        model_kwargs.setdefault(name, value)
     model_kwargs.setdefault("max_len", max(MAX_SRC_LEN, MAX_TGT_LEN))
-    model = Seq2SeqTransformer(len(SRC_VOCAB), len(TGT_VOCAB), pad_id=PAD, **model_kwargs)
+    model = AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), pad_id=PAD, **model_kwargs)
     model.to(data.src.device)
     generator = torch.Generator().manual_seed(seed)
 
@@ -230,7 +350,7 @@ def train_translator(
 
 
 @torch.no_grad()
-def cross_attention(model: Seq2SeqTransformer, data: TranslationData) -> Tensor:
+def cross_attention(model: AttentionTranslator, data: TranslationData) -> Tensor:
     """Cross-attention weights of every decoder layer on ``data`` (teacher forcing).
 
     Returns:
@@ -265,7 +385,7 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
     return hits.sum().item() / counted.sum().item()
 
 
-def translate(model: Seq2SeqTransformer, data: TranslationData) -> List[str]:
+def translate(model: AttentionTranslator, data: TranslationData) -> List[str]:
     """Greedy translations of ``data``'s sources, as digit strings (cut at the first ``<eos>``)."""
     tokens = model.greedy_decode(data.src, BOS, MAX_TGT_LEN)
     out = []

@@ -225,7 +225,8 @@ def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[S
 
 
 def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
-    """An encoder-decoder (a :class:`attncourse.transformer.Seq2SeqTransformer`) as boxes: the encoder's
+    """An encoder-decoder (chapter 4's :class:`attncourse.course.toy_translation.AttentionTranslator`, or a
+    :class:`attncourse.transformer.Seq2SeqTransformer`) as boxes: the encoder's
     blocks, the decoder's blocks with their sublayers, and a cross-attention arrow (keys and values)
     from the encoder's output to every decoder block that has cross-attention.
 
@@ -236,8 +237,12 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
     """
     from matplotlib.patches import FancyBboxPatch
 
-    if not isinstance(model, Seq2SeqTransformer):
-        raise TypeError(f"model must be an attncourse Seq2SeqTransformer, got {type(model).__name__}")
+    blocks = list(getattr(model, "encoder", None) or []) + list(getattr(model, "decoder", None) or [])
+    if not blocks or not all(hasattr(b, "cross_attn") and hasattr(b, "ffn") for b in blocks):
+        raise TypeError(
+            "model must be an encoder-decoder with .encoder and .decoder blocks "
+            f"(an AttentionTranslator or a Seq2SeqTransformer), got {type(model).__name__}"
+        )
     ax = _new_axes(ax, (8, 1.6 + 1.9 * max(len(model.encoder), len(model.decoder))))
 
     def box(x, y, w, h, text, colour):
