@@ -16,9 +16,9 @@ import torch
 
 __all__ = ["RESULTS", "machine", "meminfo_gib", "write_result", "read_result"]
 
-# The results the book quotes, committed and shipped with the package (package data), so a
-# chapter finds them in a Colab runtime that installed only the package, as in a clone. The
-# benchmark command never writes here: it writes to the working directory or ``--output``.
+#: The results the book quotes, committed and shipped with the package (package data), so a
+#: chapter finds them in a Colab runtime that installed only the package, as in a clone. The
+#: benchmark command never writes here: it writes to the working directory or ``--output``.
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
