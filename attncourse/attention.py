@@ -29,6 +29,11 @@ def safe_softmax(scores: Tensor) -> Tensor:
         ``(..., S)`` weights: each row sums to 1, or is all zeros when every entry was ``-inf``.
     """
     require_floating("scores", scores)
+    return _safe_softmax(scores)
+
+
+def _safe_softmax(scores: Tensor) -> Tensor:
+    """:func:`safe_softmax` without the checks."""
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     compute_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1, dtype=compute_dtype)
@@ -82,7 +87,14 @@ def scaled_dot_product_attention(
             differ, a scale that is not a positive number, or ``d_k = 0`` without a scale.
     """
     check_attention_inputs(query, key, value, mask)
-    scale = default_scale(query, scale)
+    return _attention(query, key, value, mask, default_scale(query, scale))
+
+
+def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float) -> Tuple[Tensor, Tensor]:
+    """:func:`scaled_dot_product_attention` without the checks, for callers that checked their inputs.
+
+    Args as there, with ``scale`` given (not ``None``).
+    """
     out_dtype = query.dtype
     if out_dtype in (torch.float16, torch.bfloat16):  # compute in float32, round once at the end
         query, key, value = query.float(), key.float(), value.float()
@@ -92,5 +104,5 @@ def scaled_dot_product_attention(
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
-    weights = safe_softmax(scores)  # rows sum to 1 over the keys
+    weights = _safe_softmax(scores)  # rows sum to 1 over the keys
     return (weights @ value).to(out_dtype), weights.to(out_dtype)

@@ -74,10 +74,16 @@ def window_mask_from_positions(query_positions: Tensor, key_positions: Tensor, w
         raise ValueError(
             f"query_positions and key_positions must be on one device, got {query_positions.device} and {key_positions.device}"
         )
+    if window is not None:
+        require_positive_int("window", window)
+    return _window_mask(query_positions, key_positions, window)
+
+
+def _window_mask(query_positions: Tensor, key_positions: Tensor, window: Optional[int]) -> Tensor:
+    """:func:`window_mask_from_positions` without the checks."""
     distance = query_positions[:, None] - key_positions[None, :]
     visible = (distance >= 0) & (key_positions[None, :] >= 0)
     if window is not None:
-        require_positive_int("window", window)
         visible = visible & (distance < window)
     return visible
 
@@ -142,6 +148,14 @@ class KVCache:
         require_rank("value", value, 4, "(B, kv_heads, L, head_dim_v)")
         if key.shape[:3] != value.shape[:3]:
             raise ValueError(f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}")
+        return self._append(key, value)
+
+    def _append(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """:meth:`update` for checked ``key``/``value`` (``MultiHeadAttention`` checked its inputs).
+
+        It checks only what no caller can know: that the rows fit those already stored (a
+        cache is one layer's; the same cache given to another layer fails here).
+        """
         if self.keys is not None and (key.shape[:2] != self.keys.shape[:2] or key.shape[3] != self.keys.shape[3]
                                       or value.shape[3] != self.values.shape[3]):
             raise ValueError(
@@ -157,7 +171,7 @@ class KVCache:
             keys = torch.cat([stored_keys, key], dim=2)
             values = torch.cat([stored_values, value], dim=2)
             positions = torch.cat([stored_positions, new_positions])
-        mask = window_mask_from_positions(new_positions, positions, self.window)
+        mask = _window_mask(new_positions, positions, self.window)
         self.seen += length
         if self.window is None:
             self.keys, self.values, self.positions = keys, values, positions
@@ -198,6 +212,11 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     require_tensor("x", x)
     require_rank("x", x, 4, "(B, kv_heads, S, head_dim)")
     require_positive_int("n_rep", n_rep)
+    return _repeat_kv(x, n_rep)
+
+
+def _repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """:func:`repeat_kv` without the checks."""
     if n_rep == 1:
         return x
     batch, heads, length, head_dim = x.shape

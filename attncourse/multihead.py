@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_mask, check_probability, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
-from .attention import scaled_dot_product_attention
-from .kv_cache import KVCache, repeat_kv
+from .attention import _attention
+from .kv_cache import KVCache, _repeat_kv
 from .masks import combine_masks
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "mean_pool_kv_heads"]
@@ -29,6 +29,12 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     batch, length, width = x.shape
     if width % num_heads:
         raise ValueError(f"the last dimension of x ({width}) is not divisible by num_heads={num_heads}")
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """:func:`split_heads` without the checks."""
+    batch, length, width = x.shape
     return x.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
 
 
@@ -36,6 +42,11 @@ def merge_heads(x: Tensor) -> Tensor:
     """``(B, num_heads, L, head_dim)`` -> ``(B, L, num_heads * head_dim)``: the concatenation of the heads."""
     require_tensor("x", x)
     require_rank("x", x, 4, "(B, num_heads, L, head_dim)")
+    return _merge_heads(x)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """:func:`merge_heads` without the checks."""
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 
@@ -188,19 +199,20 @@ class MultiHeadAttention(nn.Module):
                     f"mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) = "
                     f"{fmt_shape((batch, self.num_heads, length, source))}, got {fmt_shape(mask.shape)}"
                 )
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
-        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
-        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        # The inputs are checked above, once: the steps below are the unchecked private ones.
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
+        k = _split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        v = _split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
         if cache is not None:
-            k, v, cache_mask = cache.update(k, v)  # (B, h_kv, S, head_dim), cached rows first
+            k, v, cache_mask = cache._append(k, v)  # (B, h_kv, S, head_dim), cached rows first
             mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
         group = self.num_heads // self.num_kv_heads
-        k, v = repeat_kv(k, group), repeat_kv(v, group)  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        k, v = _repeat_kv(k, group), _repeat_kv(v, group)  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
+        heads, weights = _attention(q, k, v, mask, self.head_dim**-0.5)
         if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
             weights = nn.functional.dropout(weights, self.dropout)
             heads = weights @ v
-        return self.out_proj(merge_heads(heads)), weights
+        return self.out_proj(_merge_heads(heads)), weights
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":

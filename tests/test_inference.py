@@ -197,8 +197,8 @@ def test_forgotten_offset_would_be_caught():
     full = layer(x, x, x, causal_mask(6))[0]
 
     class NoOffset(KVCache):
-        def update(self, key, value):
-            keys, values, mask = super().update(key, value)
+        def _append(self, key, value):  # what MultiHeadAttention calls (update = checks + _append)
+            keys, values, mask = super()._append(key, value)
             return keys, values, causal_mask(key.size(2), keys.size(2)).flip(1)  # wrong alignment
 
     out, _ = _decode_in_chunks(layer, x, [3, 1, 1, 1], NoOffset())
@@ -380,3 +380,36 @@ def test_positions_must_be_integers(dtype):
         window_mask_from_positions(bad, good)
     with pytest.raises(TypeError, match="key_positions"):
         window_mask_from_positions(good, bad)
+
+
+def test_a_decoding_step_checks_its_inputs_once():
+    """MultiHeadAttention checks query/key/value at its boundary; the steps inside (splitting the
+    heads, the cache's update, the window mask, repeating K/V heads, attention) run unchecked."""
+    import sys
+
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    cache = KVCache(window=3)
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        layer(x, x, x, cache=cache)
+    step = torch.randn(1, 1, 16)
+    called = []
+
+    def profile(frame, event, arg):
+        if event == "call" and "attncourse" in frame.f_code.co_filename:
+            called.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        with torch.no_grad():
+            out, _ = layer(step, step, step, cache=cache)
+    finally:
+        sys.setprofile(None)
+    checked_entry_points = {"split_heads", "merge_heads", "update", "window_mask_from_positions", "repeat_kv",
+                            "scaled_dot_product_attention", "check_attention_inputs", "safe_softmax"}
+    assert "forward" in called and "_append" in called and "_attention" in called
+    assert not checked_entry_points & set(called), checked_entry_points & set(called)
+    assert called.count("require_floating") == 3  # query, key and value, once each
+    reference = layer(torch.cat([x, step], 1), torch.cat([x, step], 1), torch.cat([x, step], 1),
+                      sliding_window_mask(6, window=3))[0][:, -1:]
+    torch.testing.assert_close(out, reference)

@@ -285,16 +285,20 @@ def test_bad_calls(case):
 
 
 def test_forward_uses_the_chapter_1_attention(monkeypatch):
-    """The layer calls attncourse.attention.scaled_dot_product_attention once, on all heads at once."""
+    """The layer calls chapter 1's attention once, on all heads at once: the unchecked core of
+    attncourse.attention.scaled_dot_product_attention (the layer checked its inputs itself)."""
+    import attncourse.attention as attention
     import attncourse.multihead as multihead
 
+    assert multihead._attention is attention._attention
     calls = []
 
-    def spy(q, k, v, mask=None, **kwargs):
+    def spy(q, k, v, mask, scale):
         calls.append((tuple(q.shape), tuple(k.shape), None if mask is None else tuple(mask.shape)))
-        return scaled_dot_product_attention(q, k, v, mask, **kwargs)
+        assert scale == q.size(-1) ** -0.5
+        return attention._attention(q, k, v, mask, scale)
 
-    monkeypatch.setattr(multihead, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(multihead, "_attention", spy)
     layer = MultiHeadAttention(8, 2)
     layer(torch.randn(3, 4, 8), torch.randn(3, 5, 8), torch.randn(3, 5, 8), torch.ones(3, 4, 5, dtype=torch.bool))
     assert calls == [((3, 2, 4, 4), (3, 2, 5, 4), (3, 1, 4, 5))]

@@ -10,15 +10,15 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Optional
 
 import torch
 
 __all__ = ["RESULTS", "machine", "meminfo_gib", "write_result", "read_result"]
 
-# The results the book quotes, committed and shipped with the package (package data), so a
-# chapter finds them in a Colab runtime that installed only the package, as in a clone. The
-# benchmark command never writes here: it writes to the working directory or ``--output``.
+#: The results the book quotes, committed and shipped with the package (package data), so a
+#: chapter finds them in a Colab runtime that installed only the package, as in a clone. The
+#: benchmark command never writes here: it writes to the working directory or ``--output``.
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -65,14 +65,14 @@ def meminfo_gib(field: str) -> Optional[float]:
     return None
 
 
-def write_result(result: Dict[str, object], folder: Union[str, Path], name: str) -> Path:
-    """Write ``result`` as JSON to ``folder / name`` (``folder`` created if missing) and return the path."""
+def write_result(result: Dict[str, object], folder, name: str):
+    """Write ``result`` as JSON to ``folder / name`` (a ``str`` or ``pathlib.Path`` folder, created if missing); return the path."""
     path = Path(folder) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
 
 
-def read_result(name: str, folder: Optional[Union[str, Path]] = None) -> Dict[str, object]:
-    """The JSON result ``name`` from ``folder``, by default from the committed :data:`RESULTS`."""
+def read_result(name: str, folder=None) -> Dict[str, object]:
+    """The JSON result ``name`` from ``folder`` (a ``str`` or ``pathlib.Path``), by default from the committed :data:`RESULTS`."""
     return json.loads((Path(folder or RESULTS) / name).read_text())

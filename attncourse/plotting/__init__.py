@@ -5,7 +5,7 @@
 * :mod:`~attncourse.plotting.measurements`: measured times and the roofline (chapters 6, 8, 10).
 
 Every public function of the three is importable from here, ``from attncourse.plotting import
-heatmap``, as the chapters do. The library (:mod:`attncourse`) never imports this package.
+heatmap``, as the chapters do. The library (``attncourse`` itself) never imports this package.
 """
 from .diagrams import (
     block_stages,
