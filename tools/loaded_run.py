@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = args.notebooks or sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
     # SIGTERM (a cancelled CI job, `kill`) ends the run through the finally below, like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = []
     busy = start_busy(args.busy)
     try:
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"  {verdict}", flush=True)
     finally:
         stop_busy(busy)
+        signal.signal(signal.SIGTERM, previous)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps({"busy": args.busy, "budget": args.budget, "cpus": os.cpu_count(),
                                        "rows": rows}, indent=1) + "\n")
