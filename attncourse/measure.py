@@ -132,16 +132,20 @@ def _memory_now_and_peak() -> Tuple[int, int]:
         from ctypes import wintypes
 
         class Counters(ctypes.Structure):
+            size = ctypes.c_size_t
             _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD),
-                        ("PeakWorkingSetSize", ctypes.c_size_t), ("WorkingSetSize", ctypes.c_size_t),
-                        ("QuotaPeakPagedPoolUsage", ctypes.c_size_t), ("QuotaPagedPoolUsage", ctypes.c_size_t),
-                        ("QuotaPeakNonPagedPoolUsage", ctypes.c_size_t), ("QuotaNonPagedPoolUsage", ctypes.c_size_t),
-                        ("PagefileUsage", ctypes.c_size_t), ("PeakPagefileUsage", ctypes.c_size_t)]
+                        ("PeakWorkingSetSize", size), ("WorkingSetSize", size),
+                        ("QuotaPeakPagedPoolUsage", size), ("QuotaPagedPoolUsage", size),
+                        ("QuotaPeakNonPagedPoolUsage", size), ("QuotaNonPagedPoolUsage", size),
+                        ("PagefileUsage", size), ("PeakPagefileUsage", size)]
 
         counters = Counters()
         counters.cb = ctypes.sizeof(Counters)
-        process = ctypes.windll.kernel32.GetCurrentProcess()
-        if not ctypes.windll.psapi.GetProcessMemoryInfo(process, ctypes.byref(counters), counters.cb):
+        kernel32, psapi = ctypes.windll.kernel32, ctypes.windll.psapi
+        kernel32.GetCurrentProcess.restype = wintypes.HANDLE  # a 64-bit pseudo-handle
+        psapi.GetProcessMemoryInfo.argtypes = [wintypes.HANDLE, ctypes.c_void_p, wintypes.DWORD]
+        process = kernel32.GetCurrentProcess()
+        if not psapi.GetProcessMemoryInfo(process, ctypes.byref(counters), counters.cb):
             raise RuntimeError("GetProcessMemoryInfo failed")
         return counters.WorkingSetSize, counters.PeakWorkingSetSize
     import resource
