@@ -13,7 +13,6 @@ otherwise lets the chapter run on without them (macOS, Windows).
 from __future__ import annotations
 
 import re
-from types import ModuleType
 from typing import Optional
 
 import torch
@@ -55,7 +54,7 @@ def default_threads() -> int:
     return _DEFAULT_THREADS
 
 
-def import_kernels(verbose: bool = True) -> Optional[ModuleType]:
+def import_kernels(verbose: bool = True) -> Optional[object]:
     """Chapter 10's kernels (:mod:`attncourse.kernels.flash`), or ``None`` where triton is missing.
 
     Triton publishes wheels for Linux only, so on macOS and Windows the kernels cannot be
