@@ -9,10 +9,10 @@ oversubscribes the cores and slows small training loops ten times or more.
 :func:`import_kernels` imports chapter 10's Triton kernels where triton exists (Linux) and
 otherwise lets the chapter run on without them (macOS, Windows).
 """
+
 from __future__ import annotations
 
 import re
-from types import ModuleType
 from typing import Optional
 
 import torch
@@ -54,7 +54,7 @@ def default_threads() -> int:
     return _DEFAULT_THREADS
 
 
-def import_kernels(verbose: bool = True) -> Optional[ModuleType]:
+def import_kernels(verbose: bool = True) -> Optional[object]:
     """Chapter 10's kernels (:mod:`attncourse.kernels.flash`), or ``None`` where triton is missing.
 
     Triton publishes wheels for Linux only, so on macOS and Windows the kernels cannot be
@@ -66,7 +66,9 @@ def import_kernels(verbose: bool = True) -> Optional[ModuleType]:
     try:
         from .kernels import flash
     except ImportError as error:
-        note = f"skipped: this cell runs Triton kernels, and triton cannot be imported here ({error})"
+        note = (
+            f"skipped: this cell runs Triton kernels, and triton cannot be imported here ({error})"
+        )
         if verbose:
             print(f"{note}.\nCells that run kernels print this note instead; the others run.")
         _skip_cells_that_need_kernels(note)

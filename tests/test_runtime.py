@@ -1,4 +1,5 @@
-"""attncourse.runtime: the threads every training or timing chapter runs on, and chapter 10's optional kernels."""
+"""attncourse.runtime: the threads of the training and timing chapters; chapter 10's kernels."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,15 +8,20 @@ import textwrap
 
 import pytest
 import torch
+from project_tools import ROOT
 
 from attncourse import runtime
-from project_tools import ROOT
 
 
 def run_python(code: str) -> str:
-    """Run ``code`` in a fresh interpreter (torch's inter-op threads can be set once per process)."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)
+    """Run ``code`` in a fresh interpreter (torch sets inter-op threads once per process)."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -73,7 +79,8 @@ def test_import_kernels_without_triton_returns_none_and_skips_kernel_cells():
         from attncourse.runtime import import_kernels
         assert import_kernels() is None
         assert import_kernels(verbose=False) is None  # a second call registers nothing more
-        hooks = [t for t in shell.input_transformers_post if getattr(t, "attncourse_kernels", False)]
+        hooks = [t for t in shell.input_transformers_post
+                 if getattr(t, "attncourse_kernels", False)]
         assert len(hooks) == 1
         shell.run_cell("x = 1")
         shell.run_cell("x = flash.flash_attention(1)")  # would raise NameError if it ran

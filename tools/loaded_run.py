@@ -1,4 +1,4 @@
-"""Execute every chapter while busy processes hold the CPU cores, and time each one (``make book-loaded``).
+"""Execute every chapter while busy processes hold the cores; time each (``make book-loaded``).
 
 A reader's machine is rarely idle, and Colab's CPU runtime shares 2 vCPUs. This runs each notebook
 of ``book/`` on its own (a fresh kernel, a temporary working folder), one after the other, while
@@ -12,6 +12,7 @@ stopped, also when a notebook fails or the run is interrupted.
 It prints a table (seconds per notebook, the load average before and after each) and writes it
 to ``_build/loaded_run.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,10 @@ def load_average() -> float:
 
 
 def start_busy(count: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL) for _ in range(count)]
+    return [
+        subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
 
 
 def stop_busy(processes: list[subprocess.Popen]) -> None:
@@ -61,21 +65,34 @@ def run_notebook(path: Path, cell_timeout: int) -> tuple[float, str | None]:
     start = time.perf_counter()
     error = None
     with tempfile.TemporaryDirectory(prefix="attncourse-loaded-") as folder:
-        client = NotebookClient(notebook, timeout=cell_timeout, kernel_name="python3",
-                                resources={"metadata": {"path": folder}})
+        client = NotebookClient(
+            notebook,
+            timeout=cell_timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": folder}},
+        )
         try:
             client.execute()
-        except Exception as exc:  # a failing cell or a timeout: report it, go on with the next notebook
-            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        except (
+            Exception
+        ) as exc:  # a failing cell or a timeout: report it, go on with the next notebook
+            last = str(exc).strip().splitlines()[-1:] or [""]
+            error = f"{type(exc).__name__}: {last[0]}"
     return time.perf_counter() - start, error
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every book/NN_*.ipynb")
-    parser.add_argument("--budget", type=float, default=150.0, help="seconds a notebook may take (default 150)")
-    parser.add_argument("--busy", type=int, default=2, help="busy processes during the run (default 2)")
-    parser.add_argument("--cell-timeout", type=int, default=600, help="seconds before a cell is stopped")
+    parser.add_argument(
+        "--budget", type=float, default=150.0, help="seconds a notebook may take (default 150)"
+    )
+    parser.add_argument(
+        "--busy", type=int, default=2, help="busy processes during the run (default 2)"
+    )
+    parser.add_argument(
+        "--cell-timeout", type=int, default=600, help="seconds before a cell is stopped"
+    )
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
     if args.busy < 0 or args.budget <= 0:
@@ -83,29 +100,55 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = args.notebooks or sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
     # SIGTERM (a cancelled CI job, `kill`) ends the run through the finally below, like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = []
     busy = start_busy(args.busy)
     try:
-        print(f"{len(notebooks)} notebooks, {args.busy} busy processes, {os.cpu_count()} CPUs, "
-              f"budget {args.budget:.0f} s each", flush=True)
+        print(
+            f"{len(notebooks)} notebooks, {args.busy} busy processes, {os.cpu_count()} CPUs, "
+            f"budget {args.budget:.0f} s each",
+            flush=True,
+        )
         for path in notebooks:
             load_before = load_average()
             seconds, error = run_notebook(path, args.cell_timeout)
-            row = {"notebook": path.name, "seconds": round(seconds, 1), "error": error,
-                   "load_before": round(load_before, 2), "load_after": round(load_average(), 2)}
+            row = {
+                "notebook": path.name,
+                "seconds": round(seconds, 1),
+                "error": error,
+                "load_before": round(load_before, 2),
+                "load_after": round(load_average(), 2),
+            }
             rows.append(row)
-            verdict = "FAILED: " + error if error else ("over budget" if seconds > args.budget else "ok")
-            print(f"{path.name:32s} {seconds:7.1f} s  load {row['load_before']:5.2f} -> {row['load_after']:5.2f}"
-                  f"  {verdict}", flush=True)
+            verdict = (
+                "FAILED: " + error if error else ("over budget" if seconds > args.budget else "ok")
+            )
+            print(
+                f"{path.name:32s} {seconds:7.1f} s  "
+                f"load {row['load_before']:5.2f} -> {row['load_after']:5.2f}"
+                f"  {verdict}",
+                flush=True,
+            )
     finally:
         stop_busy(busy)
+        signal.signal(signal.SIGTERM, previous)
     args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps({"busy": args.busy, "budget": args.budget, "cpus": os.cpu_count(),
-                                       "rows": rows}, indent=1) + "\n")
+    args.report.write_text(
+        json.dumps(
+            {"busy": args.busy, "budget": args.budget, "cpus": os.cpu_count(), "rows": rows},
+            indent=1,
+        )
+        + "\n"
+    )
     bad = [r for r in rows if r["error"] or r["seconds"] > args.budget]
-    print(f"slowest {max(r['seconds'] for r in rows):.1f} s; "
-          + (f"{len(bad)} failed or over budget: {', '.join(r['notebook'] for r in bad)}" if bad else "all within budget"))
+    print(
+        f"slowest {max(r['seconds'] for r in rows):.1f} s; "
+        + (
+            f"{len(bad)} failed or over budget: {', '.join(r['notebook'] for r in bad)}"
+            if bad
+            else "all within budget"
+        )
+    )
     return 1 if bad else 0
 
 

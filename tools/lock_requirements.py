@@ -10,8 +10,9 @@ says more. uv's own configuration files are ignored (``--no-config``): the lock 
 registry's, whatever this machine's settings.
 
     python tools/lock_requirements.py            # rewrite requirements.txt
-    python tools/lock_requirements.py --upgrade  # and move unpinned packages to their newest releases
+    python tools/lock_requirements.py --upgrade  # also move the unpinned to newer releases
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,20 @@ def uv() -> str:
 
 
 def compile_lock(output: Path, exclude: list[str], upgrade: bool) -> None:
-    command = [uv(), "pip", "compile", "--no-config", "--universal", "--python-version", PYTHON_VERSION,
-               "--no-header", "--quiet", "requirements.in", "-o", str(output)]
+    command = [
+        uv(),
+        "pip",
+        "compile",
+        "--no-config",
+        "--universal",
+        "--python-version",
+        PYTHON_VERSION,
+        "--no-header",
+        "--quiet",
+        "requirements.in",
+        "-o",
+        str(output),
+    ]
     command += [arg for name in exclude for arg in ("--no-emit-package", name)]
     if upgrade:
         command.append("--upgrade")
@@ -52,13 +65,17 @@ def compile_lock(output: Path, exclude: list[str], upgrade: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--upgrade", action="store_true", help="let unpinned packages move to newer releases")
+    parser.add_argument(
+        "--upgrade", action="store_true", help="let unpinned packages move to newer releases"
+    )
     args = parser.parse_args(argv)
     target = ROOT / "requirements.txt"
     with tempfile.TemporaryDirectory() as folder:
         draft = Path(folder) / "requirements.txt"
         if target.exists():
-            shutil.copy(target, draft)  # uv keeps the versions already locked unless told to upgrade
+            shutil.copy(
+                target, draft
+            )  # uv keeps the versions already locked unless told to upgrade
         compile_lock(draft, [], args.upgrade)
         exclude = sorted(set(LEFT_TO_TORCH.findall(draft.read_text())))
         compile_lock(draft, exclude, args.upgrade)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -119,6 +119,42 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not found in /proc/self/status")
 
 
+def _memory_now_and_peak() -> Tuple[int, int]:
+    """(resident bytes now, peak resident bytes so far) of this process.
+
+    Linux: ``VmRSS`` and ``VmHWM``. Windows: the working set and its peak
+    (``GetProcessMemoryInfo``). macOS: ``ru_maxrss`` (bytes there) for both, as macOS reports no
+    current size cheaply; measured right after a warm-up, the peak so far is close to it.
+    """
+    if sys.platform.startswith("linux"):
+        return _status_kib("VmRSS") * 1024, _status_kib("VmHWM") * 1024
+    if sys.platform == "win32":
+        import ctypes
+        from ctypes import wintypes
+
+        class Counters(ctypes.Structure):
+            size = ctypes.c_size_t
+            _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD),
+                        ("PeakWorkingSetSize", size), ("WorkingSetSize", size),
+                        ("QuotaPeakPagedPoolUsage", size), ("QuotaPagedPoolUsage", size),
+                        ("QuotaPeakNonPagedPoolUsage", size), ("QuotaNonPagedPoolUsage", size),
+                        ("PagefileUsage", size), ("PeakPagefileUsage", size)]
+
+        counters = Counters()
+        counters.cb = ctypes.sizeof(Counters)
+        kernel32, psapi = ctypes.windll.kernel32, ctypes.windll.psapi
+        kernel32.GetCurrentProcess.restype = wintypes.HANDLE  # a 64-bit pseudo-handle
+        psapi.GetProcessMemoryInfo.argtypes = [wintypes.HANDLE, ctypes.c_void_p, wintypes.DWORD]
+        process = kernel32.GetCurrentProcess()
+        if not psapi.GetProcessMemoryInfo(process, ctypes.byref(counters), counters.cb):
+            raise RuntimeError("GetProcessMemoryInfo failed")
+        return counters.WorkingSetSize, counters.PeakWorkingSetSize
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS
+    return peak, peak
+
+
 def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 1800.0) -> int:
     """Peak extra resident memory, in bytes, of one call of ``target(**kwargs)["fn"]()`` on the CPU.
 
@@ -126,7 +162,8 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     dict with the zero-argument callable to measure under ``"fn"`` and optionally a
     ``"warmup"`` callable (the same computation on tiny inputs). A fresh Python process
     imports it, builds the inputs, runs the warm-up (thread pools, lazy buffers), records ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is
-    the result. Linux only (``/proc/self/status``).
+    the result. On Linux from ``/proc/self/status``; on macOS and Windows from the
+    system's peak counters (see ``_memory_now_and_peak``).
 
     Limits: a page counts once it has been touched, so allocated but untouched memory does
     not count; memory that the C allocator kept from the set-up and reuses is missed (the
@@ -157,11 +194,11 @@ def _child_peak(target: str, kwargs: Dict[str, object]) -> int:
     warmup = built.get("warmup")
     if warmup is not None:  # one-time initialisation (thread pools, kernels' lazy buffers)
         warmup()
-    before = _status_kib("VmRSS")
+    before, _ = _memory_now_and_peak()
     result = fn()
-    peak = _status_kib("VmHWM")
+    _, peak = _memory_now_and_peak()
     del result
-    return max(peak - before, 0) * 1024
+    return max(peak - before, 0)
 
 
 def attention_flops(
