@@ -47,7 +47,8 @@ def table() -> str:
     lines = []
     for label, title, ident, chapter in rows():
         cell = title.replace("|", "\\|")  # a bar would end the table's cell
-        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` | {{doc}}`{chapter}` |")
+        number = int(chapter.split("_", 1)[0])  # the chapter's number, linked to it: a narrow column
+        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` | {{doc}}`{number} <{chapter}>` |")
     return HEADER + "\n".join(lines) + "\n"
 
 
