@@ -21,8 +21,10 @@ BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))  # 01 .. 10
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # (label, identifier, chapter) of every row of the exercise index
-EXERCISE_ROWS = re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| .+ \| `([a-z0-9/-]+)` \| \{doc\}`([0-9a-z_]+)` \|$",
-                           (BOOK / "exercises.md").read_text(), flags=re.MULTILINE)
+_CHAPTER_OF = {label: chapter for label, _, _, chapter in exercise_index.rows()}
+EXERCISE_ROWS = [(label, ident, _CHAPTER_OF.get(label, "?")) for label, ident in
+                 re.findall(r"^\| \{numref\}`(ex-[a-z0-9-]+)` \| .+ \| `([a-z0-9/-]+)` \|$",
+                            (BOOK / "exercises.md").read_text(), flags=re.MULTILINE)]
 
 
 def markdown_cells(notebook: Path) -> list[str]:

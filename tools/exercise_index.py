@@ -2,7 +2,7 @@
 
 One row per exercise, in book order: the exercise's number (``{numref}`` of its label), the
 title the package registers for it (what ``list_exercises()`` prints and ``check`` names), the
-identifier its first ``check(...)`` cell uses, and the chapter. Run it after adding, moving or
+identifier its first ``check(...)`` cell uses (the number names and links the chapter). Run it after adding, moving or
 renaming an exercise (``python tools/exercise_index.py``); tests/test_reading_aids.py fails
 while the page and this table differ.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 PAGE = BOOK / "exercises.md"
-HEADER = "| exercise | title | identifier | chapter |\n|---|---|---|---|\n"
+HEADER = "| exercise | title | identifier |\n|---|---|---|\n"
 TABLE = re.compile(r"^\| exercise \|.*\n\|[-| ]+\|\n(?:\|.*\|\n)*", re.MULTILINE)
 
 
@@ -47,7 +47,7 @@ def table() -> str:
     lines = []
     for label, title, ident, chapter in rows():
         cell = title.replace("|", "\\|")  # a bar would end the table's cell
-        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` | {{doc}}`{chapter}` |")
+        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` |")  # "Exercise 6.3" names the chapter
     return HEADER + "\n".join(lines) + "\n"
 
 
