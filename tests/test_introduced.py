@@ -15,7 +15,6 @@ import importlib
 import inspect
 import json
 import pkgutil
-import re
 import textwrap
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
