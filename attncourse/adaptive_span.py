@@ -417,7 +417,7 @@ class AdaptiveSpanAttention(nn.Module):
 
 
 class AdaptiveSpanBlock(nn.Module):
-    """Chapter 4's post-LayerNorm layer with adaptive-span self-attention, for ``CausalLM`` (chapter 4)::
+    """Chapter 5's post-LayerNorm layer with adaptive-span self-attention, for ``CausalLM`` (chapter 5)::
 
         h   = LayerNorm(x + AdaptiveSpanAttention(x))
         out = LayerNorm(h + FFN(h))          (no FFN when d_ff = 0)

@@ -248,23 +248,36 @@ def test_shifted_loss_rejects(wrong, diagnosis):
 
 
 def measured(temperature, seed=0, n=20_000):
+    """The draws of the experiment at ``temperature``: ``n`` token ids."""
     probs = torch.softmax(torch.log(torch.tensor([0.5, 0.3, 0.2])) / temperature, -1)
-    draws = torch.multinomial(probs, n, replacement=True, generator=torch.Generator().manual_seed(seed))
-    return (draws == 0).float().mean().item()
+    return torch.multinomial(probs, n, replacement=True, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_temperature_experiment_accepts_measurements(seed):
     passes("language-model/temperature-experiment", measured(0.5, seed))
+    passes("language-model/temperature-experiment", measured(0.5, seed).tolist())
+    passes("language-model/temperature-experiment", measured(0.5, seed).numpy())
+    passes("language-model/temperature-experiment", measured(0.5, seed).float())
 
 
-def test_temperature_experiment_accepts_the_exact_value():
-    passes("language-model/temperature-experiment", torch.tensor(0.25 / 0.38))
+@pytest.mark.parametrize("value", [0.25 / 0.38, 0.658, torch.tensor(0.25 / 0.38), 13158 / 20000])
+def test_temperature_experiment_rejects_the_closed_form(value):
+    """A number, however close to the truth, is not a measurement: the draws must be passed."""
+    fails("language-model/temperature-experiment", value, "not a number")
+
+
+def _shuffled(counts):
+    ids = torch.cat([torch.full((n,), token) for token, n in enumerate(counts)])
+    return ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(3))]
 
 
 @pytest.mark.parametrize(
     "answer, diagnosis",
-    [(measured(1.0), "temperature was not applied"), (measured(2.0), "multiplied the logits"), (1.0, "greedy"), (0.8, "is not it")],
+    [(measured(1.0), "temperature was not applied"), (measured(2.0), "multiplied the logits"),
+     (torch.zeros(20_000, dtype=torch.long), "greedy"), (_shuffled([16_000, 2_000, 2_000]), "is not it"),
+     (measured(0.5).sort().values, "sorted"), (measured(0.5, n=2000), "20,000"),
+     (measured(0.5) + 1, "0, 1 or 2"), (_shuffled([13_158, 6_842]), "both appear")],
 )
 def test_temperature_experiment_rejects(answer, diagnosis):
     fails("language-model/temperature-experiment", answer, diagnosis)

@@ -261,7 +261,7 @@ _TEMP_MISTAKES = (
     "GlZEQFZNT1JRVU9BVAcQTwEaFkURBhsMAg0cHhoRGFQVGkMbEB8DABMVABsRClVDSUUVHBFOFwoYAhYXAAABHAZPAhMARQ8bAE4CHwUeGgAFWlQqChkcFhZFFRwRTg8AEhsHFkEWDU5TQUBSEQAHGwYLQxsdF1MWDhIAAwIXW1BfRUNEWlpSWkFGRlxQR0ZbU1xBQkJRQ05UTDcHFAZTDBJUAAYGTxMAFhQUERoNGk8UBlMRBBkECxEOAQcBAEFGTk4aAABSHhANAB0eDwYQFlMRCRFUAgwIHAYARQMNVBoLClUGFggREQYPFxoHF0hFBR0CBwcKVQYbAAxUFhdDBgFcUUlBVkVAU01PUlFUT0RUBxBPEgAWAAUNVAoGDBoWGgsGVFwaBgIFFwEEFQEGC0NfXElTBBVUAAsOHxAAEhEUBhFOU0FAUgcNBFQbGgsKB1IHCgoRGh1DDgcXUxcABhEcT08bHQdFCBkEARAcHBAfAE9WCQ=="
 )
 _TEMP_SOLUTION = (
-    "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGhQHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsTAxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQCAQYFFhdBSVRGBx0UBQBFXElUXkpBEx4cBBVcXUAOChQcW0xPHQALDkdcUlNFQlQVDAwaAVJDS1dBTGQnBgMbFwwPE1QaCwpVHhwCCAAHTgEWVSZTWEFEWltDHAQHEhcEB1QaCwpVAgEKAxUWBw8GARsWFkEWEQgMHRBSAQAPGwYDAgMcARoLBk5UXk1dQFJcRUlEWlxWT15SQ0tRTVRFQ19bQkdMQUlUXk1ZQEpd"
+    "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGhQHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsTAxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQTHRwcB01JEAYPFBxVT05FUV1aCA8AFAZbTE8ZEQ8NR1xcGhEEGVxHSk9VUlBFABYbGxdPRVxFUFl+MAcVBhEbHQJBABwLQwMaFRoRElQWF0M7VU9TVU9BVB0SGhQAFhZBABwLQx8HHREEAx0YBxcGEAFTBwQSGxwGTwcXHQoTGRUCChwcHBRfQURaXFZPWlJbVU9GQU5IT0VcQ1xBX1ReTV9BW1NYQURaWFZXWw=="
 )
 
 
@@ -271,13 +271,45 @@ _TEMP_SOLUTION = (
     hint="""
         logits = torch.log(torch.tensor([0.5, 0.3, 0.2])) is a model's output for three tokens.
         Draw 20,000 tokens at temperature 0.5 (softmax(logits / 0.5), then torch.multinomial
-        with replacement=True and a seeded generator) and report the fraction that are token 0.
+        with replacement=True and a seeded generator) and pass the drawn token ids: the check
+        counts the fraction that are token 0.
     """,
     solution=_TEMP_SOLUTION,
 )
 def _check_temperature(answer) -> str:
-    return check_number(
-        answer, _TEMP, _TEMP_MISTAKES, what="frequency", rel_tol=0.03, mistake_rel_tol=0.03,  # 20,000 draws: sd about 0.0034
-        right="Right (within the sampling error of 20,000 draws): temperature 0.5 squares the probabilities and renormalises, so the likeliest token gains.",
-        otherwise="{value:g} is not it (a measurement of 20,000 draws should be within about 0.01 of the true frequency). Divide the logits by 0.5 before the softmax.",
+    draws = _as_draws(answer)
+    fraction = (draws == 0).double().mean().item()
+    note = check_number(
+        fraction, _TEMP, _TEMP_MISTAKES, what="frequency", rel_tol=0.03, mistake_rel_tol=0.03,  # 20,000 draws: sd about 0.0034
+        right=f"Right: {fraction:.4f} of your draws are token 0, within the sampling error of 20,000 draws: "
+        "temperature 0.5 squares the probabilities and renormalises, so the likeliest token gains.",
+        otherwise="{value:g} of your draws are token 0, which is not it (20,000 draws should be within about 0.01 "
+        "of the true frequency). Divide the logits by 0.5 before the softmax.",
     )
+    if not bool((draws == 1).any() and (draws == 2).any()):
+        raise Mistake("Tokens 1 and 2 should both appear among 20,000 draws at temperature 0.5: draw from the whole distribution.")
+    return note
+
+
+def _as_draws(answer) -> torch.Tensor:
+    """The learner's 20,000 drawn token ids as a 1-D long tensor, or a Mistake saying why not."""
+    if isinstance(answer, (bool, int, float)) or getattr(answer, "ndim", None) == 0:
+        raise Mistake("Pass the 20,000 drawn token ids themselves, not a number: the check counts token 0 among "
+                      "your draws (a fraction could come from the formula instead of a measurement).")
+    try:
+        draws = torch.as_tensor(answer).detach().cpu().reshape(-1)
+    except Exception:  # noqa: BLE001 - not array-like
+        raise Mistake(f"Pass the drawn token ids as a tensor or a list, got {type(answer).__name__}.") from None
+    if draws.numel() != 20_000:
+        raise Mistake(f"Draw 20,000 tokens; got {draws.numel()} values.")
+    if draws.dtype == torch.bool or draws.is_complex():
+        raise Mistake("The draws should be token ids 0, 1 or 2 (there are three tokens).")
+    if draws.is_floating_point():
+        if not bool((draws == draws.round()).all()):
+            raise Mistake("The draws should be token ids (0, 1 or 2), got fractional values.")
+        draws = draws.long()
+    if bool(((draws < 0) | (draws > 2)).any()):
+        raise Mistake("The draws should be token ids 0, 1 or 2 (there are three tokens).")
+    if draws.unique().numel() > 1 and bool((draws[1:] >= draws[:-1]).all()):
+        raise Mistake("Your draws are sorted: pass them in the order torch.multinomial drew them.")
+    return draws
