@@ -380,3 +380,28 @@ def test_keeping_k_minus_one_tokens_is_named():
 
     result = check("language-model/top-k", fewer)
     assert result.status == FAILED and "k - 1" in result.message, result.message
+
+
+# -- 3. a valid object is always graded -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_heads, layers, train, dtype, batch", [
+    (3, 1, False, torch.float32, 2), (1, 1, False, torch.float32, 2), (5, 2, True, torch.float32, 1),
+    (4, 1, True, torch.float64, 3), (6, 1, False, torch.float32, 1),
+])
+def test_the_mqa_gap_grades_every_valid_model(num_heads, layers, train, dtype, batch):
+    from attncourse import CausalLM
+
+    torch.manual_seed(num_heads)
+    model = CausalLM.standard(11, d_model=6 * num_heads, num_heads=num_heads, d_ff=16, num_layers=layers,
+                              max_len=16).to(dtype).train(train)
+    tokens = torch.randint(11, (batch, 9), generator=torch.Generator().manual_seed(2))
+    before = _state({"model": model})
+    right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
+    model.train(train)  # the reference measures in eval mode
+    before = _state({"model": model})
+    assert check("inference/mqa-gap", right).passed
+    for gap in (right["gap"] + 0.5, -right["gap"] - 0.5, 0.0 if right["gap"] else 1.0):
+        result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap})
+        assert result.status == FAILED and _core.UNGRADABLE not in result.message, result.message
+    assert _same(before, _state({"model": model}))
