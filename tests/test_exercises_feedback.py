@@ -405,3 +405,12 @@ def test_the_mqa_gap_grades_every_valid_model(num_heads, layers, train, dtype, b
         result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap})
         assert result.status == FAILED and _core.UNGRADABLE not in result.message, result.message
     assert _same(before, _state({"model": model}))
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
+def test_a_tensor_answer_is_left_as_found(exercise_id):
+    right = NUMBERS[exercise_id][0]
+    for value in (right, right * 1.5 + 7):
+        answer = torch.tensor([value], dtype=torch.float64, requires_grad=True)
+        check(exercise_id, answer)
+        assert answer.requires_grad and answer.grad is None and answer.item() == value
