@@ -67,7 +67,7 @@ def test_the_number_exercises_are_found():
 @pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
 def test_a_value_of_several_known_mistakes_names_all_of_them(exercise_id):
     right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
-    for value, message in mistakes:
+    for value, _message in mistakes:
         result = check(exercise_id, value)
         assert result.status == FAILED, (value, result.message)  # class 6 too: no named mistake is accepted
         for other, other_message in mistakes:
@@ -279,8 +279,7 @@ def test_the_forbidden_helpers_are_refused():
 
 def _state(obj):
     modules = [m for m in (obj.values() if isinstance(obj, dict) else [obj]) if isinstance(m, torch.nn.Module)]
-    return ([(m.training for m in module.modules()) for module in modules] and
-            [[m.training for m in module.modules()] for module in modules],
+    return ([[m.training for m in module.modules()] for module in modules],
             [[(p.detach().clone(), p.requires_grad) for p in module.parameters()] for module in modules],
             torch.get_rng_state())
 
