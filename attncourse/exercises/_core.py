@@ -224,7 +224,7 @@ def check(exercise_id: str, answer: Any) -> Result:
     * every call of the learner's function gets fresh copies of its inputs, so changing them
       in place (``q *= scale``, ``mask.logical_not_()``) is allowed and cannot affect the
       reference the answer is compared with;
-    * the learner's objects are left as they were found (see :class:`_Preserved`): modules'
+    * the learner's objects are left as they were found: modules'
       training flags, parameters' values and ``requires_grad``, tensors' values, and torch's
       global random state.
     """
