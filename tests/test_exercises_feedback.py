@@ -413,3 +413,13 @@ def test_a_tensor_answer_is_left_as_found(exercise_id):
         answer = torch.tensor([value], dtype=torch.float64, requires_grad=True)
         check(exercise_id, answer)
         assert answer.requires_grad and answer.grad is None and answer.item() == value
+
+
+def test_a_right_answer_with_helpers_of_its_own_is_not_refused():
+    namespace = {}
+    exec("def helper(l, t):\n"
+         "    import torch\n"
+         "    return torch.nn.functional.cross_entropy(l[:, :-1].reshape(-1, l.size(-1)), t[:, 1:].reshape(-1))\n"
+         "def lm_loss(logits, tokens):\n"
+         "    return helper(logits, tokens)\n", namespace)  # no __name__: the helpers' __module__ is None
+    assert check("language-model/shifted-loss", namespace["lm_loss"]).passed

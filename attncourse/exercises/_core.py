@@ -581,7 +581,8 @@ def _referenced(fn: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any
     found = [scope[n] for n in names if n in scope]
     for module in [v for v in found if inspect.ismodule(v)]:
         found += [getattr(module, n) for n in names if hasattr(module, n)]
-    for helper in [v for v in found if inspect.isfunction(v) and not v.__module__.startswith(("torch", "attncourse"))]:
+    for helper in [v for v in found if inspect.isfunction(v)
+                   and not str(getattr(v, "__module__", None) or "").startswith(("torch", "attncourse"))]:
         found += _referenced(helper, depth + 1, seen)
     return found
 
@@ -590,7 +591,10 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     """Raise a :class:`Mistake` when the learner's ``fn`` calls one of the ``forbidden``
     helpers (``{"the name the exercise uses": the function}``): an exercise text that says
     "do not call X" and a checker that accepts X would contradict each other."""
-    reached = [fn, getattr(fn, "__wrapped__", None)] + _referenced(fn)
+    try:
+        reached = [fn, getattr(fn, "__wrapped__", None)] + _referenced(fn)
+    except Exception:  # noqa: BLE001 - an object whose code cannot be read: graded on its outputs alone
+        reached = [fn]
     for name, helper in forbidden.items():
         if any(obj is helper for obj in reached):
             raise Mistake(f"Your function calls {name}, which this exercise asks you to write yourself: "
