@@ -153,10 +153,15 @@ def upcasts_to_float64(query, key, value, mask=None, *, scale=None):
     return _attention_solution(query.double(), key.double(), value.double(), mask, scale=scale)
 
 
-@pytest.mark.parametrize("answer", [_attention_solution, scaled_dot_product_attention])
+@pytest.mark.parametrize("answer", [_attention_solution])
 def test_attention_accepts_correct_answers(answer):
     result = check("dot-product/attention", answer)
     assert result.passed, result.message
+
+
+def test_attention_refuses_the_package_function_the_text_forbids():
+    result = check("dot-product/attention", scaled_dot_product_attention)
+    assert not result.passed and "scaled_dot_product_attention" in result.message, result.message
 
 
 @pytest.mark.parametrize(

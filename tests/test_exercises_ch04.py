@@ -91,7 +91,7 @@ def test_a_stub_is_not_attempted_and_a_crash_is_reported():
 
 def test_hint_and_solution_are_available():
     assert "source_mask[:, None, :]" in hint(ID).text
-    assert "def _cross_attention_solution" in solution(ID).text
+    assert "def cross_attention(" in solution(ID).text
 
 
 # -- shapes --------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_the_given_code_has_the_bug_the_checker_names():
 @pytest.mark.parametrize(
     "wrong,words",
     [("a", "Line (a) is right"), ("b", "Line (b) is right"), ("c", "Line (c) is right"), ("e", "Line (e) is right"),
-     ("f", "Answer with one letter"), (4, "Answer with one letter"), ("dim=1", "Answer with one letter")],
+     ("f", "Answer with one of"), (4, "Answer with one of"), ("dim=1", "Answer with one of")],
 )
 def test_which_bug_rejects(wrong, words):
     _failed("cross-attention/which-bug", wrong, words)

@@ -214,7 +214,7 @@ def test_find_the_bug_accepts_the_line(style):
     assert check(BUG, style).passed
 
 
-@pytest.mark.parametrize("line,words", [(12, "old sum is rescaled"), (11, "at most 1"), (10, "NEW maximum"), (4, "-inf"), (15, "once"), (99, "not a line")])
+@pytest.mark.parametrize("line,words", [(12, "old sum is rescaled"), (11, "at most 1"), (10, "NEW maximum"), (4, "-inf"), (15, "once"), (99, "outside the function")])
 def test_find_the_bug_explains_other_lines(line, words):
     result = check(BUG, line)
     assert result.status == "failed" and words in result.message, result.message

@@ -248,7 +248,7 @@ def test_find_the_bug_accepts(style):
     assert check(BUG, style).passed
 
 
-@pytest.mark.parametrize("line,words", [(6, "1/sqrt(d_h)"), (9, "ONE softmax"), (4, "appended"), (8, "-inf"), (0, "not a line")])
+@pytest.mark.parametrize("line,words", [(6, "1/sqrt(d_h)"), (9, "ONE softmax"), (4, "appended"), (8, "-inf"), (0, "outside the function")])
 def test_find_the_bug_explains_other_lines(line, words):
     _failed(check(BUG, line), words)
 

@@ -8,6 +8,7 @@ that raises ``NotImplementedError`` (the untouched stub) counts as not attempted
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import decimal
 import html
@@ -15,6 +16,7 @@ import inspect
 import json
 import math
 import numbers
+import re
 import signal
 import textwrap
 import threading
@@ -35,7 +37,30 @@ class Mistake(Exception):
 
 
 class NotAttempted(Exception):
-    """Raised when the learner's answer is still the stub."""
+    """Raised when the learner's answer is still the stub; an optional message says what is
+    missing in the stub's own terms (default: the function still raises NotImplementedError)."""
+
+
+#: The not-attempted message of an untouched function stub.
+STUB_FUNCTION = "Your function still raises NotImplementedError: write its body, then run this cell again."
+#: The not-attempted message of an untouched value stub (``answer = ...``).
+STUB_VALUE = "Your answer is still the placeholder ... (or None): replace it with your answer, then run this cell again."
+
+
+def stub_field(name: str) -> str:
+    """The not-attempted message of a dict answer whose field ``name`` is still ``...``."""
+    return f"{name} is still the placeholder ...: replace it with your {name}, then run this cell again."
+
+
+def several(messages: Sequence[str]) -> str:
+    """One message for the known mistakes an answer matches: the message itself when one
+    does, every one of them when several give the same value (the value alone cannot tell
+    which the learner made)."""
+    unique = list(dict.fromkeys(messages))
+    if len(unique) == 1:
+        return unique[0]
+    items = "\n".join(f"- {m}" for m in unique)
+    return f"Your answer is what each of {len(unique)} known mistakes gives; check which one you made:\n{items}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +154,7 @@ def exercise(
     solution_is_code: Optional[bool] = None,
     keep_dtype: bool = True,
     answer_is_function: Optional[bool] = None,
+    name: Optional[str] = None,
 ) -> Callable[[Callable[[Any], Optional[str]]], Callable[[Any], Optional[str]]]:
     """Register the decorated checker under ``exercise_id``.
 
@@ -142,14 +168,16 @@ def exercise(
     default a solution function with parameters means the learner answers with such a
     function (a coding exercise: the generic right-answer styles and the checker mutation
     tests call it); pass False when the solution function only computes the value the learner
-    passes (e.g. a measurement on the notebook's model).
+    passes (e.g. a measurement on the notebook's model). ``name``: the name the learner's stub
+    has in the notebook; the solution shown renames the (private) solution function to it
+    (default: its name without the leading underscore and the ``_solution`` suffix).
     """
 
     def register(checker: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
         if exercise_id in _REGISTRY:
             raise ValueError(f"exercise {exercise_id!r} is registered twice")
         if callable(solution):
-            text: Callable[[], str] = lambda: textwrap.dedent(inspect.getsource(solution))
+            text: Callable[[], str] = lambda: _public_source(solution, name)
             is_code = True if solution_is_code is None else solution_is_code
         else:
             text = lambda: reveal(solution)
@@ -162,6 +190,14 @@ def exercise(
         return checker
 
     return register
+
+
+def _public_source(function: Callable[..., Any], name: Optional[str]) -> str:
+    """The source of a solution function under the learner-facing ``name``."""
+    source = textwrap.dedent(inspect.getsource(function))
+    private = function.__name__
+    public = name or private.lstrip("_").removesuffix("_solution")
+    return re.sub(rf"(?<![\w.]){re.escape(private)}\b", public, source)
 
 
 def _get(exercise_id: str) -> Exercise:
@@ -187,7 +223,10 @@ def check(exercise_id: str, answer: Any) -> Result:
       ``call``): a function that hangs is stopped and reported, the kernel stays usable;
     * every call of the learner's function gets fresh copies of its inputs, so changing them
       in place (``q *= scale``, ``mask.logical_not_()``) is allowed and cannot affect the
-      reference the answer is compared with.
+      reference the answer is compared with;
+    * the learner's objects are left as they were found: modules'
+      training flags, parameters' values and ``requires_grad``, tensors' values, and torch's
+      global random state.
     """
     ex = _get(exercise_id)
     global _CONTEXT
@@ -196,12 +235,17 @@ def check(exercise_id: str, answer: Any) -> Result:
     try:
         try:
             if answer is None or answer is Ellipsis:
-                return Result(exercise_id, NOT_ATTEMPTED, "Replace the placeholder with your answer, then run this cell again.")
-            note = ex.checker(answer)
-        except NotAttempted:
+                return Result(exercise_id, NOT_ATTEMPTED, STUB_VALUE)
+            if isinstance(answer, dict):
+                for key, field in answer.items():
+                    if field is Ellipsis:
+                        return Result(exercise_id, NOT_ATTEMPTED, stub_field(str(key)))
+            with _Preserved(answer):
+                note = ex.checker(answer)
+        except NotAttempted as stub:
             if context.timed_out:
                 return Result(exercise_id, FAILED, _timeout_message())
-            return Result(exercise_id, NOT_ATTEMPTED, "Your function still raises NotImplementedError: write its body, then run this cell again.")
+            return Result(exercise_id, NOT_ATTEMPTED, _text(stub) or STUB_FUNCTION)
         except Mistake as mistake:
             text = _timeout_message() if context.timed_out else _text(mistake)
             return Result(exercise_id, FAILED, text + f"\nStuck? Run hint({exercise_id!r}).")
@@ -217,6 +261,45 @@ def check(exercise_id: str, answer: Any) -> Result:
         return Result(exercise_id, PASSED, note if isinstance(note, str) and note else "Well done.")
     finally:
         _CONTEXT = outer
+
+
+class _Preserved:
+    """Snapshot the state of the learner's objects in ``answer`` (itself, or the values of a
+    dict, list or tuple) and put it back on exit: every ``nn.Module``'s training flags and
+    parameters and buffers (values and ``requires_grad``), every tensor's value and
+    ``requires_grad``, and torch's CPU random state. A checker may then evaluate a learner's
+    model (``model.eval()``) without the learner's model leaving the check changed."""
+
+    def __init__(self, answer: Any) -> None:
+        objects = list(answer.values()) if isinstance(answer, dict) else (
+            list(answer) if isinstance(answer, (list, tuple)) else [answer])
+        self.modules = [m for m in objects if isinstance(m, torch.nn.Module)]
+        self.tensors = [t for t in objects if isinstance(t, Tensor)]
+
+    def __enter__(self) -> "_Preserved":
+        self.rng = torch.get_rng_state()
+        self.flags = [[(m, m.training) for m in module.modules()] for module in self.modules]
+        self.states: List[List[Any]] = []
+        for module in self.modules:
+            tensors = list(module.parameters()) + list(module.buffers())
+            self.states.append([(t, t.detach().clone(), t.requires_grad) for t in tensors])
+        self.values = [(t, t.detach().clone(), t.requires_grad) for t in self.tensors if not t.is_meta]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.set_rng_state(self.rng)
+        for flags in self.flags:
+            for module, training in flags:
+                module.training = training
+        with torch.no_grad():
+            for tensor, value, requires_grad in [s for states in self.states for s in states] + self.values:
+                try:
+                    if not torch.equal(tensor, value):
+                        tensor.copy_(value)
+                    if tensor.is_leaf and tensor.requires_grad != requires_grad:
+                        tensor.requires_grad_(requires_grad)
+                except Exception:  # noqa: BLE001 - a tensor whose storage changed shape: leave it
+                    pass
 
 
 def hint(exercise_id: str) -> Reveal:
@@ -472,6 +555,52 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+def _referenced(fn: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
+    """The objects ``fn``'s code can reach by name: its globals, attributes of the modules
+    among them (``F.softmax``, ``attncourse.scaled_dot_product_attention``), its closure, and
+    the same for the learner's own functions it calls (three levels deep)."""
+    seen = set() if seen is None else seen
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or id(fn) in seen or depth > 3:
+        return []
+    seen.add(id(fn))
+    names: set = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if inspect.iscode(k))
+    scope = dict(getattr(fn, "__globals__", {}))
+    for cell_name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            scope[cell_name] = cell.cell_contents
+            names.add(cell_name)
+        except ValueError:  # an empty cell
+            pass
+    found = [scope[n] for n in names if n in scope]
+    for module in [v for v in found if inspect.ismodule(v)]:
+        found += [getattr(module, n) for n in names if hasattr(module, n)]
+    for helper in [v for v in found if inspect.isfunction(v)
+                   and not str(getattr(v, "__module__", None) or "").startswith(("torch", "attncourse"))]:
+        found += _referenced(helper, depth + 1, seen)
+    return found
+
+
+def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
+    """Raise a :class:`Mistake` when the learner's ``fn`` calls one of the ``forbidden``
+    helpers (``{"the name the exercise uses": the function}``): an exercise text that says
+    "do not call X" and a checker that accepts X would contradict each other."""
+    try:
+        reached = [fn, getattr(fn, "__wrapped__", None)] + _referenced(fn)
+    except Exception:  # noqa: BLE001 - an object whose code cannot be read: graded on its outputs alone
+        reached = [fn]
+    for name, helper in forbidden.items():
+        if any(obj is helper for obj in reached):
+            raise Mistake(f"Your function calls {name}, which this exercise asks you to write yourself: "
+                          "compute it with torch operations.")
+
+
 # -- numbers and shapes as learners write them -----------------------------------------------
 
 
@@ -624,12 +753,65 @@ def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float
         return False
 
 
+#: The message of the known mistake "softmax over the wrong dimension" (see :func:`softmax_over`).
+SOFTMAX_DIM = ("The softmax runs over the wrong dimension (dim=-2, the queries): each row, one query, must "
+               "sum to 1 over the keys: softmax(..., dim=-1).")
+
+
+@contextlib.contextmanager
+def softmax_over(dim: int):
+    """Inside the block every softmax over the last dimension runs over ``dim`` instead:
+    a reference computed inside it gives the known mistake "softmax over the wrong
+    dimension", whatever way the reference calls softmax (``torch.softmax``,
+    ``F.softmax``, ``Tensor.softmax``, or through the package)."""
+    functional = torch.nn.functional
+    saved = torch.softmax, functional.softmax, Tensor.softmax
+
+    def moved(original: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        def softmax(input: Tensor, dim_: Any = None, *args: Any, **kwargs: Any) -> Tensor:
+            given = kwargs.pop("dim", dim_)
+            if given is not None and given in (-1, input.dim() - 1) and input.dim() >= 2:
+                given = dim
+            return original(input, given, *args, **kwargs)
+
+        return softmax
+
+    torch.softmax, functional.softmax, Tensor.softmax = moved(saved[0]), moved(saved[1]), moved(saved[2])
+    try:
+        yield
+    finally:
+        torch.softmax, functional.softmax, Tensor.softmax = saved
+
+
 def diagnose(actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol: float = 1e-5) -> str:
-    """The message of the first known mistake whose output ``actual`` reproduces, else ``default``."""
-    for message, wrong in mistakes.items():
-        if matches(actual, wrong, atol=atol, equal_nan=True):
-            return message
-    return default
+    """The message of the known mistake whose output ``actual`` reproduces, else ``default``.
+
+    When several known mistakes give the same output (on this input they coincide), the
+    message names all of them (:func:`several`): the output alone cannot tell which was made.
+    A mistake whose value is ``None`` (not defined for this input) is skipped."""
+    found = [message for message, wrong in mistakes.items()
+             if wrong is not None and matches(actual, wrong, atol=atol, equal_nan=True)]
+    return several(found) if found else default
+
+
+def choice(answer: Any, choices: Sequence[str], what: str = "answer") -> str:
+    """The learner's multiple-choice answer as one of ``choices`` (case, spaces and one pair of
+    brackets ignored: ``"B"``, ``" (b) "``), else a :class:`Mistake` that says what is expected.
+    The answer is compared with each choice whole, never as a substring."""
+    options = ", ".join(f'"{c}"' for c in choices)
+    expected = f"Answer with one of {options}, as a string such as {options.split(', ')[0]}"
+    if not isinstance(answer, str):
+        raise Mistake(f"{expected}; got {type(answer).__name__} {_short_repr(answer, 40)}.")
+    letter = answer.strip().lower()
+    if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", "\"\"", "''"):
+        letter = letter[1:-1].strip()
+    if letter in [c.lower() for c in choices]:
+        return letter
+    if not letter:
+        raise Mistake(f"{expected}; your {what} is empty.")
+    if len(letter) > 1 and all(c in [x.lower() for x in choices] for c in letter.replace(",", "").replace(" ", "")):
+        raise Mistake(f"{expected}; you gave several ({answer!r}): exactly one is the answer.")
+    raise Mistake(f"{expected}; got {_short_repr(answer, 40)}.")
 
 
 def check_number(
@@ -661,7 +843,8 @@ def check_number(
     if abs(value - expected) <= rel_tol * abs(expected):
         return right
     tolerance = rel_tol if mistake_rel_tol is None else mistake_rel_tol
-    for wrong, message in json.loads(reveal(concealed_mistakes)).items():
-        if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong))):
-            raise Mistake(message)
+    found = [message for wrong, message in json.loads(reveal(concealed_mistakes)).items()
+             if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong)))]
+    if found:
+        raise Mistake(several(found))
     raise Mistake(otherwise.format(value=value))

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import Mistake, forbid, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -30,6 +30,7 @@ def _scores_solution(query, key):
         batch dimensions stay where they are, then divide by the square root of d_k = query.size(-1).
     """,
     solution=_scores_solution,
+    name="scaled_scores",
 )
 def _check_scores(fn) -> str:
     # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25, so each wrong scale shows
@@ -177,8 +178,10 @@ def _compare(case: str, got, expected, variants) -> None:
         5. output = weights @ value. Return (output, weights).
     """,
     solution=_attention_solution,
+    name="attention",
 )
 def _check_attention(fn) -> str:
+    forbid(fn, {"the package's scaled_dot_product_attention": scaled_dot_product_attention})
     q, k, v = _random(4, 8, seed=10), _random(6, 8, seed=11), _random(6, 5, seed=12)
     got = _outputs(fn, q, k, v)
     if isinstance(got[1], torch.Tensor) and got[1].shape == (6, 4):
@@ -282,6 +285,7 @@ def _fixed_masked_attention_solution(query, key, value, mask):
         normalised away: on the scores, before the softmax.
     """,
     solution=_fixed_masked_attention_solution,
+    name="fixed_attention",
 )
 def _check_fixed_masked_attention(fn) -> str:
     """Property: on random inputs (every row keeps a key), the output equals the package's."""

@@ -6,7 +6,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import SOFTMAX_DIM, softmax_over, Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -45,6 +45,7 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
         so that each head is a (L, head_dim) matrix: (B, h, L, head_dim).
     """,
     solution=_split_solution,
+    name="split_into_heads",
 )
 def _check_split(fn) -> str:
     for seed, (batch, length, num_heads, head_dim) in enumerate([(2, 5, 3, 4), (3, 4, 2, 3), (1, 6, 4, 2)]):
@@ -112,7 +113,15 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             run(good, x_q.size(1) ** -0.5, merge_heads),
         "This is single-head attention over the whole width: split the projections into num_heads heads.":
             run(lambda t: t.unsqueeze(1), E**-0.5, merge_heads),
+        "The scores are not scaled: divide each head's scores by sqrt(head_dim) before the softmax.":
+            run(good, 1.0, merge_heads),
+        SOFTMAX_DIM: _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
     }
+
+
+def _with_softmax_over_queries(compute):
+    with softmax_over(-2):
+        return compute()
 
 
 @exercise(
@@ -125,6 +134,7 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
         4. Concatenate the heads back to (B, L, E) (transpose(1, 2), then reshape) and multiply by w_o.T.
     """,
     solution=_forward_solution,
+    name="multi_head",
 )
 def _check_forward(fn) -> str:
     # L, S, head_dim and E all differ in the last two cases, so that a scale taken from the wrong size shows
@@ -207,6 +217,7 @@ def _merge_solution(heads):
         (transpose(1, 2)), then reshape (a view needs .contiguous() after a transpose).
     """,
     solution=_merge_solution,
+    name="merge",
 )
 def _check_merge(fn) -> str:
     """Property: merge inverts the package's split_heads, on several shapes, and keeps dtype."""
@@ -253,7 +264,8 @@ _DROPOUT_STD_MISTAKES = (
     "FRwRBxFPBgYSCwUVBgpDCxAEGgQVHRsAQ0ccBgBFEgUBDxEKVQAcChVdWkxPT1dDUV9BViAGAhtVGwBFFRwRTg4KFBxTCgdUAAYGTwcdBEUSAR"
     "kdQ0cRABwVDgEATggKEAIARQgAVA8XT0RbSEUVHBFOBhcQABAMEhFUDxAEBlIVChNUAAYGBgdSABEAGhAPEQtVFhYTCBUABwwBW1BfRUNEWltB"
     "VVVQQ0tUVB0dQx9ZUgcNBFQEHAwNFBAaCQgADU4MCVUWAQoRBB0ABE8aHBZFFhEdCQsbTlIeAAAHARwGTwEaFkUSBAYLAgtVHRVFFRwRThEAAl"
-    "IAEAwHWkwe"
+    "IAEAwHWkxPT1dCXVRRVk5OQTsdEwdFCAdUGgsKVQEHBA8QFRwHTxEXBQwAAB0BDU8aFFMWCBoTAgZPEQAcFREREE4UChwVGxESVFwLAgwdUkNF"
+    "DgZUXk1dXEhTFhQZVAsCDB1SAQoWVBIHERwBUltLEgEZRk5eXFtfRRUcEQBDGxQZFkUVHBFOEB8HFxIBQRsSThcHEFI9RRMbA04QGhgBXUcc"
 )
 _DROPOUT_STD_SOLUTION = (
     "QVRUThQKHBUbERJUSU4XAAcRG0sHARgCS0dEQkM6UUREQkNeRVtfRVFaRUdpT1VSUwETGwQeBgtVT1MRDgYXBk0BG1wVEA8XAAcMARQeXQETGw"

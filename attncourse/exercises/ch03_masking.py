@@ -39,6 +39,7 @@ def _padding_solution(lengths, max_len):
         column of lengths (B, 1) gives the whole (B, S) mask in one comparison.
     """,
     solution=_padding_solution,
+    name="make_padding_mask",
 )
 def _check_padding(fn) -> str:
     cases = [(torch.tensor([3, 1]), 3), (torch.tensor([4, 0, 2, 6]), 6), (torch.tensor([2, 5, 1]), 7)]
@@ -92,6 +93,7 @@ def _causal_solution(query_len, key_len):
         of the key_len keys: query i sits at position i + (key_len - query_len).
     """,
     solution=_causal_solution,
+    name="make_causal_mask",
 )
 def _check_causal(fn) -> str:
     for query_len, key_len in [(4, 4), (1, 1), (6, 6), (2, 5), (3, 7), (1, 4)]:
@@ -146,6 +148,7 @@ def _attention_mask_solution(lengths, max_len, causal):
         combine it with the (L, L) lower triangle by a logical AND: a key is kept only if both keep it.
     """,
     solution=_attention_mask_solution,
+    name="make_attention_mask",
 )
 def _check_attention_mask(fn) -> str:
     for causal in (False, True):
@@ -245,6 +248,7 @@ def _padded_scores_solution(scores, keep):
         meet? The mask must vary along the batch and the keys only: give it shape (B, 1, 1, S).
     """,
     solution=_padded_scores_solution,
+    name="masked_scores",
 )
 def _check_padded_scores(fn) -> str:
     """Property: for several batch and head counts (B == h among them), the softmax of the result

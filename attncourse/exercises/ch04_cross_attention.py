@@ -6,7 +6,7 @@ import json
 import torch
 
 from ..course.toy_translation import alignment_accuracy, make_data, split_numbers
-from ._core import Mistake, as_shape, call, check_number, exercise, expect_tensor, matches, number, reveal
+from ._core import Mistake, choice, as_shape, call, check_number, exercise, expect_tensor, matches, number, reveal
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -107,6 +107,7 @@ def _check_case(case, fn, args, value_mistake_possible):
         4. softmax over the last dimension (the source positions), then weights @ value.
     """,
     solution=_cross_attention_solution,
+    name="cross_attention",
 )
 def _check_cross_attention(fn) -> str:
     # L == S and d_k == d_v here, so that the usual mistakes run and can be recognised
@@ -319,7 +320,7 @@ _WHICH_BUG_SOLUTION = (
     "sQDUEHBBwGDhEBUwwPABtOBhkQAApFDgEAHhYbVR0VRRUcEWQQChsGFgsCEVpOJQYNSFMSBB0TBhccVU9TEQ4GFwZNHBoUBwgADFwdAAAHFwBJ"
     "QRAdA15CRFtd"
 )
-_WHICH_BUG_CHOICES = "abcde"
+_WHICH_BUG_CHOICES = ("a", "b", "c", "d", "e")
 
 
 @exercise(
@@ -333,9 +334,7 @@ _WHICH_BUG_CHOICES = "abcde"
     solution=_WHICH_BUG_SOLUTION,
 )
 def _check_which_bug(answer) -> str:
-    if not isinstance(answer, str) or answer.strip().lower().strip("()") not in _WHICH_BUG_CHOICES:
-        raise Mistake(f"Answer with one letter from {', '.join(_WHICH_BUG_CHOICES)}, as a string such as \"a\".")
-    letter = answer.strip().lower().strip("()")
+    letter = choice(answer, _WHICH_BUG_CHOICES, "line letter")
     if letter == reveal(_WHICH_BUG):
         return ("Right: softmax(dim=1) normalises each source column over the target positions; a padded column is "
                 "all -inf there, so it turns into NaN. Use dim=-1, over the keys.")

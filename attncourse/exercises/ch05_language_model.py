@@ -8,7 +8,7 @@ import torch
 from ..positions import apply_rope, sinusoidal_encoding
 from ..sampling import next_token_distribution
 from ..training import next_token_loss
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import SOFTMAX_DIM, softmax_over, Mistake, forbid, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -91,6 +91,7 @@ def _sinusoidal_variants(length, d_model):
         into the odd columns pe[:, 1::2].
     """,
     solution=_sinusoidal_solution,
+    name="sinusoidal",
 )
 def _check_sinusoidal(fn) -> str:
     for length, d_model in ((7, 10), (50, 16)):
@@ -144,6 +145,7 @@ def _rope_variants(x, positions):
         multiply by exp(i m theta).
     """,
     solution=_rope_solution,
+    name="rope",
 )
 def _check_rope(fn) -> str:
     x, positions = _random(2, 6, 8, seed=30), torch.arange(6)
@@ -193,7 +195,17 @@ def _top_k_variants(logits, k, temperature):
         "You kept k + 1 tokens: keep the logits >= the k-th largest (topk(...).values[..., -1:] is the k-th).":
             torch.softmax((logits / temperature).masked_fill(logits < kth_k1, float("-inf")), dim=-1),
         "top-k is missing: every token keeps some probability.": probs,
+        "You kept k - 1 tokens: keep every logit >= the k-th largest (topk(...).values[..., -1:] is the k-th, "
+        "and it stays).": torch.softmax((logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1)
+        if k > 1 else None,
+        SOFTMAX_DIM.replace("(dim=-2, the queries)", "(not the vocabulary)").replace("one query", "one position")
+        .replace("over the keys", "over the vocabulary"): _over_rows(logits, k, temperature),
     }
+
+
+def _over_rows(logits, k, temperature):
+    with softmax_over(-2):
+        return _top_k_solution(logits, k, temperature)
 
 
 @exercise(
@@ -205,6 +217,7 @@ def _top_k_variants(logits, k, temperature):
         3. Return softmax(logits / temperature) over the last dimension.
     """,
     solution=_top_k_solution,
+    name="top_k_distribution",
 )
 def _check_top_k(fn) -> str:
     for shape, k, temperature in (((4, 10), 3, 0.7), ((2, 3, 50), 5, 1.5), ((5, 10), 10, 1.0)):
@@ -234,8 +247,10 @@ def _shifted_loss_solution(logits, tokens):
         asked to predict? Drop the last position's logits and the first token.
     """,
     solution=_shifted_loss_solution,
+    name="lm_loss",
 )
 def _check_shifted_loss(fn) -> str:
+    forbid(fn, {"the package's next_token_loss": next_token_loss})
     logits, tokens = _random(3, 9, 11, seed=50), torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51))
     out = call(fn, logits, tokens)
     if not isinstance(out, torch.Tensor) or out.dim() != 0:
@@ -258,7 +273,13 @@ def _check_shifted_loss(fn) -> str:
 
 _TEMP = "UVpCW1RXTEZEVldMQFxSX0BB"
 _TEMP_MISTAKES = (
-    "GlZEQFZNT1JRVU9BVAcQTwEaFkURBhsMAg0cHhoRGFQVGkMbEB8DABMVABsRClVDSUUVHBFOFwoYAhYXAAABHAZPAhMARQ8bAE4CHwUeGgAFWlQqChkcFhZFFRwRTg8AEhsHFkEWDU5TQUBSEQAHGwYLQxsdF1MWDhIAAwIXW1BfRUNEWlpSWkFGRlxQR0ZbU1xBQkJRQ05UTDcHFAZTDBJUAAYGTxMAFhQUERoNGk8UBlMRBBkECxEOAQcBAEFGTk4aAABSHhANAB0eDwYQFlMRCRFUAgwIHAYARQMNVBoLClUGFggREQYPFxoHF0hFBR0CBwcKVQYbAAxUFhdDBgFcUUlBVkVAU01PUlFUT0RUBxBPEgAWAAUNVAoGDBoWGgsGVFwaBgIFFwEEFQEGC0NfXElTBBVUAAsOHxAAEhEUBhFOU0FAUgcNBFQbGgsKB1IHCgoRGh1DDgcXUxcABhEcT08bHQdFCBkEARAcHBAfAE9WCQ=="
+    "GlZEQFZNT1JRVU9BVAcQTwEaFkURBhsMAg0cHhoRGFQVGkMbEB8DABMVABsRClVDSUUVHBFOFwoYAhYXAAABHAZPAhMARQ8bAE4CHwUeGgAFWl"
+    "QqChkcFhZFFRwRTg8AEhsHFkEWDU5TQUBSEQAHGwYLQxsdF1MWDhIAAwIXW1BfRUNEWlpSWkFGRlxQR0ZbU1xBQkJRQ05UTDcHFAZTDBJUAAYG"
+    "TxMAFhQUERoNGk8UBlMRBBkECxEOAQcBAEFGTk4aAABSHhANAB0eDwYQFlMRCRFUAgwIHAYARQMNVBoLClUGFggREQYPFxoHF0hFBR0CBwcKVQ"
+    "YbAAxUFhdDBgFcUUlBVkVAU01PUlFUT0RUBxBPEgAWAAUNVAoGDBoWGgsGVFwaBgIFFwEEFQEGC0NfXElTBBVUAAsOHxAAEhEUBhFOU0FAUgcN"
+    "BFQbGgsKB1IHCgoRGh1DDgcXUxcABhEcT08bHQdFCBkEARAcHBAfAE9WWE5BWUBcRF1YQENdVVdBQEJVVEdWVENNIRoSEUEYGwEIHFUeGg4EVB"
+    "VOEwoHERYLFRUTC1lPEhsFAEEAHAtDCQcTEBEIGxpODAlVFgEEFgdUGgsOAVISFwRUAAEIChtSQ0lBFVQAFgIXFwFFAxEAGQYKG1JDRQAaEE5S"
+    "QVcP"
 )
 _TEMP_SOLUTION = (
     "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGhQHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsTAxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQTHRwcB01JEAYPFBxVT05FUV1aCA8AFAZbTE8ZEQ8NR1xcGhEEGVxHSk9VUlBFABYbGxdPRVxFUFl+MAcVBhEbHQJBABwLQwMaFRoRElQWF0M7VU9TVU9BVB0SGhQAFhZBABwLQx8HHREEAx0YBxcGEAFTBwQSGxwGTwcXHQoTGRUCChwcHBRfQURaXFZPWlJbVU9GQU5IT0VcQ1xBX1ReTV9BW1NYQURaWFZXWw=="
@@ -284,7 +305,7 @@ def _check_temperature(answer) -> str:
         right=f"Right: {fraction:.4f} of your draws are token 0, within the sampling error of 20,000 draws: "
         "temperature 0.5 squares the probabilities and renormalises, so the likeliest token gains.",
         otherwise="{value:g} of your draws are token 0, which is not it (20,000 draws should be within about 0.01 "
-        "of the true frequency). Divide the logits by 0.5 before the softmax.",
+        "of the true frequency). Follow the hint: softmax(logits / 0.5), 20,000 draws, the fraction that are token 0.",
     )
     if not bool((draws == 1).any() and (draws == 2).any()):
         raise Mistake("Tokens 1 and 2 should both appear among 20,000 draws at temperature 0.5: draw from the whole distribution.")

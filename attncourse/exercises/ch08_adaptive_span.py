@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..adaptive_span import soft_span_mask, span_window
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, integer, matches
+from ._core import SOFTMAX_DIM, softmax_over, Mistake, call, check_number, diagnose, exercise, expect_tensor, integer, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -49,6 +49,7 @@ def _mask_mistakes(distance, span, ramp):
         distance of shape (L, S) give (H, L, S).
     """,
     solution=_mask_solution,
+    name="span_mask",
 )
 def _check_mask(fn) -> str:
     distance = torch.arange(0, 24, dtype=torch.float64)
@@ -90,6 +91,7 @@ def _window_solution(spans, ramp):
         heads of a layer share one computation, so the longest span decides.
     """,
     solution=_window_solution,
+    name="keys_to_keep",
 )
 def _check_window(fn) -> str:
     cases = [
@@ -175,7 +177,13 @@ def _weights_mistakes(scores, span, ramp):
         "You took the softmax twice: renormalise by dividing by the row sum, not with another softmax.": torch.softmax(
             (probs * mask).masked_fill(~causal, float("-inf")), -1
         ),
+        SOFTMAX_DIM: _over_queries(scores, span, ramp),
     }
+
+
+def _over_queries(scores, span, ramp):
+    with softmax_over(-2):
+        return _reference_weights(scores, span, ramp)[0]
 
 
 @exercise(
@@ -187,6 +195,7 @@ def _weights_mistakes(scores, span, ramp):
         3. weights = probs * m_z(distance), then divide each row by its sum.
     """,
     solution=_weights_solution,
+    name="span_weights",
 )
 def _check_weights(fn) -> str:
     for seed, span, ramp in [(1, 2.0, 2.0), (2, 4.5, 3.0), (3, 0.0, 1.5)]:
@@ -211,7 +220,18 @@ def _check_weights(fn) -> str:
 
 _CELLS = "UEBBWlNX"
 _CELLS_MISTAKES = (
-    "GlZNXlVdQVBJRUMtGxtDCBQEFkUEAhEcGk8dFxIBQR0AHUMAAhxTEggaEAEUVVUGGwBBGBUXBh1VERwIEQEACxBPGhwWRRYdGgoMGFUUHBdBFRgCQwcQExcWTVQHCxdPFwtTEQkRVAIMARIXABFBBwQPDU9dHxIdQQ5URUM9XFxRSUFWRV9RWUFCUV9BVi0BFk8THQECDgBUGgsKVQASCBFOVA9DBBALUw0AB1QPQwEaHF4fBAYbTg4OBhlTEBFUAAFDCxwBBwQPFxFOGU9eUiFJQQcbTjRPSFIQAAgYXFpTT15SQlNIVElOVllZUh0KFVRAXk1NWVJRVFBAQlZbTU9SUTEJFQBOChxVPlMdQSNUFkMHEBMXFltUEQ8AB1UDBgATDVQMDwAWGVMKB1RFWEMGBlIQCgwEFRwGC1UFGhEJVB0aEE8aBR1FUEJUBQYWBlIyKyVUAAYGTyJSXkVQVB8LGhxVEBYDDgYRTgobT1JCU0FfVDlDQlVDUw4EDQdOEwoHUhEJDhcfQEFDVVBAU1JBRkxZT1cmGwQVVB0dQwAbF1MNBBUQVEMbHRdTFBQRBxoKABtSEhYKB1QIDB1VEx8JQUBUBgYOEQFTCgdUAAYGTxkTCgATWlZCQ01EQkddVENCTFlPVyYbBBVUHR1DGx0XUwMUGBhOL08NUj9FBxsGTldPHRcSARJOVBoRBhgfGgsGVBcBDh8ABhYWQRsaAhpPIlJORVRCVAoKHAETHQYEB1QMAgweXFFJQVZBXFZcREBRX0FWIAYCG1UbAEUVHBFOAA4AARIJQQAGBwIBEh4WRQcbBk5XTx0XEgESTlQaEQYYHxoLBlQXAQ4fAAYWFkEbGgIaTwEaFkUFHQcaAgEWFwBFAxEYARRPIlJORVRCWkxPT1dDR1JVQUJMWU9XKxwQQQEHCwdPIlJORVRDVEYZT15SIUVKVEVHWU8BGhZFBR0HGgIBFhcARVFUWkBDOFVfU1RBAx0aC08iUk5FAhEdAksCFApTH0FfVDxKT0hSRlNBBwEIBQYWF11HHA=="
+    "GlZNXlVdQVBJRUMtGxtDCBQEFkUEAhEcGk8dFxIBQR0AHUMAAhxTEggaEAEUVVUGGwBBGBUXBh1VERwIEQEACxBPGhwWRRYdGgoMGFUUHBdBFR"
+    "gCQwcQExcWTVQHCxdPFwtTEQkRVAIMARIXABFBBwQPDU9dHxIdQQ5URUM9XFxRSUFWRV9RWUFCUV9BVi0BFk8THQECDgBUGgsKVQASCBFOVA9D"
+    "BBALUw0AB1QPQwEaHF4fBAYbTg4OBhlTEBFUAAFDCxwBBwQPFxFOGU9eUiFJQQcbTjRPSFIQAAgYXFpTT15SQlNIVElOVllZUh0KFVRAXk1NWV"
+    "JRVFBAQlZbTU9SUTEJFQBOChxVPlMdQSNUFkMHEBMXFltUEQ8AB1UDBgATDVQMDwAWGVMKB1RFWEMGBlIQCgwEFRwGC1UFGhEJVB0aEE8aBR1F"
+    "UEJUBQYWBlIyKyVUAAYGTyJSXkVQVB8LGhxVEBYDDgYRTgobT1JCU0FfVDlDQlVDUw4EDQdOEwoHUhEJDhcfQEFDVVBAU1JBRkxZT1cmGwQVVB"
+    "0dQwAbF1MNBBUQVEMbHRdTFBQRBxoKABtSEhYKB1QIDB1VEx8JQUBUBgYOEQFTCgdUAAYGTxkTCgATWlZCQ01EQkddVENCTFlPVyYbBBVUHR1D"
+    "Gx0XUwMUGBhOL08NUj9FBxsGTldPHRcSARJOVBoRBhgfGgsGVBcBDh8ABhYWQRsaAhpPIlJORVRCVAoKHAETHQYEB1QMAgweXFFJQVZBXFZcRE"
+    "BRX0FWIAYCG1UbAEUVHBFOAA4AARIJQQAGBwIBEh4WRQcbBk5XTx0XEgESTlQaEQYYHxoLBlQXAQ4fAAYWFkEbGgIaTwEaFkUFHQcaAgEWFwBF"
+    "AxEYARRPIlJORVRCWkxPT1dDR1JVQUJMWU9XKxwQQQEHCwdPIlJORVRDVEYZT15SIUVKVEVHWU8BGhZFBR0HGgIBFhcARVFUWkBDOFVfU1RBAx"
+    "0aC08iUk5FAhEdAksCFApTH0FfVDxKT0hSRlNBBwEIBQYWF11HTVRWX1dYQUdFS1FWTk5BNhoHUwYOGQQPEQoRUhYEAhxUDA8AFhlTCgdURVhD"
+    "HgAXAQwEB1QZChsdUiRFXFRBWEMEEAsARQMREgERClUbBxZBGwMAQ15DSFMRCRFUBQYWBlIRAAcbBgtDGx0XUwcNGxcFQw4HF1MyQVlUX0NSVU"
+    "dGRUkAHAtDCRwAABFBBQELERZVHRVFFRwRTgEDGhEYRQ0bGwUQTxcTEA5BI1RDQ15VAhwWCAAdAQ0cVRMHRQwbBxpKQVcP"
 )
 _CELLS_SOLUTION = (
     "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHVIJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwPABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFFGVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVVdTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4MARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
@@ -258,7 +278,7 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        answer, _BUG, _BUG_MISTAKES, what="line number",
+        integer(answer, "line number"), _BUG, _BUG_MISTAKES, what="line number",
         right="Right: the distance is i - j, query minus key; with j - i the past always gets mask 1.",
-        otherwise="Line {value:g} is not a line of the function's body that could be wrong (lines 3 to 10). Give the number of the wrong line.",
+        otherwise="Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the wrong line.",
     )

@@ -7,7 +7,7 @@ import torch
 from ..all_attention import ffn_as_attention
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import SOFTMAX_DIM, softmax_over, integer, Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -88,7 +88,13 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
         "The scores are not scaled: divide every score by sqrt(d_h).": soft(scores * d_h**0.5, torch.cat([mask, always], dim=-1)),
         "The persistent keys came first: put the context's L columns first, then the N persistent ones.":
             soft(torch.cat([scores[..., length:], scores[..., :length]], dim=-1), torch.cat([always, mask], dim=-1)),
+        SOFTMAX_DIM: _over_queries(query, key, value, memory_key, memory_value, mask),
     }
+
+
+def _over_queries(*args):
+    with softmax_over(-2):
+        return _persistent_head_solution(*args)[1]
 
 
 def _head_outputs(fn, *args):
@@ -108,6 +114,7 @@ def _head_outputs(fn, *args):
         4. ONE softmax over the last dimension (all L + N keys), then weights @ values.
     """,
     solution=_persistent_head_solution,
+    name="persistent_head",
 )
 def _check_persistent_head(fn) -> str:
     cases = [
@@ -172,6 +179,7 @@ def _ffn_solution(w1, w2):
         have shape (d_ff, d_model).
     """,
     solution=_ffn_solution,
+    name="ffn_to_memory",
 )
 def _check_ffn(fn) -> str:
     d_model, d_ff = 6, 10
@@ -258,7 +266,7 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        answer, _BUG, _BUG_MISTAKES, what="line number",
+        integer(answer, "line number"), _BUG, _BUG_MISTAKES, what="line number",
         right="Right: the causal mask covers the context columns only; the persistent columns are visible to every query.",
-        otherwise="Line {value:g} is not a line of the function's body that could be wrong (lines 3 to 10). Give the number of the wrong line.",
+        otherwise="Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the wrong line.",
     )

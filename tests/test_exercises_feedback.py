@@ -1,0 +1,425 @@
+"""The classes of feedback defects of issue 21, each as a test over every registered exercise.
+
+1. a value that several known mistakes give names all of them;
+2. an untouched notebook stub gets the not-attempted message of its own form, and no
+   solution shows a private name;
+4. multiple-choice answers are validated whole, never by substring;
+5. a find-the-bug line inside the function's body never gets "not a line of the body";
+6. every tolerance is tighter than the distance to the nearest named mistake;
+7. an exercise text that forbids a helper has a checker that refuses it;
+8. check() leaves the learner's objects (modules, parameters, tensors, torch's RNG) as found.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import attncourse.exercises  # noqa: F401 - registers every exercise
+from attncourse.exercises import _core, check, solution
+from attncourse.exercises._core import _REGISTRY, FAILED, NOT_ATTEMPTED, PASSED, STUB_FUNCTION, STUB_VALUE, reveal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _spy_number_exercises():
+    """``{id: (right value, rel_tol, {mistake value: message}, mistake tolerance, otherwise)}`` of
+    every exercise graded by check_number, found by spying on the checkers."""
+    found = {}
+    for eid, ex in sorted(_REGISTRY.items()):
+        if ex.answer_is_function:
+            continue
+        module = sys.modules[ex.checker.__module__]
+        if getattr(module, "check_number", None) is not _core.check_number:
+            continue
+        seen = []
+
+        def spy(answer, concealed_answer, concealed_mistakes, **kwargs):
+            rel = kwargs.get("rel_tol", 0.0)
+            mrel = kwargs.get("mistake_rel_tol")
+            mistakes = [(float(k), v) for k, v in json.loads(reveal(concealed_mistakes)).items()]
+            seen.append((float(reveal(concealed_answer)), rel, mistakes, rel if mrel is None else mrel,
+                         kwargs.get("otherwise", "")))
+            return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
+
+        module.check_number = spy
+        try:
+            check(eid, 1)
+        finally:
+            module.check_number = _core.check_number
+        if seen:
+            found[eid] = seen[0]
+    return found
+
+
+NUMBERS = _spy_number_exercises()
+
+
+def test_the_number_exercises_are_found():
+    assert len(NUMBERS) >= 15, sorted(NUMBERS)
+
+
+# -- 1. several mistakes, one value -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
+def test_a_value_of_several_known_mistakes_names_all_of_them(exercise_id):
+    right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
+    for value, _message in mistakes:
+        result = check(exercise_id, value)
+        assert result.status == FAILED, (value, result.message)  # class 6 too: no named mistake is accepted
+        for other, other_message in mistakes:
+            if abs(value - other) <= mtol * max(1.0, abs(other)):
+                assert other_message in result.message, (value, other, result.message)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
+def test_every_tolerance_is_tighter_than_the_nearest_named_mistake(exercise_id):
+    right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
+    for value, message in mistakes:
+        gap = abs(value - right)
+        assert gap > rel_tol * abs(right) + mtol * max(1.0, abs(value)), (value, right, rel_tol, mtol, message)
+
+
+def test_diagnose_names_every_mistake_that_gives_the_output():
+    out = torch.zeros(3)
+    message = _core.diagnose(out, {"first": torch.zeros(3), "second": torch.zeros(3), "third": torch.ones(3),
+                                   "undefined": None}, default="d")
+    assert "first" in message and "second" in message and "third" not in message
+    assert _core.diagnose(out, {"only": torch.zeros(3)}, default="d") == "only"
+    assert _core.diagnose(out, {"none": None}, default="d") == "d"
+
+
+@pytest.mark.parametrize(
+    "exercise_id, answer, words",
+    [
+        # the standard deviation of single dropped weights is also the variance of the row sums
+        ("multi-head/dropout-row-sum", 0.1, [".sum(-1)", "variance of the row sums"]),
+        # bits for bytes is also the 64 query heads
+        ("inference/cache-bytes", 10737418240, ["bits", "64 query heads"]),
+        # W keys before the block instead of W - 1 is also W = 57
+        ("adaptive-span/cells", 147456, ["W - 1 = 55", "W = 57"]),
+        # a percentage
+        ("language-model/temperature-experiment", 65.5, ["percentage"]),
+        # the softmax counted in the FLOPs (+0.78 %)
+        ("complexity/multihead-flops", 8053063680 * 1.0078, ["softmax"]),
+    ],
+)
+def test_the_coinciding_mistakes_of_the_issue_are_named(exercise_id, answer, words):
+    result = check(exercise_id, answer)
+    assert result.status == FAILED and all(w in result.message for w in words), result.message
+    assert "Divide the logits" not in result.message
+
+
+def test_a_buffer_recording_slots_is_told_so():
+    def slots(keys, positions, new_key, position):
+        keys, positions = keys.clone(), positions.clone()
+        keys[:, :, position % keys.size(-2)] = new_key[:, :, 0]
+        positions[position % keys.size(-2)] = position % keys.size(-2)
+        return keys, positions
+
+    result = check("inference/rolling-buffer", slots)
+    assert result.status == FAILED and "not the slot" in result.message and "first ones" not in result.message
+
+
+def test_a_cached_step_hiding_its_own_key_is_not_told_to_append():
+    from attncourse.attention import scaled_dot_product_attention
+
+    def hides(query, new_key, new_value, past_key, past_value):
+        key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+        length, size = query.size(-2), key.size(-2)
+        mask = torch.ones(length, size, dtype=torch.bool).tril(size - length - 1)
+        return scaled_dot_product_attention(query, key, value, mask)[0], key, value
+
+    result = check("inference/cached-step", hides)
+    assert result.status == FAILED and "own key" in result.message and "append" not in result.message, result.message
+
+
+# -- 2. stubs in their own terms; solutions under public names -------------------------------------
+
+
+def _notebook_stubs():
+    """``[(exercise id, stub cell source, name passed to check)]`` from every chapter of book/."""
+    found = []
+    for path in sorted((ROOT / "book").glob("0[1-9]_*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for before, cell in zip(cells, cells[1:]):
+            source = "".join(cell["source"])
+            match = re.search(r'^check\("([^"]+)", (\w+)\)', source, re.M)
+            if cell["cell_type"] == "code" and match:
+                found.append((match.group(1), "".join(before["source"]), match.group(2)))
+    return found
+
+
+STUBS = _notebook_stubs()
+
+
+class _Anything(dict):
+    """A namespace in which every name the stub cell reads from the notebook exists."""
+
+    def __missing__(self, name):
+        return object()
+
+
+def test_every_exercise_of_chapters_1_to_9_has_a_notebook_stub():
+    ids = {eid for eid, _, _ in STUBS}
+    assert {eid for eid in _REGISTRY if not eid.startswith("gpu/")} <= ids
+
+
+@pytest.mark.parametrize("exercise_id, source, name", STUBS, ids=[s[0] for s in STUBS])
+def test_an_untouched_notebook_stub_is_not_attempted_in_its_own_terms(exercise_id, source, name):
+    namespace = _Anything(torch=torch, Tensor=torch.Tensor)
+    exec(compile("from __future__ import annotations\n" + source, "<stub>", "exec"), {"__builtins__": __builtins__}, namespace)
+    answer = namespace[name]
+    result = check(exercise_id, answer)
+    assert result.status == NOT_ATTEMPTED, result.message
+    if callable(answer):
+        assert result.message == STUB_FUNCTION
+    elif isinstance(answer, dict):
+        field = next(k for k, v in answer.items() if v is Ellipsis)
+        assert result.message.startswith(f"{field} is still the placeholder") and "NotImplementedError" not in result.message
+    else:
+        assert result.message == STUB_VALUE
+
+
+@pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
+def test_no_solution_shows_a_private_name(exercise_id):
+    text = solution(exercise_id).text
+    assert not re.findall(r"(?<![\w.])_[A-Za-z]\w*", text), text
+
+
+def test_solutions_use_the_notebook_names():
+    stubs = {eid: name for eid, source, name in STUBS}
+    for eid, ex in _REGISTRY.items():
+        if ex.answer_is_function and eid in stubs:
+            assert f"def {stubs[eid]}(" in solution(eid).text, eid
+
+
+# -- 4 and 5. choices and line numbers ---------------------------------------------------------------
+
+
+def _choice_exercises():
+    """Exercises whose checker validates with ``choice``: found by spying."""
+    found = {}
+    for eid, ex in sorted(_REGISTRY.items()):
+        module = sys.modules[ex.checker.__module__]
+        if getattr(module, "choice", None) is not _core.choice:
+            continue
+        seen = []
+
+        def spy(answer, choices, what="answer"):
+            seen.append(tuple(choices))
+            return _core.choice(answer, choices, what)
+
+        module.choice = spy
+        try:
+            check(eid, "a")
+        finally:
+            module.choice = _core.choice
+        if seen:
+            found[eid] = seen[0]
+    return found
+
+
+CHOICES = _choice_exercises()
+
+
+def test_the_choice_exercises_are_found():
+    assert "cross-attention/which-bug" in CHOICES
+
+
+@pytest.mark.parametrize("exercise_id", sorted(CHOICES))
+def test_every_choice_is_validated_whole(exercise_id):
+    choices = CHOICES[exercise_id]
+    statuses = [check(exercise_id, c).status for c in choices]
+    assert statuses.count(PASSED) == 1 and statuses.count(FAILED) == len(choices) - 1
+    right = choices[statuses.index(PASSED)]
+    for answer in (right.upper(), f" ({right}) ", f'"{right}"'):
+        assert check(exercise_id, answer).passed, answer
+    for answer in ("", "   ", "".join(choices[:2]), f"{choices[0]}, {choices[1]}", "zz", "?", 3, None, [right], right * 2):
+        result = check(exercise_id, answer)
+        assert result.status in (FAILED, NOT_ATTEMPTED) and _core.UNGRADABLE not in result.message, (answer, result.message)
+        if result.status == FAILED:
+            assert all(f'"{c}"' in result.message for c in choices), result.message
+
+
+@pytest.mark.parametrize("exercise_id", sorted(e for e, v in NUMBERS.items() if "Line {value" in v[4]))
+def test_no_line_of_the_body_is_called_outside_it(exercise_id):
+    first, last = map(int, re.search(r"lines (\d+) to (\d+)", NUMBERS[exercise_id][4]).groups())
+    for line in range(first, last + 1):
+        message = check(exercise_id, line).message
+        assert "outside" not in message and "not a line" not in message, (line, message)
+    for line in (first - 1, last + 1):
+        assert f"lines {first} to {last}" in check(exercise_id, line).message
+
+
+# -- 7. a helper the text forbids ------------------------------------------------------------------
+
+
+def test_the_forbidden_helpers_are_refused():
+    import attncourse
+    from attncourse import training
+
+    attention = lambda q, k, v, mask=None, *, scale=None: attncourse.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, mask, scale=scale)
+    for eid, answer, name in [
+        ("dot-product/attention", attncourse.scaled_dot_product_attention, "scaled_dot_product_attention"),
+        ("dot-product/attention", attention, "scaled_dot_product_attention"),
+        ("language-model/shifted-loss", training.next_token_loss, "next_token_loss"),
+        ("language-model/shifted-loss", lambda logits, tokens: training.next_token_loss(logits, tokens), "next_token_loss"),
+    ]:
+        result = check(eid, answer)
+        assert result.status == FAILED and name in result.message, result.message
+
+
+# -- 8. no side effects ------------------------------------------------------------------------------
+
+
+def _state(obj):
+    modules = [m for m in (obj.values() if isinstance(obj, dict) else [obj]) if isinstance(m, torch.nn.Module)]
+    return ([[m.training for m in module.modules()] for module in modules],
+            [[(p.detach().clone(), p.requires_grad) for p in module.parameters()] for module in modules],
+            torch.get_rng_state())
+
+
+def _same(a, b):
+    flags_a, params_a, rng_a = a
+    flags_b, params_b, rng_b = b
+    return (flags_a == flags_b and torch.equal(rng_a, rng_b)
+            and all(torch.equal(x, y) and ga == gb for pa, pb in zip(params_a, params_b) for (x, ga), (y, gb) in zip(pa, pb)))
+
+
+def _tiny_model(num_heads=4):
+    from attncourse import CausalLM
+
+    torch.manual_seed(0)
+    return CausalLM.standard(11, d_model=12, num_heads=num_heads, d_ff=16, num_layers=1, max_len=16)
+
+
+@pytest.mark.parametrize("training, frozen", [(True, False), (False, True), (True, True)])
+def test_the_mqa_check_leaves_the_model_as_found(training, frozen):
+    model = _tiny_model()
+    model.train(training)
+    for p in list(model.parameters())[:2]:
+        p.requires_grad_(not frozen)
+    tokens = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
+    before = _state({"model": model})
+    result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": 0.123})
+    assert result.status == FAILED
+    assert _same(before, _state({"model": model})), "check() changed the learner's model"
+
+
+def test_the_mqa_check_grades_a_valid_model_with_an_odd_number_of_heads():
+    """3 heads: 2 K/V heads (a known mistake's value) are not defined; the answer is graded all the same."""
+    model = _tiny_model(num_heads=3)
+    tokens = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
+    right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
+    assert check("inference/mqa-gap", right).passed
+    wrong = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": right["gap"] + 1.0})
+    assert wrong.status == FAILED and _core.UNGRADABLE not in wrong.message, wrong.message
+
+
+@pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
+def test_check_leaves_torch_random_state_and_answers_as_found(exercise_id):
+    ex = _REGISTRY[exercise_id]
+    answer = ex.reference if ex.answer_is_function else 1.0
+    torch.manual_seed(123)
+    rng = torch.get_rng_state()
+    check(exercise_id, answer)
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+# -- 1. the mistakes the README promises to name: softmax over the queries, a missing 1/sqrt(d) ----------
+
+SOFTMAX_EXERCISES = sorted(
+    eid for eid, ex in _REGISTRY.items()
+    if ex.answer_is_function and "softmax" in __import__("inspect").getsource(ex.reference)
+    or eid in ("multi-head/forward",)  # its reference calls the package's attention, which takes the softmax
+)
+
+
+def test_the_softmax_exercises_are_found():
+    assert {"dot-product/attention", "multi-head/forward", "language-model/top-k", "adaptive-span/weights",
+            "all-attention/persistent-head"} <= set(SOFTMAX_EXERCISES)
+
+
+@pytest.mark.parametrize("exercise_id", SOFTMAX_EXERCISES)
+def test_a_softmax_over_the_wrong_dimension_is_named(exercise_id):
+    reference = _REGISTRY[exercise_id].reference
+
+    def over_queries(*args, **kwargs):
+        with _core.softmax_over(-2):
+            return reference(*args, **kwargs)
+
+    result = check(exercise_id, over_queries)
+    assert result.status == FAILED and ("wrong dimension" in result.message or "softmax runs over" in result.message
+                                        or "dim=-2" in result.message), result.message
+
+
+def test_a_forgotten_scale_is_named_in_multi_head_forward():
+    import inspect
+    import textwrap
+
+    reference = _REGISTRY["multi-head/forward"].reference
+    source = textwrap.dedent(inspect.getsource(reference))
+    unscaled = source.replace("scale=q.size(-1) ** -0.5", "scale=1.0").replace("/ q.size(-1) ** 0.5", "")
+    assert unscaled != source
+    namespace = dict(reference.__globals__)
+    exec(unscaled, namespace)
+    result = check("multi-head/forward", namespace[reference.__name__])
+    assert result.status == FAILED and "not scaled" in result.message, result.message
+
+
+def test_keeping_k_minus_one_tokens_is_named():
+    def fewer(logits, k, temperature):
+        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+        return torch.softmax((logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1)
+
+    result = check("language-model/top-k", fewer)
+    assert result.status == FAILED and "k - 1" in result.message, result.message
+
+
+# -- 3. a valid object is always graded -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_heads, layers, train, dtype, batch", [
+    (3, 1, False, torch.float32, 2), (1, 1, False, torch.float32, 2), (5, 2, True, torch.float32, 1),
+    (4, 1, True, torch.float64, 3), (6, 1, False, torch.float32, 1),
+])
+def test_the_mqa_gap_grades_every_valid_model(num_heads, layers, train, dtype, batch):
+    from attncourse import CausalLM
+
+    torch.manual_seed(num_heads)
+    model = CausalLM.standard(11, d_model=6 * num_heads, num_heads=num_heads, d_ff=16, num_layers=layers,
+                              max_len=16).to(dtype).train(train)
+    tokens = torch.randint(11, (batch, 9), generator=torch.Generator().manual_seed(2))
+    before = _state({"model": model})
+    right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
+    model.train(train)  # the reference measures in eval mode
+    before = _state({"model": model})
+    assert check("inference/mqa-gap", right).passed
+    for gap in (right["gap"] + 0.5, -right["gap"] - 0.5, 0.0 if right["gap"] else 1.0):
+        result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap})
+        assert result.status == FAILED and _core.UNGRADABLE not in result.message, result.message
+    assert _same(before, _state({"model": model}))
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
+def test_a_tensor_answer_is_left_as_found(exercise_id):
+    right = NUMBERS[exercise_id][0]
+    for value in (right, right * 1.5 + 7):
+        answer = torch.tensor([value], dtype=torch.float64, requires_grad=True)
+        check(exercise_id, answer)
+        assert answer.requires_grad and answer.grad is None and answer.item() == value
+
+
+def test_a_right_answer_with_helpers_of_its_own_is_not_refused():
+    namespace = {}
+    exec("def helper(l, t):\n"
+         "    import torch\n"
+         "    return torch.nn.functional.cross_entropy(l[:, :-1].reshape(-1, l.size(-1)), t[:, 1:].reshape(-1))\n"
+         "def lm_loss(logits, tokens):\n"
+         "    return helper(logits, tokens)\n", namespace)  # no __name__: the helpers' __module__ is None
+    assert check("language-model/shifted-loss", namespace["lm_loss"]).passed
