@@ -1044,6 +1044,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unknown:
             parser.error(f"unknown targets {sorted(unknown)}")
         requests = [r for r in requests if r[0] in args.targets]
+    if args.workers <= 1 and args.nice:
+        os.nice(args.nice)  # compiling in this process: it is the one to yield the CPU
     start = time.perf_counter()
     matrix = compile_matrix(
         requests,
