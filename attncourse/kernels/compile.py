@@ -84,6 +84,7 @@ __all__ = [
     "compile_table",
     "target_summary",
     "summary_table",
+    "exceeding",
 ]
 
 
@@ -927,6 +928,29 @@ def target_summary(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str
     return out
 
 
+def exceeding(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """The kernels in ``results`` whose block needs more shared memory than their GPU has.
+
+    One dict per (request, kernel): ``target``, ``variant``, ``dtype``, ``head_dim``,
+    ``kernel``, ``shared`` and ``limit`` (bytes). Such a launch fails with ``OutOfResources``.
+    """
+    results = load_results() if results is None else results
+    out = []
+    for row in results["rows"]:
+        limit = results["targets"][row["target"]]["shared_per_block"]
+        for k in map(results["kernels"].get, row["kernels"]):
+            if "error" not in k and k["shared"] > limit:
+                out.append(
+                    {
+                        **{f: row[f] for f in ("target", "variant", "dtype", "head_dim")},
+                        "kernel": k["kernel"],
+                        "shared": k["shared"],
+                        "limit": limit,
+                    }
+                )
+    return out
+
+
 def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
     """:func:`target_summary` as a Markdown table, one line per target."""
     lines = [
@@ -1020,6 +1044,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unknown:
             parser.error(f"unknown targets {sorted(unknown)}")
         requests = [r for r in requests if r[0] in args.targets]
+    if args.workers <= 1 and args.nice:
+        os.nice(args.nice)  # compiling in this process: it is the one to yield the CPU
     start = time.perf_counter()
     matrix = compile_matrix(
         requests,
