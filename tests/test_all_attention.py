@@ -472,7 +472,7 @@ def test_committed_seed_results_cover_every_model():
 
 
 def test_time_training_steps_interleaves_the_models_on_the_threads_asked():
-    from attncourse.lookup_task import MODEL_KINDS, load_step_times, time_training_steps
+    from attncourse.course.lookup_task import MODEL_KINDS, load_step_times, time_training_steps
 
     before = torch.get_num_threads()
     result = time_training_steps(rounds=2, warmup=0, batch=2, kinds=MODEL_KINDS[:2])

@@ -237,7 +237,7 @@ def test_later_features_are_real():
 def test_the_parser_sees_every_import_style():
     code = textwrap.dedent("""
         import attncourse
-        import attncourse.inference as inf
+        import attncourse.kv_cache as inf
         from attncourse.adaptive_span import soft_span_mask as ssm
         from attncourse import masks
         attncourse.tiled_attention
@@ -247,7 +247,7 @@ def test_the_parser_sees_every_import_style():
     """)
     keys = {key for key, _ in package_uses(ast.parse(code))}
     assert keys == {
-        "attncourse.efficient.tiled_attention", "attncourse.inference.repeat_kv",
+        "attncourse.efficient.tiled_attention", "attncourse.kv_cache.repeat_kv",
         "attncourse.adaptive_span.soft_span_mask", "attncourse.masks.causal_mask",
         "attncourse.efficient.tile_schedule",
     }
