@@ -200,6 +200,14 @@ def _dependencies(obj, seen: Set[int]) -> Set[str]:
     for key, _ in package_uses(tree):  # imports inside the function (lazy imports)
         if key != own:
             found.add(key)
+    package = obj.__module__.rsplit(".", 1)[0]
+    for node in ast.walk(tree):  # lazy relative imports: `from .transformer import Seq2SeqTransformer`
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            for alias in node.names:
+                key = _resolve(f"{base}.{node.module}.{alias.name}" if node.module else f"{base}.{alias.name}")
+                if key in INTRODUCED and key != own:
+                    found.add(key)
     return found
 
 
