@@ -97,7 +97,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.kernels.sdpa.restrict_sdpa": 10,
     "attncourse.kernels.sdpa.sdpa_backend": 10,
     "attncourse.kernels.sdpa.sdpa_backend_for": 10,
-    "attncourse.kernels.sdpa.time_triton_against_torch": 10,
+    "attncourse.benchmarks.kernels.time_triton_against_torch": 10,
     "attncourse.kernels.sdpa.torch_attention": 10,
     "attncourse.plotting.diagrams.plot_tile_maps": 10,
     "attncourse.plotting.measurements.plot_roofline": 10,

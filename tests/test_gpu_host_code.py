@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attncourse.benchmarks import kernels as kernel_timing
 from attncourse.kernels import sdpa
 
 GPUS = {"T4": (7, 5), "A100": (8, 0), "H100": (9, 0)}
@@ -96,7 +97,7 @@ def test_chapter_cell_on_the_cpu(fake_gpu):
     if not flash.interpreting():
         pytest.skip("needs Triton's interpreter on the CPU")
     fake_gpu("T4")  # the device is the CPU: the fake GPU must not leak into the choice
-    result = sdpa.time_triton_against_torch(
+    result = kernel_timing.time_triton_against_torch(
         "cpu", batch=1, heads=1, length=32, head_dim=16, dtype=torch.float32, repeats=1, warmup=0
     )
     assert result["backend"] == "default"

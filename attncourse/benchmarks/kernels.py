@@ -16,7 +16,7 @@ Run through ``python -m attncourse.benchmarks``:
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ from ..masks import causal_mask
 from .common import machine, read_result
 from .measure import attention_flops, time_interleaved
 
-__all__ = ["GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table", "load_span_time"]
+__all__ = ["time_triton_against_torch", "GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table", "load_span_time"]
 
 GPU_IMPLEMENTATIONS = ("triton", "torch-flash", "tiled", "naive")
 # The issue's targets on an H100, B=4, H=16, d=64, L=4096, float16 (time ratios).
@@ -238,3 +238,63 @@ def span_table(result: Dict[str, object]) -> str:
 def load_span_time(folder: Optional[str] = None) -> Dict[str, object]:
     """The committed CPU timings of :func:`run_span_time` (package data), or those in ``folder``."""
     return read_result("span_time_cpu.json", folder)
+
+
+def time_triton_against_torch(
+    device,
+    *,
+    batch: int = 4,
+    heads: int = 16,
+    length: int = 4096,
+    head_dim: int = 64,
+    dtype: torch.dtype = torch.float16,
+    causal: bool = False,
+    repeats: int = 10,
+    warmup: int = 3,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Chapter 10's GPU cell: the Triton forward kernel against PyTorch's SDPA, timed interleaved.
+
+    Returns ``{"device", "backend", "triton_ms", "torch_ms", "ratio", "line"}`` (medians, and
+    a printable line). The SDPA backend is :func:`attncourse.kernels.sdpa.sdpa_backend_for`'s (``"efficient"`` on a
+    T4, ``"flash"`` on an A100 or H100). On a CPU the kernel runs through Triton's interpreter
+    and the times say nothing about a GPU; the line says so.
+    """
+    from ..kernels.flash import flash_attention  # needs triton: imported only when called
+
+    device = torch.device(device)
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
+        for _ in range(3)
+    )
+    backend = sdpa_backend_for(device, dtype, head_dim)
+    timings = time_interleaved(
+        {
+            "triton": lambda: flash_attention(q, k, v, causal=causal),
+            "torch": lambda: torch_attention(q, k, v, is_causal=causal, backend=backend),
+        },
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
+    )
+    triton_ms, torch_ms = 1e3 * timings["triton"].median, 1e3 * timings["torch"].median
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else "CPU (interpreter: not a GPU timing)"
+    )
+    line = (
+        f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
+        f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, "
+        f"torch SDPA ({backend} backend) "
+        f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}"
+    )
+    return {
+        "device": name,
+        "backend": backend,
+        "triton_ms": triton_ms,
+        "torch_ms": torch_ms,
+        "ratio": triton_ms / torch_ms,
+        "line": line,
+    }

@@ -60,7 +60,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import torch
 
 from .config import TARGETS as _CONFIG_TARGETS
-from .config import shared_memory_per_block, supports_bfloat16
+from .config import launch_config, shared_memory_per_block, supports_bfloat16
 
 __all__ = [
     "Target",
@@ -290,7 +290,6 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
 def _target_config(target: Target):
     """The launcher's ``_config`` as it answers for CUDA tensors on ``target`` (the capture's
     tensors are on the CPU, where the launcher would pick the interpreter's tiles)."""
-    from .config import launch_config
 
     def config(q, kernel, block_m=None, block_n=None):
         chosen = launch_config(

@@ -34,7 +34,6 @@ __all__ = [
     "sdpa_backend_for",
     "restrict_sdpa",
     "torch_attention",
-    "time_triton_against_torch",
 ]
 
 #: The backends in order of preference; ``"default"`` leaves the choice to PyTorch (the CPU).
@@ -125,64 +124,3 @@ def torch_attention(
     chosen = backend or sdpa_backend_for(query.device, query.dtype, query.size(-1))
     with restrict_sdpa(chosen):
         return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
-
-
-def time_triton_against_torch(
-    device,
-    *,
-    batch: int = 4,
-    heads: int = 16,
-    length: int = 4096,
-    head_dim: int = 64,
-    dtype: torch.dtype = torch.float16,
-    causal: bool = False,
-    repeats: int = 10,
-    warmup: int = 3,
-    seed: int = 0,
-) -> Dict[str, Any]:
-    """Chapter 10's GPU cell: the Triton forward kernel against PyTorch's SDPA, timed interleaved.
-
-    Returns ``{"device", "backend", "triton_ms", "torch_ms", "ratio", "line"}`` (medians, and
-    a printable line). The SDPA backend is :func:`sdpa_backend_for`'s (``"efficient"`` on a
-    T4, ``"flash"`` on an A100 or H100). On a CPU the kernel runs through Triton's interpreter
-    and the times say nothing about a GPU; the line says so.
-    """
-    from ..measure import time_interleaved
-    from . import flash
-
-    device = torch.device(device)
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (
-        torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
-        for _ in range(3)
-    )
-    backend = sdpa_backend_for(device, dtype, head_dim)
-    timings = time_interleaved(
-        {
-            "triton": lambda: flash.flash_attention(q, k, v, causal=causal),
-            "torch": lambda: torch_attention(q, k, v, is_causal=causal, backend=backend),
-        },
-        repeats=repeats,
-        warmup=warmup,
-        device=device,
-    )
-    triton_ms, torch_ms = 1e3 * timings["triton"].median, 1e3 * timings["torch"].median
-    name = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else "CPU (interpreter: not a GPU timing)"
-    )
-    line = (
-        f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
-        f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, "
-        f"torch SDPA ({backend} backend) "
-        f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}"
-    )
-    return {
-        "device": name,
-        "backend": backend,
-        "triton_ms": triton_ms,
-        "torch_ms": torch_ms,
-        "ratio": triton_ms / torch_ms,
-        "line": line,
-    }
