@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from ._checks import fmt_shape, require_floating, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask
 
 __all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "kv_cache_bytes"]
@@ -142,8 +142,8 @@ class KVCache:
             last ``W`` positions. The cache owns its storage: it never keeps a reference to
             ``key`` or ``value``, so changing them afterwards changes nothing in it.
         """
-        require_tensor("key", key)
-        require_tensor("value", value)
+        require_floating("key", key)
+        require_floating("value", value)
         require_rank("key", key, 4, "(B, kv_heads, L, head_dim)")
         require_rank("value", value, 4, "(B, kv_heads, L, head_dim_v)")
         if key.shape[:3] != value.shape[:3]:
@@ -162,6 +162,11 @@ class KVCache:
                 f"key {fmt_shape(key.shape)} does not fit the cache's rows {fmt_shape(self.keys.shape)} "
                 f"(B, kv_heads and head_dim must stay the same)"
             )
+        for name, new, stored in (("key", key, self.keys), ("value", value, self.values)):
+            if stored is not None and new.dtype != stored.dtype:
+                raise TypeError(f"{name} must have the cache's dtype {stored.dtype}, got {new.dtype}")
+            if stored is not None and new.device != stored.device:
+                raise ValueError(f"{name} must be on the cache's device {stored.device}, got {new.device}")
         length = key.size(2)
         new_positions = torch.arange(self.seen, self.seen + length, device=key.device)
         if self.keys is None:

@@ -109,6 +109,8 @@ def generate(
     keeps every position, so ``T + max_new_tokens - 1`` must not exceed ``model.max_len``
     (there is no cropping to slide learned positions along).
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (tokens -> logits), got {type(model).__name__}")
     require_tensor("tokens", tokens)
     if tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.size(1) == 0:
         raise ValueError(f"tokens must be a non-empty integer tensor (B, T), got {tokens.dtype} {fmt_shape(tokens.shape)}")

@@ -32,7 +32,9 @@ from attncourse.adaptive_span import (
 from attncourse.all_attention import AllAttention, AllAttentionBlock, ffn_as_attention
 from attncourse.attention import safe_softmax, scaled_dot_product_attention
 from attncourse.efficient import online_softmax_update, tiled_attention
+from attncourse.kv_cache import KVCache
 from attncourse.multihead import MultiHeadAttention, merge_heads, split_heads
+from attncourse.sampling import generate
 from attncourse.training import next_token_loss
 from attncourse.transformer import CausalLM, FeedForward, TransformerBlock
 
@@ -242,6 +244,15 @@ Q3, K3, V3 = r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)
 X = r(2, 4, 8)
 SPAN = torch.tensor([1.0, 2.0])
 Q4 = r(1, 2, 6, 4)
+
+
+def cache_holding(window=None):
+    """A KVCache that already stored one float32 step of shape (1, 2, 1, 4)."""
+    cache = KVCache(window)
+    cache.update(Q4[:, :, :1], Q4[:, :, :1])
+    return cache
+
+
 BAD = [
     # (description, call, exception, words the message must contain)
     ("sdpa int query", lambda: scaled_dot_product_attention(Q3.long(), K3, V3), TypeError, ["query", "int64"]),
@@ -399,6 +410,13 @@ BAD = [
     ("next_token_loss L=1", lambda: next_token_loss(r(2, 1, 10), torch.zeros(2, 1, dtype=torch.long)), ValueError, ["tokens", "(2, 1)", "L >= 2"]),
     ("next_token_loss float tokens", lambda: next_token_loss(r(2, 3, 10), torch.zeros(2, 3)), TypeError, ["tokens", "float32"]),
     ("next_token_loss token range", lambda: next_token_loss(r(2, 3, 10), torch.full((2, 3), 10)), ValueError, ["tokens", "[0, 10)"]),
+    ("KVCache int key", lambda: KVCache().update(Q4.long(), Q4), TypeError, ["key", "int64"]),
+    ("KVCache int value", lambda: KVCache().update(Q4, Q4.long()), TypeError, ["value", "int64"]),
+    ("KVCache key dtype changes", lambda: cache_holding().update(Q4.double(), Q4.double()), TypeError, ["key", "float32", "float64"]),
+    ("KVCache window dtype changes", lambda: cache_holding(4).update(Q4.double(), Q4.double()), TypeError, ["key", "float32", "float64"]),
+    ("KVCache value dtype changes", lambda: cache_holding().update(Q4, Q4.double()), TypeError, ["value", "float32", "float64"]),
+    ("KVCache device changes", lambda: cache_holding().update(Q4.to("meta"), Q4.to("meta")), ValueError, ["key", "cpu", "meta"]),
+    ("generate model str", lambda: generate("model", torch.zeros(1, 2, dtype=torch.long), 1), TypeError, ["model", "str"]),
     ("next_token_loss int logits", lambda: next_token_loss(torch.ones(2, 3, 10, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), TypeError, ["logits", "int64"]),
 ]
 
@@ -430,3 +448,16 @@ def test_online_softmax_update_folds_blocks_into_logsumexp(batch, blocks, seed):
     scores = torch.cat(parts, dim=-1)
     torch.testing.assert_close(running_max, scores.amax(-1))
     torch.testing.assert_close(running_max + running_sum.log(), scores.logsumexp(-1))
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_a_refused_cache_update_leaves_the_cache_as_it_was(window):
+    cache = cache_holding(window)
+    keys, seen = cache.keys.clone(), cache.seen
+    for key in (Q4.double(), Q4.long(), Q4.to("meta")):
+        with pytest.raises((TypeError, ValueError)):
+            cache.update(key, key)
+    assert cache.seen == seen == 1 and len(cache) == 1 and torch.equal(cache.keys, keys)
+    stored, _, mask = cache.update(Q4, Q4)  # still usable: the one stored row, then 6 new ones
+    assert stored.shape == (1, 2, 7, 4)  # S = len(cache) + L = 1 + 6, with or without a window
+    assert mask.shape == (6, 7) and cache.seen == 7
