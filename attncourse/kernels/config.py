@@ -143,7 +143,10 @@ def launch_config(
       of K and V (forward) or the accumulators (backward) double, so the key tile halves and
       the backward takes 8 warps, which share the accumulators among twice the registers.
     * float32 multiplies in full precision ("ieee") on the ordinary cores, where every
-      thread holds its share of a tile in registers: tiles of 32 x 32.
+      thread holds its share of a tile in registers: tiles of 32 x 32 (the dK/dV kernel with
+      8 warps from sm_80 on).
+    * On a T4 (64 KiB) at ``d = 128`` the backward takes 16 x 32 (dK/dV) and 32 x 32 (dQ)
+      tiles with one stage: larger ones need 70-98 KiB there.
     * Pipelining stages cost a copy of each streamed tile: 2 where shared memory is at most
       99 KiB, 3 on an A100 or an H100.
     """
@@ -162,21 +165,25 @@ def launch_config(
         )
     d = block_d(head_dim)
     stages = 3 if shared >= 160 * 1024 else 2
+    small = shared < 96 * 1024  # a T4: 64 KiB, and no tensor cores for tl.dot (FMA instead)
+    backward_dkdv = kernel.startswith("backward_dkdv")
     if dtype == torch.float32:
-        return LaunchConfig(32, 32, 4, 1 if shared < 96 * 1024 else 2)
+        if backward_dkdv and small and d > 64:
+            return LaunchConfig(16, 32, 4, 1)
+        # the dK/dV kernel holds two float32 accumulators: 8 warps keep them in registers
+        warps = 8 if backward_dkdv and not small else 4
+        return LaunchConfig(32, 32, warps, 1 if small else 2)
     if kernel == "forward":
         return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
-    if d > 64:  # dK and dV (or dQ) accumulators of 128 columns: 8 warps share them
-        if kernel.startswith("backward_dkdv"):
-            return LaunchConfig(32, 64, 8, stages)
-        return LaunchConfig(64, 32, 8, stages)
-    if (
-        kernel == "backward_dkdv_span"
-    ):  # the span's gradient too: smaller tiles keep it in registers
+    if d > 64:  # dK and dV (or dQ) accumulators of 128 columns
+        if small:  # within a T4's 64 KiB: smaller tiles, one stage
+            return LaunchConfig(16, 32, 4, 1) if backward_dkdv else LaunchConfig(32, 32, 4, 1)
+        # elsewhere 8 warps share the accumulators among twice the registers
+        return LaunchConfig(32, 64, 8, stages) if backward_dkdv else LaunchConfig(64, 32, 8, stages)
+    if kernel == "backward_dkdv_span":  # the span's gradient too: smaller tiles keep it in registers
         return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile
         return LaunchConfig(64 if capability >= (9, 0) else 32, 64, 4, stages)
-    return LaunchConfig(
-        64, 64 if shared >= 160 * 1024 else 32, 4, stages
-    )  # backward_dq: per query block
+    # backward_dq, one program per query block: 64 x 64 where shared memory allows
+    return LaunchConfig(64, 64 if shared >= 160 * 1024 else 32, 4, stages)

@@ -20,7 +20,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 __all__ = [
     "Loop",
@@ -220,3 +220,20 @@ def our_counts(
         "forward": counts["forward"],
         "backward": counts["backward_dkdv"] + counts["backward_dq"],
     }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m attncourse.kernels.sass [80 90 ...]``: our instructions per 4,096 scores per
+    target (``tools/sass_ratios.py`` adds Triton's tutorial beside them, given its path)."""
+    import sys
+
+    targets = [int(a) for a in (sys.argv[1:] if argv is None else argv)] or [80, 90]
+    print("float16, d = 64: instructions (all warps) per 4,096 scores in the whole-tile loops")
+    for cc in targets:
+        counts = our_counts((cc // 10, cc % 10))
+        print(f"sm_{cc}: forward {counts['forward']:.0f}, backward {counts['backward']:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
