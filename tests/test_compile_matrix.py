@@ -83,12 +83,6 @@ def test_every_kernel_fits_its_targets_shared_memory(subset):
     assert not too_big(subset, ("sm_80", "sm_86", "sm_89", "sm_90"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernels' launch config (attncourse/kernels/config.py at kernels@7384d59): on sm_75 "
-    "the backward kernels at d=128 need 96 KiB (dK/dV) and 80 KiB (dQ) in float16 and 68 KiB "
-    "(dK/dV) in float32, over a T4's 64 KiB; remove this mark when config.py fixes it",
-)
 def test_every_kernel_fits_a_t4(subset):
     assert not too_big(subset, ("sm_75",))
 
