@@ -1,9 +1,10 @@
-"""The compile harness (attncourse.kernels.compile): chapter 10's kernels compiled for GPUs without one.
+"""The compile harness (attncourse.kernels.compile): chapter 10's kernels compiled, no GPU.
 
 The harness needs triton imported without its interpreter, which conftest switches on for the
 kernel tests, so the compiling runs in a child process (a fresh interpreter without
 TRITON_INTERPRET) and reports JSON.
 """
+
 import json
 import os
 import subprocess
@@ -20,8 +21,14 @@ from attncourse.kernels import compile as kc  # no triton import at module level
 
 def run_child(script: str, timeout: int = 600) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -36,28 +43,31 @@ def facts(tmp_path_factory):
         from attncourse.kernels import compile as kc
         cache = {str(cache)!r}
         out = {{}}
-        before = (driver._active, knobs.runtime.jit_cache_hook, torch.cuda.is_available,
-                  torch.cuda.get_device_capability)
+        def state():
+            return (driver._active, knobs.runtime.jit_cache_hook, torch.cuda.is_available,
+                    torch.cuda.get_device_capability)
+        before = state()
         launches = kc.capture_launches("sm_80", "causal", torch.float16, 64)
         out["kernels"] = [l.kernel for l in launches]
-        out["restored"] = before == (driver._active, knobs.runtime.jit_cache_hook, torch.cuda.is_available,
-                                     torch.cuda.get_device_capability)
+        out["restored"] = before == state()
         forward = {{}}
         for target in ("sm_75", "sm_80", "sm_90"):
             for dtype in ("float16", "float32"):
                 launch = kc.capture_launches(target, "causal", dtype, 64, backward=False)[0]
                 r = kc.compile_launch(launch, target, cache=cache)
-                forward[target + " " + dtype] = dict(r.summary(), sass_has_hmma="HMMA" in r.sass,
-                                                     sass_has_hgmma="HGMMA" in r.sass, cached=r.cached)
+                forward[target + " " + dtype] = dict(
+                    r.summary(), sass_has_hmma="HMMA" in r.sass, sass_has_hgmma="HGMMA" in r.sass,
+                    cached=r.cached)
         out["forward"] = forward
-        again = kc.compile_launch(kc.capture_launches("sm_80", "causal", "float16", 64, backward=False)[0],
-                                  "sm_80", cache=cache)
+        first = kc.capture_launches("sm_80", "causal", "float16", 64, backward=False)[0]
+        again = kc.compile_launch(first, "sm_80", cache=cache)
         out["again_cached"] = again.cached
         out["again_summary"] = again.summary()
         from attncourse.kernels import flash
         agree = []
-        for target, variant, dtype, d in [("sm_80", "causal", "float16", 64), ("sm_75", "span", "float32", 128),
-                                          ("sm_90", "lengths", "bfloat16", 32), ("sm_86", "plain", "float16", 48)]:
+        requests = [("sm_80", "causal", "float16", 64), ("sm_75", "span", "float32", 128),
+                    ("sm_90", "lengths", "bfloat16", 32), ("sm_86", "plain", "float16", 48)]
+        for target, variant, dtype, d in requests:
             specs = flash.compile_specs(kc.TARGETS[target].capability, kc.DTYPES[dtype], d,
                                         causal=variant == "causal", lengths=variant == "lengths",
                                         span=variant == "span", batch=2, heads=16, length=256)
@@ -80,7 +90,9 @@ def facts(tmp_path_factory):
 def test_capture_sees_the_launchers_four_kernels(facts):
     assert len(facts["kernels"]) == 4
     assert facts["kernels"][0] == "forward"
-    assert any("dq" in name for name in facts["kernels"]) and any("dkdv" in name or "dk" in name for name in facts["kernels"])
+    assert any("dq" in name for name in facts["kernels"]) and any(
+        "dkdv" in name or "dk" in name for name in facts["kernels"]
+    )
 
 
 def test_capture_restores_triton_and_torch(facts):
@@ -114,8 +126,9 @@ def test_results_are_complete_and_consistent(facts):
 def test_second_compile_comes_from_the_cache(facts):
     assert facts["again_cached"]
     first = facts["forward"]["sm_80 float16"]
-    assert {k: v for k, v in facts["again_summary"].items()} == {k: v for k, v in first.items()
-                                                                 if k not in ("sass_has_hmma", "sass_has_hgmma", "cached")}
+    assert {k: v for k, v in facts["again_summary"].items()} == {
+        k: v for k, v in first.items() if k not in ("sass_has_hmma", "sass_has_hgmma", "cached")
+    }
 
 
 def test_targets_match_the_cuda_programming_guide():
@@ -152,7 +165,7 @@ def test_subset_is_a_part_of_the_matrix():
     subset = kc.matrix_requests(subset=True)
     assert set(subset) <= full and len(subset) < len(full) / 10
     assert {t for t, *_ in subset} == set(kc.TARGETS)
-    assert ("sm_75", "span", "bfloat16", 64) in subset  # must be refused by the launcher
+    assert ("sm_75", "span", "bfloat16", 128) in subset  # must be refused by the launcher
 
 
 def test_capture_agrees_with_the_launchers_own_specs(facts):
@@ -167,3 +180,124 @@ def test_capture_agrees_with_the_launchers_own_specs(facts):
 def test_bfloat16_on_a_t4_is_refused_by_name(facts):
     assert facts["refused"] is not None
     assert "bfloat16" in facts["refused"] and "7.5" in facts["refused"]
+
+
+def test_tables_need_no_triton():
+    """Chapter 10's compile tables read committed JSON: no triton (nor GPU) needed to show them."""
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["triton"] = None  # as if triton were not installed
+        from attncourse.kernels import compile as kc, sdpa
+        import torch
+        results = kc.load_results()
+        assert kc.summary_table(results).count("sm_") == len(kc.TARGETS)
+        assert "| GPU (target) |" in kc.compile_table(results)
+        assert sdpa.sdpa_backend((7, 5), torch.float16, 64) == "efficient"
+        print("ok")
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
+
+
+def fake_results():
+    """Two targets, three requests, known facts: what the tables must count."""
+
+    def kernel(target, name, shared, spills, kind, blocks=(64, 32, 128)):
+        mma = {"none (FMA)": 0, "mma.sync": 2, "wgmma": 3}[kind]
+        return {
+            "target": target,
+            "kernel": name,
+            "num_warps": 4,
+            "num_stages": 2,
+            "shared": shared,
+            "registers": 200,
+            "spill_stores": spills,
+            "spill_loads": spills,
+            "stack": spills,
+            "mma_version": mma,
+            "hmma": 8 * (kind == "mma.sync"),
+            "hgmma": 8 * (kind == "wgmma"),
+            "sass_instructions": 999,
+            "blocks": list(blocks),
+            "fits": None,
+            "tensor_cores": kind,
+        }
+
+    kib = 1024
+    kernels = {
+        "a/f": kernel("sm_75", "forward", 48 * kib, 100, "none (FMA)"),
+        "a/p": kernel("sm_75", "backward_preprocess", 256, 0, "none (FMA)", (64, None, 128)),
+        "a/kv": kernel("sm_75", "backward_dkdv", 96 * kib, 0, "none (FMA)"),
+        "a/q": kernel("sm_75", "backward_dq", 64 * kib, 0, "none (FMA)"),
+        "b/f": kernel("sm_90", "forward", 64 * kib, 0, "wgmma"),
+        "b/p": kernel("sm_90", "backward_preprocess", 256, 0, "none (FMA)", (64, None, 128)),
+        "b/kv": kernel("sm_90", "backward_dkdv", 70 * kib, 8, "wgmma"),
+        "b/q": kernel("sm_90", "backward_dq", 80 * kib, 0, "wgmma"),
+    }
+    targets = {
+        "sm_75": {"gpus": "T4", "shared_per_block": 64 * kib},
+        "sm_90": {"gpus": "H100", "shared_per_block": 227 * kib},
+    }
+    row = dict(variant="causal", head_dim=128)
+    rows = [
+        {
+            **row,
+            "target": "sm_75",
+            "dtype": "float16",
+            "refused": None,
+            "kernels": ["a/f", "a/p", "a/kv", "a/q"],
+        },
+        {
+            **row,
+            "target": "sm_75",
+            "dtype": "bfloat16",
+            "refused": "ValueError: bfloat16 ...",
+            "kernels": [],
+        },
+        {
+            **row,
+            "target": "sm_90",
+            "dtype": "float16",
+            "refused": None,
+            "kernels": ["b/f", "b/p", "b/kv", "b/q"],
+        },
+    ]
+    return {"targets": targets, "kernels": kernels, "rows": rows}
+
+
+def test_tables_count_what_the_results_hold():
+    results = fake_results()
+    t4, h100 = kc.target_summary(results)
+    assert (t4["requests"], t4["compiled"], t4["refused"], t4["fit"]) == (2, 1, ["bfloat16"], 0)
+    assert (t4["max_shared"], t4["half"], t4["half_spill_free"], t4["max_spill"]) == (
+        96 * 1024,
+        1,
+        0,
+        100,
+    )
+    assert t4["tensor_cores"]["float16"] == ["none (FMA)"]
+    assert (h100["fit"], h100["half_spill_free"], h100["max_spill"]) == (1, 0, 8)
+    assert h100["tensor_cores"]["float16"] == ["wgmma"]  # the preprocess kernel has no tl.dot
+    assert kc.exceeding(results) == [
+        {
+            "target": "sm_75",
+            "variant": "causal",
+            "dtype": "float16",
+            "head_dim": 128,
+            "kernel": "backward_dkdv",
+            "shared": 96 * 1024,
+            "limit": 64 * 1024,
+        }
+    ]
+    table = kc.compile_table(results).splitlines()
+    assert len(table) == 2 + 3 + 3  # header, rule, three kernels per target (no preprocess)
+    assert "96 of 64 KiB **too much**" in table[3] and "none (FMA)" in table[3]
+    assert "64 of 64 KiB |" in table[4]  # exactly the limit fits
+    assert kc.request_kernels(results, "sm_75", "causal", "bfloat16", 128) is None
+    with pytest.raises(KeyError):
+        kc.request_kernels(results, "sm_80", "causal", "float16", 128)
+    summary = kc.summary_table(results)
+    assert "| T4 (sm_75) | 1 of 2 (bfloat16 refused) | 0 of 1 | 96 of 64 KiB |" in summary
