@@ -52,7 +52,6 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.exercises.ch10_gpu.online_softmax_kernel": 10,
     "attncourse.exercises.ch10_gpu.run_masked_softmax": 10,
     "attncourse.exercises.ch10_gpu.run_online_softmax": 10,
-    "attncourse.exercises.ch10_gpu.tl": 10,
     "attncourse.kernels.compile.CompileResult": 10,
     "attncourse.kernels.compile.DTYPES": 10,
     "attncourse.kernels.compile.HEAD_DIMS": 10,

@@ -102,7 +102,7 @@ def test_diagnose_names_every_mistake_that_gives_the_output():
         # W keys before the block instead of W - 1 is also W = 57
         ("adaptive-span/cells", 147456, ["W - 1 = 55", "W = 57"]),
         # a percentage
-        ("language-model/temperature-experiment", 65.5, ["percentage"]),
+        ("language-model/temperature-experiment", 65.5, ["not a number", "drawn token ids"]),  # draws, not a value
         # the softmax counted in the FLOPs (+0.78 %)
         ("complexity/multihead-flops", 8053063680 * 1.0078, ["softmax"]),
     ],
@@ -247,10 +247,11 @@ def test_every_choice_is_validated_whole(exercise_id):
 
 @pytest.mark.parametrize("exercise_id", sorted(e for e, v in NUMBERS.items() if "Line {value" in v[4]))
 def test_no_line_of_the_body_is_called_outside_it(exercise_id):
-    first, last = map(int, re.search(r"lines (\d+) to (\d+)", NUMBERS[exercise_id][4]).groups())
+    # the range the checker states for an answer far outside it (each find-the-bug words it its own way)
+    first, last = map(int, re.search(r"lines (\d+) to (\d+)", check(exercise_id, 10**6).message).groups())
     for line in range(first, last + 1):
         message = check(exercise_id, line).message
-        assert "outside" not in message and "not a line" not in message, (line, message)
+        assert not any(w in message for w in ("outside", "not a line", "not one of them")), (line, message)
     for line in (first - 1, last + 1):
         assert f"lines {first} to {last}" in check(exercise_id, line).message
 
@@ -335,7 +336,10 @@ def test_check_leaves_torch_random_state_and_answers_as_found(exercise_id):
 
 SOFTMAX_EXERCISES = sorted(
     eid for eid, ex in _REGISTRY.items()
-    if ex.answer_is_function and "softmax" in __import__("inspect").getsource(ex.reference)
+    # kernel exercises (gpu/*) are excluded: their softmax is tl.exp and tl.sum inside a Triton
+    # kernel, which softmax_over() cannot turn; their checkers name a kernel's own mistakes
+    if ex.answer_is_function and not eid.startswith("gpu/")
+    and "softmax" in __import__("inspect").getsource(ex.reference)
     or eid in ("multi-head/forward",)  # its reference calls the package's attention, which takes the softmax
 )
 

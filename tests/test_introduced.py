@@ -60,8 +60,10 @@ def public_names() -> Set[str]:
         module = importlib.import_module(module_name)
         names = getattr(module, "__all__", None)
         if names is None:
+            # a name bound to None is a placeholder (chapter 10's `tl`, set when triton is first
+            # imported), not a public name: whether it is there would depend on import order
             names = [n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)
-                     and getattr(v, "__module__", module_name) == module_name]
+                     and v is not None and getattr(v, "__module__", module_name) == module_name]
         for name in names:
             key = canonical(module_name, name)
             if key is not None:
