@@ -1,12 +1,13 @@
 """attncourse: the companion package of the attncourse book on attention mechanisms."""
-from .attention import scaled_dot_product_attention
-from .multihead import MultiHeadAttention
-from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
-from .training import train
-from .all_attention import AllAttention, AllAttentionBlock
-from .efficient import tiled_attention
-from .adaptive_span import AdaptiveSpanAttention, adaptive_span_attention, soft_span_mask
+
 from . import masks
+from .adaptive_span import AdaptiveSpanAttention, adaptive_span_attention, soft_span_mask
+from .all_attention import AllAttention, AllAttentionBlock
+from .attention import scaled_dot_product_attention
+from .efficient import tiled_attention
+from .multihead import MultiHeadAttention
+from .training import train
+from .transformer import CausalLM, Seq2SeqTransformer, TransformerBlock
 
 __version__ = "0.1.0"
 

@@ -3,6 +3,7 @@
 Every error names the argument at fault and the shapes (or dtypes) it saw, so that a
 learner reading the traceback knows what to fix without opening the source.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,9 @@ def require_rank(name: str, x: Tensor, rank: int, layout: str, *, at_least: bool
     ok = x.dim() >= rank if at_least else x.dim() == rank
     if not ok:
         wanted = f"at least {rank}" if at_least else f"exactly {rank}"
-        raise ValueError(f"{name} must have {wanted} dimensions {layout}, got shape {fmt_shape(x.shape)}")
+        raise ValueError(
+            f"{name} must have {wanted} dimensions {layout}, got shape {fmt_shape(x.shape)}"
+        )
 
 
 def require_size(name: str, x: Tensor, dim: int, size: int, what: str) -> None:
@@ -52,9 +55,14 @@ def require_same_dtype_and_device(**tensors: Tensor) -> None:
     first_name, first = items[0]
     for name, t in items[1:]:
         if t.dtype != first.dtype:
-            raise TypeError(f"{first_name} and {name} must have the same dtype, got {first.dtype} and {t.dtype}")
+            raise TypeError(
+                f"{first_name} and {name} must have the same dtype, got {first.dtype} and {t.dtype}"
+            )
         if t.device != first.device:
-            raise ValueError(f"{first_name} and {name} must be on the same device, got {first.device} and {t.device}")
+            raise ValueError(
+                f"{first_name} and {name} must be on the same device, got {first.device} and"
+                f" {t.device}"
+            )
 
 
 def broadcast_batch(**shapes: Sequence[int]) -> torch.Size:
@@ -68,7 +76,11 @@ def broadcast_batch(**shapes: Sequence[int]) -> torch.Size:
 
 def _is_int(value: object) -> bool:
     """A Python or numpy integer (``numbers.Integral``), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool,)) and type(value).__name__ != "bool_"
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, (bool,))
+        and type(value).__name__ != "bool_"
+    )
 
 
 def require_positive_int(name: str, value: object) -> None:
@@ -83,7 +95,9 @@ def require_non_negative_int(name: str, value: object) -> None:
 
 def require_bool(name: str, value: object) -> None:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+        raise TypeError(
+            f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}"
+        )
 
 
 def require_module(name: str, value: object) -> None:
@@ -95,11 +109,14 @@ def require_input_like(name: str, x: Tensor, parameter: Tensor, layer: str = "la
     """``x`` has the dtype and device of the ``layer``'s parameters (a floating ``x`` is assumed)."""
     if x.dtype != parameter.dtype:
         raise TypeError(
-            f"{name} must have the dtype of the {layer}'s parameters ({parameter.dtype}), got {x.dtype}; "
-            f"convert the input or the {layer} (e.g. {layer}.to({x.dtype}))"
+            f"{name} must have the dtype of the {layer}'s parameters ({parameter.dtype}), got"
+            f" {x.dtype}; convert the input or the {layer} (e.g. {layer}.to({x.dtype}))"
         )
     if x.device != parameter.device:
-        raise ValueError(f"{name} must be on the device of the {layer}'s parameters ({parameter.device}), got {x.device}")
+        raise ValueError(
+            f"{name} must be on the device of the {layer}'s parameters ({parameter.device}), got"
+            f" {x.device}"
+        )
 
 
 def require_token_ids(name: str, tokens: object, vocab_size: int) -> None:
@@ -110,8 +127,8 @@ def require_token_ids(name: str, tokens: object, vocab_size: int) -> None:
         raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(
-            f"{name} must hold token ids in [0, {vocab_size}), got values from {int(tokens.min())} to "
-            f"{int(tokens.max())} ({name} shape {fmt_shape(tokens.shape)})"
+            f"{name} must hold token ids in [0, {vocab_size}), got values from {int(tokens.min())}"
+            f" to {int(tokens.max())} ({name} shape {fmt_shape(tokens.shape)})"
         )
 
 
@@ -120,8 +137,8 @@ def default_scale(query: Tensor, scale: object, name: str = "query") -> float:
     if scale is None:
         if query.size(-1) == 0:
             raise ValueError(
-                f"{name} has d_k = 0 features (shape {fmt_shape(query.shape)}): the default scale 1/sqrt(d_k) "
-                f"is undefined; pass scale= explicitly"
+                f"{name} has d_k = 0 features (shape {fmt_shape(query.shape)}): the default scale"
+                " 1/sqrt(d_k) is undefined; pass scale= explicitly"
             )
         return query.size(-1) ** -0.5
     require_positive_number("scale", scale)
@@ -129,11 +146,18 @@ def default_scale(query: Tensor, scale: object, name: str = "query") -> float:
 
 
 def require_positive_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
-def check_mask(mask: object, target: Sequence[int], *, name: str = "mask", layout: str = "(..., L, S)") -> None:
+def check_mask(
+    mask: object, target: Sequence[int], *, name: str = "mask", layout: str = "(..., L, S)"
+) -> None:
     """Check that ``mask`` can be applied to scores of shape ``target``.
 
     A mask is boolean (``True`` = this query may attend to this key) or floating (added to
@@ -150,9 +174,9 @@ def check_mask(mask: object, target: Sequence[int], *, name: str = "mask", layou
         )
     if mask.dim() < 2:
         raise ValueError(
-            f"{name} must have at least 2 dimensions {layout} so that queries and keys are explicit, "
-            f"got shape {fmt_shape(mask.shape)}; a key padding mask of shape (B, S) becomes (B, 1, S) "
-            f"for scores (B, L, S) or (B, 1, 1, S) for scores (B, H, L, S)"
+            f"{name} must have at least 2 dimensions {layout} so that queries and keys are"
+            f" explicit, got shape {fmt_shape(mask.shape)}; a key padding mask of shape (B, S)"
+            " becomes (B, 1, S) for scores (B, L, S) or (B, 1, 1, S) for scores (B, H, L, S)"
         )
     target = torch.Size(target)
     try:
@@ -166,7 +190,9 @@ def check_mask(mask: object, target: Sequence[int], *, name: str = "mask", layou
         )
 
 
-def check_attention_inputs(query: object, key: object, value: object, mask: object = None) -> torch.Size:
+def check_attention_inputs(
+    query: object, key: object, value: object, mask: object = None
+) -> torch.Size:
     """Check the arguments of an attention function and return the broadcast batch shape.
 
     ``query`` ``(..., L, d_k)``, ``key`` ``(..., S, d_k)``, ``value`` ``(..., S, d_v)``: floating
@@ -182,12 +208,12 @@ def check_attention_inputs(query: object, key: object, value: object, mask: obje
     require_same_dtype_and_device(query=query, key=key, value=value)
     if query.size(-1) != key.size(-1):
         raise ValueError(
-            f"query and key must share the feature size d_k (last dimension): "
+            "query and key must share the feature size d_k (last dimension): "
             f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(
-            f"key and value must have the same number of positions S (dimension -2): "
+            "key and value must have the same number of positions S (dimension -2): "
             f"key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
         )
     batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
@@ -195,7 +221,9 @@ def check_attention_inputs(query: object, key: object, value: object, mask: obje
         check_mask(mask, (*batch, query.size(-2), key.size(-2)))
         assert isinstance(mask, Tensor)
         if mask.device != query.device:
-            raise ValueError(f"mask must be on the device of query ({query.device}), got {mask.device}")
+            raise ValueError(
+                f"mask must be on the device of query ({query.device}), got {mask.device}"
+            )
     return batch
 
 
@@ -204,7 +232,9 @@ def require_floating_dtype(name: str, dtype: object) -> None:
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"{name} must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
     if not dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point dtype (the values are real, not whole), got {dtype}")
+        raise TypeError(
+            f"{name} must be a floating-point dtype (the values are real, not whole), got {dtype}"
+        )
 
 
 def require_real_positions(name: str, positions: object) -> None:
@@ -212,17 +242,33 @@ def require_real_positions(name: str, positions: object) -> None:
     require_tensor(name, positions)
     assert isinstance(positions, Tensor)
     if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"{name} must hold integer or real floating positions, got dtype {positions.dtype}")
+        raise TypeError(
+            f"{name} must hold integer or real floating positions, got dtype {positions.dtype}"
+        )
     if positions.is_floating_point() and not torch.isfinite(positions).all():
-        raise ValueError(f"{name} must be finite, got a non-finite value (shape {fmt_shape(positions.shape)})")
+        raise ValueError(
+            f"{name} must be finite, got a non-finite value (shape {fmt_shape(positions.shape)})"
+        )
 
 
 def check_probability(name: str, value: object) -> float:
     """``value`` is a real number in ``[0, 1)`` (a dropout probability): Python, numpy or 0-d torch."""
-    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_complex and value.dtype != torch.bool:
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 0
+        and not value.dtype.is_complex
+        and value.dtype != torch.bool
+    ):
         value = value.item()
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a probability (a real number in [0, 1)), got {type(value).__name__} {value!r}")
+    if (
+        isinstance(value, bool)
+        or type(value).__name__ == "bool_"
+        or not isinstance(value, numbers.Real)
+    ):
+        raise TypeError(
+            f"{name} must be a probability (a real number in [0, 1)), got {type(value).__name__}"
+            f" {value!r}"
+        )
     if not (math.isfinite(value) and 0.0 <= value < 1.0):
         raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
     return float(value)

@@ -247,9 +247,20 @@ INTRODUCED: Dict[str, int] = {
 #: later chapter switches on (the earlier chapter never uses it), with the reason.
 LATER_FEATURES: Dict[Tuple[str, str], str] = {
     ("attncourse.multihead.MultiHeadAttention", "attncourse.kv_cache.KVCache"): "cache=, chapter 6",
-    ("attncourse.multihead.MultiHeadAttention", "attncourse.kv_cache.repeat_kv"): "num_kv_heads=, chapter 6",
+    (
+        "attncourse.multihead.MultiHeadAttention",
+        "attncourse.kv_cache.repeat_kv",
+    ): "num_kv_heads=, chapter 6",
     ("attncourse.transformer.TransformerBlock", "attncourse.kv_cache.KVCache"): "cache=, chapter 6",
-    ("attncourse.transformer.CausalLM", "attncourse.kv_cache.KVCache"): "cache= and new_cache, chapter 6",
-    ("attncourse.benchmarks.attention.run_cache", "attncourse.benchmarks.measure.time_interleaved"):
-        "how run_cache times its steps; chapter 6 reads only the results, chapter 7 teaches the method",
+    (
+        "attncourse.transformer.CausalLM",
+        "attncourse.kv_cache.KVCache",
+    ): "cache= and new_cache, chapter 6",
+    (
+        "attncourse.benchmarks.attention.run_cache",
+        "attncourse.benchmarks.measure.time_interleaved",
+    ): (
+        "how run_cache times its steps; chapter 6 reads only the results, chapter 7 teaches the"
+        " method"
+    ),
 }

@@ -18,6 +18,7 @@ step, and the loss adds ``lambda * mean(z)`` per layer. Keys farther back than t
 largest current span plus the ramp have weight exactly 0 for every head, so they are never
 computed: the work per query is ``ceil(max_h z_h + R)`` dot products instead of ``L``.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
-    require_bool,
     broadcast_batch,
-    fmt_shape,
-    require_floating,
     default_scale,
+    fmt_shape,
+    require_bool,
+    require_floating,
     require_input_like,
     require_module,
     require_non_negative_int,
@@ -87,7 +88,9 @@ def soft_span_mask(distance: Tensor, span: Union[Tensor, float], ramp: float) ->
     elif not span.is_floating_point():
         raise TypeError(f"span must be a floating-point tensor, got dtype {span.dtype}")
     if span.device != distance.device:
-        raise ValueError(f"span and distance must be on the same device, got {span.device} and {distance.device}")
+        raise ValueError(
+            f"span and distance must be on the same device, got {span.device} and {distance.device}"
+        )
     if not bool(torch.isfinite(span.detach()).all()):
         raise ValueError(f"span must be finite, got {span!r}")
     broadcast_batch(distance=distance.shape, span=span.shape)
@@ -113,7 +116,11 @@ def span_window(span: Union[Tensor, float], ramp: float) -> int:
         longest = float(span)
     else:
         raise TypeError(f"span must be a number or a tensor, got {type(span).__name__}")
-    if not math.isfinite(longest) or (isinstance(span, Tensor) and float(span.detach().min()) < 0) or longest < 0:
+    if (
+        not math.isfinite(longest)
+        or (isinstance(span, Tensor) and float(span.detach().min()) < 0)
+        or longest < 0
+    ):
         raise ValueError(f"every span must be finite and >= 0, got {span!r}")
     return math.ceil(longest + ramp)
 
@@ -205,11 +212,15 @@ def adaptive_span_attention(
     require_same_dtype_and_device(query=query, key=key, value=value)
     if key.shape != query.shape or value.shape[:3] != query.shape[:3]:
         raise ValueError(
-            f"self-attention needs query and key of one shape (B, H, L, d_k) and value (B, H, L, d_v): "
-            f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+            "self-attention needs query and key of one shape (B, H, L, d_k) and value (B, H, L,"
+            f" d_v): query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
+            f" {fmt_shape(value.shape)}"
         )
     if span.size(0) != query.size(1):
-        raise ValueError(f"span has {span.size(0)} entries but query has {query.size(1)} heads (query {fmt_shape(query.shape)})")
+        raise ValueError(
+            f"span has {span.size(0)} entries but query has {query.size(1)} heads (query"
+            f" {fmt_shape(query.shape)})"
+        )
     if span.device != query.device:
         raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
     require_positive_int("block", block)
@@ -224,15 +235,18 @@ def adaptive_span_attention(
     else:
         require_positive_int("window", window)
         if window < needed:
-            raise ValueError(f"window={window} would drop keys with non-zero weight: the spans {span.tolist()} and ramp {ramp} need {needed}")
+            raise ValueError(
+                f"window={window} would drop keys with non-zero weight: the spans {span.tolist()}"
+                f" and ramp {ramp} need {needed}"
+            )
         window = min(window, length)
     if position_bias is not None:
         require_floating("position_bias", position_bias)
         require_rank("position_bias", position_bias, 2, "(H, D)")
         if position_bias.size(0) != heads or position_bias.size(1) < needed:
             raise ValueError(
-                f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the spans reach), "
-                f"got {fmt_shape(position_bias.shape)}"
+                f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the"
+                f" spans reach), got {fmt_shape(position_bias.shape)}"
             )
     num_blocks, block, num_keys = _plan(length, window, block)
 
@@ -246,18 +260,26 @@ def adaptive_span_attention(
     pad = (0, 0, before, padded - length)
     keys = nn.functional.pad(key, pad).unfold(2, num_keys, block).transpose(-2, -1)
     values = nn.functional.pad(value, pad).unfold(2, num_keys, block).transpose(-2, -1)
-    scores = (queries * scale) @ keys.transpose(-2, -1)  # (B, H, n, b, b + W - 1), scaled before the product
+    scores = (queries * scale) @ keys.transpose(
+        -2, -1
+    )  # (B, H, n, b, b + W - 1), scaled before the product
 
     # Distance from query t (row r of block n) to key column c: t - (n b - before + c).
     rows = torch.arange(block, device=device)[:, None]
     cols = torch.arange(num_keys, device=device)
     distance = rows + before - cols  # (b, K), the same in every block
-    key_position = torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols  # (n, 1, K)
+    key_position = (
+        torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols
+    )  # (n, 1, K)
     exists = (distance >= 0) & (key_position >= 0)  # (n, b, K): causal, and not padding
     if position_bias is not None:
         reach = position_bias.size(1) - 1
-        scores = scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]  # (H, 1, b, K)
-    mask = soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists  # (H, n, b, K)
+        scores = (
+            scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]
+        )  # (H, 1, b, K)
+    mask = (
+        soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists
+    )  # (H, n, b, K)
     scores = scores.masked_fill(mask == 0, float("-inf"))
     weights = safe_softmax(scores) * mask  # the soft mask multiplies the probabilities ...
     weights = weights / weights.sum(-1, keepdim=True)  # ... which are renormalised
@@ -267,7 +289,9 @@ def adaptive_span_attention(
     x = torch.arange(window, device=device)
     column = rows + before - x  # (b, W)
     valid = (column >= 0) & (column < num_keys)
-    by_distance = weights.gather(-1, column.clamp(0, num_keys - 1).expand(batch, heads, num_blocks, block, window))
+    by_distance = weights.gather(
+        -1, column.clamp(0, num_keys - 1).expand(batch, heads, num_blocks, block, window)
+    )
     by_distance = (by_distance * valid).flatten(2, 3)[:, :, :length]
     return output, by_distance
 
@@ -289,18 +313,32 @@ class AdaptiveSpan(nn.Module):
     """
 
     def __init__(
-        self, num_heads: int, max_span: int, ramp: float, *, init_span: Optional[float] = None, learnable: bool = True
+        self,
+        num_heads: int,
+        max_span: int,
+        ramp: float,
+        *,
+        init_span: Optional[float] = None,
+        learnable: bool = True,
     ) -> None:
         super().__init__()
         require_positive_int("num_heads", num_heads)
         require_positive_int("max_span", max_span)
         require_positive_number("ramp", ramp)
         init_span = float(max_span) if init_span is None else init_span
-        if isinstance(init_span, bool) or not isinstance(init_span, (int, float)) or not 0 <= init_span <= max_span:
-            raise ValueError(f"init_span must be a number in [0, max_span={max_span}], got {init_span!r}")
+        if (
+            isinstance(init_span, bool)
+            or not isinstance(init_span, (int, float))
+            or not 0 <= init_span <= max_span
+        ):
+            raise ValueError(
+                f"init_span must be a number in [0, max_span={max_span}], got {init_span!r}"
+            )
         self.num_heads, self.max_span, self.ramp = num_heads, max_span, float(ramp)
         require_bool("learnable", learnable)
-        self.span_fraction = nn.Parameter(torch.full((num_heads,), init_span / max_span), requires_grad=learnable)
+        self.span_fraction = nn.Parameter(
+            torch.full((num_heads,), init_span / max_span), requires_grad=learnable
+        )
 
     @property
     def spans(self) -> Tensor:
@@ -314,7 +352,12 @@ class AdaptiveSpan(nn.Module):
 
     def penalty(self, weight: float) -> Tensor:
         """The span penalty of this layer, ``weight * mean_h(z_h)`` (``lambda`` of the paper), a scalar."""
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
             raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
         return weight * self.spans.mean()
 
@@ -371,13 +414,21 @@ class AdaptiveSpanAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.projections = MultiHeadAttention(embed_dim, num_heads, bias=bias)
-        self.span = AdaptiveSpan(num_heads, max_span, ramp, init_span=init_span, learnable=learnable)
+        self.span = AdaptiveSpan(
+            num_heads, max_span, ramp, init_span=init_span, learnable=learnable
+        )
         require_positive_int("block", block)
         if not isinstance(trim, bool) or not isinstance(position_bias, bool):
-            raise TypeError(f"trim and position_bias must be bools, got {trim!r} and {position_bias!r}")
+            raise TypeError(
+                f"trim and position_bias must be bools, got {trim!r} and {position_bias!r}"
+            )
         self.trim, self.block = trim, block
         # relative positions, as in the paper's model: a learned score per head and distance
-        self.position_bias = nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp))) if position_bias else None
+        self.position_bias = (
+            nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp)))
+            if position_bias
+            else None
+        )
         self.cells = 0
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
@@ -387,15 +438,23 @@ class AdaptiveSpanAttention(nn.Module):
         require_rank("x", x, 3, "(B, L, embed_dim)")
         p = self.projections
         if x.size(-1) != p.embed_dim:
-            raise ValueError(f"x has {x.size(-1)} features but embed_dim is {p.embed_dim} (x {fmt_shape(x.shape)})")
+            raise ValueError(
+                f"x has {x.size(-1)} features but embed_dim is {p.embed_dim} (x"
+                f" {fmt_shape(x.shape)})"
+            )
         require_input_like("x", x, p.q_proj.weight)
         length = x.size(1)
         if mask is not None:
             require_tensor("mask", mask)
-            if mask.shape != (length, length) or mask.dtype != torch.bool or not torch.equal(mask, causal_mask(length, device=mask.device)):
+            if (
+                mask.shape != (length, length)
+                or mask.dtype != torch.bool
+                or not torch.equal(mask, causal_mask(length, device=mask.device))
+            ):
                 raise ValueError(
-                    f"adaptive-span attention is causal by construction: mask must be None or the boolean causal "
-                    f"mask of shape ({length}, {length}), got dtype {mask.dtype} and shape {fmt_shape(mask.shape)}"
+                    "adaptive-span attention is causal by construction: mask must be None or the"
+                    f" boolean causal mask of shape ({length}, {length}), got dtype {mask.dtype}"
+                    f" and shape {fmt_shape(mask.shape)}"
                 )
         q = split_heads(p.q_proj(x), p.num_heads)  # (B, H, L, head_dim)
         k = split_heads(p.k_proj(x), p.num_heads)
@@ -406,12 +465,22 @@ class AdaptiveSpanAttention(nn.Module):
         fractions = self.span.span_fraction.detach()
         if not ((fractions >= 0) & (fractions <= 1)).all():
             raise ValueError(
-                f"span.span_fraction must lie in [0, 1] (spans within [0, max_span={self.span.max_span}]), got "
-                f"{[round(f, 4) for f in fractions.tolist()]}: clamp it after each optimiser step "
-                f"(clamp_spans(model), or layer.span.clamp_())"
+                "span.span_fraction must lie in [0, 1] (spans within [0,"
+                f" max_span={self.span.max_span}]), got"
+                f" {[round(f, 4) for f in fractions.tolist()]}: clamp it after each optimiser step"
+                " (clamp_spans(model), or layer.span.clamp_())"
             )
         window = self.span.window(length) if self.trim else length
-        heads, weights = adaptive_span_attention(q, k, v, self.span.spans, self.span.ramp, window=window, block=self.block, position_bias=self.position_bias)
+        heads, weights = adaptive_span_attention(
+            q,
+            k,
+            v,
+            self.span.spans,
+            self.span.ramp,
+            window=window,
+            block=self.block,
+            position_bias=self.position_bias,
+        )
         self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)
         return p.out_proj(merge_heads(heads)), weights
 
@@ -426,7 +495,9 @@ class AdaptiveSpanBlock(nn.Module):
     weights ``(B, H, L, W)`` (by distance), detached.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, max_span: int, ramp: float, **span_options) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, max_span: int, ramp: float, **span_options
+    ) -> None:
         super().__init__()
         require_non_negative_int("d_ff", d_ff)
         self.self_attn = AdaptiveSpanAttention(d_model, num_heads, max_span, ramp, **span_options)
@@ -461,7 +532,10 @@ def adaptive_span_lm(
 
     ``span_options`` (``init_span``, ``learnable``, ``trim``) go to every layer.
     """
-    blocks = [AdaptiveSpanBlock(d_model, num_heads, d_ff, max_span, ramp, **span_options) for _ in range(num_layers)]
+    blocks = [
+        AdaptiveSpanBlock(d_model, num_heads, d_ff, max_span, ramp, **span_options)
+        for _ in range(num_layers)
+    ]
     return CausalLM(vocab_size, d_model, max_len, blocks)
 
 

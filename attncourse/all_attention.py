@@ -20,6 +20,7 @@ the projections): ``4 d^2 + 2 N d`` against ``4 d^2 + 2 d d_ff`` (+ FFN biases) 
 standard layer, so ``N = d_ff`` matches one layer's size (:func:`all_attention_layer_parameters`,
 :func:`transformer_layer_parameters`).
 """
+
 from __future__ import annotations
 
 import math
@@ -29,9 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
-    require_bool,
     check_mask,
     fmt_shape,
+    require_bool,
     require_floating,
     require_input_like,
     require_non_negative_int,
@@ -75,7 +76,9 @@ class AllAttention(nn.Module):
     computes with the same weights and mask.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, num_persistent: int, *, bias: bool = False) -> None:
+    def __init__(
+        self, embed_dim: int, num_heads: int, num_persistent: int, *, bias: bool = False
+    ) -> None:
         super().__init__()
         require_non_negative_int("num_persistent", num_persistent)
         self.projections = MultiHeadAttention(embed_dim, num_heads, bias=bias)
@@ -123,8 +126,8 @@ class AllAttention(nn.Module):
             require_tensor("mask", mask)
             if mask.dim() not in (2, 3, 4):
                 raise ValueError(
-                    f"mask must have shape (L, L), (B, L, L) or (B, num_heads, L, L) over the context, "
-                    f"got {fmt_shape(mask.shape)}"
+                    "mask must have shape (L, L), (B, L, L) or (B, num_heads, L, L) over the"
+                    f" context, got {fmt_shape(mask.shape)}"
                 )
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # the same mask for every head
@@ -134,8 +137,15 @@ class AllAttention(nn.Module):
         if span_mask is not None:
             require_floating("span_mask", span_mask)
             if span_mask.device != x.device:
-                raise ValueError(f"span_mask must be on the device of x ({x.device}), got {span_mask.device}")
-            check_mask(span_mask, scores_shape, name="span_mask", layout="(B, num_heads, L, L) over the context keys")
+                raise ValueError(
+                    f"span_mask must be on the device of x ({x.device}), got {span_mask.device}"
+                )
+            check_mask(
+                span_mask,
+                scores_shape,
+                name="span_mask",
+                layout="(B, num_heads, L, L) over the context keys",
+            )
 
         p = self.projections
         query = split_heads(p.q_proj(x), self.num_heads)  # (B, h, L, d_h)
@@ -143,7 +153,9 @@ class AllAttention(nn.Module):
         value = split_heads(p.v_proj(x), self.num_heads)  # (B, h, L, d_h)
         memory_key, memory_value = self.memory()  # (h, N, d_h) each
         n = self.num_persistent
-        key = torch.cat([key, memory_key.to(key.dtype).expand(batch, -1, -1, -1)], dim=2)  # (B, h, L + N, d_h)
+        key = torch.cat(
+            [key, memory_key.to(key.dtype).expand(batch, -1, -1, -1)], dim=2
+        )  # (B, h, L + N, d_h)
         value = torch.cat([value, memory_value.to(value.dtype).expand(batch, -1, -1, -1)], dim=2)
         if mask is not None and n:
             mask = _extend_mask(mask, n)  # (..., L, L + N): the persistent columns always visible
@@ -161,7 +173,9 @@ def extend_mask(mask: Tensor, num_persistent: int) -> Tensor:
     """
     require_tensor("mask", mask)
     if mask.dim() < 2:
-        raise ValueError(f"mask must have at least 2 dimensions (..., L, S), got shape {fmt_shape(mask.shape)}")
+        raise ValueError(
+            f"mask must have at least 2 dimensions (..., L, S), got shape {fmt_shape(mask.shape)}"
+        )
     require_non_negative_int("num_persistent", num_persistent)
     return _extend_mask(mask, num_persistent)
 
@@ -169,14 +183,20 @@ def extend_mask(mask: Tensor, num_persistent: int) -> Tensor:
 def _extend_mask(mask: Tensor, n: int) -> Tensor:
     """Append ``n`` columns that keep every persistent key: ``True`` (boolean) or ``0`` (additive)."""
     extra = torch.ones if mask.dtype == torch.bool else torch.zeros
-    return torch.cat([mask, extra(*mask.shape[:-1], n, dtype=mask.dtype, device=mask.device)], dim=-1)
+    return torch.cat(
+        [mask, extra(*mask.shape[:-1], n, dtype=mask.dtype, device=mask.device)], dim=-1
+    )
 
 
-def _apply_span_mask(weights: Tensor, value: Tensor, span_mask: Tensor, length: int) -> Tuple[Tensor, Tensor]:
+def _apply_span_mask(
+    weights: Tensor, value: Tensor, span_mask: Tensor, length: int
+) -> Tuple[Tensor, Tensor]:
     """Scale the context weights by ``span_mask`` and renormalise context and memory jointly."""
     weights = torch.cat([weights[..., :length] * span_mask, weights[..., length:]], dim=-1)
     total = weights.sum(dim=-1, keepdim=True)
-    weights = weights / total.clamp_min(torch.finfo(weights.dtype).tiny)  # a row left with nothing stays 0
+    weights = weights / total.clamp_min(
+        torch.finfo(weights.dtype).tiny
+    )  # a row left with nothing stays 0
     return weights @ value, weights
 
 
@@ -194,7 +214,9 @@ class AllAttentionBlock(nn.Module):
         bias: biases on the attention's projections (the paper has none).
     """
 
-    def __init__(self, d_model: int, num_heads: int, num_persistent: int, *, bias: bool = False) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, num_persistent: int, *, bias: bool = False
+    ) -> None:
         super().__init__()
         self.attn = AllAttention(d_model, num_heads, num_persistent, bias=bias)
         self.norm = nn.LayerNorm(d_model)
@@ -231,7 +253,7 @@ def ffn_as_attention(query: Tensor, w1: Tensor, w2: Tensor) -> Tuple[Tensor, Ten
     require_same_dtype_and_device(query=query, w1=w1, w2=w2)
     if w1.size(1) != query.size(-1) or w2.size(0) != query.size(-1) or w2.size(1) != w1.size(0):
         raise ValueError(
-            f"w1 must be (d_ff, d_model) and w2 (d_model, d_ff) for query (..., d_model): "
+            "w1 must be (d_ff, d_model) and w2 (d_model, d_ff) for query (..., d_model): "
             f"query {fmt_shape(query.shape)}, w1 {fmt_shape(w1.shape)}, w2 {fmt_shape(w2.shape)}"
         )
     output, weights = scaled_dot_product_attention(query.unsqueeze(-2), w1, w2.T, scale=1.0)
@@ -239,7 +261,12 @@ def ffn_as_attention(query: Tensor, w1: Tensor, w2: Tensor) -> Tuple[Tensor, Ten
 
 
 def transformer_layer_parameters(
-    d_model: int, d_ff: int, *, attention_bias: bool = False, ffn_bias: bool = True, layer_norm: bool = False
+    d_model: int,
+    d_ff: int,
+    *,
+    attention_bias: bool = False,
+    ffn_bias: bool = True,
+    layer_norm: bool = False,
 ) -> int:
     """Parameters of one standard (encoder or decoder-only) Transformer layer.
 
@@ -251,7 +278,11 @@ def transformer_layer_parameters(
     """
     require_positive_int("d_model", d_model)
     require_non_negative_int("d_ff", d_ff)
-    for name, flag in (("attention_bias", attention_bias), ("ffn_bias", ffn_bias), ("layer_norm", layer_norm)):
+    for name, flag in (
+        ("attention_bias", attention_bias),
+        ("ffn_bias", ffn_bias),
+        ("layer_norm", layer_norm),
+    ):
         require_bool(name, flag)
     d = d_model
     count = 4 * d * d + 2 * d * d_ff

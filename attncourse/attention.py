@@ -5,6 +5,7 @@
 The whole algorithm is the five lines at the end of :func:`scaled_dot_product_attention`;
 everything above them checks the input.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -35,7 +36,9 @@ def safe_softmax(scores: Tensor) -> Tensor:
 def _safe_softmax(scores: Tensor) -> Tensor:
     """:func:`safe_softmax` without the checks."""
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
-    compute_dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    compute_dtype = (
+        torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    )
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1, dtype=compute_dtype)
     return weights.masked_fill(empty, 0.0).to(scores.dtype)
 
@@ -90,7 +93,9 @@ def scaled_dot_product_attention(
     return _attention(query, key, value, mask, default_scale(query, scale))
 
 
-def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float) -> Tuple[Tensor, Tensor]:
+def _attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float
+) -> Tuple[Tensor, Tensor]:
     """:func:`scaled_dot_product_attention` without the checks, for callers that checked their inputs.
 
     Args as there, with ``scale`` given (not ``None``).

@@ -13,6 +13,7 @@ When a new block raises the maximum from ``m`` to ``m_new``, the old sums are re
 ``exp(m - m_new)``; after the last block ``acc / l`` is exactly ``softmax(scores) @ value``.
 Only one ``(query block, key block)`` tile of scores exists at any time.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -53,7 +54,9 @@ def online_softmax_update(
         require_floating(name, x)
     if scores.dim() == 0:
         raise ValueError("scores must have at least 1 dimension (..., B), got a 0-d tensor")
-    broadcast_batch(running_max=running_max.shape, running_sum=running_sum.shape, scores=scores.shape[:-1])
+    broadcast_batch(
+        running_max=running_max.shape, running_sum=running_sum.shape, scores=scores.shape[:-1]
+    )
     new_max = torch.maximum(running_max, scores.amax(dim=-1))
     shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # -inf - -inf would be NaN
     correction = torch.exp(running_max - shift)
@@ -80,7 +83,9 @@ def _attend_query_block(
     """
     block_q, seq_k = query.size(-2), key_t.size(-1)
     batch = query.shape[:-2]
-    inplace = not torch.is_grad_enabled() or not (query.requires_grad or key_t.requires_grad or value.requires_grad)
+    inplace = not torch.is_grad_enabled() or not (
+        query.requires_grad or key_t.requires_grad or value.requires_grad
+    )
     # the statistics have the batch shape of the scores (query and key); the accumulated
     # output that of the scores and the values together (value may bring batch dimensions)
     stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2]) + (block_q,)
@@ -98,20 +103,36 @@ def _attend_query_block(
         if mask is not None:
             tile = mask[..., k_start:k_stop]
             if tile.dtype == torch.bool:
-                scores = scores.masked_fill_(~tile, float("-inf")) if inplace else scores.masked_fill(~tile, float("-inf"))
+                scores = (
+                    scores.masked_fill_(~tile, float("-inf"))
+                    if inplace
+                    else scores.masked_fill(~tile, float("-inf"))
+                )
             else:
                 scores = scores.add_(tile) if inplace else scores + tile
-        if causal_offset is not None and k_stop - 1 > q_start + causal_offset:  # the tile crosses the diagonal
+        if (
+            causal_offset is not None and k_stop - 1 > q_start + causal_offset
+        ):  # the tile crosses the diagonal
             rows = torch.arange(q_start, q_start + block_q, device=query.device)[:, None]
             cols = torch.arange(k_start, k_stop, device=query.device)[None, :]
             future = cols > rows + causal_offset
-            scores = scores.masked_fill_(future, float("-inf")) if inplace else scores.masked_fill(future, float("-inf"))
+            scores = (
+                scores.masked_fill_(future, float("-inf"))
+                if inplace
+                else scores.masked_fill(future, float("-inf"))
+            )
 
-        new_max = torch.maximum(running_max, scores.detach().amax(dim=-1))  # the shift needs no gradient
-        shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # a row with no key yet: avoid -inf - -inf
+        new_max = torch.maximum(
+            running_max, scores.detach().amax(dim=-1)
+        )  # the shift needs no gradient
+        shift = new_max.masked_fill(
+            torch.isneginf(new_max), 0.0
+        )  # a row with no key yet: avoid -inf - -inf
         correction = torch.exp(running_max - shift)  # rescales what was summed against the old max
         if inplace:
-            weights = scores.sub_(shift[..., None]).exp_()  # unnormalised weights, in the tile's memory
+            weights = scores.sub_(
+                shift[..., None]
+            ).exp_()  # unnormalised weights, in the tile's memory
             running_sum.mul_(correction).add_(weights.sum(dim=-1))
             acc.mul_(correction[..., None]).add_(weights @ value[..., k_start:k_stop, :])
         else:
@@ -185,13 +206,23 @@ def tiled_attention(
     query = query * scale  # (..., L, d_k): scaling the queries once costs L*d, not L*S
     key_t = key.transpose(-2, -1).contiguous()  # (..., d_k, S)
     causal_offset = seq_k - seq_q if causal else None
-    use_checkpoint = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    use_checkpoint = torch.is_grad_enabled() and (
+        query.requires_grad or key.requires_grad or value.requires_grad
+    )
 
     blocks = []
     for q_start in range(0, seq_q, query_block_size):
         q_stop = min(q_start + query_block_size, seq_q)
         rows = mask[..., q_start:q_stop, :] if mask is not None else None
-        args = (query[..., q_start:q_stop, :], key_t, value, rows, q_start, causal_offset, block_size)
+        args = (
+            query[..., q_start:q_stop, :],
+            key_t,
+            value,
+            rows,
+            q_start,
+            causal_offset,
+            block_size,
+        )
         if use_checkpoint:
             blocks.append(checkpoint(_attend_query_block, *args, use_reentrant=False))
         else:
@@ -200,7 +231,12 @@ def tiled_attention(
 
 
 def tile_schedule(
-    seq_q: int, seq_k: int, *, causal: bool = False, block_size: int = 1024, query_block_size: int = 256
+    seq_q: int,
+    seq_k: int,
+    *,
+    causal: bool = False,
+    block_size: int = 1024,
+    query_block_size: int = 256,
 ) -> List[Tuple[int, int, int, int, bool]]:
     """The tiles of scores that :func:`tiled_attention` computes, in the order it computes them.
 
@@ -224,5 +260,7 @@ def tile_schedule(
         key_end = min(seq_k, q_stop + offset) if causal else seq_k
         for k_start in range(0, max(key_end, 0), block_size):
             k_stop = min(k_start + block_size, key_end)
-            tiles.append((q_start, q_stop, k_start, k_stop, causal and k_stop - 1 > q_start + offset))
+            tiles.append(
+                (q_start, q_stop, k_start, k_stop, causal and k_stop - 1 > q_start + offset)
+            )
     return tiles

@@ -18,6 +18,7 @@ has seen and a step computes only the new position's query, key and value::
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
 * :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -28,10 +29,22 @@ from torch import Tensor
 from ._checks import fmt_shape, require_floating, require_positive_int, require_rank, require_tensor
 from .masks import causal_mask
 
-__all__ = ["KVCache", "sliding_window_mask", "window_mask_from_positions", "repeat_kv", "kv_cache_bytes"]
+__all__ = [
+    "KVCache",
+    "sliding_window_mask",
+    "window_mask_from_positions",
+    "repeat_kv",
+    "kv_cache_bytes",
+]
 
 
-def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window: int, device: Optional[torch.device] = None) -> Tensor:
+def sliding_window_mask(
+    query_len: int,
+    key_len: Optional[int] = None,
+    *,
+    window: int,
+    device: Optional[torch.device] = None,
+) -> Tensor:
     """Causal mask with a window: query ``i`` may attend to key ``j`` when ``0 <= (i + S - L) - j < window``.
 
     The last query is aligned with the last key, as in :func:`attncourse.masks.causal_mask`
@@ -49,7 +62,9 @@ def sliding_window_mask(query_len: int, key_len: Optional[int] = None, *, window
     return causal & (i + (key_len - query_len) - j < window)
 
 
-def window_mask_from_positions(query_positions: Tensor, key_positions: Tensor, window: Optional[int] = None) -> Tensor:
+def window_mask_from_positions(
+    query_positions: Tensor, key_positions: Tensor, window: Optional[int] = None
+) -> Tensor:
     """Which key each query may attend to, from their absolute positions.
 
     Key ``j`` is visible to query ``i`` when ``0 <= query_positions[i] - key_positions[j]``
@@ -67,12 +82,15 @@ def window_mask_from_positions(query_positions: Tensor, key_positions: Tensor, w
     for name, positions in (("query_positions", query_positions), ("key_positions", key_positions)):
         require_tensor(name, positions)
         if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor of positions, got dtype {positions.dtype}")
+            raise TypeError(
+                f"{name} must be an integer tensor of positions, got dtype {positions.dtype}"
+            )
     require_rank("query_positions", query_positions, 1, "(L,)")
     require_rank("key_positions", key_positions, 1, "(S,)")
     if query_positions.device != key_positions.device:
         raise ValueError(
-            f"query_positions and key_positions must be on one device, got {query_positions.device} and {key_positions.device}"
+            f"query_positions and key_positions must be on one device, got {query_positions.device}"
+            f" and {key_positions.device}"
         )
     if window is not None:
         require_positive_int("window", window)
@@ -147,7 +165,10 @@ class KVCache:
         require_rank("key", key, 4, "(B, kv_heads, L, head_dim)")
         require_rank("value", value, 4, "(B, kv_heads, L, head_dim_v)")
         if key.shape[:3] != value.shape[:3]:
-            raise ValueError(f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}")
+            raise ValueError(
+                f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value"
+                f" {fmt_shape(value.shape)}"
+            )
         return self._append(key, value)
 
     def _append(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -156,21 +177,32 @@ class KVCache:
         It checks only what no caller can know: that the rows fit those already stored (a
         cache is one layer's; the same cache given to another layer fails here).
         """
-        if self.keys is not None and (key.shape[:2] != self.keys.shape[:2] or key.shape[3] != self.keys.shape[3]
-                                      or value.shape[3] != self.values.shape[3]):
+        if self.keys is not None and (
+            key.shape[:2] != self.keys.shape[:2]
+            or key.shape[3] != self.keys.shape[3]
+            or value.shape[3] != self.values.shape[3]
+        ):
             raise ValueError(
-                f"key {fmt_shape(key.shape)} does not fit the cache's rows {fmt_shape(self.keys.shape)} "
-                f"(B, kv_heads and head_dim must stay the same)"
+                f"key {fmt_shape(key.shape)} does not fit the cache's rows"
+                f" {fmt_shape(self.keys.shape)} (B, kv_heads and head_dim must stay the same)"
             )
         for name, new, stored in (("key", key, self.keys), ("value", value, self.values)):
             if stored is not None and new.dtype != stored.dtype:
-                raise TypeError(f"{name} must have the cache's dtype {stored.dtype}, got {new.dtype}")
+                raise TypeError(
+                    f"{name} must have the cache's dtype {stored.dtype}, got {new.dtype}"
+                )
             if stored is not None and new.device != stored.device:
-                raise ValueError(f"{name} must be on the cache's device {stored.device}, got {new.device}")
+                raise ValueError(
+                    f"{name} must be on the cache's device {stored.device}, got {new.device}"
+                )
         length = key.size(2)
         new_positions = torch.arange(self.seen, self.seen + length, device=key.device)
         if self.keys is None:
-            keys, values, positions = key.clone(), value.clone(), new_positions  # owned, not the caller's
+            keys, values, positions = (
+                key.clone(),
+                value.clone(),
+                new_positions,
+            )  # owned, not the caller's
         else:
             stored_keys, stored_values, stored_positions = self._stored()
             keys = torch.cat([stored_keys, key], dim=2)
@@ -202,7 +234,10 @@ class KVCache:
         """Bytes held by the stored keys and values."""
         if self.keys is None:
             return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        return (
+            self.keys.numel() * self.keys.element_size()
+            + self.values.numel() * self.values.element_size()
+        )
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -225,13 +260,30 @@ def _repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     if n_rep == 1:
         return x
     batch, heads, length, head_dim = x.shape
-    return x[:, :, None].expand(batch, heads, n_rep, length, head_dim).reshape(batch, heads * n_rep, length, head_dim)
+    return (
+        x[:, :, None]
+        .expand(batch, heads, n_rep, length, head_dim)
+        .reshape(batch, heads * n_rep, length, head_dim)
+    )
 
 
-def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_dim: int, length: int, batch: int = 1, bytes_per_element: int = 2) -> int:
+def kv_cache_bytes(
+    *,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    length: int,
+    batch: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
     """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
-    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("length", length), ("batch", batch), ("bytes_per_element", bytes_per_element)):
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("length", length),
+        ("batch", batch),
+        ("bytes_per_element", bytes_per_element),
+    ):
         require_positive_int(name, value)
     return 2 * num_layers * num_kv_heads * head_dim * length * batch * bytes_per_element
-

@@ -19,6 +19,7 @@ Causal masks: :func:`causal_mask` aligns the last query with the last key (botto
 ``is_causal=True`` in ``F.scaled_dot_product_attention`` aligns the first query with the
 first key (top left). They agree when the query and key lengths are equal.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
@@ -26,7 +27,13 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ._checks import _is_int, fmt_shape, require_non_negative_int, require_positive_int, require_tensor
+from ._checks import (
+    _is_int,
+    fmt_shape,
+    require_non_negative_int,
+    require_positive_int,
+    require_tensor,
+)
 
 __all__ = [
     "padding_mask",
@@ -41,7 +48,10 @@ __all__ = [
 
 
 def padding_mask(
-    lengths: Union[Tensor, Sequence[int]], max_len: Optional[int] = None, *, device: Optional[torch.device] = None
+    lengths: Union[Tensor, Sequence[int]],
+    max_len: Optional[int] = None,
+    *,
+    device: Optional[torch.device] = None,
 ) -> Tensor:
     """Boolean mask of the real (non-padding) positions of a padded batch.
 
@@ -62,16 +72,35 @@ def padding_mask(
     """
     if not isinstance(lengths, Tensor):
         if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-            raise TypeError(f"lengths must be a sequence or tensor of integers, got {type(lengths).__name__}")
+            raise TypeError(
+                f"lengths must be a sequence or tensor of integers, got {type(lengths).__name__}"
+            )
         values = list(lengths)
-        bad = [v for v in values if not (_is_int(v) or (isinstance(v, Tensor) and v.dim() == 0 and not v.is_floating_point() and v.dtype != torch.bool))]
+        bad = [
+            v
+            for v in values
+            if not (
+                _is_int(v)
+                or (
+                    isinstance(v, Tensor)
+                    and v.dim() == 0
+                    and not v.is_floating_point()
+                    and v.dtype != torch.bool
+                )
+            )
+        ]
         if bad:
-            raise TypeError(f"lengths must hold integers, got {bad[0]!r} (of type {type(bad[0]).__name__}) in {values!r}")
+            raise TypeError(
+                f"lengths must hold integers, got {bad[0]!r} (of type {type(bad[0]).__name__}) in"
+                f" {values!r}"
+            )
         lengths = torch.as_tensor([int(v) for v in values], dtype=torch.long)
     if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
         raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
     if lengths.dim() != 1:
-        raise ValueError(f"lengths must be one-dimensional (B,), got shape {fmt_shape(lengths.shape)}")
+        raise ValueError(
+            f"lengths must be one-dimensional (B,), got shape {fmt_shape(lengths.shape)}"
+        )
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
@@ -87,7 +116,9 @@ def padding_mask(
     return positions[None, :] < lengths[:, None]
 
 
-def causal_mask(query_len: int, key_len: Optional[int] = None, *, device: Optional[torch.device] = None) -> Tensor:
+def causal_mask(
+    query_len: int, key_len: Optional[int] = None, *, device: Optional[torch.device] = None
+) -> Tensor:
     """Boolean mask that lets each query attend to its own position and earlier ones.
 
     The last query is aligned with the last key: query ``i`` may attend to key ``j`` when
@@ -202,7 +233,8 @@ def to_boolean(mask: Tensor) -> Tensor:
     if bool((mask[~removed] != 0).any()):
         others = mask[~removed & (mask != 0)].unique()[:5].tolist()
         raise ValueError(
-            f"only a float mask of 0 (keep) and -inf (remove) converts to boolean; this one also holds {others}"
+            "only a float mask of 0 (keep) and -inf (remove) converts to boolean; this one also"
+            f" holds {others}"
         )
     return ~removed
 
@@ -232,16 +264,22 @@ def from_multihead_masks(
         if attn_mask.dim() == 3:
             if attn_mask.size(0) % num_heads:
                 raise ValueError(
-                    f"a 3-D attn_mask has shape (B * num_heads, L, S); its first size {attn_mask.size(0)} "
-                    f"is not a multiple of num_heads={num_heads} (attn_mask {fmt_shape(attn_mask.shape)})"
+                    "a 3-D attn_mask has shape (B * num_heads, L, S); its first size"
+                    f" {attn_mask.size(0)} is not a multiple of num_heads={num_heads} (attn_mask"
+                    f" {fmt_shape(attn_mask.shape)})"
                 )
             attn_mask = attn_mask.view(-1, num_heads, *attn_mask.shape[1:])
         elif attn_mask.dim() != 2:
-            raise ValueError(f"attn_mask must have shape (L, S) or (B * num_heads, L, S), got {fmt_shape(attn_mask.shape)}")
+            raise ValueError(
+                "attn_mask must have shape (L, S) or (B * num_heads, L, S), got"
+                f" {fmt_shape(attn_mask.shape)}"
+            )
         masks.append(from_ignore_mask(attn_mask))
     if key_padding_mask is not None:
         require_tensor("key_padding_mask", key_padding_mask)
         if key_padding_mask.dim() != 2:
-            raise ValueError(f"key_padding_mask must have shape (B, S), got {fmt_shape(key_padding_mask.shape)}")
+            raise ValueError(
+                f"key_padding_mask must have shape (B, S), got {fmt_shape(key_padding_mask.shape)}"
+            )
         masks.append(from_ignore_mask(key_padding_mask)[:, None, None, :])
     return combine_masks(*masks)

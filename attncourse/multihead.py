@@ -6,6 +6,7 @@
 One ``nn.Linear`` per projection holds all heads' matrices side by side; splitting its
 output into ``h`` slices of ``head_dim`` columns gives each head its own projection.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -13,7 +14,17 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_mask, check_probability, fmt_shape, require_bool, require_floating, require_positive_int, require_rank, require_size, require_tensor
+from ._checks import (
+    check_mask,
+    check_probability,
+    fmt_shape,
+    require_bool,
+    require_floating,
+    require_positive_int,
+    require_rank,
+    require_size,
+    require_tensor,
+)
 from .attention import _attention
 from .kv_cache import KVCache, _repeat_kv
 from .masks import combine_masks
@@ -28,7 +39,9 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     require_rank("x", x, 3, "(B, L, num_heads * head_dim)")
     batch, length, width = x.shape
     if width % num_heads:
-        raise ValueError(f"the last dimension of x ({width}) is not divisible by num_heads={num_heads}")
+        raise ValueError(
+            f"the last dimension of x ({width}) is not divisible by num_heads={num_heads}"
+        )
     return _split_heads(x, num_heads)
 
 
@@ -91,14 +104,14 @@ class MultiHeadAttention(nn.Module):
         if embed_dim % num_heads:
             raise ValueError(
                 f"num_heads={num_heads} must divide embed_dim={embed_dim} "
-                f"(each head gets embed_dim // num_heads columns)"
+                "(each head gets embed_dim // num_heads columns)"
             )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         require_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads:
             raise ValueError(
                 f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
-                f"(each key/value head serves num_heads // num_kv_heads query heads)"
+                "(each key/value head serves num_heads // num_kv_heads query heads)"
             )
         self.num_kv_heads = num_kv_heads
         kdim = embed_dim if kdim is None else kdim
@@ -116,7 +129,13 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W^O
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None, *, cache: Optional[KVCache] = None
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Optional[Tensor] = None,
+        *,
+        cache: Optional[KVCache] = None,
     ) -> Tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -157,47 +176,64 @@ class MultiHeadAttention(nn.Module):
         require_size("value", value, -1, self.vdim, "vdim")
         if not query.size(0) == key.size(0) == value.size(0):
             raise ValueError(
-                f"query, key and value must have the same batch size: "
-                f"query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+                "query, key and value must have the same batch size: query"
+                f" {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
+                f" {fmt_shape(value.shape)}"
             )
         if key.size(1) != value.size(1):
             raise ValueError(
-                f"key and value must have the same length S: key {fmt_shape(key.shape)}, value {fmt_shape(value.shape)}"
+                f"key and value must have the same length S: key {fmt_shape(key.shape)}, value"
+                f" {fmt_shape(value.shape)}"
             )
         param = self.q_proj.weight
         if not query.dtype == key.dtype == value.dtype == param.dtype:
             raise TypeError(
-                f"query, key and value must have the dtype of the layer's parameters ({param.dtype}), got "
-                f"{query.dtype}, {key.dtype} and {value.dtype}; convert the inputs or the layer (e.g. layer.to(dtype))"
+                "query, key and value must have the dtype of the layer's parameters"
+                f" ({param.dtype}), got {query.dtype}, {key.dtype} and {value.dtype}; convert the"
+                " inputs or the layer (e.g. layer.to(dtype))"
             )
         if not query.device == key.device == value.device == param.device:
             raise ValueError(
-                f"query, key and value must be on the device of the layer's parameters ({param.device}), got "
-                f"{query.device}, {key.device} and {value.device}"
+                "query, key and value must be on the device of the layer's parameters"
+                f" ({param.device}), got {query.device}, {key.device} and {value.device}"
             )
         if cache is not None and not isinstance(cache, KVCache):
-            hint = (" (CausalLM.new_cache() returns one KVCache per block: give each layer its own, cache[i])"
-                    if isinstance(cache, (list, tuple)) else "")
+            hint = (
+                " (CausalLM.new_cache() returns one KVCache per block: give each layer its own,"
+                " cache[i])"
+                if isinstance(cache, (list, tuple))
+                else ""
+            )
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
         batch, length, source = query.size(0), query.size(1), key.size(1)
         if cache is not None:  # key, value: the new positions; the queries also see the cached ones
             source = cache.attended_length(source)
         if mask is not None:
             require_tensor("mask", mask)
-            if mask.dim() == 2 and mask.shape == (batch, source) and (batch, source) != (length, source):
+            if (
+                mask.dim() == 2
+                and mask.shape == (batch, source)
+                and (batch, source) != (length, source)
+            ):
                 raise ValueError(
-                    f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S); the layer takes "
-                    f"(L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:, None, :] to mask the keys of every query"
+                    f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S);"
+                    " the layer takes (L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:,"
+                    " None, :] to mask the keys of every query"
                 )
             if mask.dim() == 3:  # (B, L, S): the same mask for every head
                 check_mask(mask, (batch, length, source), layout="(B, L, S)")
                 mask = mask.unsqueeze(1)
             elif mask.dim() in (2, 4):
-                check_mask(mask, (batch, self.num_heads, length, source), layout="(L, S) or (B, num_heads, L, S)")
+                check_mask(
+                    mask,
+                    (batch, self.num_heads, length, source),
+                    layout="(L, S) or (B, num_heads, L, S)",
+                )
             else:
                 raise ValueError(
-                    f"mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) = "
-                    f"{fmt_shape((batch, self.num_heads, length, source))}, got {fmt_shape(mask.shape)}"
+                    "mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) ="
+                    f" {fmt_shape((batch, self.num_heads, length, source))}, got"
+                    f" {fmt_shape(mask.shape)}"
                 )
         # The inputs are checked above, once: the steps below are the unchecked private ones.
         q = _split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
@@ -207,7 +243,10 @@ class MultiHeadAttention(nn.Module):
             k, v, cache_mask = cache._append(k, v)  # (B, h_kv, S, head_dim), cached rows first
             mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
         group = self.num_heads // self.num_kv_heads
-        k, v = _repeat_kv(k, group), _repeat_kv(v, group)  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
+        k, v = (
+            _repeat_kv(k, group),
+            _repeat_kv(v, group),
+        )  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
         heads, weights = _attention(q, k, v, mask, self.head_dim**-0.5)
         if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
             weights = nn.functional.dropout(weights, self.dropout)
@@ -228,11 +267,20 @@ class MultiHeadAttention(nn.Module):
         state (when torch is asked for the weights, ``need_weights=True``). Not supported (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
         """
         if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+            raise TypeError(
+                f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}"
+            )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
         bias = module.in_proj_bias is not None
-        layer = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=bias, dropout=module.dropout)
+        layer = cls(
+            module.embed_dim,
+            module.num_heads,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            bias=bias,
+            dropout=module.dropout,
+        )
         layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
         e = module.embed_dim
         with torch.no_grad():
@@ -263,12 +311,24 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
     attention; ``num_kv_heads = num_heads`` an exact copy.
     """
     if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
+        raise TypeError(
+            f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}"
+        )
     if layer.num_kv_heads != layer.num_heads:
-        raise ValueError(f"layer must be multi-head (num_kv_heads == num_heads), got num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}")
+        raise ValueError(
+            "layer must be multi-head (num_kv_heads == num_heads), got"
+            f" num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}"
+        )
     bias = layer.q_proj.bias is not None
-    pooled = MultiHeadAttention(layer.embed_dim, layer.num_heads, kdim=layer.kdim, vdim=layer.vdim, bias=bias,
-                                dropout=layer.dropout, num_kv_heads=num_kv_heads)
+    pooled = MultiHeadAttention(
+        layer.embed_dim,
+        layer.num_heads,
+        kdim=layer.kdim,
+        vdim=layer.vdim,
+        bias=bias,
+        dropout=layer.dropout,
+        num_kv_heads=num_kv_heads,
+    )
     pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
     group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
     with torch.no_grad():
@@ -278,5 +338,7 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
             weight = source.weight.view(num_kv_heads, group, head_dim, -1).mean(dim=1)
             target.weight.copy_(weight.reshape(num_kv_heads * head_dim, -1))
             if bias:
-                target.bias.copy_(source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1))
+                target.bias.copy_(
+                    source.bias.view(num_kv_heads, group, head_dim).mean(dim=1).reshape(-1)
+                )
     return pooled.train(layer.training)  # the copy is in the mode of the original

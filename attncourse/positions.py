@@ -10,6 +10,7 @@ the same way. A model learns order only from positions put into it:
 * a bias on the scores (ALiBi, Press et al., 2022): :func:`alibi_slopes` and :func:`alibi_bias`
   subtract ``slope_h * (m - n)`` from the score of query ``m`` and key ``n`` in head ``h``.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,12 @@ def _require_even(name: str, value: int) -> None:
 
 
 def sinusoidal_encoding(
-    length: int, d_model: int, *, base: float = 10000.0, device=None, dtype: torch.dtype = torch.float32
+    length: int,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    device=None,
+    dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """The fixed position encodings of "Attention Is All You Need", ``(length, d_model)``.
 
@@ -51,7 +57,9 @@ def sinusoidal_encoding(
     require_positive_number("base", base)
     require_floating_dtype("dtype", dtype)
     pos = torch.arange(length, device=device, dtype=torch.float64)[:, None]  # (L, 1)
-    inv_freq = base ** (-torch.arange(0, d_model, 2, device=device, dtype=torch.float64) / d_model)  # (d/2,)
+    inv_freq = base ** (
+        -torch.arange(0, d_model, 2, device=device, dtype=torch.float64) / d_model
+    )  # (d/2,)
     pe = torch.empty(length, d_model, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)
@@ -66,7 +74,9 @@ def rope_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) -> T
     require_positive_int("head_dim", head_dim)
     _require_even("head_dim", head_dim)
     require_positive_number("base", base)
-    theta = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim)
+    theta = base ** (
+        -torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim
+    )
     return positions.to(torch.float64)[:, None] * theta  # (L, head_dim / 2)
 
 
@@ -83,7 +93,10 @@ def apply_rope(x: Tensor, positions: Tensor, *, base: float = 10000.0) -> Tensor
         raise ValueError(f"x must be (..., L, head_dim), got {fmt_shape(x.shape)}")
     angles = rope_angles(positions, x.size(-1), base=base)
     if angles.size(0) != x.size(-2):
-        raise ValueError(f"positions {fmt_shape(positions.shape)} must have one entry per row of x {fmt_shape(x.shape)}")
+        raise ValueError(
+            f"positions {fmt_shape(positions.shape)} must have one entry per row of x"
+            f" {fmt_shape(x.shape)}"
+        )
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (L, head_dim / 2)
     even, odd = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)
@@ -109,7 +122,14 @@ def alibi_slopes(num_heads: int) -> List[float]:
     return power_of_two(lower) + power_of_two(2 * lower)[0::2][: num_heads - lower]
 
 
-def alibi_bias(num_heads: int, length: int, source: Optional[int] = None, *, device=None, dtype: torch.dtype = torch.float32) -> Tensor:
+def alibi_bias(
+    num_heads: int,
+    length: int,
+    source: Optional[int] = None,
+    *,
+    device=None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """Additive score bias ``(num_heads, L, S)``: ``-slope_h * (m - n)`` for query ``m`` and key ``n``.
 
     Queries are the last ``L`` of ``S`` positions (``m = n`` on the diagonal that
@@ -122,7 +142,10 @@ def alibi_bias(num_heads: int, length: int, source: Optional[int] = None, *, dev
     source = length if source is None else source
     require_positive_int("source", source)
     if source < length:
-        raise ValueError(f"source (S={source}) must be at least length (L={length}): queries are the last L positions")
+        raise ValueError(
+            f"source (S={source}) must be at least length (L={length}): queries are the last L"
+            " positions"
+        )
     slopes = torch.tensor(alibi_slopes(num_heads), device=device, dtype=torch.float64)  # (h,)
     query_pos = torch.arange(source - length, source, device=device, dtype=torch.float64)
     key_pos = torch.arange(source, device=device, dtype=torch.float64)

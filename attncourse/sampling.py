@@ -4,6 +4,7 @@
 ``max_len`` tokens), turn the logits of the last position into a distribution with
 :func:`next_token_distribution` (temperature, top-k) and draw from it.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,14 +14,24 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ._checks import fmt_shape, require_bool, require_floating, require_non_negative_int, require_positive_int, require_tensor
+from ._checks import (
+    fmt_shape,
+    require_bool,
+    require_floating,
+    require_non_negative_int,
+    require_positive_int,
+    require_tensor,
+)
 
 __all__ = ["next_token_distribution", "sample_next", "generate"]
 
 
 def _check_sampling(temperature: float, top_k: Optional[int]) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a real number >= 0, got {type(temperature).__name__} {temperature!r}")
+        raise TypeError(
+            f"temperature must be a real number >= 0, got {type(temperature).__name__}"
+            f" {temperature!r}"
+        )
     if not (math.isfinite(temperature) and temperature >= 0.0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None:
@@ -31,19 +42,24 @@ def _check_logits(logits: Tensor) -> None:
     """``logits`` ``(..., V)``: floating, ``V >= 1``, no NaN or +inf, a finite value in every row."""
     require_floating("logits", logits)
     if logits.dim() < 1 or logits.size(-1) == 0:
-        raise ValueError(f"logits must be (..., V) with a vocabulary of V >= 1 tokens, got {fmt_shape(logits.shape)}")
+        raise ValueError(
+            "logits must be (..., V) with a vocabulary of V >= 1 tokens, got"
+            f" {fmt_shape(logits.shape)}"
+        )
     if torch.isnan(logits).any() or torch.isposinf(logits).any():
         raise ValueError(f"logits must not contain NaN or +inf (shape {fmt_shape(logits.shape)})")
     empty = torch.isneginf(logits).all(-1)  # rows where no token is possible
     if empty.any():
         row = [int(i) for i in empty.nonzero()[0]]
         raise ValueError(
-            f"logits row {tuple(row)} is -inf everywhere: no token has any probability, so there is no "
-            f"distribution to sample from (logits shape {fmt_shape(logits.shape)})"
+            f"logits row {tuple(row)} is -inf everywhere: no token has any probability, so there is"
+            f" no distribution to sample from (logits shape {fmt_shape(logits.shape)})"
         )
 
 
-def next_token_distribution(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None) -> Tensor:
+def next_token_distribution(
+    logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None
+) -> Tensor:
     """Probabilities ``(..., V)`` from logits ``(..., V)``: ``softmax(logits / temperature)`` over the top ``k``.
 
     With ``top_k`` every logit below the ``k``-th largest is removed first (ties with the
@@ -70,7 +86,11 @@ def next_token_distribution(logits: Tensor, *, temperature: float = 1.0, top_k: 
 
 
 def sample_next(
-    logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None, generator: Optional[torch.Generator] = None
+    logits: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
 ) -> Tensor:
     """Draw one token id per row of ``logits`` ``(B, V)``; returns ``(B, 1)`` int64."""
     require_tensor("logits", logits)
@@ -110,23 +130,34 @@ def generate(
     (there is no cropping to slide learned positions along).
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (tokens -> logits), got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a torch.nn.Module (tokens -> logits), got {type(model).__name__}"
+        )
     require_tensor("tokens", tokens)
-    if tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.size(1) == 0:
-        raise ValueError(f"tokens must be a non-empty integer tensor (B, T), got {tokens.dtype} {fmt_shape(tokens.shape)}")
+    if (
+        tokens.dim() != 2
+        or tokens.is_floating_point()
+        or tokens.dtype == torch.bool
+        or tokens.size(1) == 0
+    ):
+        raise ValueError(
+            f"tokens must be a non-empty integer tensor (B, T), got {tokens.dtype}"
+            f" {fmt_shape(tokens.shape)}"
+        )
     require_non_negative_int("max_new_tokens", max_new_tokens)
     _check_sampling(temperature, top_k)
     max_len = getattr(model, "max_len", None)
     if use_cache and max_len is not None and tokens.size(1) + max_new_tokens - 1 > max_len:
         raise ValueError(
-            f"with use_cache=True the prompt ({tokens.size(1)} tokens) plus max_new_tokens - 1 = {max_new_tokens - 1} "
-            f"must fit the model's max_len={max_len}: the cache keeps every position"
+            f"with use_cache=True the prompt ({tokens.size(1)} tokens) plus max_new_tokens - 1 ="
+            f" {max_new_tokens - 1} must fit the model's max_len={max_len}: the cache keeps every"
+            " position"
         )
     require_bool("use_cache", use_cache)
     if use_cache and not callable(getattr(model, "new_cache", None)):
         raise TypeError(
-            f"use_cache=True needs a model with a KV cache (a new_cache() method, as CausalLM has); "
-            f"{type(model).__name__} has none: generate with use_cache=False"
+            "use_cache=True needs a model with a KV cache (a new_cache() method, as CausalLM has);"
+            f" {type(model).__name__} has none: generate with use_cache=False"
         )
     cache = model.new_cache() if use_cache else None
     step_input = tokens  # with the cache: the prompt first, then the newest token only
@@ -135,11 +166,15 @@ def generate(
     try:
         for _ in range(max_new_tokens):
             if cache is not None:
-                logits = model(step_input, cache)[:, -1]  # (B, V): only the new positions are computed
+                logits = model(step_input, cache)[
+                    :, -1
+                ]  # (B, V): only the new positions are computed
             else:
                 context = tokens if max_len is None else tokens[:, -max_len:]
                 logits = model(context)[:, -1]  # (B, V)
-            next_token = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)
+            next_token = sample_next(
+                logits, temperature=temperature, top_k=top_k, generator=generator
+            )
             step_input = next_token.to(tokens.device, tokens.dtype)
             tokens = torch.cat([tokens, step_input], dim=1)
     finally:

@@ -3,6 +3,7 @@
 In a notebook the bar is one line that updates in place (and only its final state is
 kept in the built book); in a terminal it is an ordinary tqdm bar.
 """
+
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,13 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from ._checks import fmt_shape, require_bool, require_floating, require_positive_int, require_token_ids
+from ._checks import (
+    fmt_shape,
+    require_bool,
+    require_floating,
+    require_positive_int,
+    require_token_ids,
+)
 
 __all__ = ["train", "next_token_loss", "ProgressBar"]
 
@@ -54,7 +61,9 @@ class ProgressBar:
 
     def _text(self) -> str:
         elapsed = time.perf_counter() - self.start
-        return tqdm.format_meter(self.n, self.total, elapsed, prefix=self.desc, postfix=self.postfix or None, ncols=100)
+        return tqdm.format_meter(
+            self.n, self.total, elapsed, prefix=self.desc, postfix=self.postfix or None, ncols=100
+        )
 
     def update(self, **postfix: float) -> None:
         self.n += 1
@@ -62,7 +71,9 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.set_postfix_str(self.postfix, refresh=False)
             self._bar.update(1)
-        elif self._handle is not None and (time.perf_counter() - self._last_draw > 0.5 or self.n == self.total):
+        elif self._handle is not None and (
+            time.perf_counter() - self._last_draw > 0.5 or self.n == self.total
+        ):
             self._last_draw = time.perf_counter()
             self._handle.update(_BarLine(self._text()))
 
@@ -134,11 +145,22 @@ def next_token_loss(logits: Tensor, tokens: Tensor, *, start: int = 0) -> Tensor
     require_floating("logits", logits)
     require_token_ids("tokens", tokens, logits.size(-1) if logits.dim() else 0)
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"logits (B, L, V) and tokens (B, L) disagree: {fmt_shape(logits.shape)} vs {fmt_shape(tokens.shape)}")
+        raise ValueError(
+            f"logits (B, L, V) and tokens (B, L) disagree: {fmt_shape(logits.shape)} vs"
+            f" {fmt_shape(tokens.shape)}"
+        )
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < tokens.size(1):
-        raise ValueError(f"start must be an integer in [0, {tokens.size(1) - 1}] for tokens {fmt_shape(tokens.shape)}, got {start!r}")
+        raise ValueError(
+            f"start must be an integer in [0, {tokens.size(1) - 1}] for tokens"
+            f" {fmt_shape(tokens.shape)}, got {start!r}"
+        )
     if tokens.size(1) < 2 or tokens.size(0) == 0:
-        raise ValueError(f"tokens {fmt_shape(tokens.shape)} holds no next token to predict: it needs B >= 1 and L >= 2")
+        raise ValueError(
+            f"tokens {fmt_shape(tokens.shape)} holds no next token to predict: it needs B >= 1 and"
+            " L >= 2"
+        )
     first = max(start, 1)
     predicted = logits[:, first - 1 : -1]
-    return nn.functional.cross_entropy(predicted.reshape(-1, predicted.size(-1)), tokens[:, first:].reshape(-1))
+    return nn.functional.cross_entropy(
+        predicted.reshape(-1, predicted.size(-1)), tokens[:, first:].reshape(-1)
+    )

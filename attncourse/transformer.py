@@ -17,19 +17,19 @@
   ``mask`` of shape ``(L, L)``; so a standard Transformer, one with adaptive spans
   (chapter 8) and an all-attention one (chapter 9) differ only in the blocks they stack.
 """
+
 from __future__ import annotations
 
 import inspect
-
 from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import (
-    require_bool,
     check_probability,
     fmt_shape,
+    require_bool,
     require_floating,
     require_input_like,
     require_non_negative_int,
@@ -39,8 +39,8 @@ from ._checks import (
     require_tensor,
     require_token_ids,
 )
-from .masks import causal_mask, combine_masks
 from .kv_cache import KVCache
+from .masks import causal_mask, combine_masks
 from .multihead import MultiHeadAttention
 from .positions import sinusoidal_encoding
 
@@ -66,7 +66,9 @@ def _check_dropout(dropout: object) -> float:
     return check_probability("dropout", dropout)
 
 
-def _check_hidden(name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)") -> None:
+def _check_hidden(
+    name: str, x: object, attn: MultiHeadAttention, layout: str = "(B, L, d_model)"
+) -> None:
     """A block's input: floating ``(B, L, d_model)`` in the dtype and device of its parameters."""
     require_floating(name, x)
     assert isinstance(x, Tensor)
@@ -112,7 +114,9 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
+        self.cross_attn = (
+            MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
+        )
         self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
         self.ffn = FeedForward(d_model, d_ff) if d_ff > 0 else None
         self.norm3 = nn.LayerNorm(d_model) if d_ff > 0 else None
@@ -137,7 +141,8 @@ class TransformerBlock(nn.Module):
     ) -> Tensor:
         """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
-        self-attention's :class:`attncourse.kv_cache.KVCache` (chapter 6). Returns ``(B, L, d_model)``."""
+        self-attention's :class:`attncourse.kv_cache.KVCache` (chapter 6). Returns ``(B, L, d_model)``.
+        """
         _check_hidden("x", x, self.self_attn)
         if memory is not None:
             _check_hidden("memory", memory, self.self_attn, "(B, S, d_model)")
@@ -176,10 +181,14 @@ class _Embedding(nn.Module):
     sqrt(d_model) times larger than the position components, which then carry almost no signal
     (tasks that need "the token k positions back" learned far more slowly with it)."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str = "learned") -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, max_len: int, positional: str = "learned"
+    ) -> None:
         super().__init__()
         if positional not in ("learned", "sinusoidal", "none"):
-            raise ValueError(f"positional must be 'learned', 'sinusoidal' or 'none', got {positional!r}")
+            raise ValueError(
+                f"positional must be 'learned', 'sinusoidal' or 'none', got {positional!r}"
+            )
         self.positional, self.max_len = positional, max_len
         self.tokens = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_len, d_model) if positional == "learned" else None
@@ -193,12 +202,14 @@ class _Embedding(nn.Module):
         require_token_ids("tokens", tokens, self.tokens.num_embeddings)
         if offset + tokens.size(1) > self.max_len:
             raise ValueError(
-                f"tokens has length {tokens.size(1)} at offset {offset} but the model has max_len={self.max_len} "
-                f"(tokens shape {fmt_shape(tokens.shape)})"
+                f"tokens has length {tokens.size(1)} at offset {offset} but the model has"
+                f" max_len={self.max_len} (tokens shape {fmt_shape(tokens.shape)})"
             )
         x = self.tokens(tokens)
         if self.positional == "learned":
-            x = x + self.positions(torch.arange(offset, offset + tokens.size(1), device=tokens.device))
+            x = x + self.positions(
+                torch.arange(offset, offset + tokens.size(1), device=tokens.device)
+            )
         elif self.positional == "sinusoidal":
             x = x + self.table[offset : offset + tokens.size(1)].to(x.dtype)
         return x
@@ -263,8 +274,19 @@ class CausalLM(nn.Module):
         blocks and a final LayerNorm. ``dropout`` is used everywhere (embeddings, attention
         weights, residuals), as nanoGPT does.
         """
-        blocks = [TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first) for _ in range(num_layers)]
-        return cls(vocab_size, d_model, max_len, blocks, positional=positional, dropout=dropout, final_norm=norm_first)
+        blocks = [
+            TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first)
+            for _ in range(num_layers)
+        ]
+        return cls(
+            vocab_size,
+            d_model,
+            max_len,
+            blocks,
+            positional=positional,
+            dropout=dropout,
+            final_norm=norm_first,
+        )
 
     def forward(self, tokens: Tensor, cache: Optional[List[KVCache]] = None) -> Tensor:
         """Tokens ``(B, L)`` -> next-token logits ``(B, L, vocab_size)``; position ``t`` sees tokens ``<= t`` only.
@@ -280,8 +302,15 @@ class CausalLM(nn.Module):
                 x = block(x, mask)
         else:
             self._require_cacheable()
-            if not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks) or not all(isinstance(c, KVCache) for c in cache):
-                raise TypeError(f"cache must be a list of {len(self.blocks)} KVCache objects, one per block (see new_cache)")
+            if (
+                not isinstance(cache, (list, tuple))
+                or len(cache) != len(self.blocks)
+                or not all(isinstance(c, KVCache) for c in cache)
+            ):
+                raise TypeError(
+                    f"cache must be a list of {len(self.blocks)} KVCache objects, one per block"
+                    " (see new_cache)"
+                )
             x = self.dropout(self.embed(tokens, offset=cache[0].seen))
             for block, layer_cache in zip(self.blocks, cache):
                 x = block(x, cache=layer_cache)  # the cache supplies the causal mask
@@ -294,8 +323,8 @@ class CausalLM(nn.Module):
         for i, block in enumerate(self.blocks):
             if "cache" not in inspect.signature(block.forward).parameters:
                 raise TypeError(
-                    f"block {i} ({type(block).__name__}) takes no KV cache, so this model cannot decode with "
-                    f"one: run it without cache (generate(..., use_cache=False))"
+                    f"block {i} ({type(block).__name__}) takes no KV cache, so this model cannot"
+                    " decode with one: run it without cache (generate(..., use_cache=False))"
                 )
 
     def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
@@ -339,9 +368,12 @@ class Seq2SeqTransformer(nn.Module):
         self.pad_id = pad_id
         self.src_embed = _Embedding(src_vocab, d_model, max_len)
         self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len)
-        self.encoder = nn.ModuleList(TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers))
+        self.encoder = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, d_ff) for _ in range(num_layers)
+        )
         self.decoder = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, cross_attention=True) for _ in range(num_layers)
+            TransformerBlock(d_model, num_heads, d_ff, cross_attention=True)
+            for _ in range(num_layers)
         )
         self.head = nn.Linear(d_model, tgt_vocab)
 
@@ -356,7 +388,9 @@ class Seq2SeqTransformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """Decoder pass: ``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
         x = self.tgt_embed(tgt_in)
-        self_mask = combine_masks(causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :])
+        self_mask = combine_masks(
+            causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
+        )
         memory_mask = (src != self.pad_id)[:, None, :]
         for block in self.decoder:
             x = block(x, self_mask, memory, memory_mask)
@@ -368,7 +402,7 @@ class Seq2SeqTransformer(nn.Module):
         require_tensor("tgt_in", tgt_in)
         if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
             raise ValueError(
-                f"src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
+                "src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
                 f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
             )
         return self.decode(tgt_in, self.encode(src), src)
@@ -384,8 +418,15 @@ class Seq2SeqTransformer(nn.Module):
         require_tensor("src", src)
         require_rank("src", src, 2, "(B, S)")
         require_positive_int("max_len", max_len)
-        if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < self.tgt_embed.tokens.num_embeddings:
-            raise ValueError(f"bos_id must be a target token id in [0, {self.tgt_embed.tokens.num_embeddings}), got {bos_id!r}")
+        if (
+            isinstance(bos_id, bool)
+            or not isinstance(bos_id, int)
+            or not 0 <= bos_id < self.tgt_embed.tokens.num_embeddings
+        ):
+            raise ValueError(
+                f"bos_id must be a target token id in [0, {self.tgt_embed.tokens.num_embeddings}),"
+                f" got {bos_id!r}"
+            )
         memory = self.encode(src)
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(max_len):

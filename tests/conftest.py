@@ -1,4 +1,5 @@
 """Shared fixtures: every test that takes ``device`` runs on the CPU and, when present, on CUDA."""
+
 import os
 
 import pytest
@@ -12,14 +13,18 @@ if not torch.cuda.is_available():
 from hypothesis import settings
 
 # Deterministic property tests: the same examples on every run, no example database on disk.
-settings.register_profile("default", deadline=None, derandomize=True, database=None, max_examples=60)
+settings.register_profile(
+    "default", deadline=None, derandomize=True, database=None, max_examples=60
+)
 settings.register_profile("thorough", deadline=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
     pytest.param(
-        "cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+        "cuda",
+        id="cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available"),
     ),
 ]
 
@@ -31,7 +36,12 @@ def device(request) -> torch.device:
 
 # `make test-fast` (and the workflow's macOS and Windows jobs) runs `pytest tests -m "not slow"`:
 # these modules build a fresh environment, drive Chromium or execute every notebook.
-SLOW_MODULES = {"test_colab_runtime.py", "test_book_browser.py", "test_colab_browser.py", "test_loaded_run.py"}
+SLOW_MODULES = {
+    "test_colab_runtime.py",
+    "test_book_browser.py",
+    "test_colab_browser.py",
+    "test_loaded_run.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):

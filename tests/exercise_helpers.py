@@ -1,4 +1,5 @@
 """Helpers for the tests of the exercise checkers (``tests/test_exercises_chNN.py``)."""
+
 from attncourse.exercises import check
 
 
@@ -19,8 +20,14 @@ def notebook_listing(notebook: str, label: str) -> list:
     import json
     from pathlib import Path
 
-    cells = json.loads((Path(__file__).resolve().parents[1] / "book" / notebook).read_text())["cells"]
-    text = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown" and f":label: {label}" in "".join(c["source"]))
+    cells = json.loads((Path(__file__).resolve().parents[1] / "book" / notebook).read_text())[
+        "cells"
+    ]
+    text = next(
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "markdown" and f":label: {label}" in "".join(c["source"])
+    )
     block = text.split("```{code-block} python\n:linenos:\n", 1)[1].split("\n```", 1)[0]
     return block.split("\n")
 

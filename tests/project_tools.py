@@ -2,6 +2,7 @@
 
 The one way tests import ``tools/<name>.py``: ``tool(name)`` (the same module on every call).
 """
+
 import importlib.util
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Tests of attncourse.all_attention and attncourse.course.lookup_task (chapter 9)."""
+
 import math
 
 import pytest
@@ -41,7 +42,7 @@ def _reference(layer: AllAttention, x: torch.Tensor, context_keep: torch.Tensor)
         s_ctx = s_ctx.masked_fill(~context_keep, float("-inf"))
         s_mem = q[..., cols] @ mk[i].T / math.sqrt(d_h)  # (B, L, N)
         w = torch.softmax(torch.cat([s_ctx, s_mem], dim=-1), dim=-1)
-        heads.append(w[..., : x.size(1)] @ v[..., cols] + w[..., x.size(1):] @ mv[i])
+        heads.append(w[..., : x.size(1)] @ v[..., cols] + w[..., x.size(1) :] @ mv[i])
         all_weights.append(w)
     return p.out_proj(torch.cat(heads, dim=-1)), torch.stack(all_weights, dim=1)
 
@@ -83,7 +84,9 @@ def test_matches_float64_recomputation(device):
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
     assert weights.shape == (2, 3, 6, 6 + 5)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 6, dtype=torch.float64, device=device))
+    torch.testing.assert_close(
+        weights.sum(-1), torch.ones(2, 3, 6, dtype=torch.float64, device=device)
+    )
 
 
 def test_persistent_vectors_are_never_masked():
@@ -107,7 +110,9 @@ def test_future_tokens_cannot_change_earlier_outputs():
     y = x.clone()
     y[:, 5:] = torch.randn(1, 3, 16, dtype=torch.float64)
     mask = causal_mask(8)
-    torch.testing.assert_close(layer(x, mask)[0][:, :5], layer(y, mask)[0][:, :5], rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        layer(x, mask)[0][:, :5], layer(y, mask)[0][:, :5], rtol=0, atol=1e-12
+    )
     assert not torch.allclose(layer(x, mask)[0][:, 5:], layer(y, mask)[0][:, 5:])
 
 
@@ -139,7 +144,6 @@ def test_memory_is_the_paper_scaling():
     assert abs(layer.persistent_key.std().item() - 1 / 4) < 0.02
     assert abs(layer.persistent_value.std().item() - 1 / 16) < 0.005
     assert abs(key.std().item() - 1) < 0.05 and abs(value.std().item() - 1) < 0.05
-
 
 
 def test_memory_with_one_persistent_vector_starts_at_unit_scale():
@@ -174,14 +178,15 @@ def test_span_mask_multiplies_context_weights_and_renormalises_jointly():
     assert (w[..., 6:] >= plain[..., 6:] - 1e-15).all()  # the memory keeps its share or gains
 
 
-
 def test_span_mask_that_removes_the_whole_context_without_memory_leaves_zero_rows():
     # N = 0 and a span mask of zeros: no key is left in any row, the weights and the output stay 0 (not 0/0)
     layer = _layer(n=0)
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     out, weights = layer(x, span_mask=torch.zeros(5, 5, dtype=torch.float64))
     assert torch.equal(weights, torch.zeros(2, 4, 5, 5, dtype=torch.float64))
-    assert torch.equal(out, torch.zeros(2, 5, 16, dtype=torch.float64))  # bias-free out_proj of zero heads
+    assert torch.equal(
+        out, torch.zeros(2, 5, 16, dtype=torch.float64)
+    )  # bias-free out_proj of zero heads
     # only the rows left with nothing: the first row keeps its one key
     span = torch.ones(5, 5, dtype=torch.float64)
     span[1:] = 0
@@ -223,7 +228,9 @@ def test_gradcheck_reaches_persistent_vectors():
     # the output as a function of the persistent vectors themselves
     key = layer.persistent_key.detach().clone().requires_grad_()
     value = layer.persistent_value.detach().clone().requires_grad_()
-    as_memory = lambda k, v: functional_call(layer, {"persistent_key": k, "persistent_value": v}, (x.detach(), mask))[0]
+    as_memory = lambda k, v: functional_call(
+        layer, {"persistent_key": k, "persistent_value": v}, (x.detach(), mask)
+    )[0]
     assert torch.autograd.gradcheck(as_memory, (key, value))
 
 
@@ -279,11 +286,15 @@ def test_block_is_layernorm_of_residual():
     block = AllAttentionBlock(16, 4, 8).double()
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     mask = causal_mask(5)
-    expected = nn.functional.layer_norm(x + block.attn(x, mask)[0], (16,), block.norm.weight, block.norm.bias)
+    expected = nn.functional.layer_norm(
+        x + block.attn(x, mask)[0], (16,), block.norm.weight, block.norm.bias
+    )
     torch.testing.assert_close(block(x, mask), expected)
     assert block.self_weights.shape == (2, 4, 5, 5 + 8)
     assert not block.self_weights.requires_grad  # detached: keeping it holds no graph
-    assert not any(isinstance(m, (FeedForward, nn.Linear)) and m.out_features == 8 for m in block.modules())
+    assert not any(
+        isinstance(m, (FeedForward, nn.Linear)) and m.out_features == 8 for m in block.modules()
+    )
 
 
 def test_blocks_plug_into_causal_lm_and_train(device):
@@ -317,7 +328,9 @@ def test_ffn_as_attention_equals_bias_free_softmax_ffn():
     torch.testing.assert_close(out, nn.functional.linear(hidden, w2))
     torch.testing.assert_close(weights, hidden)
     # and torch's SDPA over keys = rows of W1, values = columns of W2, scale 1
-    sdpa = nn.functional.scaled_dot_product_attention(x.unsqueeze(-2), w1, w2.T, scale=1.0).squeeze(-2)
+    sdpa = nn.functional.scaled_dot_product_attention(x.unsqueeze(-2), w1, w2.T, scale=1.0).squeeze(
+        -2
+    )
     torch.testing.assert_close(out, sdpa)
     # one all-attention head with N = d_ff, the context masked away, computes the same map
     layer = AllAttention(12, 1, 40).double()
@@ -329,7 +342,6 @@ def test_ffn_as_attention_equals_bias_free_softmax_ffn():
         layer.persistent_value.copy_(w2.T[None] / math.sqrt(40))  # attention sees value * sqrt(N)
     no_context = torch.zeros(5, 5, dtype=torch.bool)
     torch.testing.assert_close(layer(x, no_context)[0], out)
-
 
 
 @pytest.mark.parametrize("shape", [(12,), (1, 12), (3, 12), (1, 1, 12), (2, 1, 3, 12)])
@@ -363,25 +375,41 @@ def test_ffn_as_attention_bad_input():
 @pytest.mark.parametrize("d, h, d_ff", [(64, 4, 256), (32, 2, 48), (512, 8, 2048)])
 def test_transformer_layer_count_matches_modules(d, h, d_ff):
     ours = TransformerBlock(d, h, d_ff)
-    assert count_parameters(ours) == transformer_layer_parameters(d, d_ff, attention_bias=True, layer_norm=True)
+    assert count_parameters(ours) == transformer_layer_parameters(
+        d, d_ff, attention_bias=True, layer_norm=True
+    )
     # PyTorch's own encoder layer (biases everywhere, two LayerNorms) is an independent check
     theirs = nn.TransformerEncoderLayer(d, h, d_ff, batch_first=True)
-    assert count_parameters(theirs) == transformer_layer_parameters(d, d_ff, attention_bias=True, layer_norm=True)
+    assert count_parameters(theirs) == transformer_layer_parameters(
+        d, d_ff, attention_bias=True, layer_norm=True
+    )
     # the paper's count: 4 d^2 + 2 d d_ff + FFN biases
     assert transformer_layer_parameters(d, d_ff) == 4 * d * d + 2 * d * d_ff + d_ff + d
-    assert count_parameters(TransformerBlock(d, h, 0)) == transformer_layer_parameters(d, 0, attention_bias=True, layer_norm=True)
+    assert count_parameters(TransformerBlock(d, h, 0)) == transformer_layer_parameters(
+        d, 0, attention_bias=True, layer_norm=True
+    )
 
 
 @pytest.mark.parametrize("d, h, n", [(64, 4, 256), (32, 2, 48), (16, 4, 0)])
 def test_all_attention_count_matches_modules(d, h, n):
-    assert count_parameters(AllAttention(d, h, n)) == all_attention_layer_parameters(d, n) == 4 * d * d + 2 * n * d
-    assert count_parameters(AllAttention(d, h, n, bias=True)) == all_attention_layer_parameters(d, n, attention_bias=True)
-    assert count_parameters(AllAttentionBlock(d, h, n)) == all_attention_layer_parameters(d, n, layer_norm=True)
+    assert (
+        count_parameters(AllAttention(d, h, n))
+        == all_attention_layer_parameters(d, n)
+        == 4 * d * d + 2 * n * d
+    )
+    assert count_parameters(AllAttention(d, h, n, bias=True)) == all_attention_layer_parameters(
+        d, n, attention_bias=True
+    )
+    assert count_parameters(AllAttentionBlock(d, h, n)) == all_attention_layer_parameters(
+        d, n, layer_norm=True
+    )
 
 
 def test_n_equal_d_ff_matches_a_layer():
     d, d_ff = 512, 2048
-    assert all_attention_layer_parameters(d, d_ff) + d_ff + d == transformer_layer_parameters(d, d_ff)
+    assert all_attention_layer_parameters(d, d_ff) + d_ff + d == transformer_layer_parameters(
+        d, d_ff
+    )
 
 
 def test_count_bad_input():
@@ -419,7 +447,9 @@ def test_lookup_sequences_follow_the_table():
 
 def test_lookup_entropy_is_the_bayes_loss():
     table = make_table(8, generator=torch.Generator().manual_seed(1))
-    tokens = lookup_sequences(table, 4000, 10, noise=0.3, generator=torch.Generator().manual_seed(2))
+    tokens = lookup_sequences(
+        table, 4000, 10, noise=0.3, generator=torch.Generator().manual_seed(2)
+    )
     hit = 1 - 0.3 + 0.3 / 8
     probs = torch.full((8, 8, 8), 0.3 / 8)  # (x_{t-1}, x_{t-2}, next)
     probs[torch.arange(8)[:, None], torch.arange(8)[None, :], table] = hit
@@ -451,7 +481,12 @@ def test_lookup_models_have_nearly_the_same_size():
 
 
 def test_compare_on_lookup_is_reproducible_and_writes_json(tmp_path):
-    from attncourse.course.lookup_task import MODEL_KINDS, compare_on_lookup, load_seed_results, main
+    from attncourse.course.lookup_task import (
+        MODEL_KINDS,
+        compare_on_lookup,
+        load_seed_results,
+        main,
+    )
 
     first = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
     again = compare_on_lookup(1, steps=3, kinds=("all-attention",), progress=False)
@@ -478,7 +513,9 @@ def test_time_training_steps_interleaves_the_models_on_the_threads_asked():
     result = time_training_steps(rounds=2, warmup=0, batch=2, kinds=MODEL_KINDS[:2])
     assert torch.get_num_threads() == before  # restored
     assert result["threads"] == 1 and result["rounds"] == 2
-    assert set(result["times_ms"]) == set(MODEL_KINDS[:2]) and all(len(t) == 2 for t in result["times_ms"].values())
+    assert set(result["times_ms"]) == set(MODEL_KINDS[:2]) and all(
+        len(t) == 2 for t in result["times_ms"].values()
+    )
     assert all(t > 0 for t in result["median_ms"].values())
     with pytest.raises(ValueError, match="rounds must be a positive integer"):
         time_training_steps(rounds=0)

@@ -1,4 +1,5 @@
 """scaled_dot_product_attention against torch's own SDPA, float64 recomputation and gradcheck."""
+
 import math
 
 import pytest
@@ -38,7 +39,11 @@ def problems(draw):
 @given(problems())
 def test_matches_torch_sdpa(problem):
     batch, L, S, d_k, d_v, kind, mask_shape, seed = problem
-    q, k, v = randn(*batch, L, d_k, seed=seed), randn(*batch, S, d_k, seed=seed + 1), randn(*batch, S, d_v, seed=seed + 2)
+    q, k, v = (
+        randn(*batch, L, d_k, seed=seed),
+        randn(*batch, S, d_k, seed=seed + 1),
+        randn(*batch, S, d_v, seed=seed + 2),
+    )
     mask = None
     if kind == "bool":
         mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(seed)) > 0.3
@@ -68,7 +73,9 @@ def test_matches_float64_recomputation_by_hand():
         exp = [math.exp(s - top) for s in scores]
         w = [e / sum(exp) for e in exp]
         assert weights[i].tolist() == pytest.approx(w, abs=1e-12)
-        assert out[i].tolist() == pytest.approx([sum(w[j] * v[j][c] for j in range(5)) for c in range(2)], abs=1e-12)
+        assert out[i].tolist() == pytest.approx(
+            [sum(w[j] * v[j][c] for j in range(5)) for c in range(2)], abs=1e-12
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
@@ -83,13 +90,19 @@ def test_dtypes_and_devices(device, dtype):
 
 
 def test_fully_masked_row_gives_zeros_not_nan(device):
-    q, k, v = randn(4, 8, device=device, seed=1), randn(6, 8, device=device, seed=2), randn(6, 3, device=device, seed=3)
+    q, k, v = (
+        randn(4, 8, device=device, seed=1),
+        randn(6, 8, device=device, seed=2),
+        randn(6, 3, device=device, seed=3),
+    )
     mask = torch.ones(4, 6, dtype=torch.bool, device=device)
     mask[2] = False
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     assert torch.equal(weights[2], torch.zeros(6, dtype=weights.dtype, device=device))
     assert torch.equal(out[2], torch.zeros(3, dtype=out.dtype, device=device))
-    additive = torch.zeros(4, 6, dtype=torch.float64, device=device).masked_fill(~mask, float("-inf"))
+    additive = torch.zeros(4, 6, dtype=torch.float64, device=device).masked_fill(
+        ~mask, float("-inf")
+    )
     out_add, weights_add = scaled_dot_product_attention(q, k, v, additive)
     torch.testing.assert_close(out_add, out)
     torch.testing.assert_close(weights_add, weights)
@@ -115,7 +128,10 @@ def test_scale_argument():
     out, _ = scaled_dot_product_attention(q, k, v, scale=0.3)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.3))
     # default scale is 1/sqrt(d_k): doubling q and halving the scale changes nothing
-    torch.testing.assert_close(scaled_dot_product_attention(2 * q, k, v, scale=0.25)[0], scaled_dot_product_attention(q, k, v)[0])
+    torch.testing.assert_close(
+        scaled_dot_product_attention(2 * q, k, v, scale=0.25)[0],
+        scaled_dot_product_attention(q, k, v)[0],
+    )
 
 
 def test_gradcheck_with_mask():
@@ -125,8 +141,12 @@ def test_gradcheck_with_mask():
     mask = torch.rand(2, 3, 5, generator=torch.Generator().manual_seed(1)) > 0.3
     mask[0, 1] = False  # one fully masked row
     additive = randn(2, 3, 5, seed=4).requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask), (q, k, v))
-    assert torch.autograd.gradcheck(lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m), (q, k, v, additive))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask), (q, k, v)
+    )
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m), (q, k, v, additive)
+    )
 
 
 def test_gradients_match_torch():
@@ -134,8 +154,12 @@ def test_gradients_match_torch():
     mask = torch.rand(4, 4, generator=torch.Generator().manual_seed(5)) > 0.4
     mask[:, 0] = True
     upstream = randn(2, 4, 6, seed=9)
-    ours = torch.autograd.grad((scaled_dot_product_attention(q, k, v, mask)[0] * upstream).sum(), (q, k, v))
-    theirs = torch.autograd.grad((F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * upstream).sum(), (q, k, v))
+    ours = torch.autograd.grad(
+        (scaled_dot_product_attention(q, k, v, mask)[0] * upstream).sum(), (q, k, v)
+    )
+    theirs = torch.autograd.grad(
+        (F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * upstream).sum(), (q, k, v)
+    )
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b)
 
@@ -164,10 +188,30 @@ q, k, v = randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)
         ((q, k, randn(2, 4, 6)), {}, ValueError, ["S", "(2, 5, 4)", "(2, 4, 6)"]),
         ((q, k.float(), v), {}, TypeError, ["dtype", "float64", "float32"]),
         ((randn(3, 3, 4), k, v), {}, ValueError, ["broadcast", "(3,)", "(2,)"]),
-        ((q, k, v, torch.ones(2, 3, 5, dtype=torch.long)), {}, TypeError, ["mask", "int64", ".bool()"]),
-        ((q, k, v, torch.ones(5, dtype=torch.bool)), {}, ValueError, ["mask", "at least 2", "(5,)"]),
-        ((q, k, v, torch.ones(2, 5, dtype=torch.bool)), {}, ValueError, ["mask", "(2, 5)", "(2, 3, 5)"]),
-        ((q, k, v, torch.ones(2, 1, 3, 5, dtype=torch.bool)), {}, ValueError, ["mask", "(2, 1, 3, 5)", "(2, 3, 5)"]),
+        (
+            (q, k, v, torch.ones(2, 3, 5, dtype=torch.long)),
+            {},
+            TypeError,
+            ["mask", "int64", ".bool()"],
+        ),
+        (
+            (q, k, v, torch.ones(5, dtype=torch.bool)),
+            {},
+            ValueError,
+            ["mask", "at least 2", "(5,)"],
+        ),
+        (
+            (q, k, v, torch.ones(2, 5, dtype=torch.bool)),
+            {},
+            ValueError,
+            ["mask", "(2, 5)", "(2, 3, 5)"],
+        ),
+        (
+            (q, k, v, torch.ones(2, 1, 3, 5, dtype=torch.bool)),
+            {},
+            ValueError,
+            ["mask", "(2, 1, 3, 5)", "(2, 3, 5)"],
+        ),
         ((q, k, v, torch.ones(2, 3, 4, dtype=torch.bool)), {}, ValueError, ["mask", "(2, 3, 4)"]),
         ((q, k, v), {"scale": 0.0}, ValueError, ["scale", "positive"]),
         ((q, k, v), {"scale": float("nan")}, ValueError, ["scale"]),
@@ -195,7 +239,9 @@ def test_safe_softmax_keeps_half_precision_dtype():
         scores = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3], dtype=dtype)
         weights = safe_softmax(scores)
         assert weights.dtype == dtype
-        torch.testing.assert_close(weights[0].float(), torch.softmax(scores[0].float(), -1), atol=1e-2, rtol=0)
+        torch.testing.assert_close(
+            weights[0].float(), torch.softmax(scores[0].float(), -1), atol=1e-2, rtol=0
+        )
         assert (weights[1] == 0).all()
 
 

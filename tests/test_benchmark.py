@@ -1,13 +1,14 @@
 """The benchmark command runs end to end at tiny sizes and writes a table and JSON that agree."""
+
 import json
 
 import pytest
 import torch
 
+from attncourse.attention import scaled_dot_product_attention
 from attncourse.benchmarks import attention as benchmark
 from attncourse.benchmarks.__main__ import build_parser, main
 from attncourse.benchmarks.common import RESULTS, write_result
-from attncourse.attention import scaled_dot_product_attention
 from attncourse.masks import causal_mask
 
 
@@ -23,7 +24,20 @@ def test_builders_compute_the_same_attention():
 
 
 def test_command_writes_json(tmp_path, capsys):
-    main(["--lengths", "32", "--layer-lengths", "32", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    main(
+        [
+            "--lengths",
+            "32",
+            "--layer-lengths",
+            "32",
+            "--device",
+            "cpu",
+            "--output",
+            str(tmp_path),
+            "--tag",
+            "_t",
+        ]
+    )
     result = json.loads((tmp_path / "ch07_benchmark_cpu_t.json").read_text())
     assert result["machine"]["torch"] == torch.__version__
     rows = result["rows"]
@@ -52,8 +66,23 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
         uncached = benchmark.build_decode("uncached", context)["fn"]()
         torch.testing.assert_close(cached, uncached, rtol=1e-4, atol=1e-5)
     step = benchmark.build_decode("cached", 9)["fn"]
-    torch.testing.assert_close(step(), step(), rtol=0, atol=0)  # every call starts from the same cache
-    main(["--cache", "--contexts", "8", "16", "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+    torch.testing.assert_close(
+        step(), step(), rtol=0, atol=0
+    )  # every call starts from the same cache
+    main(
+        [
+            "--cache",
+            "--contexts",
+            "8",
+            "16",
+            "--device",
+            "cpu",
+            "--output",
+            str(tmp_path),
+            "--tag",
+            "_t",
+        ]
+    )
     result = json.loads((tmp_path / "ch06_cache_benchmark_cpu_t.json").read_text())
     assert [r["context"] for r in result["rows"]] == [8, 16]
     for r in result["rows"]:
@@ -66,14 +95,26 @@ def test_constants_at_tiny_sizes(tmp_path, capsys):
     result = benchmark.constants(sizes=(8, 16), repeats=1, score_length=16)
     assert set(result["matmul_flops_per_s"]) == {"8", "16"}
     assert all(v > 0 for v in result["matmul_flops_per_s"].values())
-    assert result["softmax_flops_per_s"] > 0 and result["qk_flops_per_s"] > 0 and result["copy_bytes_per_s"] > 0
+    assert (
+        result["softmax_flops_per_s"] > 0
+        and result["qk_flops_per_s"] > 0
+        and result["copy_bytes_per_s"] > 0
+    )
     assert "1" in result["thread_flops_per_s"]
-    assert torch.get_num_threads() == int(max(result["thread_flops_per_s"], key=int))  # the thread count is restored
+    assert torch.get_num_threads() == int(
+        max(result["thread_flops_per_s"], key=int)
+    )  # the thread count is restored
 
 
 def test_committed_constants_load():
     result = benchmark.load_constants()
-    assert {"machine", "matmul_flops_per_s", "softmax_flops_per_s", "qk_flops_per_s", "copy_bytes_per_s"} <= set(result)
+    assert {
+        "machine",
+        "matmul_flops_per_s",
+        "softmax_flops_per_s",
+        "qk_flops_per_s",
+        "copy_bytes_per_s",
+    } <= set(result)
 
 
 def test_committed_cache_benchmark_loads_and_rejects_a_missing_one(tmp_path):
@@ -88,8 +129,24 @@ def test_committed_cache_benchmark_loads_and_rejects_a_missing_one(tmp_path):
 
 
 def test_command_line_of_the_kernel_benchmarks():
-    args = build_parser().parse_args(["--device", "cuda", "--gpu-lengths", "512", "1024", "--gpu-dtypes", "bfloat16", "--span-time"])
-    assert args.gpu_lengths == [512, 1024] and args.gpu_dtypes == ["bfloat16"] and args.span_time and not args.no_kernels
+    args = build_parser().parse_args(
+        [
+            "--device",
+            "cuda",
+            "--gpu-lengths",
+            "512",
+            "1024",
+            "--gpu-dtypes",
+            "bfloat16",
+            "--span-time",
+        ]
+    )
+    assert (
+        args.gpu_lengths == [512, 1024]
+        and args.gpu_dtypes == ["bfloat16"]
+        and args.span_time
+        and not args.no_kernels
+    )
     defaults = build_parser().parse_args([])
     assert defaults.gpu_lengths[0] == 512 and defaults.gpu_lengths[-1] == 32768
     assert defaults.gpu_dtypes == ["float16", "bfloat16"]
@@ -105,9 +162,13 @@ def test_gpu_file_name():
 def test_span_time_writes_json(tmp_path):
     from attncourse.benchmarks import kernels as kb
 
-    result = kb.run_span_time(length=96, spans=(4, 96), embed_dim=32, num_heads=2, ramp=8.0, repeats=1)
+    result = kb.run_span_time(
+        length=96, spans=(4, 96), embed_dim=32, num_heads=2, ramp=8.0, repeats=1
+    )
     rows = result["rows"]
-    assert [r["span"] for r in rows] == [4, 96] and rows[0]["window"] == 12 and rows[1]["window"] == 96
+    assert (
+        [r["span"] for r in rows] == [4, 96] and rows[0]["window"] == 12 and rows[1]["window"] == 96
+    )
     assert rows[0]["cells"] < rows[1]["cells"] and all(r["seconds"] > 0 for r in rows)
     path = write_result(result, tmp_path, "span_time_cpu.json")
     assert kb.load_span_time(tmp_path) == json.loads(path.read_text()) == result

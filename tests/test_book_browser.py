@@ -16,6 +16,7 @@ Needs ``make book`` first and Chromium at ``/usr/bin/chromium`` (``apt-get insta
 Where Playwright, Chromium or the built book is missing the tests skip, or fail when the
 environment sets ``ATTNCOURSE_REQUIRE_BROWSER=1`` (as ``.ci/run`` does once Chromium is there).
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 import yaml
-
 from project_tools import ROOT, normalize
+
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 REQUIRED = os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1"
@@ -59,7 +60,9 @@ TIMEOUT_MS = 60_000
 def _unavailable(reason: str) -> None:
     """Skip, or fail where the environment requires the browser test to run."""
     if REQUIRED:
-        pytest.fail(f"{reason} (and ATTNCOURSE_REQUIRE_BROWSER=1 requires the browser test)", pytrace=False)
+        pytest.fail(
+            f"{reason} (and ATTNCOURSE_REQUIRE_BROWSER=1 requires the browser test)", pytrace=False
+        )
     pytest.skip(reason)
 
 
@@ -298,17 +301,20 @@ def open_page(context, url: str, report: PageReport):
     page.on("console", lambda m: m.type == "error" and report.console_errors.append(m.text))
     page.on("pageerror", lambda e: report.page_errors.append(str(e)))
     page.on("requestfailed", lambda r: report.failed_requests.append(f"{r.url} ({r.failure})"))
-    page.on("response", lambda r: r.status >= 400 and report.failed_requests.append(f"{r.url} (HTTP {r.status})"))
+    page.on(
+        "response",
+        lambda r: r.status >= 400 and report.failed_requests.append(f"{r.url} (HTTP {r.status})"),
+    )
     page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
-    page.wait_for_load_state("networkidle", timeout=TIMEOUT_MS)  # a <meta http-equiv="refresh"> has fired by now
+    page.wait_for_load_state(
+        "networkidle", timeout=TIMEOUT_MS
+    )  # a <meta http-equiv="refresh"> has fired by now
     for attempt in range(3):
         try:
-            page.evaluate(
-                """async () => {
+            page.evaluate("""async () => {
                   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
                   await document.fonts.ready;
-                }"""
-            )
+                }""")
             break
         except PlaywrightError as error:  # the page navigated (a redirect) while it was being read
             if "context was destroyed" not in str(error) or attempt == 2:
@@ -319,7 +325,9 @@ def open_page(context, url: str, report: PageReport):
     return page
 
 
-def visit(context, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False) -> PageReport:
+def visit(
+    context, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False
+) -> PageReport:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     report = PageReport(path)
@@ -336,7 +344,9 @@ def visit(context, origin: str, path: str, *, screenshot: Path | None = None, ch
                 before = page.evaluate(SOLUTION_STATE_JS, index)
                 page.evaluate_handle(SOLUTION_HEAD_JS, index).as_element().click()
                 try:  # give an animated dropdown a moment to open
-                    page.wait_for_function(f"(index) => ({SOLUTION_STATE_JS})(index).shown", arg=index, timeout=2000)
+                    page.wait_for_function(
+                        f"(index) => ({SOLUTION_STATE_JS})(index).shown", arg=index, timeout=2000
+                    )
                 except PlaywrightTimeout:
                     pass
                 after = page.evaluate(SOLUTION_STATE_JS, index)
@@ -347,7 +357,15 @@ def visit(context, origin: str, path: str, *, screenshot: Path | None = None, ch
     return report
 
 
-def crawl(context, origin: str, site: Path, start: list[str], *, screenshots: dict[str, Path], chapters: set[str]):
+def crawl(
+    context,
+    origin: str,
+    site: Path,
+    start: list[str],
+    *,
+    screenshots: dict[str, Path],
+    chapters: set[str],
+):
     """Visit ``start`` and every internal HTML page linked from a visited page, once each."""
     reports: dict[str, PageReport] = {}
     queue = deque(start)
@@ -355,10 +373,17 @@ def crawl(context, origin: str, site: Path, start: list[str], *, screenshots: di
         path = queue.popleft()
         if path in reports:
             continue
-        reports[path] = report = visit(context, origin, path, screenshot=screenshots.get(path), chapter=path in chapters)
+        reports[path] = report = visit(
+            context, origin, path, screenshot=screenshots.get(path), chapter=path in chapters
+        )
         for link in report.data["links"]:
             target = site_path(link["href"], origin)
-            if target and target.endswith(".html") and target not in reports and (site / target).is_file():
+            if (
+                target
+                and target.endswith(".html")
+                and target not in reports
+                and (site / target).is_file()
+            ):
                 queue.append(target)
     return reports
 
@@ -389,7 +414,9 @@ def link_problems(reports: dict[str, PageReport], origin: str, site: Path) -> tu
             elif fragment and target.endswith(".html"):
                 ids = set(reports[target].data["ids"]) if target in reports else set()
                 if fragment not in ids:
-                    problems.append(f"{path}: link {link['raw']!r} -> no id {fragment!r} on {target}")
+                    problems.append(
+                        f"{path}: link {link['raw']!r} -> no id {fragment!r} on {target}"
+                    )
     return problems, checked
 
 
@@ -451,16 +478,24 @@ def browser():
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
     except ImportError as error:
-        _unavailable(f"Playwright cannot be imported ({error}); `make test` installs it from requirements.txt")
+        _unavailable(
+            f"Playwright cannot be imported ({error}); `make test` installs it from"
+            " requirements.txt"
+        )
     executable = chromium_path()
     if executable is None:
-        _unavailable("Chromium not found: install Debian's chromium (`apt-get install chromium`) for the browser test")
+        _unavailable(
+            "Chromium not found: install Debian's chromium (`apt-get install chromium`) for the"
+            " browser test"
+        )
     try:
         playwright = sync_playwright().start()
     except Exception as error:  # Playwright's driver did not start
         _unavailable(f"Playwright cannot start: {error}")
     try:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, timeout=TIMEOUT_MS)
+        browser = playwright.chromium.launch(
+            executable_path=executable, args=CHROMIUM_ARGS, timeout=TIMEOUT_MS
+        )
     except PlaywrightError as error:
         playwright.stop()
         _unavailable(f"Chromium at {executable} cannot be launched: {error}")
@@ -491,10 +526,18 @@ def book(context):
     with LocalServer(SITE) as server:
         # Every page reachable from the root, every page of the table of contents, and any other
         # HTML file of the build (the general index, the search page, ...).
-        others = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if p.relative_to(SITE).parts[0] != "_static")
+        others = sorted(
+            str(p.relative_to(SITE))
+            for p in SITE.rglob("*.html")
+            if p.relative_to(SITE).parts[0] != "_static"
+        )
         reports = crawl(
-            context, server.origin, SITE, ["index.html"] + toc + others,
-            screenshots={path: screenshot_path(path) for path in toc}, chapters={f"{f}.html" for f in chapter_files()},
+            context,
+            server.origin,
+            SITE,
+            ["index.html"] + toc + others,
+            screenshots={path: screenshot_path(path) for path in toc},
+            chapters={f"{f}.html" for f in chapter_files()},
         )
         write_summary(reports, server.origin)
         yield server.origin, reports
@@ -503,7 +546,11 @@ def book(context):
 def screenshot_path(page: str) -> Path:
     """``_build/screenshots/<page>.png``: the page's file name, or its whole path where names repeat."""
     stems = [Path(f).name for f in toc_files()]
-    name = Path(page).stem if stems.count(Path(page).stem) == 1 else page.removesuffix(".html").replace("/", "__")
+    name = (
+        Path(page).stem
+        if stems.count(Path(page).stem) == 1
+        else page.removesuffix(".html").replace("/", "__")
+    )
     return SCREENSHOTS / f"{name}.png"
 
 
@@ -511,12 +558,19 @@ def write_summary(reports: dict[str, PageReport], origin: str) -> None:
     """What was checked, for a reviewer: ``_build/screenshots/summary.json``."""
     summary = {
         "pages": sorted(reports),
-        "internal_links": sum(1 for r in reports.values() for link in r.data["links"] if site_path(link["href"], origin)),
+        "internal_links": sum(
+            1
+            for r in reports.values()
+            for link in r.data["links"]
+            if site_path(link["href"], origin)
+        ),
         "images": sum(len(r.data["images"]) for r in reports.values()),
         "math_elements": sum(len(r.data["math"]) for r in reports.values()),
         "requests": sum(r.requests for r in reports.values()),
         "solutions_clicked": sum(len(r.solutions) for r in reports.values()),
-        "screenshots": sorted(str(r.screenshot.relative_to(ROOT)) for r in reports.values() if r.screenshot),
+        "screenshots": sorted(
+            str(r.screenshot.relative_to(ROOT)) for r in reports.values() if r.screenshot
+        ),
     }
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     (SCREENSHOTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -548,7 +602,9 @@ def test_no_console_errors_page_errors_or_failed_requests(book):
 
 def test_no_request_leaves_the_local_server(book):
     origin, reports = book
-    _assert_none({path: [f"request to {url}" for url in r.foreign_requests] for path, r in reports.items()})
+    _assert_none(
+        {path: [f"request to {url}" for url in r.foreign_requests] for path, r in reports.items()}
+    )
 
 
 def test_internal_links_resolve(book):
@@ -568,18 +624,25 @@ def test_math_is_typeset_by_mathjax_served_with_the_book(book):
     origin, reports = book
     _assert_none({path: math_problems(report) for path, report in reports.items()})
     with_math = [r for r in reports.values() if r.data["math"]]
-    assert {f"{f}.html" for f in chapter_files()} <= {r.path for r in with_math}, "every chapter has math"
+    assert {f"{f}.html" for f in chapter_files()} <= {r.path for r in with_math}, (
+        "every chapter has math"
+    )
     for report in with_math:  # MathJax 3, loaded from the book's own _static/mathjax
         assert report.data["mathjax"].startswith("3."), (report.path, report.data["mathjax"])
-        local = [s for s in report.data["scripts"] if site_path(s, origin) and "/_static/mathjax/" in s]
-        assert local and all(site_path(s, origin) or "mathjax" not in s.lower() for s in report.data["scripts"])
+        local = [
+            s for s in report.data["scripts"] if site_path(s, origin) and "/_static/mathjax/" in s
+        ]
+        assert local and all(
+            site_path(s, origin) or "mathjax" not in s.lower() for s in report.data["scripts"]
+        )
 
 
 def test_colab_link_of_each_chapter(book):
     origin, reports = book
     for doc in chapter_files():
         colab = {
-            link["href"] for link in reports[f"{doc}.html"].data["links"]
+            link["href"]
+            for link in reports[f"{doc}.html"].data["links"]
             if link["href"].startswith("https://colab.research.google.com/")
         }
         assert colab == {expected_colab_url(doc)}, doc
@@ -591,12 +654,16 @@ def test_solutions_start_collapsed_and_open_on_click(book):
     for doc in chapter_files():
         report = reports[f"{doc}.html"]
         assert len(report.solutions) == solution_count(doc) > 0, doc
-    _assert_none({f"{doc}.html": solution_problems(reports[f"{doc}.html"]) for doc in chapter_files()})
+    _assert_none(
+        {f"{doc}.html": solution_problems(reports[f"{doc}.html"]) for doc in chapter_files()}
+    )
 
 
 def test_figures_have_captions_and_alt_text(book):
     origin, reports = book
-    _assert_none({f"{doc}.html": figure_problems(reports[f"{doc}.html"].figures) for doc in chapter_files()})
+    _assert_none(
+        {f"{doc}.html": figure_problems(reports[f"{doc}.html"].figures) for doc in chapter_files()}
+    )
 
 
 def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
@@ -616,10 +683,13 @@ def search_results(context, origin: str, query: str) -> list[str]:
     page = open_page(context, f"{origin}/search.html?q={quote(query)}", report)
     try:
         page.wait_for_function(
-            "() => /found|did not match/i.test((document.querySelector('#search-results') || {}).innerText || '')",
+            "() => /found|did not match/i.test((document.querySelector('#search-results') ||"
+            " {}).innerText || '')",
             timeout=TIMEOUT_MS,
         )
-        hrefs = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map((a) => a.href)")
+        hrefs = page.eval_on_selector_all(
+            "#search-results ul.search li a", "as => as.map((a) => a.href)"
+        )
     finally:
         page.close()
     assert load_problems(report) == [] and report.foreign_requests == []
@@ -692,8 +762,13 @@ MATH_PAGE = """<!doctype html><html><head><title>math</title>
 
 def test_the_math_check_catches_a_backslash_shown_in_typeset_math(context, tmp_path):
     """MathJax draws ``\\_`` inside ``\\text{...}`` as a backslash and an underscore: a reader sees it."""
-    mathjax = Path(str(importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
-        "sphinx-mathjax-offline/static/mathjax")))
+    mathjax = Path(
+        str(
+            importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
+                "sphinx-mathjax-offline/static/mathjax"
+            )
+        )
+    )
     if not (mathjax / "tex-chtml.js").is_file():
         pytest.skip("sphinx-mathjax-offline's MathJax is not installed")
     (tmp_path / "mathjax").symlink_to(mathjax, target_is_directory=True)
@@ -720,7 +795,11 @@ def test_figure_and_solution_checks_on_hand_made_pages(context, tmp_path):
         "e.png: no alt text (alt='')",
         "e.png: not in a <figure>",
     ]
-    assert [(b["shown"], a["shown"]) for b, a in solutions.solutions] == [(False, True), (True, False), (False, False)]
+    assert [(b["shown"], a["shown"]) for b, a in solutions.solutions] == [
+        (False, True),
+        (True, False),
+        (False, False),
+    ]
     assert solution_problems(solutions) == [
         "'Solution of b' is open before any click",
         "'Solution of b' did not open on click",

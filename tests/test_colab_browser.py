@@ -12,6 +12,7 @@ full-page screenshot of each chapter goes to ``_build/colab_screenshots/<name>.p
 The same check run on a chapter of ``book/`` itself (what Colab would show without the
 Colab edition) fails, which shows that it can.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -21,7 +22,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from project_tools import ROOT, colab
 from test_book_browser import TIMEOUT_MS, LocalServer, browser  # noqa: F401 - browser is a fixture
 
@@ -57,13 +57,18 @@ async () => {
   };
 }
 """
-RAW_TEX = re.compile(r"\$\$|\\(?:frac|operatorname|sqrt|left|right|top|mathbb|begin|end)\b|\$[^$\s][^$\n]*\$")
+RAW_TEX = re.compile(
+    r"\$\$|\\(?:frac|operatorname|sqrt|left|right|top|mathbb|begin|end)\b|\$[^$\s][^$\n]*\$"
+)
 RAW_MYST = re.compile(r"\{[a-z][\w:-]*\}`|:::|```\{|:label:|^\([\w-]+\)=\s*$", re.M)
 
 
 def mathjax_folder() -> Path:
-    folder = Path(importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
-        "sphinx-mathjax-offline/static/mathjax"))
+    folder = Path(
+        importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
+            "sphinx-mathjax-offline/static/mathjax"
+        )
+    )
     assert (folder / "tex-chtml-full.js").is_file(), folder
     return folder
 
@@ -84,7 +89,9 @@ def render(nb: dict, destination: Path) -> None:
 def read_page(context, url: str, screenshot: Path | None) -> dict:
     page = context.new_page()
     origin = url.split("/", 3)[:3]
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("/".join(origin)) else r.abort())
+    page.route(
+        "**/*", lambda r: r.continue_() if r.request.url.startswith("/".join(origin)) else r.abort()
+    )
     try:
         page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
         data = page.evaluate(READ_JS)
@@ -104,12 +111,21 @@ def page_problems(data: dict, expected_exercises: list[str]) -> list[str]:
         problems.append("no formula typeset")
     if data["errors"]:
         problems.append(f"{data['errors']} formulas with MathJax errors")
-    problems += [f"raw TeX in the page: {m.group(0)!r} in {data['text'][max(0, m.start() - 40):m.end() + 40]!r}"
-                 for m in list(RAW_TEX.finditer(data["text"]))[:5]]
-    problems += [f"raw MyST in the page: {m.group(0)!r} in {data['text'][max(0, m.start() - 40):m.end() + 40]!r}"
-                 for m in list(RAW_MYST.finditer(data["text"]))[:5]]
-    shown = [re.match(r"Exercise \d+(\.\d+)*", heading).group(0) for heading in data["exercises"]
-             if re.match(r"Exercise \d+(\.\d+)*", heading)]
+    problems += [
+        f"raw TeX in the page: {m.group(0)!r} in"
+        f" {data['text'][max(0, m.start() - 40) : m.end() + 40]!r}"
+        for m in list(RAW_TEX.finditer(data["text"]))[:5]
+    ]
+    problems += [
+        f"raw MyST in the page: {m.group(0)!r} in"
+        f" {data['text'][max(0, m.start() - 40) : m.end() + 40]!r}"
+        for m in list(RAW_MYST.finditer(data["text"]))[:5]
+    ]
+    shown = [
+        re.match(r"Exercise \d+(\.\d+)*", heading).group(0)
+        for heading in data["exercises"]
+        if re.match(r"Exercise \d+(\.\d+)*", heading)
+    ]
     if shown != expected_exercises:
         problems.append(f"exercise headings {shown}, expected {expected_exercises}")
     return problems
@@ -126,10 +142,19 @@ def served(tmp_path_factory, browser):  # noqa: F811 - the fixture imported abov
     folder = tmp_path_factory.mktemp("colab-html")
     shutil.copytree(mathjax_folder(), folder / "mathjax")
     for doc in CHAPTERS:
-        render(json.loads((colab.OUT / f"{Path(doc).name}.ipynb").read_text()), folder / f"{Path(doc).name}.html")
+        render(
+            json.loads((colab.OUT / f"{Path(doc).name}.ipynb").read_text()),
+            folder / f"{Path(doc).name}.html",
+        )
     raw = json.loads((ROOT / f"{CHAPTERS[0]}.ipynb").read_text())
-    raw["cells"].append({"cell_type": "markdown", "id": "bad-macro", "metadata": {},
-                         "source": "A macro MathJax lacks: $\\notamacro{x}$."})
+    raw["cells"].append(
+        {
+            "cell_type": "markdown",
+            "id": "bad-macro",
+            "metadata": {},
+            "source": "A macro MathJax lacks: $\\notamacro{x}$.",
+        }
+    )
     render(raw, folder / "raw-book-chapter.html")
     context = browser.new_context(viewport={"width": 1100, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
@@ -145,7 +170,9 @@ def test_colab_notebook_renders_cleanly(doc, served):
     data = read_page(context, f"{origin}/{name}.html", SCREENSHOTS / f"{name}.png")
     assert page_problems(data, expected_exercises(doc)) == []
     nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
-    assert data["figures"] == sum(1 for c in nb["cells"] if c.get("metadata", {}).get("mystnb", {}).get("figure"))
+    assert data["figures"] == sum(
+        1 for c in nb["cells"] if c.get("metadata", {}).get("mystnb", {}).get("figure")
+    )
     assert data["blockquotes"] >= 1  # the learning objectives box
     assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
 
@@ -157,7 +184,13 @@ def test_the_check_fails_on_the_books_own_notebook(served):
     assert any(p.startswith("raw MyST") for p in problems)
     assert any(p.startswith("exercise headings") for p in problems)
     assert any("MathJax errors" in p for p in problems)  # the undefined macro appended to the page
-    broken = dict(data, typeset=0, errors=1, mathjax=None, text=data["text"] + "\nthe formula $$\\frac{a}{b}$$ raw")
+    broken = dict(
+        data,
+        typeset=0,
+        errors=1,
+        mathjax=None,
+        text=data["text"] + "\nthe formula $$\\frac{a}{b}$$ raw",
+    )
     problems = page_problems(broken, [])
     for expected in ("MathJax 3 did not load", "no formula typeset", "MathJax errors", "raw TeX"):
         assert any(p.startswith(expected) or expected in p for p in problems), expected

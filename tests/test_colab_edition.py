@@ -12,6 +12,7 @@
 Each check is also run on the book's own notebooks, which a Colab reader would otherwise get,
 to show that it fails on raw MyST (and to count what the Colab edition removes).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from markdown_it import MarkdownIt
-
 from project_tools import ROOT, colab
 
 SITE_URL = colab.site_url()
@@ -57,20 +57,35 @@ def markdown_problems(nb: dict) -> list[str]:
         for position, token in enumerate(tokens):
             if token.type == "fence" and token.info.startswith("{"):
                 problems.append(f"{where}: a MyST directive fence ```{token.info}")
-            elif token.type in ("text", "html_inline", "html_block") and MYST_TEXT.search(token.content):
-                problems.append(f"{where}: raw MyST {MYST_TEXT.search(token.content).group(0)!r} in {token.content[:60]!r}")
+            elif token.type in ("text", "html_inline", "html_block") and MYST_TEXT.search(
+                token.content
+            ):
+                problems.append(
+                    f"{where}: raw MyST {MYST_TEXT.search(token.content).group(0)!r} in"
+                    f" {token.content[:60]!r}"
+                )
             elif token.type == "link_open":
                 href = token.attrs.get("href", "")
                 # On the published site, an in-notebook anchor, or another site's https URL (a paper);
                 # never relative (Colab has no book around the notebook), never the book's source.
-                external = href.startswith("https://") and urlsplit(href).netloc != urlsplit(SITE_URL).netloc
-                if not (href.startswith(SITE_URL) or href.startswith("#") or external) or "/blob/" in href:
-                    problems.append(f"{where}: link {href!r} is neither on {SITE_URL} nor an in-notebook anchor")
+                external = (
+                    href.startswith("https://")
+                    and urlsplit(href).netloc != urlsplit(SITE_URL).netloc
+                )
+                if (
+                    not (href.startswith(SITE_URL) or href.startswith("#") or external)
+                    or "/blob/" in href
+                ):
+                    problems.append(
+                        f"{where}: link {href!r} is neither on {SITE_URL} nor an in-notebook anchor"
+                    )
                 fragment = urlsplit(href).fragment
                 text = tokens[position + 1].content if position + 1 < len(tokens) else ""
                 if re.match(r"(fig|ex)-", fragment) or re.match(r"Figure|Section|Exercise", text):
                     if not NUMBERED_TEXT.match(text):
-                        problems.append(f"{where}: link to {fragment!r} says {text!r}, not its number")
+                        problems.append(
+                            f"{where}: link to {fragment!r} says {text!r}, not its number"
+                        )
         # Inline code can carry MyST too (a role written ``{term}`x` `` reads as code): none may.
         for token in tokens:
             if token.type == "code_inline" and re.match(r"\{[a-z][\w:-]*\}$", token.content):
@@ -132,7 +147,9 @@ def test_code_cells_are_the_books_byte_for_byte(doc):
     assert generated(doc)["metadata"]["kernelspec"]["name"] == "python3"
     import nbformat
 
-    nbformat.validate(nbformat.from_dict(generated(doc)))  # a valid nbformat 4 notebook, as Colab needs
+    nbformat.validate(
+        nbformat.from_dict(generated(doc))
+    )  # a valid nbformat 4 notebook, as Colab needs
 
 
 @pytest.mark.parametrize("doc", CHAPTERS, ids=[Path(d).name for d in CHAPTERS])
@@ -143,7 +160,9 @@ def test_markdown_is_commonmark_with_absolute_links(doc):
     text = "\n".join(cell["source"] for cell in nb["cells"] if cell["cell_type"] == "markdown")
     starts = sum("".join(c["source"]).count("{exercise-start}") for c in book(doc)["cells"])
     assert len(re.findall(r"^### Exercise \d+\.\d+", text, re.M)) == starts
-    figures = sum(1 for c in book(doc)["cells"] if c.get("metadata", {}).get("mystnb", {}).get("figure"))
+    figures = sum(
+        1 for c in book(doc)["cells"] if c.get("metadata", {}).get("mystnb", {}).get("figure")
+    )
     assert len(re.findall(r"^\*\*Figure \d+\.\d+\.\*\* \S", text, re.M)) == figures
     assert colab.page_url(doc) in text  # the banner links the chapter's page of the published book
 
@@ -154,12 +173,28 @@ def test_markdown_check_fails_on_the_books_own_notebooks():
         problems = markdown_problems(book(doc))
         assert any("raw MyST" in p for p in problems), doc
         assert myst_fragments(book(doc)) > 0
-    broken = {"cells": [
-        {"cell_type": "markdown", "source": "See [the code](book/01_x.ipynb) and [this](#fig-x)."},
-        {"cell_type": "markdown", "source": "[src](https://github.com/o/r/blob/main/book/01_x.ipynb), [p](http://x.org)"},
-        {"cell_type": "markdown", "source": ":::{note}\nText\n:::\n\n```{exercise-start} T\n:label: ex-a\n```"},
-        {"cell_type": "markdown", "source": f"[Figure]({SITE_URL}book/x.html#fig-y) and `{{term}}`x` `"},
-    ]}
+    broken = {
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "source": "See [the code](book/01_x.ipynb) and [this](#fig-x).",
+            },
+            {
+                "cell_type": "markdown",
+                "source": (
+                    "[src](https://github.com/o/r/blob/main/book/01_x.ipynb), [p](http://x.org)"
+                ),
+            },
+            {
+                "cell_type": "markdown",
+                "source": ":::{note}\nText\n:::\n\n```{exercise-start} T\n:label: ex-a\n```",
+            },
+            {
+                "cell_type": "markdown",
+                "source": f"[Figure]({SITE_URL}book/x.html#fig-y) and `{{term}}`x` `",
+            },
+        ]
+    }
     problems = markdown_problems(broken)
     assert sum("neither on" in p for p in problems) == 3  # relative, the book's source, plain http
     assert any("'fig-x'" in p and "not its number" in p for p in problems)
@@ -170,28 +205,45 @@ def test_markdown_check_fails_on_the_books_own_notebooks():
 
 def test_converter_refuses_what_it_cannot_render(monkeypatch):
     converter = colab.Converter(CHAPTERS[0])
-    for bad in ("{unknownrole}`x`", "{term}`no such term here`", "{numref}`fig-no-such-figure`",
-                "{cite:p}`nosuchkey2099`", ":::{mermaid}\nx\n:::", ":::{note}\nnever closed"):
+    for bad in (
+        "{unknownrole}`x`",
+        "{term}`no such term here`",
+        "{numref}`fig-no-such-figure`",
+        "{cite:p}`nosuchkey2099`",
+        ":::{mermaid}\nx\n:::",
+        ":::{note}\nnever closed",
+    ):
         with pytest.raises(colab.ConversionError):
             converter.markdown(bad)
     # What it can render: an admonition, a labelled math block, an amsmath environment, a solution.
-    out = converter.markdown(":::{note}\nA {math}`x^2` note.\n:::\n\n$$\na = b\n$$ (eq-a)\n\n"
-                             "\\begin{align}\na &= b\n\\end{align}")
+    out = converter.markdown(
+        ":::{note}\nA {math}`x^2` note.\n:::\n\n$$\na = b\n$$ (eq-a)\n\n"
+        "\\begin{align}\na &= b\n\\end{align}"
+    )
     assert out.startswith("> **Note**\n>\n> A $x^2$ note.")
     assert "$$ (eq-a)" not in out and "$$\n\\begin{align}" in out
     label = next(name for name, t in converter.chapter.targets.items() if t.kind == "Exercise")
     number = converter.chapter.targets[label].number
-    assert converter.markdown(f"```{{solution-start}} {label}\n```\nText\n```{{solution-end}}\n```") == \
-        f"#### Solution to Exercise {number}\nText"
+    assert (
+        converter.markdown(f"```{{solution-start}} {label}\n```\nText\n```{{solution-end}}\n```")
+        == f"#### Solution to Exercise {number}\nText"
+    )
     assert converter.markdown("Not `{term}`code`` here") == "Not `{term}`code`` here"
-    assert converter.markdown("See [masks](03_masking.ipynb#masking-padding), [the list](exercises.md), "
-                              "[PyTorch](https://pytorch.org) and [above](#top).") == (
-        f"See [masks]({SITE_URL}book/03_masking.html#masking-padding), [the list]({SITE_URL}book/exercises.html), "
-        "[PyTorch](https://pytorch.org) and [above](#top).")
+    assert (
+        converter.markdown(
+            "See [masks](03_masking.ipynb#masking-padding), [the list](exercises.md), "
+            "[PyTorch](https://pytorch.org) and [above](#top)."
+        )
+        == f"See [masks]({SITE_URL}book/03_masking.html#masking-padding), [the"
+        f" list]({SITE_URL}book/exercises.html), [PyTorch](https://pytorch.org) and"
+        " [above](#top)."
+    )
     with pytest.raises(colab.ConversionError):
         converter.markdown("[gone](no_such_page.ipynb)")
-    assert converter.markdown("{abbr}`GQA (grouped-query attention)` and {sub}`2`") == \
-        "GQA (grouped-query attention) and <sub>2</sub>"
+    assert (
+        converter.markdown("{abbr}`GQA (grouped-query attention)` and {sub}`2`")
+        == "GQA (grouped-query attention) and <sub>2</sub>"
+    )
 
 
 def test_converter_numbers_equations_and_figure_directives(tmp_path, monkeypatch):
@@ -199,9 +251,19 @@ def test_converter_numbers_equations_and_figure_directives(tmp_path, monkeypatch
     (tmp_path / "book").mkdir()
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     cells = [
-        {"cell_type": "code", "source": "plot()", "metadata": {"mystnb": {"figure": {"name": "fig-t-code", "caption": "C."}}}},
-        {"cell_type": "markdown", "source": "# Title\n\n$$\na = b\n$$ (eq-t-a)\n\nSee {eq}`eq-t-a` and "
-         "{numref}`fig-t-pic`.\n\n```{figure} images/pic.png\n:name: fig-t-pic\n:alt: A picture\n\nThe caption.\n```"},
+        {
+            "cell_type": "code",
+            "source": "plot()",
+            "metadata": {"mystnb": {"figure": {"name": "fig-t-code", "caption": "C."}}},
+        },
+        {
+            "cell_type": "markdown",
+            "source": (
+                "# Title\n\n$$\na = b\n$$ (eq-t-a)\n\nSee {eq}`eq-t-a` and"
+                " {numref}`fig-t-pic`.\n\n```{figure} images/pic.png\n:name: fig-t-pic\n:alt: A"
+                " picture\n\nThe caption.\n```"
+            ),
+        },
     ]
     (tmp_path / "book" / "09_t.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
     monkeypatch.setattr(colab, "ROOT", tmp_path)
@@ -209,7 +271,10 @@ def test_converter_numbers_equations_and_figure_directives(tmp_path, monkeypatch
     converter.doc, converter.heading_index = "book/09_t", 0
     converter.chapter = colab.scan_chapter("book/09_t", 9)
     assert {k: (t.kind, t.number) for k, t in converter.chapter.targets.items()} == {
-        "fig-t-code": ("Figure", "9.1"), "eq-t-a": ("Equation", "9.1"), "fig-t-pic": ("Figure", "9.2")}
+        "fig-t-code": ("Figure", "9.1"),
+        "eq-t-a": ("Equation", "9.1"),
+        "fig-t-pic": ("Figure", "9.2"),
+    }
     out = converter.markdown(cells[1]["source"])
     assert "a = b\n\\tag{9.1} $$" in out
     assert f"[(9.1)]({SITE_URL}book/09_t.html#equation-eq-t-a)" in out
@@ -233,11 +298,17 @@ def shown_number(html: str, anchor: str) -> str | None:
     element = soup.find(id=anchor)
     if element is None:
         return None
-    if element.find(class_="caption-number"):  # a figure ("Fig. 1.2") or an exercise ("Exercise 1.2")
+    if element.find(
+        class_="caption-number"
+    ):  # a figure ("Fig. 1.2") or an exercise ("Exercise 1.2")
         return element.find(class_="caption-number").get_text().strip()
     # A section: the <section> itself, or the empty <span id> a label puts at its top.
     section = element if element.name == "section" else None
-    if element.name == "span" and not element.get_text().strip() and element.parent.name == "section":
+    if (
+        element.name == "span"
+        and not element.get_text().strip()
+        and element.parent.name == "section"
+    ):
         section = element.parent
     if section is not None:
         heading = section.find(re.compile(r"^h\d$"))
@@ -283,10 +354,16 @@ def numbering_problems(doc: str, nb: dict, site: Path) -> list[str]:
 
     soup = BeautifulSoup((site / f"{doc}.html").read_text(), "html.parser")
     article = soup.find("article") or soup
-    shown_sections = [span.get_text().strip().rstrip(".") for span in article.select(
-        "h1 .section-number, h2 .section-number, h3 .section-number, h4 .section-number")]
-    shown_exercises = re.findall(r"Exercise (\d+(?:\.\d+)+)", " ".join(
-        span.get_text() for span in article.select(".caption-number")))
+    shown_sections = [
+        span.get_text().strip().rstrip(".")
+        for span in article.select(
+            "h1 .section-number, h2 .section-number, h3 .section-number, h4 .section-number"
+        )
+    ]
+    shown_exercises = re.findall(
+        r"Exercise (\d+(?:\.\d+)+)",
+        " ".join(span.get_text() for span in article.select(".caption-number")),
+    )
     text = "\n".join(cell["source"] for cell in nb["cells"] if cell["cell_type"] == "markdown")
     ours_sections = re.findall(r"^#{1,4} (\d+(?:\.\d+)*)\. ", text, re.M)
     ours_exercises = re.findall(r"^### Exercise (\d+(?:\.\d+)+)", text, re.M)
@@ -294,9 +371,13 @@ def numbering_problems(doc: str, nb: dict, site: Path) -> list[str]:
     if not shown_sections:
         problems.append(f"{doc}: the built page shows no section numbers")
     if ours_sections != shown_sections:
-        problems.append(f"{doc}: headings numbered {ours_sections}, the book shows {shown_sections}")
+        problems.append(
+            f"{doc}: headings numbered {ours_sections}, the book shows {shown_sections}"
+        )
     if ours_exercises != shown_exercises:
-        problems.append(f"{doc}: exercises numbered {ours_exercises}, the book shows {shown_exercises}")
+        problems.append(
+            f"{doc}: exercises numbered {ours_exercises}, the book shows {shown_exercises}"
+        )
     return problems
 
 
@@ -309,7 +390,11 @@ def test_every_link_and_number_matches_the_built_book():
         nb = generated(doc)
         assert site_problems(nb, BUILT) == [], doc
         assert numbering_problems(doc, nb, BUILT) == []
-        checked += sum(cell["source"].count(SITE_URL) for cell in nb["cells"] if cell["cell_type"] == "markdown")
+        checked += sum(
+            cell["source"].count(SITE_URL)
+            for cell in nb["cells"]
+            if cell["cell_type"] == "markdown"
+        )
     assert checked > 10 * len(CHAPTERS)
 
 
@@ -320,10 +405,21 @@ def test_built_book_check_can_fail():
     wrong = json.loads(json.dumps(nb))
     for cell in wrong["cells"]:
         if cell["cell_type"] == "markdown":
-            cell["source"] = (cell["source"].replace("[Figure 1.2]", "[Figure 1.3]")
-                              .replace("#term-", "#term-no-such-").replace("[Exercise 1.", "[Exercise 7."))
-    wrong["cells"].append({"cell_type": "markdown", "source": f"[Exercise 1.2]({colab.page_url(CHAPTERS[0], 'ex-none')}) "
-                                                              f"![a picture]({SITE_URL}_images/no-such-picture.png)"})
+            cell["source"] = (
+                cell["source"]
+                .replace("[Figure 1.2]", "[Figure 1.3]")
+                .replace("#term-", "#term-no-such-")
+                .replace("[Exercise 1.", "[Exercise 7.")
+            )
+    wrong["cells"].append(
+        {
+            "cell_type": "markdown",
+            "source": (
+                f"[Exercise 1.2]({colab.page_url(CHAPTERS[0], 'ex-none')}) "
+                f"![a picture]({SITE_URL}_images/no-such-picture.png)"
+            ),
+        }
+    )
     problems = site_problems(wrong, BUILT)
     assert any("no id 'term-no-such-" in p for p in problems)
     assert any("no id 'ex-none'" in p for p in problems)
@@ -346,6 +442,11 @@ def test_the_books_colab_button_opens_the_colab_edition():
     for doc in CHAPTERS:
         theme = f"https://colab.research.google.com/github/{owner_repo}/blob/main/{doc}.ipynb"
         ours = fixes.colab_edition_url(theme)
-        assert ours == f"https://colab.research.google.com/github/{owner_repo}/blob/main/notebooks/{Path(doc).name}.ipynb"
+        assert (
+            ours
+            == f"https://colab.research.google.com/github/{owner_repo}/blob/main/notebooks/{Path(doc).name}.ipynb"
+        )
         assert (ROOT / ours.split("/blob/main/", 1)[1]).is_file()
-    assert fixes.colab_edition_url("https://mybinder.org/v2/gh/x/y/main?urlpath=tree/book/a.ipynb").startswith("https://mybinder")
+    assert fixes.colab_edition_url(
+        "https://mybinder.org/v2/gh/x/y/main?urlpath=tree/book/a.ipynb"
+    ).startswith("https://mybinder")

@@ -29,6 +29,7 @@ environment, then each notebook's own running time plus a few seconds of pip.
 The test is skipped only when the environment cannot be built because no package index can
 be reached; any other failure fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,11 +48,16 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from packaging.requirements import Requirement
-
 from project_tools import ROOT, colab, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
-RUNTIME_PACKAGES = ("torch", "numpy", "matplotlib", "ipykernel", "triton")  # Colab's torch ships triton
+RUNTIME_PACKAGES = (
+    "torch",
+    "numpy",
+    "matplotlib",
+    "ipykernel",
+    "triton",
+)  # Colab's torch ships triton
 # The Colab edition, in the order of _toc.yml (what the Colab buttons and the README open).
 NOTEBOOKS = [colab.OUT / f"{Path(doc).name}.ipynb" for doc, _ in colab.chapters()]
 # pip's words when it cannot reach a package index (then the test is skipped, not failed).
@@ -60,8 +66,17 @@ NO_INDEX = re.compile(
     r"|Name or service not known|Network is unreachable|Max retries exceeded|ConnectTimeoutError"
 )
 # Left out of the copy of the checkout that pip builds from: local, generated or ignored files.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "_build", "build", "*.egg-info", "__pycache__",
-                                    ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "_build",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ipynb_checkpoints",
+)
 # The chapter run end to end in the fresh runtime: it reads package data (the text corpus) and
 # imports the library, the course's scaffolding, the benchmarks and the plotting.
 FULL_CHAPTER = "06_inference"
@@ -91,7 +106,9 @@ def runtime_pins() -> dict[str, str]:
         name, sep, version = line.split("#")[0].strip().partition("==")
         if sep and name.lower() in RUNTIME_PACKAGES:
             pins[name.lower()] = f"{name}=={version}"
-    assert sorted(pins) == sorted(RUNTIME_PACKAGES), f"requirements.txt must pin each of {RUNTIME_PACKAGES}"
+    assert sorted(pins) == sorted(RUNTIME_PACKAGES), (
+        f"requirements.txt must pin each of {RUNTIME_PACKAGES}"
+    )
     return pins
 
 
@@ -109,21 +126,43 @@ def installed(python: Path, cwd: Path) -> dict[str, str]:
 
     Run in an empty folder: from the checkout, Python would also list its ``attncourse.egg-info``.
     """
-    code = ("import importlib.metadata, json; print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): "
-            "d.version for d in importlib.metadata.distributions()}))")
+    code = (
+        "import importlib.metadata, json; print(json.dumps({d.metadata['Name'].lower().replace('_',"
+        " '-'): d.version for d in importlib.metadata.distributions()}))"
+    )
     result = run([str(python), "-c", code], cwd=cwd, env=kernel_env(python, ""), check=True)
     return json.loads(result.stdout)
 
 
 def can_import_attncourse(python: Path, cwd: Path) -> bool:
-    return run([str(python), "-c", "import attncourse"], cwd=cwd, env=kernel_env(python, "")).returncode == 0
+    return (
+        run(
+            [str(python), "-c", "import attncourse"], cwd=cwd, env=kernel_env(python, "")
+        ).returncode
+        == 0
+    )
 
 
 def kernel_env(python: Path, install_url: str) -> dict[str, str]:
     """The process environment minus whatever could point Python at the checkout or change its defaults."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "MPLBACKEND", "JUPYTER_PATH"}}
-    path = [entry for entry in env.get("PATH", "").split(os.pathsep) if entry and not entry.startswith(str(ROOT))]
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key
+        not in {
+            "PYTHONPATH",
+            "PYTHONHOME",
+            "PYTHONSTARTUP",
+            "VIRTUAL_ENV",
+            "MPLBACKEND",
+            "JUPYTER_PATH",
+        }
+    }
+    path = [
+        entry
+        for entry in env.get("PATH", "").split(os.pathsep)
+        if entry and not entry.startswith(str(ROOT))
+    ]
     env["PATH"] = os.pathsep.join([str(python.parent), *path])
     env[normalize.INSTALL_URL_VARIABLE] = install_url
     return env
@@ -157,7 +196,10 @@ def build_runtime(base: Path) -> dict:
     if result.returncode != 0:
         output = result.stdout + result.stderr
         if index_unreachable(output):
-            pytest.skip(f"no package index reachable, cannot build the Colab-like environment:\n{output[-2000:]}")
+            pytest.skip(
+                "no package index reachable, cannot build the Colab-like"
+                f" environment:\n{output[-2000:]}"
+            )
         pytest.fail(f"pip could not install {list(pins.values())}:\n{output[-4000:]}")
     seconds = time.perf_counter() - start
 
@@ -167,12 +209,23 @@ def build_runtime(base: Path) -> dict:
     shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
     kernels = base / "kernels"
     (kernels / "python3").mkdir(parents=True)
-    (kernels / "python3" / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (Colab-like runtime)",
-        "language": "python",
-    }))
-    return {"base": base, "python": python, "source": source, "kernels": kernels, "pins": pins, "seconds": seconds}
+    (kernels / "python3" / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (Colab-like runtime)",
+                "language": "python",
+            }
+        )
+    )
+    return {
+        "base": base,
+        "python": python,
+        "source": source,
+        "kernels": kernels,
+        "pins": pins,
+        "seconds": seconds,
+    }
 
 
 def test_runtime_holds_only_the_runtime_packages(runtime, capsys):
@@ -181,25 +234,51 @@ def test_runtime_holds_only_the_runtime_packages(runtime, capsys):
     empty.mkdir(exist_ok=True)
     packages = installed(python, empty)
     for name, pin in pins.items():  # "torch==2.13.0" admits the local version 2.13.0+cpu
-        assert name in packages and Requirement(pin).specifier.contains(packages[name]), (pin, packages.get(name))
+        assert name in packages and Requirement(pin).specifier.contains(packages[name]), (
+            pin,
+            packages.get(name),
+        )
     for absent in ("attncourse", "tqdm", "pytest", "nbval", "jupyter-book"):
         assert absent not in packages, absent
     assert not can_import_attncourse(python, empty)
-    say(capsys, f"\nColab-like venv built in {runtime['seconds']:.0f} s: {', '.join(pins.values())} "
-                f"and their dependencies, {len(packages)} distributions")
+    say(
+        capsys,
+        f"\nColab-like venv built in {runtime['seconds']:.0f} s: {', '.join(pins.values())} "
+        f"and their dependencies, {len(packages)} distributions",
+    )
 
 
 def test_only_an_unreachable_index_skips(tmp_path):
     """pip's real output: no connection to an index skips the test; a version no index has fails it."""
+
     def pip_download(index_url: str) -> str:
-        result = run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--retries", "1",
-                      "--timeout", "5", "--index-url", index_url, "--dest", str(tmp_path / "out"), "tqdm==4.70.1"])
+        result = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--isolated",
+                "--no-deps",
+                "--retries",
+                "1",
+                "--timeout",
+                "5",
+                "--index-url",
+                index_url,
+                "--dest",
+                str(tmp_path / "out"),
+                "tqdm==4.70.1",
+            ]
+        )
         assert result.returncode != 0
         return result.stdout + result.stderr
 
     assert index_unreachable(pip_download("http://127.0.0.1:9/simple"))  # nothing listens on port 9
     (tmp_path / "simple").mkdir()
-    assert not index_unreachable(pip_download((tmp_path / "simple").as_uri()))  # reachable, but empty
+    assert not index_unreachable(
+        pip_download((tmp_path / "simple").as_uri())
+    )  # reachable, but empty
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
@@ -207,8 +286,12 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     python, source = runtime["python"], runtime["source"]
     install_url = source.as_uri()
     # Each notebook's own first cell must install the package: remove the previous install.
-    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "attncourse"], check=True)
-    content = runtime["base"] / f"content-{path.stem}"  # an empty working directory, like Colab's /content
+    subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "attncourse"], check=True
+    )
+    content = (
+        runtime["base"] / f"content-{path.stem}"
+    )  # an empty working directory, like Colab's /content
     content.mkdir()
     assert not can_import_attncourse(python, content)
     before = installed(python, content)
@@ -219,14 +302,21 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     assert normalize.INSTALL_URL_VARIABLE in first.source
     if path.stem != FULL_CHAPTER:  # the set-up cell and the imports (the next code cell)
         imports = next(i for i, cell in enumerate(nb.cells) if i > 0 and cell.cell_type == "code")
-        assert "import attncourse" in nb.cells[imports].source or "from attncourse" in nb.cells[imports].source
+        assert (
+            "import attncourse" in nb.cells[imports].source
+            or "from attncourse" in nb.cells[imports].source
+        )
         nb.cells = nb.cells[: imports + 1]
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     kernel_manager = AsyncKernelManager(
         kernel_name="python3",
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(runtime["kernels"])], ensure_native_kernel=False),
+        kernel_spec_manager=KernelSpecManager(
+            kernel_dirs=[str(runtime["kernels"])], ensure_native_kernel=False
+        ),
     )
-    client = NotebookClient(nb, km=kernel_manager, timeout=600, resources={"metadata": {"path": str(content)}})
+    client = NotebookClient(
+        nb, km=kernel_manager, timeout=600, resources={"metadata": {"path": str(content)}}
+    )
     seconds = []
     # cleanup_kc: shut the kernel down afterwards although the client was handed its manager.
     with client.setup_kernel(env=kernel_env(python, install_url), cleanup_kc=True):
@@ -236,15 +326,21 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
             seconds.append(time.perf_counter() - start)
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(cell.execution_count is not None for cell in code_cells)
-    errors = [output for cell in code_cells for output in cell.outputs if output.output_type == "error"]
+    errors = [
+        output for cell in code_cells for output in cell.outputs if output.output_type == "error"
+    ]
     assert errors == []
 
-    probe = json.loads("".join(output.text for output in nb.cells[-1].outputs if output.output_type == "stream"))
+    probe = json.loads(
+        "".join(output.text for output in nb.cells[-1].outputs if output.output_type == "stream")
+    )
     venv = runtime["base"] / "venv"
     # The kernel ran the fresh runtime's Python in the empty folder, with nothing of the checkout on its path.
     assert Path(probe["executable"]).parent == python.parent
     assert Path(probe["cwd"]).resolve() == content.resolve()
-    assert not any(entry and Path(entry).resolve().is_relative_to(ROOT) for entry in probe["sys_path"])
+    assert not any(
+        entry and Path(entry).resolve().is_relative_to(ROOT) for entry in probe["sys_path"]
+    )
     assert "inline" in probe["backend"]  # figures inline, as in Colab
     # Every attncourse module the notebook used comes from the fresh runtime's site-packages.
     purelib = Path(probe["purelib"])
@@ -256,22 +352,38 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     assert probe["direct_url"]["url"] == install_url
     assert not probe["direct_url"].get("dir_info", {}).get("editable", False)
     # The installed package holds every file of the package directory, its data and subpackages included.
-    shipped = {file for file in probe["files"] if file.startswith("attncourse/") and "__pycache__" not in file}
-    expected = {file.relative_to(source).as_posix() for file in (source / "attncourse").rglob("*")
-                if file.is_file() and "__pycache__" not in file.parts}
+    shipped = {
+        file
+        for file in probe["files"]
+        if file.startswith("attncourse/") and "__pycache__" not in file
+    }
+    expected = {
+        file.relative_to(source).as_posix()
+        for file in (source / "attncourse").rglob("*")
+        if file.is_file() and "__pycache__" not in file.parts
+    }
     assert shipped == expected
-    assert any(file.startswith("attncourse/results/") and file.endswith(".json") for file in shipped)
+    assert any(
+        file.startswith("attncourse/results/") and file.endswith(".json") for file in shipped
+    )
 
     # The pip resolver's view of the dependency bounds: it adds packages, never changes the runtime's.
     after = installed(python, content)
-    changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
+    changed = {
+        name: (version, after.get(name))
+        for name, version in before.items()
+        if after.get(name) != version
+    }
     assert changed == {}, f"the set-up cell changed packages of the runtime: {changed}"
     added = sorted(set(after) - set(before))
     assert "attncourse" in added
 
-    say(capsys, f"\n{path.stem}: {sum(seconds):.0f} s in all, set-up cell {seconds[0]:.1f} s, "
-                f"{len(code_cells) - 1} code cells; the set-up cell installed "
-                + ", ".join(f"{name} {after[name]}" for name in added))
+    say(
+        capsys,
+        f"\n{path.stem}: {sum(seconds):.0f} s in all, set-up cell {seconds[0]:.1f} s, "
+        f"{len(code_cells) - 1} code cells; the set-up cell installed "
+        + ", ".join(f"{name} {after[name]}" for name in added),
+    )
 
 
 def test_the_full_chapter_is_a_chapter_of_the_colab_edition():

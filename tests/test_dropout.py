@@ -1,4 +1,5 @@
 """Attention and residual dropout (chapter 5; chapter 2's note on dropout)."""
+
 import pytest
 import torch
 from torch import nn
@@ -24,7 +25,6 @@ def test_eval_mode_and_zero_dropout_change_nothing(device):
         torch.testing.assert_close(w, w0, rtol=0, atol=0)
     plain.train()  # p = 0 in training mode draws nothing
     torch.testing.assert_close(plain(x, x, x)[0], out0, rtol=0, atol=0)
-
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -73,7 +73,9 @@ def test_equals_nn_multihead_attention_in_training_mode():
     ref.train(), layer.train()
     for seed in range(3):
         torch.manual_seed(seed)
-        expected, expected_w = ref(x, x, x, attn_mask=~mask, need_weights=True, average_attn_weights=False)
+        expected, expected_w = ref(
+            x, x, x, attn_mask=~mask, need_weights=True, average_attn_weights=False
+        )
         torch.manual_seed(seed)
         out, w = layer(x, x, x, mask)
         torch.testing.assert_close(out, expected)
@@ -97,7 +99,9 @@ def test_equals_sdpa_dropout_in_expectation():
     # one batch of `draws` copies: every batch row gets its own dropout mask
     with torch.no_grad():
         ours = layer(*(t.expand(draws, 5, 8) for t in (x_q, x_k, x_v)))[0]
-        theirs = nn.functional.scaled_dot_product_attention(*(t.expand(draws, 1, 5, 8) for t in (q, k, v)), dropout_p=p)[:, 0]
+        theirs = nn.functional.scaled_dot_product_attention(
+            *(t.expand(draws, 1, 5, 8) for t in (q, k, v)), dropout_p=p
+        )[:, 0]
     # the standard error of a mean of 20000 draws: 3.5 of them is a loose, still failing-capable bound
     se = ours.std(0) / draws**0.5
     assert ((ours.mean(0) - exact[0, 0]).abs() < 3.5 * se + 1e-12).all()
@@ -117,8 +121,15 @@ def test_gradcheck_in_eval_mode():
 
 
 def test_bad_dropout_is_rejected():
-    for bad, error in ((-0.1, ValueError), (1.0, ValueError), (float("nan"), ValueError), (True, TypeError),
-                       ("0.1", TypeError), (None, TypeError), (torch.tensor([0.1]), TypeError)):
+    for bad, error in (
+        (-0.1, ValueError),
+        (1.0, ValueError),
+        (float("nan"), ValueError),
+        (True, TypeError),
+        ("0.1", TypeError),
+        (None, TypeError),
+        (torch.tensor([0.1]), TypeError),
+    ):
         with pytest.raises(error, match="dropout must be a probability"):
             MultiHeadAttention(16, 4, dropout=bad)
         with pytest.raises(error, match="dropout must be a probability"):
@@ -172,7 +183,9 @@ def test_block_layouts_follow_their_formulas():
 
 def test_causal_lm_dropout_and_final_norm():
     torch.manual_seed(0)
-    model = CausalLM.standard(11, d_model=16, num_heads=2, d_ff=32, max_len=8, dropout=0.1, norm_first=True)
+    model = CausalLM.standard(
+        11, d_model=16, num_heads=2, d_ff=32, max_len=8, dropout=0.1, norm_first=True
+    )
     assert model.norm is not None and all(b.norm_first for b in model.blocks)
     assert model.dropout.p == 0.1 and model.blocks[0].self_attn.dropout == 0.1
     tokens = torch.randint(11, (3, 8))

@@ -1,24 +1,42 @@
 """tiled_attention against the naive reference, torch's SDPA, float64 and gradcheck."""
+
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attncourse.attention import scaled_dot_product_attention
 from attncourse.efficient import online_softmax_update, tiled_attention
 from attncourse.masks import causal_mask
 
 
-def _qkv(*, batch=(2, 3), query_len=10, key_len=13, d_k=8, d_v=5, dtype=torch.float64, device="cpu", seed=0):
+def _qkv(
+    *,
+    batch=(2, 3),
+    query_len=10,
+    key_len=13,
+    d_k=8,
+    d_v=5,
+    dtype=torch.float64,
+    device="cpu",
+    seed=0,
+):
     g = torch.Generator().manual_seed(seed)
-    make = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64).to(
+        device=device, dtype=dtype
+    )
     return make(*batch, query_len, d_k), make(*batch, key_len, d_k), make(*batch, key_len, d_v)
 
 
 @settings(max_examples=40)
 @given(
-    query_len=st.integers(1, 40), key_len=st.integers(1, 40), block=st.integers(1, 17), query_block=st.integers(1, 17),
-    causal=st.booleans(), seed=st.integers(0, 1000),
+    query_len=st.integers(1, 40),
+    key_len=st.integers(1, 40),
+    block=st.integers(1, 17),
+    query_block=st.integers(1, 17),
+    causal=st.booleans(),
+    seed=st.integers(0, 1000),
 )
 def test_matches_reference_on_random_shapes(query_len, key_len, block, query_block, causal, seed):
     q, k, v = _qkv(query_len=query_len, key_len=key_len, seed=seed)
@@ -29,7 +47,9 @@ def test_matches_reference_on_random_shapes(query_len, key_len, block, query_blo
 
 
 def test_matches_torch_sdpa(device):
-    q, k, v = _qkv(batch=(2, 4), query_len=70, key_len=70, d_k=16, d_v=16, dtype=torch.float32, device=device)
+    q, k, v = _qkv(
+        batch=(2, 4), query_len=70, key_len=70, d_k=16, d_v=16, dtype=torch.float32, device=device
+    )
     for causal in (False, True):  # L == S: torch's is_causal agrees with causal_mask
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         got = tiled_attention(q, k, v, causal=causal, block_size=16, query_block_size=24)
@@ -65,9 +85,22 @@ def test_masks(kind, device):
     elif kind == "bool-broadcast":
         mask = (torch.rand(11, 14, generator=g) > 0.3).to(device)
     else:  # key padding mask (B, 1, 1, S)
-        mask = (torch.arange(14)[None, :] < torch.tensor([9, 14])[:, None])[:, None, None, :].to(device)
+        mask = (torch.arange(14)[None, :] < torch.tensor([9, 14])[:, None])[:, None, None, :].to(
+            device
+        )
     for causal in (False, True):
-        full = mask if not causal else mask & causal_mask(11, 14, device=device) if mask.dtype == torch.bool else mask + torch.zeros(11, 14, dtype=mask.dtype, device=device).masked_fill(~causal_mask(11, 14, device=device), float("-inf"))
+        full = (
+            mask
+            if not causal
+            else (
+                mask & causal_mask(11, 14, device=device)
+                if mask.dtype == torch.bool
+                else mask
+                + torch.zeros(11, 14, dtype=mask.dtype, device=device).masked_fill(
+                    ~causal_mask(11, 14, device=device), float("-inf")
+                )
+            )
+        )
         expected = scaled_dot_product_attention(q, k, v, full)[0]
         got = tiled_attention(q, k, v, mask, causal=causal, block_size=4, query_block_size=3)
         torch.testing.assert_close(got, expected)
@@ -86,17 +119,27 @@ def test_broadcast_batch_dimensions():
 
 def test_unbatched_and_scale():
     q, k, v = _qkv(batch=(), query_len=6, key_len=9)
-    torch.testing.assert_close(tiled_attention(q, k, v, scale=0.3, block_size=4), scaled_dot_product_attention(q, k, v, scale=0.3)[0])
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, scale=0.3, block_size=4),
+        scaled_dot_product_attention(q, k, v, scale=0.3)[0],
+    )
 
 
-@pytest.mark.parametrize("dtype,atol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2), (torch.float32, 1e-5)])
+@pytest.mark.parametrize(
+    "dtype,atol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2), (torch.float32, 1e-5)]
+)
 def test_low_precision_against_float64(dtype, atol, device):
     q, k, v = _qkv(query_len=40, key_len=50, d_k=16, d_v=16, device=device)
     expected = scaled_dot_product_attention(q, k, v, causal_mask(40, 50, device=device))[0]
     got = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=True, block_size=16)
     assert got.dtype == dtype
     # the inputs are rounded to dtype first: compare with the float64 result of the rounded inputs
-    rounded = scaled_dot_product_attention(q.to(dtype).double(), k.to(dtype).double(), v.to(dtype).double(), causal_mask(40, 50, device=device))[0]
+    rounded = scaled_dot_product_attention(
+        q.to(dtype).double(),
+        k.to(dtype).double(),
+        v.to(dtype).double(),
+        causal_mask(40, 50, device=device),
+    )[0]
     torch.testing.assert_close(got.double(), rounded, atol=atol, rtol=0)
     torch.testing.assert_close(got.double(), expected, atol=4 * atol, rtol=0)
 
@@ -106,25 +149,37 @@ def test_large_scores_do_not_overflow():
     q = q * 200  # scores of several thousand: exp would overflow without the running max
     got = tiled_attention(q, k, v, block_size=3)
     assert torch.isfinite(got).all()
-    torch.testing.assert_close(got, scaled_dot_product_attention(q.double(), k.double(), v.double())[0].float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        got,
+        scaled_dot_product_attention(q.double(), k.double(), v.double())[0].float(),
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_gradients_match_reference(device):
     q, k, v = (x.requires_grad_() for x in _qkv(query_len=9, key_len=12, device=device))
     mask = (torch.rand(9, 12, generator=torch.Generator().manual_seed(3)) > 0.3).to(device)
     weights = torch.randn(2, 3, 9, 5, dtype=torch.float64, device=device)
-    (tiled_attention(q, k, v, mask, causal=True, block_size=5, query_block_size=4) * weights).sum().backward()
+    (
+        tiled_attention(q, k, v, mask, causal=True, block_size=5, query_block_size=4) * weights
+    ).sum().backward()
     grads = [x.grad.clone() for x in (q, k, v)]
     for x in (q, k, v):
         x.grad = None
-    (scaled_dot_product_attention(q, k, v, mask & causal_mask(9, 12, device=device))[0] * weights).sum().backward()
+    (
+        scaled_dot_product_attention(q, k, v, mask & causal_mask(9, 12, device=device))[0] * weights
+    ).sum().backward()
     for got, expected in zip(grads, (q.grad, k.grad, v.grad)):
         torch.testing.assert_close(got, expected)
 
 
 def test_gradcheck():
     q, k, v = (x.requires_grad_() for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=3, d_v=2))
-    assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, causal=True, block_size=3, query_block_size=2), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: tiled_attention(q, k, v, causal=True, block_size=3, query_block_size=2),
+        (q, k, v),
+    )
 
 
 def test_causal_skips_blocks():
@@ -134,7 +189,9 @@ def test_causal_skips_blocks():
     k[6:], v[6:] = float("nan"), float("nan")
     got = tiled_attention(q, k, v, causal=True, block_size=2, query_block_size=2)
     assert torch.isfinite(got[:6]).all()  # queries 0..5 only read key blocks [0, 6)
-    torch.testing.assert_close(got[:6], scaled_dot_product_attention(q[:6], k[:6], v[:6], causal_mask(6))[0])
+    torch.testing.assert_close(
+        got[:6], scaled_dot_product_attention(q[:6], k[:6], v[:6], causal_mask(6))[0]
+    )
 
 
 def test_future_tokens_cannot_change_earlier_outputs():
@@ -155,11 +212,15 @@ def test_online_softmax_update_equals_softmax():
     for start in range(0, 30, 7):
         m, l, _ = online_softmax_update(m, l, scores[:, start : start + 7])
     torch.testing.assert_close(m, scores.amax(-1))
-    torch.testing.assert_close(torch.exp(scores - m[:, None]) / l[:, None], torch.softmax(scores, -1))
+    torch.testing.assert_close(
+        torch.exp(scores - m[:, None]) / l[:, None], torch.softmax(scores, -1)
+    )
 
 
 def test_online_softmax_update_all_masked_row():
-    m, l, c = online_softmax_update(torch.tensor([float("-inf")]), torch.tensor([0.0]), torch.full((1, 3), float("-inf")))
+    m, l, c = online_softmax_update(
+        torch.tensor([float("-inf")]), torch.tensor([0.0]), torch.full((1, 3), float("-inf"))
+    )
     assert m.item() == float("-inf") and l.item() == 0.0 and c.item() == 0.0
 
 
@@ -185,7 +246,9 @@ def test_input_errors():
         tiled_attention(q[0, 0, 0], k, v)
 
 
-@pytest.mark.parametrize("shapes", [((1,), (3,), (1,)), ((1,), (1,), (3,)), ((3,), (1,), (1,)), ((2, 1), (1, 3), (1, 1))])
+@pytest.mark.parametrize(
+    "shapes", [((1,), (3,), (1,)), ((1,), (1,), (3,)), ((3,), (1,), (1,)), ((2, 1), (1, 3), (1, 1))]
+)
 def test_batch_dimensions_broadcast_from_any_argument(shapes):
     """The batch size may come from query, key or value alone (broadcast like torch.matmul)."""
     bq, bk, bv = shapes
@@ -219,8 +282,13 @@ def test_gradients_with_a_finite_float_mask_match_reference():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_with_masks_matches_reference(dtype):
     q, k, v = (x.to(dtype) for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=4, d_v=3))
-    for mask in (torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.3, torch.randn(5, 7).to(dtype)):
+    for mask in (
+        torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.3,
+        torch.randn(5, 7).to(dtype),
+    ):
         got = tiled_attention(q, k, v, mask, block_size=3)
-        expected, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask if mask.dtype == torch.bool else mask.double())
+        expected, _ = scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), mask if mask.dtype == torch.bool else mask.double()
+        )
         assert got.dtype == dtype
         torch.testing.assert_close(got.double(), expected, atol=2e-2, rtol=2e-2)

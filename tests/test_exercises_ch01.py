@@ -1,14 +1,20 @@
 """The chapter 1 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
+from exercise_helpers import assert_fails as _failed
+from exercise_helpers import stub as _stub
 
 from attncourse import scaled_dot_product_attention
 from attncourse.exercises import check
-from attncourse.exercises.ch01_dot_product import _attention_solution, _fixed_masked_attention_solution, _scores_solution
-from exercise_helpers import assert_fails as _failed, stub as _stub
+from attncourse.exercises.ch01_dot_product import (
+    _attention_solution,
+    _fixed_masked_attention_solution,
+    _scores_solution,
+)
 
 # -- dot-product/scores ---------------------------------------------------------------------
 
@@ -30,14 +36,19 @@ def scores_key_first(query, key):
 
 
 def scores_with_dot_T(query, key):
-    return query @ key.T / query.size(-1) ** 0.5  # fine for 2-D, wrong (or an error) with batch dimensions
+    return (
+        query @ key.T / query.size(-1) ** 0.5
+    )  # fine for 2-D, wrong (or an error) with batch dimensions
 
 
 def scores_scaled_by_length(query, key):
     return query @ key.transpose(-2, -1) / key.size(-2) ** 0.5
 
 
-@pytest.mark.parametrize("answer", [_scores_solution, lambda q, k: torch.einsum("...ld,...sd->...ls", q, k) / q.shape[-1] ** 0.5])
+@pytest.mark.parametrize(
+    "answer",
+    [_scores_solution, lambda q, k: torch.einsum("...ld,...sd->...ls", q, k) / q.shape[-1] ** 0.5],
+)
 def test_scores_accepts_correct_answers(answer):
     result = check("dot-product/scores", answer)
     assert result.passed, result.message
@@ -93,7 +104,9 @@ def inverted_mask(query, key, value, mask=None, *, scale=None):
 
 
 def mask_after_softmax(query, key, value, mask=None, *, scale=None):
-    weights = torch.softmax(query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5), dim=-1)
+    weights = torch.softmax(
+        query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5), dim=-1
+    )
     if mask is not None and mask.dtype == torch.bool:
         weights = weights * mask
     elif mask is not None:
@@ -193,6 +206,7 @@ def test_attention_rejects_wrong_answers(wrong, diagnosis):
 def test_attention_reports_a_crash_without_raising():
     def crashes(query, key, value, mask=None, *, scale=None):
         return query @ key  # shapes do not fit
+
     result = check("dot-product/attention", crashes)
     assert not result.passed and "RuntimeError" in result.message
 
@@ -210,7 +224,13 @@ def test_variance_accepts_the_value_and_an_estimate():
 
 @pytest.mark.parametrize(
     "wrong, diagnosis",
-    [(8, "standard deviation"), (1, "after dividing by sqrt(d_k)"), (4096, "d_k squared"), (0, "mean"), (32, "not it")],
+    [
+        (8, "standard deviation"),
+        (1, "after dividing by sqrt(d_k)"),
+        (4096, "d_k squared"),
+        (0, "mean"),
+        (32, "not it"),
+    ],
 )
 def test_variance_rejects_wrong_values(wrong, diagnosis):
     result = check("dot-product/score-variance", wrong)
@@ -226,14 +246,18 @@ def test_variance_rejects_non_numbers():
 
 
 def _fixed_einsum(query, key, value, mask):
-    scores = torch.einsum("...ld,...sd->...ls", query.double(), key.double()) / math.sqrt(query.shape[-1])
+    scores = torch.einsum("...ld,...sd->...ls", query.double(), key.double()) / math.sqrt(
+        query.shape[-1]
+    )
     scores[~mask.expand_as(scores)] = float("-inf")  # in place
     return (torch.softmax(scores, -1) @ value.double()).to(query.dtype)
 
 
 def _fixed_renormalised(query, key, value, mask):
     weights = torch.softmax(query @ key.transpose(-2, -1) / query.size(-1) ** 0.5, -1) * mask
-    return weights / weights.sum(-1, keepdim=True) @ value  # renormalising after the mask is also right
+    return (
+        weights / weights.sum(-1, keepdim=True) @ value
+    )  # renormalising after the mask is also right
 
 
 def _fixed_numpy(query, key, value, mask):
@@ -244,7 +268,9 @@ def _fixed_numpy(query, key, value, mask):
     return torch.from_numpy(w / w.sum(-1, keepdims=True) @ v)
 
 
-@pytest.mark.parametrize("answer", [_fixed_masked_attention_solution, _fixed_einsum, _fixed_renormalised, _fixed_numpy])
+@pytest.mark.parametrize(
+    "answer", [_fixed_masked_attention_solution, _fixed_einsum, _fixed_renormalised, _fixed_numpy]
+)
 def test_fix_mask_accepts_right_answers(answer):
     assert check("dot-product/fix-mask-after-softmax", answer).passed
 
@@ -258,10 +284,34 @@ def _buggy(query, key, value, mask):
     "wrong,words",
     [
         (_buggy, "still the given code"),
-        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(m, float("-inf")), -1) @ v, "polarity"),
-        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, float("-inf")), -1) @ v, "scale went missing"),
-        (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~m, float("-inf")), -2).nan_to_num(0.0) @ v, "over the queries"),
-        (lambda q, k, v, m: (q @ k.transpose(-2, -1)).masked_fill(~m, 0.0) @ v, "differs from softmax"),
+        (
+            lambda q, k, v, m: (
+                torch.softmax(
+                    (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(m, float("-inf")), -1
+                )
+                @ v
+            ),
+            "polarity",
+        ),
+        (
+            lambda q, k, v, m: (
+                torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, float("-inf")), -1) @ v
+            ),
+            "scale went missing",
+        ),
+        (
+            lambda q, k, v, m: (
+                torch.softmax(
+                    (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~m, float("-inf")), -2
+                ).nan_to_num(0.0)
+                @ v
+            ),
+            "over the queries",
+        ),
+        (
+            lambda q, k, v, m: (q @ k.transpose(-2, -1)).masked_fill(~m, 0.0) @ v,
+            "differs from softmax",
+        ),
         (lambda q, k, v, m: _buggy(q, k, v, m)[..., :-1], "should have shape"),
     ],
 )
@@ -291,15 +341,23 @@ def _measure_gradient_ratio(n: int, seed: int) -> float:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gradient_ratio_accepts_independent_measurements(seed):
-    ratio = _measure_gradient_ratio(5000, seed)  # an independent measurement, as the learner makes it
+    ratio = _measure_gradient_ratio(
+        5000, seed
+    )  # an independent measurement, as the learner makes it
     assert check("dot-product/saturation-gradient", ratio).passed
     assert check("dot-product/saturation-gradient", torch.tensor(ratio)).passed
 
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [(4.93, "divided the other way"), (0.058, "unscaled gradient size alone"), (0.29, "scaled gradient size alone"),
-     (1.0, "both runs saw the same scores"), (0.5, "is outside the range"), ("0.2", "should be a number")],
+    [
+        (4.93, "divided the other way"),
+        (0.058, "unscaled gradient size alone"),
+        (0.29, "scaled gradient size alone"),
+        (1.0, "both runs saw the same scores"),
+        (0.5, "is outside the range"),
+        ("0.2", "should be a number"),
+    ],
 )
 def test_gradient_ratio_rejects(wrong, words):
     _failed("dot-product/saturation-gradient", wrong, words)

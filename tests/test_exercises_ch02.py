@@ -1,10 +1,12 @@
 """Chapter 2 checkers accept the reference and name the usual mistakes."""
+
 import numpy as np
 import pytest
 import torch
+from exercise_helpers import assert_fails as _failed
+from exercise_helpers import stub as _stub
 
 from attncourse.exercises import check
-from exercise_helpers import assert_fails as _failed, stub as _stub
 from attncourse.exercises.ch02_multihead import _forward_solution, _split_solution
 
 
@@ -22,8 +24,13 @@ def test_parameter_count_placeholder_is_not_attempted():
 
 def test_split_accepts_the_reference_and_equivalent_forms():
     assert check("multi-head/split-heads", _split_solution).passed
-    assert check("multi-head/split-heads", lambda x, h: x.reshape(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3)).passed
-    assert check("multi-head/split-heads", lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1)).passed
+    assert check(
+        "multi-head/split-heads",
+        lambda x, h: x.reshape(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3),
+    ).passed
+    assert check(
+        "multi-head/split-heads", lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1)
+    ).passed
 
 
 @pytest.mark.parametrize(
@@ -32,8 +39,14 @@ def test_split_accepts_the_reference_and_equivalent_forms():
         (lambda x, h: x.view(x.size(0), h, x.size(1), -1), "without a transpose"),
         (lambda x, h: x.view(x.size(0), x.size(1), h, -1), "not moved in front of the positions"),
         (lambda x, h: x.view(x.size(0), x.size(1), -1, h).permute(0, 3, 1, 2), "every h-th column"),
-        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).transpose(2, 3), "should have shape"),
-        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).flip(1), "Right shape, wrong values"),
+        (
+            lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).transpose(2, 3),
+            "should have shape",
+        ),
+        (
+            lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(1, 2).flip(1),
+            "Right shape, wrong values",
+        ),
         (lambda x, h: x[:, :, None].view(x.size(0), x.size(1) * 99, h), "raised RuntimeError"),
     ],
 )
@@ -44,7 +57,20 @@ def test_split_rejects(wrong, words):
 # -- forward ---------------------------------------------------------------------------------------
 
 
-def _forward(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads, *, scale_width=None, transpose=True, out_proj=True, merge_transpose=True):
+def _forward(
+    x_q,
+    x_kv,
+    w_q,
+    w_k,
+    w_v,
+    w_o,
+    num_heads,
+    *,
+    scale_width=None,
+    transpose=True,
+    out_proj=True,
+    merge_transpose=True,
+):
     B, L, E = x_q.shape
     d = E // num_heads
 
@@ -68,7 +94,9 @@ def test_forward_accepts_the_reference_and_the_package_layer():
     def with_layer(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
         layer = MultiHeadAttention(x_q.size(-1), num_heads, bias=False).double()
         with torch.no_grad():
-            for lin, w in zip((layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj), (w_q, w_k, w_v, w_o)):
+            for lin, w in zip(
+                (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj), (w_q, w_k, w_v, w_o)
+            ):
                 lin.weight.copy_(w)
         return layer(x_q, x_kv, x_kv)[0]
 
@@ -95,7 +123,11 @@ def test_forward_rejects(options, words):
 
 
 def test_forward_rejects_single_head_and_tuples():
-    _failed("multi-head/forward", lambda x_q, x_kv, w_q, w_k, w_v, w_o, h: _forward(x_q, x_kv, w_q, w_k, w_v, w_o, 1), "single-head")
+    _failed(
+        "multi-head/forward",
+        lambda x_q, x_kv, w_q, w_k, w_v, w_o, h: _forward(x_q, x_kv, w_q, w_k, w_v, w_o, 1),
+        "single-head",
+    )
     _failed("multi-head/forward", lambda *a: (_forward(*a), None), "not a tuple")
     _failed("multi-head/forward", lambda *a: _forward(*a) + 1e-3, "differs from Concat")
 
@@ -141,11 +173,13 @@ def _merge_in_place(heads):
     B, h, L, d = heads.shape
     out = torch.empty(B, L, h * d, dtype=heads.dtype)
     for i in range(h):
-        out[..., i * d:(i + 1) * d] = heads[:, i]
+        out[..., i * d : (i + 1) * d] = heads[:, i]
     return out
 
 
-@pytest.mark.parametrize("answer", [_merge_solution, _merge_einops_style, _merge_cat, _merge_numpy, _merge_in_place])
+@pytest.mark.parametrize(
+    "answer", [_merge_solution, _merge_einops_style, _merge_cat, _merge_numpy, _merge_in_place]
+)
 def test_merge_accepts_right_answers(answer):
     assert check("multi-head/fix-merge", answer).passed
 
@@ -184,8 +218,14 @@ def test_dropout_std_accepts_independent_measurements(seed):
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [(0.0, "dropout did nothing"), (0.158, "without the 1 / (1 - p) rescaling"), (0.1, "variance"),
-     (1.0, "mean of the row sums"), (0.5, "probability of dropping"), (0.25, "not what the experiment gives")],
+    [
+        (0.0, "dropout did nothing"),
+        (0.158, "without the 1 / (1 - p) rescaling"),
+        (0.1, "variance"),
+        (1.0, "mean of the row sums"),
+        (0.5, "probability of dropping"),
+        (0.25, "not what the experiment gives"),
+    ],
 )
 def test_dropout_std_rejects(wrong, words):
     _failed("multi-head/dropout-row-sum", wrong, words)

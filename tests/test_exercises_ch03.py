@@ -1,14 +1,22 @@
 """Chapter 3 checkers accept the reference and name the usual mistakes."""
+
 import numpy as np
 import pytest
 import torch
+from exercise_helpers import assert_fails as _failed
+from exercise_helpers import stub as _stub
 
 from attncourse.exercises import check
-from exercise_helpers import assert_fails as _failed, stub as _stub
-from attncourse.exercises.ch03_masking import _attention_mask_solution, _causal_solution, _padding_solution
+from attncourse.exercises.ch03_masking import (
+    _attention_mask_solution,
+    _causal_solution,
+    _padding_solution,
+)
 
 
-@pytest.mark.parametrize("exercise_id", ["masking/padding-mask", "masking/causal-mask", "masking/attention-mask"])
+@pytest.mark.parametrize(
+    "exercise_id", ["masking/padding-mask", "masking/causal-mask", "masking/attention-mask"]
+)
 def test_stub_is_not_attempted(exercise_id):
     assert check(exercise_id, _stub).status == "not attempted yet"
 
@@ -21,7 +29,9 @@ def test_padding_accepts():
 
     assert check("masking/padding-mask", _padding_solution).passed
     assert check("masking/padding-mask", padding_mask).passed
-    loop = lambda lengths, S: torch.tensor([[j < n for j in range(S)] for n in lengths.tolist()], dtype=torch.bool)
+    loop = lambda lengths, S: torch.tensor(
+        [[j < n for j in range(S)] for n in lengths.tolist()], dtype=torch.bool
+    )
     assert check("masking/padding-mask", loop).passed
 
 
@@ -32,7 +42,10 @@ def test_padding_accepts():
         (lambda n, S: torch.arange(S)[None, :] <= n[:, None], "not j <= length"),
         (lambda n, S: torch.arange(S)[None, :] < n[:, None] - 1, "dropped the last real token"),
         (lambda n, S: torch.arange(S)[None, :] >= S - n[:, None], "padding is at the front"),
-        (lambda n, S: (torch.arange(S)[None, :] < n[:, None]).long(), "right 1s and 0s but dtype torch.int64"),
+        (
+            lambda n, S: (torch.arange(S)[None, :] < n[:, None]).long(),
+            "right 1s and 0s but dtype torch.int64",
+        ),
         (lambda n, S: torch.arange(S)[:, None] < n[None, :], "should have shape"),
         (lambda n, S: torch.ones(len(n), S, dtype=torch.bool), "is wrong: expected"),
     ],
@@ -49,7 +62,9 @@ def test_causal_accepts():
 
     assert check("masking/causal-mask", _causal_solution).passed
     assert check("masking/causal-mask", causal_mask).passed
-    assert check("masking/causal-mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L)).passed
+    assert check(
+        "masking/causal-mask", lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L)
+    ).passed
 
 
 @pytest.mark.parametrize(
@@ -77,7 +92,11 @@ def _mask(lengths, S, causal, *, side="key", combine="and", with_causal=True, wi
     pad = pos[None, :] < lengths[:, None]
     tri = pos[None, :] <= pos[:, None]
     full = torch.ones(S, S, dtype=torch.bool)
-    pad3 = {"key": pad[:, None, :], "query": pad[:, :, None], "both": pad[:, None, :] & pad[:, :, None]}[side]
+    pad3 = {
+        "key": pad[:, None, :],
+        "query": pad[:, :, None],
+        "both": pad[:, None, :] & pad[:, :, None],
+    }[side]
     if not with_padding:
         pad3 = torch.ones(len(lengths), 1, 1, dtype=torch.bool)
     c = tri if (causal and with_causal) else full
@@ -90,7 +109,9 @@ def test_attention_mask_accepts():
 
     assert check("masking/attention-mask", _attention_mask_solution).passed
     assert check("masking/attention-mask", _mask).passed
-    package = lambda n, S, causal: combine_masks(causal_mask(S) if causal else None, padding_mask(n, S)[:, None, :]).expand(len(n), S, S)
+    package = lambda n, S, causal: combine_masks(
+        causal_mask(S) if causal else None, padding_mask(n, S)[:, None, :]
+    ).expand(len(n), S, S)
     assert check("masking/attention-mask", package).passed
 
 
@@ -109,11 +130,21 @@ def test_attention_mask_rejects(options, words):
 
 
 def test_attention_mask_rejects_more():
-    _failed("masking/attention-mask", lambda n, S, causal: ~_mask(n, S, causal), "polarity is inverted")
+    _failed(
+        "masking/attention-mask", lambda n, S, causal: ~_mask(n, S, causal), "polarity is inverted"
+    )
     # causal even when causal=False
     _failed("masking/attention-mask", lambda n, S, causal: _mask(n, S, True), "no causal part")
-    _failed("masking/attention-mask", lambda n, S, causal: torch.arange(S)[None, :] < n[:, None], "must be (B, L, S)")
-    _failed("masking/attention-mask", lambda n, S, causal: _mask(n, S, causal).float(), "should be boolean")
+    _failed(
+        "masking/attention-mask",
+        lambda n, S, causal: torch.arange(S)[None, :] < n[:, None],
+        "must be (B, L, S)",
+    )
+    _failed(
+        "masking/attention-mask",
+        lambda n, S, causal: _mask(n, S, causal).float(),
+        "should be boolean",
+    )
 
 
 # -- predict: the number of True entries of a decoder mask ------------------------------------------
@@ -121,7 +152,9 @@ def test_attention_mask_rejects_more():
 
 def test_count_allowed_accepts_the_count_made_independently():
     lengths, n = [6, 4, 2], 6
-    count = sum(1 for length in lengths for i in range(n) for j in range(n) if j <= i and j < length)  # plain Python
+    count = sum(
+        1 for length in lengths for i in range(n) for j in range(n) if j <= i and j < length
+    )  # plain Python
     assert check("masking/count-allowed", count).passed
     assert check("masking/count-allowed", torch.tensor(count)).passed
     assert check("masking/count-allowed", float(count)).passed
@@ -130,8 +163,17 @@ def test_count_allowed_accepts_the_count_made_independently():
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [(63, "causal mask alone"), (72, "padding mask alone"), (38, "removed the diagonal"), (34, "padded queries"),
-     (58, "False entries"), (108, "every entry"), (200, "once per head"), (49, "is not it"), ("50", "should be a number")],
+    [
+        (63, "causal mask alone"),
+        (72, "padding mask alone"),
+        (38, "removed the diagonal"),
+        (34, "padded queries"),
+        (58, "False entries"),
+        (108, "every entry"),
+        (200, "once per head"),
+        (49, "is not it"),
+        ("50", "should be a number"),
+    ],
 )
 def test_count_allowed_rejects(wrong, words):
     _failed("masking/count-allowed", wrong, words)
@@ -143,12 +185,16 @@ from attncourse.exercises.ch03_masking import _padded_scores_solution  # noqa: E
 
 
 def _padded_where(scores, keep):
-    return torch.where(keep.bool()[:, None, None, :], scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    return torch.where(
+        keep.bool()[:, None, None, :], scores, torch.tensor(float("-inf"), dtype=scores.dtype)
+    )
 
 
 def _padded_large_negative(scores, keep):
     out = scores.clone()
-    out.masked_fill_(~keep.bool().view(keep.size(0), 1, 1, -1), -1e9)  # in place, -1e9: right when a row keeps a key
+    out.masked_fill_(
+        ~keep.bool().view(keep.size(0), 1, 1, -1), -1e9
+    )  # in place, -1e9: right when a row keeps a key
     return out
 
 
@@ -162,7 +208,16 @@ def _padded_numpy(scores, keep):
     return torch.from_numpy(np.where(k[:, None, None, :] == 1, s, -np.inf))
 
 
-@pytest.mark.parametrize("answer", [_padded_scores_solution, _padded_where, _padded_large_negative, _padded_additive, _padded_numpy])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _padded_scores_solution,
+        _padded_where,
+        _padded_large_negative,
+        _padded_additive,
+        _padded_numpy,
+    ],
+)
 def test_fix_padding_accepts_right_answers(answer):
     assert check("masking/fix-padding-broadcast", answer).passed
 
@@ -171,10 +226,16 @@ def test_fix_padding_accepts_right_answers(answer):
     "wrong,words",
     [
         (lambda s, k: s.masked_fill(k.unsqueeze(1) == 0, float("-inf")), "still the given code"),
-        (lambda s, k: s.masked_fill(k[:, None, :, None] == 0, float("-inf")), "masked queries instead of keys"),
+        (
+            lambda s, k: s.masked_fill(k[:, None, :, None] == 0, float("-inf")),
+            "masked queries instead of keys",
+        ),
         (lambda s, k: s.masked_fill(k[:, None, None, :] == 1, float("-inf")), "polarity"),
         (lambda s, k: s, "still puts weight on padded keys"),
-        (lambda s, k: s.masked_fill(k[:, None, None, :] == 0, float("-inf"))[0], "should have shape"),
+        (
+            lambda s, k: s.masked_fill(k[:, None, None, :] == 0, float("-inf"))[0],
+            "should have shape",
+        ),
     ],
 )
 def test_fix_padding_rejects(wrong, words):

@@ -1,9 +1,10 @@
 """The chapter 4 checkers accept the reference and name the usual mistakes."""
+
 import pytest
 import torch
+from exercise_helpers import assert_fails as _failed
 
 from attncourse.exercises import check, hint, solution
-from exercise_helpers import assert_fails as _failed
 from attncourse.exercises.ch04_cross_attention import _cross_attention_solution
 from attncourse.multihead import MultiHeadAttention
 
@@ -17,7 +18,9 @@ def _make(value="w_v", scale="d_k", mask="keys", dim=-1, transpose=False, output
         query, key = target @ w_q, source @ w_k
         val = {"w_v": source @ w_v, "w_k": source @ w_k}[value]
         d = {"d_k": query.size(-1), "source": source.size(-1), "none": 1}[scale]
-        scores = (key @ query.transpose(-2, -1) if transpose else query @ key.transpose(-2, -1)) / d**0.5
+        scores = (
+            key @ query.transpose(-2, -1) if transpose else query @ key.transpose(-2, -1)
+        ) / d**0.5
         if mask == "keys":
             scores = scores.masked_fill(~source_mask[:, None, :], float("-inf"))
         elif mask == "inverted":
@@ -35,12 +38,16 @@ def _make(value="w_v", scale="d_k", mask="keys", dim=-1, transpose=False, output
 
 def test_reference_and_equivalent_answers_pass():
     assert check(ID, _cross_attention_solution).passed
-    assert check(ID, _make(mask="minus-1e9")).passed  # -1e9 is as good as -inf when a row keeps a key
+    assert check(
+        ID, _make(mask="minus-1e9")
+    ).passed  # -1e9 is as good as -inf when a row keeps a key
 
     def with_the_package_attention(target, source, w_q, w_k, w_v, source_mask):
         from attncourse import scaled_dot_product_attention
 
-        return scaled_dot_product_attention(target @ w_q, source @ w_k, source @ w_v, source_mask[:, None, :])
+        return scaled_dot_product_attention(
+            target @ w_q, source @ w_k, source @ w_v, source_mask[:, None, :]
+        )
 
     assert check(ID, with_the_package_attention).passed
 
@@ -107,7 +114,11 @@ def _true_shapes():
     key_padding = source_mask[:, None, None, :]
     output, weights = layer(target, memory, memory, key_padding)  # the 4-D mask is accepted as is
     assert torch.broadcast_shapes(key_padding.shape, weights.shape) == weights.shape
-    return {"weights": tuple(weights.shape), "output": tuple(output.shape), "key_padding_mask": tuple(key_padding.shape)}
+    return {
+        "weights": tuple(weights.shape),
+        "output": tuple(output.shape),
+        "key_padding_mask": tuple(key_padding.shape),
+    }
 
 
 def test_shapes_accepts_the_measured_shapes_in_any_sequence_type():
@@ -152,7 +163,9 @@ def test_shapes_bad_forms():
 
 
 def test_cross_count_accepts_the_count_of_torch():
-    reference = torch.nn.MultiheadAttention(48, 4, kdim=32, vdim=32)  # an independent implementation
+    reference = torch.nn.MultiheadAttention(
+        48, 4, kdim=32, vdim=32
+    )  # an independent implementation
     count = sum(p.numel() for p in reference.parameters())
     assert check("cross-attention/parameter-count", count).passed
     assert check("cross-attention/parameter-count", torch.tensor(count)).passed
@@ -161,8 +174,16 @@ def test_cross_count_accepts_the_count_of_torch():
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [(9408, "without kdim and vdim"), (7680, "left out the biases"), (9216, "4 x 48 x 48"), (6816, "projected keys and values to width 32"),
-     (1968, "one head's share"), (31488, "multiplied by the 4 heads"), (7873, "is not it"), ([7872], "should be a number")],
+    [
+        (9408, "without kdim and vdim"),
+        (7680, "left out the biases"),
+        (9216, "4 x 48 x 48"),
+        (6816, "projected keys and values to width 32"),
+        (1968, "one head's share"),
+        (31488, "multiplied by the 4 heads"),
+        (7873, "is not it"),
+        ([7872], "should be a number"),
+    ],
 )
 def test_cross_count_rejects(wrong, words):
     _failed("cross-attention/parameter-count", wrong, words)
@@ -197,8 +218,15 @@ def test_the_given_code_has_the_bug_the_checker_names():
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [("a", "Line (a) is right"), ("b", "Line (b) is right"), ("c", "Line (c) is right"), ("e", "Line (e) is right"),
-     ("f", "Answer with one of"), (4, "Answer with one of"), ("dim=1", "Answer with one of")],
+    [
+        ("a", "Line (a) is right"),
+        ("b", "Line (b) is right"),
+        ("c", "Line (c) is right"),
+        ("e", "Line (e) is right"),
+        ("f", "Answer with one of"),
+        (4, "Answer with one of"),
+        ("dim=1", "Answer with one of"),
+    ],
 )
 def test_which_bug_rejects(wrong, words):
     _failed("cross-attention/which-bug", wrong, words)
@@ -226,8 +254,13 @@ def test_diagonal_baseline_accepts_an_independent_measurement():
 
 @pytest.mark.parametrize(
     "wrong,words",
-    [(28.06, "as a percentage"), (0.2179, "end-of-sentence"), (0.2576, "always picks the first word"),
-     (0.98, "is not what this head scores"), ("0.28", "should be a number")],
+    [
+        (28.06, "as a percentage"),
+        (0.2179, "end-of-sentence"),
+        (0.2576, "always picks the first word"),
+        (0.98, "is not what this head scores"),
+        ("0.28", "should be a number"),
+    ],
 )
 def test_diagonal_baseline_rejects(wrong, words):
     _failed("cross-attention/diagonal-baseline", wrong, words)

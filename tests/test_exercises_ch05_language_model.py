@@ -1,4 +1,5 @@
 """The chapter 5 (language model) checkers accept right answers in several styles and name realistic mistakes."""
+
 import math
 
 import numpy as np
@@ -31,13 +32,22 @@ def fails(exercise_id, answer, diagnosis):
 
 @pytest.mark.parametrize("answer", [math.log(63), 4.143, torch.tensor(63.0).log(), np.log(63)])
 def test_initial_loss_accepts(answer):
-    passes("language-model/initial-loss", float(answer) if isinstance(answer, np.floating) else answer)
+    passes(
+        "language-model/initial-loss", float(answer) if isinstance(answer, np.floating) else answer
+    )
 
 
 @pytest.mark.parametrize(
     "answer, diagnosis",
-    [(math.log2(63), "bits"), (63, "vocabulary size"), (math.log(65), "tiny-Shakespeare"), (1 / 63, "minus its logarithm"),
-     (3.33, "unigram"), (2.5, "is not it"), ("4.14", "should be a number")],
+    [
+        (math.log2(63), "bits"),
+        (63, "vocabulary size"),
+        (math.log(65), "tiny-Shakespeare"),
+        (1 / 63, "minus its logarithm"),
+        (3.33, "unigram"),
+        (2.5, "is not it"),
+        ("4.14", "should be a number"),
+    ],
 )
 def test_initial_loss_rejects(answer, diagnosis):
     fails("language-model/initial-loss", answer, diagnosis)
@@ -57,11 +67,15 @@ def sinusoidal_loops(length, d_model):
 
 def sinusoidal_numpy(length, d_model):
     angle = np.arange(length)[:, None] / np.power(10000.0, np.arange(0, d_model, 2) / d_model)
-    return torch.from_numpy(np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(length, d_model))
+    return torch.from_numpy(
+        np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(length, d_model)
+    )
 
 
 def sinusoidal_swapped(length, d_model):
-    return _sinusoidal_solution(length, d_model).view(length, -1, 2).flip(-1).reshape(length, d_model)
+    return (
+        _sinusoidal_solution(length, d_model).view(length, -1, 2).flip(-1).reshape(length, d_model)
+    )
 
 
 def sinusoidal_concat(length, d_model):
@@ -85,8 +99,13 @@ def test_sinusoidal_accepts(answer):
 
 @pytest.mark.parametrize(
     "wrong, diagnosis",
-    [(sinusoidal_swapped, "swapped"), (sinusoidal_concat, "interleaves"), (sinusoidal_i_over_d, "exponent is 2i / d_model"),
-     (sinusoidal_from_one, "start at 0"), (lambda L, d: torch.zeros(d, L), "should have shape")],
+    [
+        (sinusoidal_swapped, "swapped"),
+        (sinusoidal_concat, "interleaves"),
+        (sinusoidal_i_over_d, "exponent is 2i / d_model"),
+        (sinusoidal_from_one, "start at 0"),
+        (lambda L, d: torch.zeros(d, L), "should have shape"),
+    ],
 )
 def test_sinusoidal_rejects(wrong, diagnosis):
     fails("language-model/sinusoidal", wrong, diagnosis)
@@ -98,7 +117,9 @@ def test_sinusoidal_rejects(wrong, diagnosis):
 def rope_complex(x, positions):
     d = x.size(-1)
     theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    rot = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64), positions[:, None].double() * theta)
+    rot = torch.polar(
+        torch.ones(len(positions), d // 2, dtype=torch.float64), positions[:, None].double() * theta
+    )
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(z * rot).reshape(x.shape).to(x.dtype)
 
@@ -137,15 +158,21 @@ def rope_in_x_dtype(x, positions):
     theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
     a = positions.to(x.dtype)[:, None] * theta
     x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(-2)
+    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(
+        -2
+    )
 
 
 def rope_float32_theta(x, positions):
     d = x.size(-1)
-    theta = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)  # float32, as many tutorials write it
+    theta = 1.0 / 10000 ** (
+        torch.arange(0, d, 2).float() / d
+    )  # float32, as many tutorials write it
     a = positions[:, None] * theta
     x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(-2)
+    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(
+        -2
+    )
 
 
 def rope_float64_out(x, positions):
@@ -159,8 +186,14 @@ def test_rope_accepts(answer):
 
 @pytest.mark.parametrize(
     "wrong, diagnosis",
-    [(rope_backwards, "wrong way"), (rope_neox, "GPT-NeoX"), (rope_ignores_positions, "use the positions"),
-     (lambda x, p: x, "differs from RoPE"), (rope_float32_theta, "computed in float32"), (rope_float64_out, "keep the input's dtype")],
+    [
+        (rope_backwards, "wrong way"),
+        (rope_neox, "GPT-NeoX"),
+        (rope_ignores_positions, "use the positions"),
+        (lambda x, p: x, "differs from RoPE"),
+        (rope_float32_theta, "computed in float32"),
+        (rope_float64_out, "keep the input's dtype"),
+    ],
 )
 def test_rope_rejects(wrong, diagnosis):
     fails("language-model/rope", wrong, diagnosis)
@@ -208,9 +241,13 @@ def test_top_k_accepts(answer):
 
 @pytest.mark.parametrize(
     "wrong, diagnosis",
-    [(top_k_not_renormalised, "without renormalising"), (top_k_times_t, "multiplies the logits"),
-     (top_k_no_temperature, "temperature is ignored"), (top_k_plus_one, "k + 1"),
-     (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing")],
+    [
+        (top_k_not_renormalised, "without renormalising"),
+        (top_k_times_t, "multiplies the logits"),
+        (top_k_no_temperature, "temperature is ignored"),
+        (top_k_plus_one, "k + 1"),
+        (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing"),
+    ],
 )
 def test_top_k_rejects(wrong, diagnosis):
     fails("language-model/top-k", wrong, diagnosis)
@@ -235,10 +272,25 @@ def test_shifted_loss_accepts(answer):
 
 @pytest.mark.parametrize(
     "wrong, diagnosis",
-    [(lambda z, t: F.cross_entropy(z.reshape(-1, z.size(-1)), t.reshape(-1)), "still unshifted"),
-     (lambda z, t: F.cross_entropy(z[:, 1:].reshape(-1, z.size(-1)), t[:, :-1].reshape(-1)), "wrong way"),
-     (lambda z, t: F.cross_entropy(z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="sum"), "summed"),
-     (lambda z, t: F.cross_entropy(z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="none"), "scalar")],
+    [
+        (lambda z, t: F.cross_entropy(z.reshape(-1, z.size(-1)), t.reshape(-1)), "still unshifted"),
+        (
+            lambda z, t: F.cross_entropy(z[:, 1:].reshape(-1, z.size(-1)), t[:, :-1].reshape(-1)),
+            "wrong way",
+        ),
+        (
+            lambda z, t: F.cross_entropy(
+                z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="sum"
+            ),
+            "summed",
+        ),
+        (
+            lambda z, t: F.cross_entropy(
+                z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="none"
+            ),
+            "scalar",
+        ),
+    ],
 )
 def test_shifted_loss_rejects(wrong, diagnosis):
     fails("language-model/shifted-loss", wrong, diagnosis)
@@ -250,7 +302,9 @@ def test_shifted_loss_rejects(wrong, diagnosis):
 def measured(temperature, seed=0, n=20_000):
     """The draws of the experiment at ``temperature``: ``n`` token ids."""
     probs = torch.softmax(torch.log(torch.tensor([0.5, 0.3, 0.2])) / temperature, -1)
-    return torch.multinomial(probs, n, replacement=True, generator=torch.Generator().manual_seed(seed))
+    return torch.multinomial(
+        probs, n, replacement=True, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -274,10 +328,16 @@ def _shuffled(counts):
 
 @pytest.mark.parametrize(
     "answer, diagnosis",
-    [(measured(1.0), "temperature was not applied"), (measured(2.0), "multiplied the logits"),
-     (torch.zeros(20_000, dtype=torch.long), "greedy"), (_shuffled([16_000, 2_000, 2_000]), "is not it"),
-     (measured(0.5).sort().values, "sorted"), (measured(0.5, n=2000), "20,000"),
-     (measured(0.5) + 1, "0, 1 or 2"), (_shuffled([13_158, 6_842]), "both appear")],
+    [
+        (measured(1.0), "temperature was not applied"),
+        (measured(2.0), "multiplied the logits"),
+        (torch.zeros(20_000, dtype=torch.long), "greedy"),
+        (_shuffled([16_000, 2_000, 2_000]), "is not it"),
+        (measured(0.5).sort().values, "sorted"),
+        (measured(0.5, n=2000), "20,000"),
+        (measured(0.5) + 1, "0, 1 or 2"),
+        (_shuffled([13_158, 6_842]), "both appear"),
+    ],
 )
 def test_temperature_experiment_rejects(answer, diagnosis):
     fails("language-model/temperature-experiment", answer, diagnosis)

@@ -1,11 +1,13 @@
 """The chapter 6 (inference) checkers accept right answers in several styles and reject
 realistic wrong ones with the right diagnosis."""
+
 import copy
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from exercise_helpers import assert_fails, stub
 
 from attncourse.exercises import check
 from attncourse.exercises.ch06_inference import (
@@ -14,17 +16,18 @@ from attncourse.exercises.ch06_inference import (
     _repeat_kv_solution,
     _rolling_update_solution,
 )
-from attncourse.multihead import mean_pool_kv_heads
 from attncourse.masks import causal_mask
+from attncourse.multihead import mean_pool_kv_heads
 from attncourse.training import next_token_loss
-from exercise_helpers import assert_fails, stub
 
 # -- inference/cache-bytes -----------------------------------------------------------------
 
 RIGHT_BYTES = 2 * 80 * 8 * 128 * 4096 * 2
 
 
-@pytest.mark.parametrize("answer", [RIGHT_BYTES, float(RIGHT_BYTES), torch.tensor(RIGHT_BYTES), 1.25 * 2**30])
+@pytest.mark.parametrize(
+    "answer", [RIGHT_BYTES, float(RIGHT_BYTES), torch.tensor(RIGHT_BYTES), 1.25 * 2**30]
+)
 def test_cache_bytes_accepts(answer):
     assert check("inference/cache-bytes", answer).passed
 
@@ -67,10 +70,12 @@ def repeat_numpy(x, g):
 
 
 def repeat_loop(x, g):
-    return torch.cat([x[:, i:i + 1] for i in range(x.size(1)) for _ in range(g)], dim=1)
+    return torch.cat([x[:, i : i + 1] for i in range(x.size(1)) for _ in range(g)], dim=1)
 
 
-@pytest.mark.parametrize("answer", [_repeat_kv_solution, repeat_expand, repeat_index, repeat_numpy, repeat_loop])
+@pytest.mark.parametrize(
+    "answer", [_repeat_kv_solution, repeat_expand, repeat_index, repeat_numpy, repeat_loop]
+)
 def test_repeat_kv_accepts(answer):
     result = check("inference/repeat-kv", answer)
     assert result.passed, result.message
@@ -82,7 +87,12 @@ def test_repeat_kv_accepts(answer):
         (lambda x, g: x.repeat(1, g, 1, 1), "0, 1, 2, 0, 1, 2"),
         (lambda x, g: x.repeat_interleave(g, dim=2), "along the sequence"),
         (lambda x, g: x, "should have shape"),
-        (lambda x, g: x.repeat_interleave(g, dim=1).double() if g == 2 else x.repeat_interleave(g, dim=1), "dtype"),
+        (
+            lambda x, g: (
+                x.repeat_interleave(g, dim=1).double() if g == 2 else x.repeat_interleave(g, dim=1)
+            ),
+            "dtype",
+        ),
         (lambda x, g: x.repeat_interleave(g, dim=1).flip(1), "differs from repeating"),
     ],
 )
@@ -123,7 +133,11 @@ def step_no_mask(query, new_key, new_value, past_key, past_value):
 
 def step_forgets_to_append(query, new_key, new_value, past_key, past_value):
     key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
-    return step_explicit_mask(query, new_key, new_value, past_key, past_value)[0], past_key, past_value
+    return (
+        step_explicit_mask(query, new_key, new_value, past_key, past_value)[0],
+        past_key,
+        past_value,
+    )
 
 
 @pytest.mark.parametrize("answer", [_cached_attention_solution, step_explicit_mask, step_einsum])
@@ -221,7 +235,9 @@ def _gap(model, tokens, num_kv_heads=1):
     for block in converted.blocks:
         block.self_attn = mean_pool_kv_heads(block.self_attn, num_kv_heads)
     with torch.no_grad():
-        return (next_token_loss(converted(tokens), tokens) - next_token_loss(model(tokens), tokens)).item()
+        return (
+            next_token_loss(converted(tokens), tokens) - next_token_loss(model(tokens), tokens)
+        ).item()
 
 
 def test_mqa_gap_accepts(trained):
@@ -238,17 +254,36 @@ def test_mqa_gap_rejects(trained):
     gap = _gap(model, tokens)
     with torch.no_grad():
         before = next_token_loss(model(tokens), tokens).item()
-    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": before + gap}, "loss of the converted model")
+    assert_fails(
+        "inference/mqa-gap",
+        {"model": model, "tokens": tokens, "gap": before + gap},
+        "loss of the converted model",
+    )
     assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": -gap}, "wrong sign")
-    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": _gap(model, tokens, 2)}, "2 K/V heads")
-    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": gap * 1.5}, "differs from the one measured")
+    assert_fails(
+        "inference/mqa-gap",
+        {"model": model, "tokens": tokens, "gap": _gap(model, tokens, 2)},
+        "2 K/V heads",
+    )
+    assert_fails(
+        "inference/mqa-gap",
+        {"model": model, "tokens": tokens, "gap": gap * 1.5},
+        "differs from the one measured",
+    )
     assert_fails("inference/mqa-gap", gap, "Pass a dict")
     assert_fails("inference/mqa-gap", lambda m, t: gap, "not a function")
     assert check("inference/mqa-gap", stub).status == "not attempted yet"
-    assert check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": ...}).status == "not attempted yet"
+    assert (
+        check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": ...}).status
+        == "not attempted yet"
+    )
     converted = copy.deepcopy(model)
     converted.blocks[0].self_attn = mean_pool_kv_heads(converted.blocks[0].self_attn, 1)
-    assert_fails("inference/mqa-gap", {"model": converted, "tokens": tokens, "gap": gap}, "already been converted")
+    assert_fails(
+        "inference/mqa-gap",
+        {"model": converted, "tokens": tokens, "gap": gap},
+        "already been converted",
+    )
 
 
 def test_mqa_gap_names_first_head_selection(trained):
@@ -257,4 +292,8 @@ def test_mqa_gap_names_first_head_selection(trained):
     model, tokens = trained
     first = _loss(_converted(model, 1, "first"), tokens) - _loss(model, tokens)
     assert abs(first - _gap(model, tokens)) > 0.01  # the two conversions differ here
-    assert_fails("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": first}, "first head of each group")
+    assert_fails(
+        "inference/mqa-gap",
+        {"model": model, "tokens": tokens, "gap": first},
+        "first head of each group",
+    )

@@ -1,13 +1,14 @@
 """The chapter 7 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+
 import pytest
 import torch
 
+from attncourse.benchmarks.measure import multihead_flops
 from attncourse.exercises import check, hint, solution
 from attncourse.exercises.ch07_complexity import _online_update_solution
-from attncourse.benchmarks.measure import multihead_flops
-
 
 # -- online softmax ---------------------------------------------------------------------------
+
 
 def _no_sum_rescale(m, l, acc, s, v):
     new_m = torch.maximum(m, s.amax(-1))
@@ -102,7 +103,9 @@ def test_flops_accepts_the_formula_and_counted_value():
     x = torch.randn(1, L, E)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         layer(x, x, x)
-    assert check("complexity/multihead-flops", counter.get_total_flops()).passed  # counted independently
+    assert check(
+        "complexity/multihead-flops", counter.get_total_flops()
+    ).passed  # counted independently
 
 
 @pytest.mark.parametrize(
@@ -125,8 +128,15 @@ def test_flops_diagnoses(answer, diagnosis):
 
 def test_flops_mistakes_are_told_apart():
     """With these sizes no two likely mistakes give the same number (at L = 2E or 4E some coincide)."""
-    wrong = [TOTAL // 2, 4 * L * L * E, 8 * L * E * E, 6 * L * E * E + 4 * L * L * E, 8 * L * E * E + 2 * L * L * E,
-             8 * L * E * E + 4 * L * L * E * H, 8 * L * E * E + 4 * L * L * E // H]
+    wrong = [
+        TOTAL // 2,
+        4 * L * L * E,
+        8 * L * E * E,
+        6 * L * E * E + 4 * L * L * E,
+        8 * L * E * E + 2 * L * L * E,
+        8 * L * E * E + 4 * L * L * E * H,
+        8 * L * E * E + 4 * L * L * E // H,
+    ]
     messages = [check("complexity/multihead-flops", w).message for w in wrong]
     assert len(set(wrong)) == len(wrong) and len(set(messages)) == len(messages)
 
@@ -157,7 +167,9 @@ def _tiled_causal_scores(length=4096, query_block=256, key_block=1024):
     return total
 
 
-@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor(float(v), dtype=torch.float64)])
+@pytest.mark.parametrize(
+    "style", [int, float, torch.tensor, lambda v: torch.tensor(float(v), dtype=torch.float64)]
+)
 def test_causal_cells_accepts_the_count(style):
     assert check(CELLS, style(_tiled_causal_scores())).passed
 
@@ -203,8 +215,14 @@ def test_blocked_softmax_listing_is_wrong_on_line_13_only():
     reference = torch.softmax(q @ k.transpose(-2, -1) * 8**-0.5, -1) @ v
     buggy = run_listing(lines, "blocked_attention")
     assert not torch.allclose(buggy(q, k, v), reference, atol=1e-4)
-    torch.testing.assert_close(buggy(q, k, v, block=300), reference)  # one block: the bug is invisible
-    fixed = run_listing(lines, "blocked_attention", {13: "acc = c[..., None] * acc + p @ v[..., start:start + block, :]"})
+    torch.testing.assert_close(
+        buggy(q, k, v, block=300), reference
+    )  # one block: the bug is invisible
+    fixed = run_listing(
+        lines,
+        "blocked_attention",
+        {13: "acc = c[..., None] * acc + p @ v[..., start:start + block, :]"},
+    )
     torch.testing.assert_close(fixed(q, k, v), reference, atol=1e-5, rtol=1e-4)
     assert "acc = acc + p @ v" in lines[13 - 1]
 
@@ -214,7 +232,17 @@ def test_find_the_bug_accepts_the_line(style):
     assert check(BUG, style).passed
 
 
-@pytest.mark.parametrize("line,words", [(12, "old sum is rescaled"), (11, "at most 1"), (10, "NEW maximum"), (4, "-inf"), (15, "once"), (99, "outside the function")])
+@pytest.mark.parametrize(
+    "line,words",
+    [
+        (12, "old sum is rescaled"),
+        (11, "at most 1"),
+        (10, "NEW maximum"),
+        (4, "-inf"),
+        (15, "once"),
+        (99, "outside the function"),
+    ],
+)
 def test_find_the_bug_explains_other_lines(line, words):
     result = check(BUG, line)
     assert result.status == "failed" and words in result.message, result.message
@@ -241,12 +269,27 @@ def _measured_ratio(length=2048):
 
 def test_causal_flops_accepts_the_measurement_within_tolerance():
     measured = _measured_ratio()
-    for answer in (measured, torch.tensor(measured), measured + 0.009, measured - 0.009, torch.tensor(measured, dtype=torch.float32)):
+    for answer in (
+        measured,
+        torch.tensor(measured),
+        measured + 0.009,
+        measured - 0.009,
+        torch.tensor(measured, dtype=torch.float32),
+    ):
         assert check(RATIO, answer).passed, answer
     assert not check(RATIO, measured + 0.02).passed  # outside the stated tolerance
 
 
-@pytest.mark.parametrize("answer,diagnosis", [(0.5, "ideal half"), (0.5002, "ideal half"), (1.0, "naive"), (16 / 9, "divided the non-causal"), (0.7, "not within 0.01")])
+@pytest.mark.parametrize(
+    "answer,diagnosis",
+    [
+        (0.5, "ideal half"),
+        (0.5002, "ideal half"),
+        (1.0, "naive"),
+        (16 / 9, "divided the non-causal"),
+        (0.7, "not within 0.01"),
+    ],
+)
 def test_causal_flops_diagnoses(answer, diagnosis):
     result = check(RATIO, answer)
     assert result.status == "failed" and diagnosis in result.message, result.message

@@ -1,4 +1,5 @@
 """Chapter 8 checkers accept the reference and reject realistic wrong answers with the right diagnosis."""
+
 import math
 
 import pytest
@@ -12,11 +13,17 @@ def _stub(*args, **kwargs):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("exercise_id", ["adaptive-span/soft-mask", "adaptive-span/window", "adaptive-span/weights"])
+@pytest.mark.parametrize(
+    "exercise_id", ["adaptive-span/soft-mask", "adaptive-span/window", "adaptive-span/weights"]
+)
 def test_reference_passes_and_stub_is_not_attempted(exercise_id):
     namespace = {"torch": torch, "math": math}
     exec(solution(exercise_id).text, namespace)
-    fn = next(v for k, v in namespace.items() if callable(v) and k not in ("torch", "math") and not k.startswith("__"))
+    fn = next(
+        v
+        for k, v in namespace.items()
+        if callable(v) and k not in ("torch", "math") and not k.startswith("__")
+    )
     assert check(exercise_id, fn).passed, check(exercise_id, fn)
     assert check(exercise_id, _stub).status == NOT_ATTEMPTED
     assert _get(exercise_id).hint
@@ -166,7 +173,9 @@ def test_cells_by_hand_equals_the_layer_counter():
     assert by_hand == _layer_cells()
 
 
-@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)])
+@pytest.mark.parametrize(
+    "style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)]
+)
 def test_cells_accepts(style):
     assert check(CELLS, style(_layer_cells())).passed
 
@@ -195,16 +204,24 @@ BUG = "adaptive-span/find-the-bug"
 
 
 def test_span_listing_is_wrong_on_line_6_only():
-    from attncourse.adaptive_span import adaptive_span_attention, soft_span_mask
+    from attncourse.adaptive_span import soft_span_mask
 
     lines = notebook_listing("08_adaptive_span.ipynb", "ex-adaptive-span-find-the-bug")
     scores = torch.randn(12, 12, dtype=torch.float64)
     dist = (torch.arange(12)[:, None] - torch.arange(12)[None, :]).double()
     mask = soft_span_mask(dist, 3.0, 2.0) * (dist >= 0)
-    expected = torch.softmax(scores + torch.where(mask > 0, mask.clamp_min(1e-300).log(), torch.tensor(float("-inf"), dtype=torch.float64)), -1)
+    expected = torch.softmax(
+        scores
+        + torch.where(
+            mask > 0, mask.clamp_min(1e-300).log(), torch.tensor(float("-inf"), dtype=torch.float64)
+        ),
+        -1,
+    )
     buggy = run_listing(lines, "span_weights")(scores, 3.0, 2.0)
     assert not torch.allclose(buggy, expected)
-    assert torch.allclose(buggy, torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1))  # plain causal softmax
+    assert torch.allclose(
+        buggy, torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1)
+    )  # plain causal softmax
     fixed = run_listing(lines, "span_weights", {6: "distance = i - j"})(scores, 3.0, 2.0)
     torch.testing.assert_close(fixed, expected)
     assert "j - i" in lines[6 - 1]
@@ -215,7 +232,16 @@ def test_find_the_bug_accepts(style):
     assert check(BUG, style).passed
 
 
-@pytest.mark.parametrize("line,words", [(7, "soft mask"), (8, "causal softmax"), (9, "probabilities"), (10, "renormalised"), (42, "outside the function")])
+@pytest.mark.parametrize(
+    "line,words",
+    [
+        (7, "soft mask"),
+        (8, "causal softmax"),
+        (9, "probabilities"),
+        (10, "renormalised"),
+        (42, "outside the function"),
+    ],
+)
 def test_find_the_bug_explains_other_lines(line, words):
     result = check(BUG, line)
     assert result.status == "failed" and words in result.message, result.message

@@ -1,4 +1,5 @@
 """The chapter 9 checkers accept the reference answers and reject realistic mistakes with the right diagnosis."""
+
 import pytest
 import torch
 
@@ -69,7 +70,9 @@ def masked_memory(query, key, value, memory_key, memory_value, mask):
     keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
     keep = torch.ones(mask.size(-2), keys.size(-2), dtype=torch.bool).tril()
     keep[:, : mask.size(-1)] = mask
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
+        ~keep, float("-inf")
+    )
     w = torch.softmax(scores, -1)
     return w @ values, w
 
@@ -78,14 +81,18 @@ def causal_over_all(query, key, value, memory_key, memory_value, mask):
     """causal_mask(L, L + N) over the concatenation (bottom-right aligned)."""
     keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
     keep = causal_mask(query.size(-2), keys.size(-2))
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
+        ~keep, float("-inf")
+    )
     w = torch.softmax(scores, -1)
     return w @ values, w
 
 
 def two_softmaxes(query, key, value, memory_key, memory_value, mask):
     d_h = query.size(-1)
-    ctx = torch.softmax((query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1)
+    ctx = torch.softmax(
+        (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1
+    )
     mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_h**0.5, -1)
     return ctx @ value + mem @ memory_value, torch.cat([ctx, mem], -1)
 
@@ -109,8 +116,12 @@ def inverted_mask(query, key, value, memory_key, memory_value, mask):
 
 def memory_first(query, key, value, memory_key, memory_value, mask):
     keys, values = torch.cat([memory_key, key], -2), torch.cat([memory_value, value], -2)
-    keep = torch.cat([torch.ones(*mask.shape[:-1], memory_key.size(-2), dtype=torch.bool), mask], -1)
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    keep = torch.cat(
+        [torch.ones(*mask.shape[:-1], memory_key.size(-2), dtype=torch.bool), mask], -1
+    )
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
+        ~keep, float("-inf")
+    )
     w = torch.softmax(scores, -1)
     return w @ values, w
 
@@ -165,7 +176,10 @@ def test_ffn_accepts_reference():
     assert check(FFN, lambda w1, w2: (w1, w2.T)).passed
     assert check(FFN, lambda w1, w2: (w1.clone(), w2.T.contiguous())).passed
     # float64 weights answered in float32 lose precision: the dtype rule of the harness rejects it
-    assert "keep the input's dtype" in check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).message
+    assert (
+        "keep the input's dtype"
+        in check(FFN, lambda w1, w2: (w1.clone().float(), w2.T.contiguous())).message
+    )
 
 
 @pytest.mark.parametrize(
@@ -209,15 +223,23 @@ def _counted_memory_macs(d=512, h=8, n=1024):
     return (counts[0] - counts[1]) // 4 // 2
 
 
-@pytest.mark.parametrize("style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)])
+@pytest.mark.parametrize(
+    "style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)]
+)
 def test_memory_cost_accepts(style):
     assert check(MACS, style(_counted_memory_macs())).passed
 
 
 @pytest.mark.parametrize(
     "answer,words",
-    [(8 * 2 * 1024 * 512, "full width d"), (1024 * 512, "scores alone"), (2 * 1024 * 64, "one head"), (2 * 8 * 1024, "width of the vectors"),
-     (4 * 1024 * 512, "FLOPs"), (5, "is not it")],
+    [
+        (8 * 2 * 1024 * 512, "full width d"),
+        (1024 * 512, "scores alone"),
+        (2 * 1024 * 64, "one head"),
+        (2 * 8 * 1024, "width of the vectors"),
+        (4 * 1024 * 512, "FLOPs"),
+        (5, "is not it"),
+    ],
 )
 def test_memory_cost_diagnoses(answer, words):
     _failed(check(MACS, answer), words)
@@ -237,8 +259,16 @@ def test_persistent_listing_is_wrong_on_line_7_only():
     expected, _ = _persistent_head_solution(q, k, v, mk, mv, causal_mask(6))
     buggy = run_listing(lines, "persistent_head")(q, k, v, mk, mv)
     assert not torch.allclose(buggy, expected)
-    fixed = run_listing(lines, "persistent_head", {
-        7: "visible = torch.cat([torch.ones(L, L, dtype=torch.bool).tril(), torch.ones(L, N, dtype=torch.bool)], dim=-1)"})(q, k, v, mk, mv)
+    fixed = run_listing(
+        lines,
+        "persistent_head",
+        {
+            7: (
+                "visible = torch.cat([torch.ones(L, L, dtype=torch.bool).tril(), torch.ones(L, N,"
+                " dtype=torch.bool)], dim=-1)"
+            )
+        },
+    )(q, k, v, mk, mv)
     torch.testing.assert_close(fixed, expected)
     assert ".tril()" in lines[7 - 1]
 
@@ -248,7 +278,16 @@ def test_find_the_bug_accepts(style):
     assert check(BUG, style).passed
 
 
-@pytest.mark.parametrize("line,words", [(6, "1/sqrt(d_h)"), (9, "ONE softmax"), (4, "appended"), (8, "-inf"), (0, "outside the function")])
+@pytest.mark.parametrize(
+    "line,words",
+    [
+        (6, "1/sqrt(d_h)"),
+        (9, "ONE softmax"),
+        (4, "appended"),
+        (8, "-inf"),
+        (0, "outside the function"),
+    ],
+)
 def test_find_the_bug_explains_other_lines(line, words):
     _failed(check(BUG, line), words)
 

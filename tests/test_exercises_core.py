@@ -1,4 +1,5 @@
 """The exercise machinery: check/hint/solution, results, the registry and concealed answers."""
+
 import json
 from pathlib import Path
 
@@ -6,7 +7,15 @@ import pytest
 
 import attncourse
 from attncourse.exercises import check, hint, list_exercises, solution
-from attncourse.exercises._core import _REGISTRY, FAILED, NOT_ATTEMPTED, PASSED, Reveal, conceal, reveal
+from attncourse.exercises._core import (
+    _REGISTRY,
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    Reveal,
+    conceal,
+    reveal,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

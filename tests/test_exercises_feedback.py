@@ -9,6 +9,7 @@
 7. an exercise text that forbids a helper has a checker that refuses it;
 8. check() leaves the learner's objects (modules, parameters, tensors, torch's RNG) as found.
 """
+
 import json
 import re
 import sys
@@ -19,7 +20,15 @@ import torch
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
 from attncourse.exercises import _core, check, solution
-from attncourse.exercises._core import _REGISTRY, FAILED, NOT_ATTEMPTED, PASSED, STUB_FUNCTION, STUB_VALUE, reveal
+from attncourse.exercises._core import (
+    _REGISTRY,
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    STUB_FUNCTION,
+    STUB_VALUE,
+    reveal,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,8 +49,15 @@ def _spy_number_exercises():
             rel = kwargs.get("rel_tol", 0.0)
             mrel = kwargs.get("mistake_rel_tol")
             mistakes = [(float(k), v) for k, v in json.loads(reveal(concealed_mistakes)).items()]
-            seen.append((float(reveal(concealed_answer)), rel, mistakes, rel if mrel is None else mrel,
-                         kwargs.get("otherwise", "")))
+            seen.append(
+                (
+                    float(reveal(concealed_answer)),
+                    rel,
+                    mistakes,
+                    rel if mrel is None else mrel,
+                    kwargs.get("otherwise", ""),
+                )
+            )
             return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
 
         module.check_number = spy
@@ -69,7 +85,10 @@ def test_a_value_of_several_known_mistakes_names_all_of_them(exercise_id):
     right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
     for value, _message in mistakes:
         result = check(exercise_id, value)
-        assert result.status == FAILED, (value, result.message)  # class 6 too: no named mistake is accepted
+        assert result.status == FAILED, (
+            value,
+            result.message,
+        )  # class 6 too: no named mistake is accepted
         for other, other_message in mistakes:
             if abs(value - other) <= mtol * max(1.0, abs(other)):
                 assert other_message in result.message, (value, other, result.message)
@@ -80,13 +99,27 @@ def test_every_tolerance_is_tighter_than_the_nearest_named_mistake(exercise_id):
     right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
     for value, message in mistakes:
         gap = abs(value - right)
-        assert gap > rel_tol * abs(right) + mtol * max(1.0, abs(value)), (value, right, rel_tol, mtol, message)
+        assert gap > rel_tol * abs(right) + mtol * max(1.0, abs(value)), (
+            value,
+            right,
+            rel_tol,
+            mtol,
+            message,
+        )
 
 
 def test_diagnose_names_every_mistake_that_gives_the_output():
     out = torch.zeros(3)
-    message = _core.diagnose(out, {"first": torch.zeros(3), "second": torch.zeros(3), "third": torch.ones(3),
-                                   "undefined": None}, default="d")
+    message = _core.diagnose(
+        out,
+        {
+            "first": torch.zeros(3),
+            "second": torch.zeros(3),
+            "third": torch.ones(3),
+            "undefined": None,
+        },
+        default="d",
+    )
     assert "first" in message and "second" in message and "third" not in message
     assert _core.diagnose(out, {"only": torch.zeros(3)}, default="d") == "only"
     assert _core.diagnose(out, {"none": None}, default="d") == "d"
@@ -102,7 +135,11 @@ def test_diagnose_names_every_mistake_that_gives_the_output():
         # W keys before the block instead of W - 1 is also W = 57
         ("adaptive-span/cells", 147456, ["W - 1 = 55", "W = 57"]),
         # a percentage
-        ("language-model/temperature-experiment", 65.5, ["not a number", "drawn token ids"]),  # draws, not a value
+        (
+            "language-model/temperature-experiment",
+            65.5,
+            ["not a number", "drawn token ids"],
+        ),  # draws, not a value
         # the softmax counted in the FLOPs (+0.78 %)
         ("complexity/multihead-flops", 8053063680 * 1.0078, ["softmax"]),
     ],
@@ -121,7 +158,11 @@ def test_a_buffer_recording_slots_is_told_so():
         return keys, positions
 
     result = check("inference/rolling-buffer", slots)
-    assert result.status == FAILED and "not the slot" in result.message and "first ones" not in result.message
+    assert (
+        result.status == FAILED
+        and "not the slot" in result.message
+        and "first ones" not in result.message
+    )
 
 
 def test_a_cached_step_hiding_its_own_key_is_not_told_to_append():
@@ -134,7 +175,9 @@ def test_a_cached_step_hiding_its_own_key_is_not_told_to_append():
         return scaled_dot_product_attention(query, key, value, mask)[0], key, value
 
     result = check("inference/cached-step", hides)
-    assert result.status == FAILED and "own key" in result.message and "append" not in result.message, result.message
+    assert (
+        result.status == FAILED and "own key" in result.message and "append" not in result.message
+    ), result.message
 
 
 # -- 2. stubs in their own terms; solutions under public names -------------------------------------
@@ -171,7 +214,11 @@ def test_every_exercise_of_chapters_1_to_9_has_a_notebook_stub():
 @pytest.mark.parametrize("exercise_id, source, name", STUBS, ids=[s[0] for s in STUBS])
 def test_an_untouched_notebook_stub_is_not_attempted_in_its_own_terms(exercise_id, source, name):
     namespace = _Anything(torch=torch, Tensor=torch.Tensor)
-    exec(compile("from __future__ import annotations\n" + source, "<stub>", "exec"), {"__builtins__": __builtins__}, namespace)
+    exec(
+        compile("from __future__ import annotations\n" + source, "<stub>", "exec"),
+        {"__builtins__": __builtins__},
+        namespace,
+    )
     answer = namespace[name]
     result = check(exercise_id, answer)
     assert result.status == NOT_ATTEMPTED, result.message
@@ -179,7 +226,10 @@ def test_an_untouched_notebook_stub_is_not_attempted_in_its_own_terms(exercise_i
         assert result.message == STUB_FUNCTION
     elif isinstance(answer, dict):
         field = next(k for k, v in answer.items() if v is Ellipsis)
-        assert result.message.startswith(f"{field} is still the placeholder") and "NotImplementedError" not in result.message
+        assert (
+            result.message.startswith(f"{field} is still the placeholder")
+            and "NotImplementedError" not in result.message
+        )
     else:
         assert result.message == STUB_VALUE
 
@@ -238,20 +288,40 @@ def test_every_choice_is_validated_whole(exercise_id):
     right = choices[statuses.index(PASSED)]
     for answer in (right.upper(), f" ({right}) ", f'"{right}"'):
         assert check(exercise_id, answer).passed, answer
-    for answer in ("", "   ", "".join(choices[:2]), f"{choices[0]}, {choices[1]}", "zz", "?", 3, None, [right], right * 2):
+    for answer in (
+        "",
+        "   ",
+        "".join(choices[:2]),
+        f"{choices[0]}, {choices[1]}",
+        "zz",
+        "?",
+        3,
+        None,
+        [right],
+        right * 2,
+    ):
         result = check(exercise_id, answer)
-        assert result.status in (FAILED, NOT_ATTEMPTED) and _core.UNGRADABLE not in result.message, (answer, result.message)
+        assert (
+            result.status in (FAILED, NOT_ATTEMPTED) and _core.UNGRADABLE not in result.message
+        ), (answer, result.message)
         if result.status == FAILED:
             assert all(f'"{c}"' in result.message for c in choices), result.message
 
 
-@pytest.mark.parametrize("exercise_id", sorted(e for e, v in NUMBERS.items() if "Line {value" in v[4]))
+@pytest.mark.parametrize(
+    "exercise_id", sorted(e for e, v in NUMBERS.items() if "Line {value" in v[4])
+)
 def test_no_line_of_the_body_is_called_outside_it(exercise_id):
     # the range the checker states for an answer far outside it (each find-the-bug words it its own way)
-    first, last = map(int, re.search(r"lines (\d+) to (\d+)", check(exercise_id, 10**6).message).groups())
+    first, last = map(
+        int, re.search(r"lines (\d+) to (\d+)", check(exercise_id, 10**6).message).groups()
+    )
     for line in range(first, last + 1):
         message = check(exercise_id, line).message
-        assert not any(w in message for w in ("outside", "not a line", "not one of them")), (line, message)
+        assert not any(w in message for w in ("outside", "not a line", "not one of them")), (
+            line,
+            message,
+        )
     for line in (first - 1, last + 1):
         assert f"lines {first} to {last}" in check(exercise_id, line).message
 
@@ -264,12 +334,21 @@ def test_the_forbidden_helpers_are_refused():
     from attncourse import training
 
     attention = lambda q, k, v, mask=None, *, scale=None: attncourse.scaled_dot_product_attention(  # noqa: E731
-        q, k, v, mask, scale=scale)
+        q, k, v, mask, scale=scale
+    )
     for eid, answer, name in [
-        ("dot-product/attention", attncourse.scaled_dot_product_attention, "scaled_dot_product_attention"),
+        (
+            "dot-product/attention",
+            attncourse.scaled_dot_product_attention,
+            "scaled_dot_product_attention",
+        ),
         ("dot-product/attention", attention, "scaled_dot_product_attention"),
         ("language-model/shifted-loss", training.next_token_loss, "next_token_loss"),
-        ("language-model/shifted-loss", lambda logits, tokens: training.next_token_loss(logits, tokens), "next_token_loss"),
+        (
+            "language-model/shifted-loss",
+            lambda logits, tokens: training.next_token_loss(logits, tokens),
+            "next_token_loss",
+        ),
     ]:
         result = check(eid, answer)
         assert result.status == FAILED and name in result.message, result.message
@@ -279,17 +358,33 @@ def test_the_forbidden_helpers_are_refused():
 
 
 def _state(obj):
-    modules = [m for m in (obj.values() if isinstance(obj, dict) else [obj]) if isinstance(m, torch.nn.Module)]
-    return ([[m.training for m in module.modules()] for module in modules],
-            [[(p.detach().clone(), p.requires_grad) for p in module.parameters()] for module in modules],
-            torch.get_rng_state())
+    modules = [
+        m
+        for m in (obj.values() if isinstance(obj, dict) else [obj])
+        if isinstance(m, torch.nn.Module)
+    ]
+    return (
+        [[m.training for m in module.modules()] for module in modules],
+        [
+            [(p.detach().clone(), p.requires_grad) for p in module.parameters()]
+            for module in modules
+        ],
+        torch.get_rng_state(),
+    )
 
 
 def _same(a, b):
     flags_a, params_a, rng_a = a
     flags_b, params_b, rng_b = b
-    return (flags_a == flags_b and torch.equal(rng_a, rng_b)
-            and all(torch.equal(x, y) and ga == gb for pa, pb in zip(params_a, params_b) for (x, ga), (y, gb) in zip(pa, pb)))
+    return (
+        flags_a == flags_b
+        and torch.equal(rng_a, rng_b)
+        and all(
+            torch.equal(x, y) and ga == gb
+            for pa, pb in zip(params_a, params_b)
+            for (x, ga), (y, gb) in zip(pa, pb)
+        )
+    )
 
 
 def _tiny_model(num_heads=4):
@@ -318,7 +413,9 @@ def test_the_mqa_check_grades_a_valid_model_with_an_odd_number_of_heads():
     tokens = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
     right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
     assert check("inference/mqa-gap", right).passed
-    wrong = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": right["gap"] + 1.0})
+    wrong = check(
+        "inference/mqa-gap", {"model": model, "tokens": tokens, "gap": right["gap"] + 1.0}
+    )
     assert wrong.status == FAILED and _core.UNGRADABLE not in wrong.message, wrong.message
 
 
@@ -335,18 +432,28 @@ def test_check_leaves_torch_random_state_and_answers_as_found(exercise_id):
 # -- 1. the mistakes the README promises to name: softmax over the queries, a missing 1/sqrt(d) ----------
 
 SOFTMAX_EXERCISES = sorted(
-    eid for eid, ex in _REGISTRY.items()
+    eid
+    for eid, ex in _REGISTRY.items()
     # kernel exercises (gpu/*) are excluded: their softmax is tl.exp and tl.sum inside a Triton
     # kernel, which softmax_over() cannot turn; their checkers name a kernel's own mistakes
-    if ex.answer_is_function and not eid.startswith("gpu/")
+    if ex.answer_is_function
+    and not eid.startswith("gpu/")
     and "softmax" in __import__("inspect").getsource(ex.reference)
-    or eid in ("multi-head/forward",)  # its reference calls the package's attention, which takes the softmax
+    or eid
+    in (
+        "multi-head/forward",
+    )  # its reference calls the package's attention, which takes the softmax
 )
 
 
 def test_the_softmax_exercises_are_found():
-    assert {"dot-product/attention", "multi-head/forward", "language-model/top-k", "adaptive-span/weights",
-            "all-attention/persistent-head"} <= set(SOFTMAX_EXERCISES)
+    assert {
+        "dot-product/attention",
+        "multi-head/forward",
+        "language-model/top-k",
+        "adaptive-span/weights",
+        "all-attention/persistent-head",
+    } <= set(SOFTMAX_EXERCISES)
 
 
 @pytest.mark.parametrize("exercise_id", SOFTMAX_EXERCISES)
@@ -358,8 +465,11 @@ def test_a_softmax_over_the_wrong_dimension_is_named(exercise_id):
             return reference(*args, **kwargs)
 
     result = check(exercise_id, over_queries)
-    assert result.status == FAILED and ("wrong dimension" in result.message or "softmax runs over" in result.message
-                                        or "dim=-2" in result.message), result.message
+    assert result.status == FAILED and (
+        "wrong dimension" in result.message
+        or "softmax runs over" in result.message
+        or "dim=-2" in result.message
+    ), result.message
 
 
 def test_a_forgotten_scale_is_named_in_multi_head_forward():
@@ -368,7 +478,9 @@ def test_a_forgotten_scale_is_named_in_multi_head_forward():
 
     reference = _REGISTRY["multi-head/forward"].reference
     source = textwrap.dedent(inspect.getsource(reference))
-    unscaled = source.replace("scale=q.size(-1) ** -0.5", "scale=1.0").replace("/ q.size(-1) ** 0.5", "")
+    unscaled = source.replace("scale=q.size(-1) ** -0.5", "scale=1.0").replace(
+        "/ q.size(-1) ** 0.5", ""
+    )
     assert unscaled != source
     namespace = dict(reference.__globals__)
     exec(unscaled, namespace)
@@ -379,7 +491,9 @@ def test_a_forgotten_scale_is_named_in_multi_head_forward():
 def test_keeping_k_minus_one_tokens_is_named():
     def fewer(logits, k, temperature):
         kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        return torch.softmax((logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1)
+        return torch.softmax(
+            (logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1
+        )
 
     result = check("language-model/top-k", fewer)
     assert result.status == FAILED and "k - 1" in result.message, result.message
@@ -388,16 +502,27 @@ def test_keeping_k_minus_one_tokens_is_named():
 # -- 3. a valid object is always graded -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_heads, layers, train, dtype, batch", [
-    (3, 1, False, torch.float32, 2), (1, 1, False, torch.float32, 2), (5, 2, True, torch.float32, 1),
-    (4, 1, True, torch.float64, 3), (6, 1, False, torch.float32, 1),
-])
+@pytest.mark.parametrize(
+    "num_heads, layers, train, dtype, batch",
+    [
+        (3, 1, False, torch.float32, 2),
+        (1, 1, False, torch.float32, 2),
+        (5, 2, True, torch.float32, 1),
+        (4, 1, True, torch.float64, 3),
+        (6, 1, False, torch.float32, 1),
+    ],
+)
 def test_the_mqa_gap_grades_every_valid_model(num_heads, layers, train, dtype, batch):
     from attncourse import CausalLM
 
     torch.manual_seed(num_heads)
-    model = CausalLM.standard(11, d_model=6 * num_heads, num_heads=num_heads, d_ff=16, num_layers=layers,
-                              max_len=16).to(dtype).train(train)
+    model = (
+        CausalLM.standard(
+            11, d_model=6 * num_heads, num_heads=num_heads, d_ff=16, num_layers=layers, max_len=16
+        )
+        .to(dtype)
+        .train(train)
+    )
     tokens = torch.randint(11, (batch, 9), generator=torch.Generator().manual_seed(2))
     before = _state({"model": model})
     right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
@@ -421,9 +546,10 @@ def test_a_tensor_answer_is_left_as_found(exercise_id):
 
 def test_a_right_answer_with_helpers_of_its_own_is_not_refused():
     namespace = {}
-    exec("def helper(l, t):\n"
-         "    import torch\n"
-         "    return torch.nn.functional.cross_entropy(l[:, :-1].reshape(-1, l.size(-1)), t[:, 1:].reshape(-1))\n"
-         "def lm_loss(logits, tokens):\n"
-         "    return helper(logits, tokens)\n", namespace)  # no __name__: the helpers' __module__ is None
+    exec(
+        "def helper(l, t):\n    import torch\n    return torch.nn.functional.cross_entropy(l[:,"
+        " :-1].reshape(-1, l.size(-1)), t[:, 1:].reshape(-1))\ndef lm_loss(logits, tokens):\n   "
+        " return helper(logits, tokens)\n",
+        namespace,
+    )  # no __name__: the helpers' __module__ is None
     assert check("language-model/shifted-loss", namespace["lm_loss"]).passed

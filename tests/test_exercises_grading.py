@@ -6,10 +6,10 @@ accepts right answers written in other styles.
 The exercises are discovered from the registry, so exercises added later get the generic
 attacks, the generic right-answer styles and the mutation test without a change here.
 """
+
 import copy
 import decimal
 import fractions
-import importlib.util
 import inspect
 import json
 import math
@@ -20,16 +20,26 @@ import time
 import numpy as np
 import pytest
 import torch
+from project_tools import ROOT, tool
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
 from attncourse.exercises import _core, check
-from attncourse.exercises._core import _REGISTRY, FAILED, NOT_ATTEMPTED, PASSED, UNGRADABLE, Exercise, Mistake, call, reveal
-
-from project_tools import ROOT, tool
+from attncourse.exercises._core import (
+    _REGISTRY,
+    FAILED,
+    NOT_ATTEMPTED,
+    UNGRADABLE,
+    Exercise,
+    Mistake,
+    call,
+    reveal,
+)
 
 mutate = tool("mutate_checkers")
 
-CODING = sorted(eid for eid, ex in _REGISTRY.items() if ex.answer_is_function)  # the answer is a function
+CODING = sorted(
+    eid for eid, ex in _REGISTRY.items() if ex.answer_is_function
+)  # the answer is a function
 MUTATED = sorted(mutate.coding_exercises())
 ALL = sorted(_REGISTRY)
 # Triton kernels (chapter 10): the checker launches the answer, so a Python wrapper around the
@@ -51,7 +61,7 @@ def _map(fn, value):
 
 def _vandalise(value):
     """Overwrite every tensor in ``value`` in place with something else."""
-    for t in (value if isinstance(value, (tuple, list)) else [value]):
+    for t in value if isinstance(value, (tuple, list)) else [value]:
         if not isinstance(t, torch.Tensor):
             continue
         if t.dtype == torch.bool:
@@ -78,7 +88,11 @@ def float64_inside(reference):
     """A right answer that computes in float64 and converts back to the inputs' dtype."""
 
     def answer(*args, **kwargs):
-        dtypes = [a.dtype for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        dtypes = [
+            a.dtype
+            for a in list(args) + list(kwargs.values())
+            if isinstance(a, torch.Tensor) and a.is_floating_point()
+        ]
         up = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
         out = reference(*_map(up, list(args)), **{k: _map(up, v) for k, v in kwargs.items()})
         if not dtypes:
@@ -115,7 +129,9 @@ def float32_output(reference):
     """A near miss: float64 inputs answered in float32."""
 
     def answer(*args, **kwargs):
-        return _map(lambda t: t.float() if t.dtype == torch.float64 else t, reference(*args, **kwargs))
+        return _map(
+            lambda t: t.float() if t.dtype == torch.float64 else t, reference(*args, **kwargs)
+        )
 
     return answer
 
@@ -141,7 +157,9 @@ def _uses_float64(exercise_id):
     seen = []
 
     def spy(*args, **kwargs):
-        seen.extend(a.dtype for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor))
+        seen.extend(
+            a.dtype for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)
+        )
         return _REGISTRY[exercise_id].reference(*args, **kwargs)
 
     check(exercise_id, spy)
@@ -171,7 +189,9 @@ def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercis
     report = mutate.run(exercise_id, _REGISTRY[exercise_id].reference, equivalents)
     assert not report.survivors, "mutants the checker accepts:\n" + "\n".join(report.survivors)
     listed = {k for k in equivalents if k.startswith(exercise_id + " :: ")}
-    assert listed <= set(report.equivalent), f"listed as equivalent but killed or gone: {listed - set(report.equivalent)}"
+    assert listed <= set(report.equivalent), (
+        f"listed as equivalent but killed or gone: {listed - set(report.equivalent)}"
+    )
 
 
 def test_every_listed_equivalent_has_a_reason_and_a_known_exercise():
@@ -193,7 +213,11 @@ def test_the_mutation_run_reports_a_weak_checker(monkeypatch):
             raise Mistake("wrong shape")
         return "ok"
 
-    monkeypatch.setitem(_REGISTRY, "test/weak", Exercise("test/weak", "weak", weak_checker, "", lambda: "", True, solution))
+    monkeypatch.setitem(
+        _REGISTRY,
+        "test/weak",
+        Exercise("test/weak", "weak", weak_checker, "", lambda: "", True, solution),
+    )
     report = mutate.run("test/weak", solution, {})
     assert report.generated >= 5 and len(report.survivors) >= 3, report
 
@@ -221,8 +245,14 @@ def test_call_hands_the_learner_copies_even_of_expanded_and_non_contiguous_tenso
 
 
 def test_the_dtype_rule_promotes_as_torch_does():
-    x32, x64, zero_d64 = torch.ones(3), torch.ones(3, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
-    assert call(lambda x, s: x * s, x32, zero_d64).dtype == torch.float32  # a 0-d tensor does not promote
+    x32, x64, zero_d64 = (
+        torch.ones(3),
+        torch.ones(3, dtype=torch.float64),
+        torch.tensor(2.0, dtype=torch.float64),
+    )
+    assert (
+        call(lambda x, s: x * s, x32, zero_d64).dtype == torch.float32
+    )  # a 0-d tensor does not promote
     assert call(lambda x, y: x + y, x32, x64).dtype == torch.float64
     with pytest.raises(Mistake, match="keep the input's dtype"):
         call(lambda x, y: x, x32, x64)
@@ -260,8 +290,12 @@ def test_in_place_idioms_of_the_issue_are_right_answers():
         acc.mul_(correction[:, None]).add_(scores @ value)
         return new_max, running_sum, acc
 
-    for exercise_id, answer in [("dot-product/scores", scores), ("dot-product/attention", attention),
-                                ("masking/padding-mask", padding), ("complexity/online-softmax", online)]:
+    for exercise_id, answer in [
+        ("dot-product/scores", scores),
+        ("dot-product/attention", attention),
+        ("masking/padding-mask", padding),
+        ("complexity/online-softmax", online),
+    ]:
         result = check(exercise_id, answer)
         assert result.passed, (exercise_id, result.message)
 
@@ -309,7 +343,9 @@ def _cross_in_place(target, source, w_q, w_k, w_v, source_mask):
     query, key, value = target @ w_q, source @ w_k, source @ w_v
     query /= query.size(-1) ** 0.5
     source_mask.logical_not_()
-    scores = torch.einsum("bld,bsd->bls", query, key).masked_fill_(source_mask.unsqueeze_(1), -math.inf)
+    scores = torch.einsum("bld,bsd->bls", query, key).masked_fill_(
+        source_mask.unsqueeze_(1), -math.inf
+    )
     weights = scores.softmax(-1)
     return weights @ value, weights
 
@@ -348,27 +384,52 @@ def _persistent_pad(query, key, value, memory_key, memory_value, mask):
 
 
 STYLES = {
-    "dot-product/scores": [lambda q, k: torch.einsum("...ld,...sd->...ls", q, k) / math.sqrt(k.shape[-1]),
-                           lambda q, k: torch.matmul(q / q.shape[-1] ** 0.5, k.mT)],
+    "dot-product/scores": [
+        lambda q, k: torch.einsum("...ld,...sd->...ls", q, k) / math.sqrt(k.shape[-1]),
+        lambda q, k: torch.matmul(q / q.shape[-1] ** 0.5, k.mT),
+    ],
     "dot-product/attention": [_attention_einsum],
-    "multi-head/split-heads": [_split_chunks, lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3)],
+    "multi-head/split-heads": [
+        _split_chunks,
+        lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3),
+    ],
     "multi-head/forward": [_forward_einsum],
-    "masking/padding-mask": [lambda lengths, max_len: torch.arange(max_len).expand(len(lengths), -1) < lengths.view(-1, 1),
-                             lambda lengths, max_len: torch.from_numpy(np.arange(max_len)[None, :] < lengths.numpy()[:, None])],
-    "masking/causal-mask": [_causal_numpy, lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q)],
+    "masking/padding-mask": [
+        lambda lengths, max_len: (
+            torch.arange(max_len).expand(len(lengths), -1) < lengths.view(-1, 1)
+        ),
+        lambda lengths, max_len: torch.from_numpy(
+            np.arange(max_len)[None, :] < lengths.numpy()[:, None]
+        ),
+    ],
+    "masking/causal-mask": [
+        _causal_numpy,
+        lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q),
+    ],
     "masking/attention-mask": [_attention_mask_loops],
     "cross-attention/single-head": [_cross_in_place],
     "complexity/online-softmax": [],  # in test_in_place_idioms_of_the_issue_are_right_answers
-    "adaptive-span/soft-mask": [_soft_mask_in_place, lambda x, z, r: torch.clamp(1 + (z - x) / r, min=0, max=1)],
-    "adaptive-span/window": [_window_numpy, _window_tensor, lambda spans, ramp: float(math.ceil(spans.max().item() + ramp))],
+    "adaptive-span/soft-mask": [
+        _soft_mask_in_place,
+        lambda x, z, r: torch.clamp(1 + (z - x) / r, min=0, max=1),
+    ],
+    "adaptive-span/window": [
+        _window_numpy,
+        _window_tensor,
+        lambda spans, ramp: float(math.ceil(spans.max().item() + ramp)),
+    ],
     "adaptive-span/weights": [_weights_in_place],
     "all-attention/persistent-head": [_persistent_pad],
-    "all-attention/ffn-as-attention": [lambda w1, w2: (w1.clone(), w2.t().contiguous()),
-                                       lambda w1, w2: (torch.from_numpy(w1.numpy().copy()), torch.from_numpy(w2.numpy().T.copy()))],
+    "all-attention/ffn-as-attention": [
+        lambda w1, w2: (w1.clone(), w2.t().contiguous()),
+        lambda w1, w2: (torch.from_numpy(w1.numpy().copy()), torch.from_numpy(w2.numpy().T.copy())),
+    ],
 }
 
 
-@pytest.mark.parametrize("exercise_id, index", [(eid, i) for eid, answers in STYLES.items() for i in range(len(answers))])
+@pytest.mark.parametrize(
+    "exercise_id, index", [(eid, i) for eid, answers in STYLES.items() for i in range(len(answers))]
+)
 def test_right_answers_in_other_styles_pass(exercise_id, index):
     result = check(exercise_id, STYLES[exercise_id][index])
     assert result.passed, result.message
@@ -428,7 +489,11 @@ HOSTILE = {
     "returns an empty tensor": lambda *a, **k: torch.empty(0),
     "returns a dict": lambda *a, **k: {"a": 1},
     "raises SystemExit": _exits,
-    "raises a hostile exception": lambda *a, **k: (_ for _ in ()).throw(type("E", (Exception,), {"__str__": Hostile._raise})()),
+    "raises a hostile exception": (
+        lambda *a, **k: (_ for _ in ()).throw(
+            type("E", (Exception,), {"__str__": Hostile._raise})()
+        )
+    ),
     "a callable object": _Callable(),
     "a hostile object": Hostile(),
     "a hostile int": NotAnInt(3),
@@ -441,7 +506,11 @@ HOSTILE = {
     "a tensor": torch.ones(2, 2),
     "a complex tensor": torch.ones(1, dtype=torch.complex64),
     "a list": [1, 2],
-    "a dict of hostile objects": {"weights": Hostile(), "output": Hostile(), "key_padding_mask": Hostile()},
+    "a dict of hostile objects": {
+        "weights": Hostile(),
+        "output": Hostile(),
+        "key_padding_mask": Hostile(),
+    },
 }
 
 
@@ -473,7 +542,9 @@ def test_a_checker_that_crashes_is_reported_not_raised(monkeypatch):
     def broken(answer):
         return answer.no_such_attribute
 
-    monkeypatch.setitem(_REGISTRY, "test/broken", Exercise("test/broken", "broken", broken, "", lambda: "", False))
+    monkeypatch.setitem(
+        _REGISTRY, "test/broken", Exercise("test/broken", "broken", broken, "", lambda: "", False)
+    )
     result = check("test/broken", 3)
     assert result.status == FAILED and result.message.startswith(UNGRADABLE)
 
@@ -511,10 +582,19 @@ def test_a_hanging_function_is_stopped_and_reported(short_limit):
         start = time.perf_counter()
         result = check("dot-product/attention", hang)
         assert result.status == FAILED and "time limit" in result.message, result.message
-        assert time.perf_counter() - start < 300  # stopped, not waited for (a generous bound: the machine may be loaded)
-    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    short_limit.setattr(_core, "TIME_LIMIT_S", 10.0)  # the reference's 0.3 s can run out on a loaded machine
-    assert check("dot-product/attention", _REGISTRY["dot-product/attention"].reference).passed  # usable afterwards
+        assert (
+            time.perf_counter() - start < 300
+        )  # stopped, not waited for (a generous bound: the machine may be loaded)
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (
+        0.0,
+        0.0,
+    )
+    short_limit.setattr(
+        _core, "TIME_LIMIT_S", 10.0
+    )  # the reference's 0.3 s can run out on a loaded machine
+    assert check(
+        "dot-product/attention", _REGISTRY["dot-product/attention"].reference
+    ).passed  # usable afterwards
 
 
 def test_an_outer_timer_is_put_back(short_limit):
@@ -543,7 +623,9 @@ def test_the_limit_counts_the_learner_time_of_all_calls(short_limit):
 
 def test_the_limit_works_off_the_main_thread(short_limit):
     box = {}
-    worker = threading.Thread(target=lambda: box.update(result=check("dot-product/scores", lambda q, k: time.sleep(600))))
+    worker = threading.Thread(
+        target=lambda: box.update(result=check("dot-product/scores", lambda q, k: time.sleep(600)))
+    )
     worker.start()
     worker.join(300)  # the abandoned learner thread sleeps on as a daemon; the check has returned
     assert not worker.is_alive() and "time limit" in box["result"].message, box
@@ -551,7 +633,13 @@ def test_the_limit_works_off_the_main_thread(short_limit):
 
 # -- numbers and shapes as learners give them ---------------------------------------------------
 
-from attncourse.exercises import ch01_dot_product, ch02_multihead, ch04_cross_attention, ch07_complexity, ch09_all_attention  # noqa: E402
+from attncourse.exercises import (
+    ch01_dot_product,
+    ch02_multihead,
+    ch04_cross_attention,
+    ch07_complexity,
+    ch09_all_attention,
+)  # noqa: E402
 
 VALUES = {
     "dot-product/score-variance": ch01_dot_product._VARIANCE,
@@ -564,19 +652,44 @@ VALUES = {
 @pytest.mark.parametrize("exercise_id", sorted(VALUES))
 def test_numbers_are_accepted_in_every_usual_type(exercise_id):
     value = int(float(reveal(VALUES[exercise_id])))
-    for answer in (value, float(value), np.int64(value), np.uint64(value), np.float64(value), np.float32(value),
-                   np.array(value), np.array([value]), torch.tensor(value), torch.tensor([value]), torch.tensor(float(value)),
-                   torch.tensor([[value]], dtype=torch.float64), fractions.Fraction(value), decimal.Decimal(value)):
+    for answer in (
+        value,
+        float(value),
+        np.int64(value),
+        np.uint64(value),
+        np.float64(value),
+        np.float32(value),
+        np.array(value),
+        np.array([value]),
+        torch.tensor(value),
+        torch.tensor([value]),
+        torch.tensor(float(value)),
+        torch.tensor([[value]], dtype=torch.float64),
+        fractions.Fraction(value),
+        decimal.Decimal(value),
+    ):
         result = check(exercise_id, answer)
         assert result.passed, (type(answer), answer, result.message)
 
 
 @pytest.mark.parametrize(
     "answer, words",
-    [(64 + 0j, "complex"), (64 + 1j, "complex"), (torch.tensor(64 + 0j), "complex"), (10**400, "far too large"),
-     (float("nan"), "NaN"), (math.inf, "infinite"), (np.float64("inf"), "infinite"), ("64", "string"), (True, "boolean"),
-     (np.bool_(True), "boolean"), (torch.tensor([64, 64]), "single number"), (np.array([64, 64]), "single number"),
-     (Hostile(), "should be a number"), (torch.tensor(64.0, device="meta"), "could not be read")],
+    [
+        (64 + 0j, "complex"),
+        (64 + 1j, "complex"),
+        (torch.tensor(64 + 0j), "complex"),
+        (10**400, "far too large"),
+        (float("nan"), "NaN"),
+        (math.inf, "infinite"),
+        (np.float64("inf"), "infinite"),
+        ("64", "string"),
+        (True, "boolean"),
+        (np.bool_(True), "boolean"),
+        (torch.tensor([64, 64]), "single number"),
+        (np.array([64, 64]), "single number"),
+        (Hostile(), "should be a number"),
+        (torch.tensor(64.0, device="meta"), "could not be read"),
+    ],
 )
 def test_odd_numbers_get_a_clear_message(answer, words):
     result = check("dot-product/score-variance", answer)
@@ -585,8 +698,15 @@ def test_odd_numbers_get_a_clear_message(answer, words):
 
 def test_shapes_are_accepted_as_learners_write_them():
     expected = {k: tuple(v) for k, v in json.loads(reveal(ch04_cross_attention._SHAPES)).items()}
-    for convert in (tuple, list, torch.Size, lambda s: tuple(np.int64(n) for n in s), np.array, torch.tensor,
-                    lambda s: tuple(torch.tensor(n) for n in s)):
+    for convert in (
+        tuple,
+        list,
+        torch.Size,
+        lambda s: tuple(np.int64(n) for n in s),
+        np.array,
+        torch.tensor,
+        lambda s: tuple(torch.tensor(n) for n in s),
+    ):
         result = check("cross-attention/shapes", {k: convert(v) for k, v in expected.items()})
         assert result.passed, (convert, result.message)
     floats = {k: tuple(float(n) for n in v) for k, v in expected.items()}
@@ -603,8 +723,11 @@ def test_a_scale_from_the_wrong_dimension_is_not_blamed_on_key_T():
 
 def test_each_wrong_scale_gets_its_own_diagnosis():
     """With L = 3 = sqrt(d_k) (the old first case) d_k ** 0.25 was blamed on sqrt(L), and q.size(0) passed."""
-    for wrong, words in [(lambda q, k: q @ k.mT / q.size(-1) ** 0.25, "differ"), (lambda q, k: q @ k.mT / q.size(0), "differ"),
-                         (lambda q, k: q @ k.mT / q.size(0) ** 0.5, "sqrt(L)")]:
+    for wrong, words in [
+        (lambda q, k: q @ k.mT / q.size(-1) ** 0.25, "differ"),
+        (lambda q, k: q @ k.mT / q.size(0), "differ"),
+        (lambda q, k: q @ k.mT / q.size(0) ** 0.5, "sqrt(L)"),
+    ]:
         result = check("dot-product/scores", wrong)
         assert result.status == FAILED and words in result.message, result.message
 
@@ -632,13 +755,17 @@ def test_max_len_ignored_is_rejected_with_its_diagnosis():
 
 
 def test_where_the_ceil_goes_matters():
-    result = check("adaptive-span/window", lambda spans, ramp: math.ceil(spans.max().item()) + math.ceil(ramp))
+    result = check(
+        "adaptive-span/window", lambda spans, ramp: math.ceil(spans.max().item()) + math.ceil(ramp)
+    )
     assert result.status == FAILED and "separately" in result.message, result.message
 
 
 def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
     reference = _REGISTRY["multi-head/forward"].reference
-    source = __import__("inspect").getsource(reference).replace("q.size(-1) ** 0.5", "q.size(-2) ** 0.5")
+    source = (
+        __import__("inspect").getsource(reference).replace("q.size(-1) ** 0.5", "q.size(-2) ** 0.5")
+    )
     namespace = dict(reference.__globals__)
     exec(__import__("textwrap").dedent(source), namespace)
     result = check("multi-head/forward", namespace[reference.__name__])
@@ -647,14 +774,23 @@ def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
 
 def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     """inference/mqa-gap's solution takes (model, tokens) but the answer is a dict with the gap: no generic
-    right-answer styles call it, and its mutants are run on the tool's inputs, their values checked."""
-    assert not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in CODING
+    right-answer styles call it, and its mutants are run on the tool's inputs, their values checked.
+    """
+    assert (
+        not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in CODING
+    )
     assert "inference/mqa-gap" in MUTATED and "inference/mqa-gap" in mutate.VALUE_INPUTS
     reference = _REGISTRY["inference/mqa-gap"].reference
-    assert reference is not None and __import__("inspect").signature(reference).parameters  # it has parameters
-    flagged = Exercise("test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False)
+    assert (
+        reference is not None and __import__("inspect").signature(reference).parameters
+    )  # it has parameters
+    flagged = Exercise(
+        "test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False
+    )
     assert not flagged.answer_is_function
-    assert Exercise("test/fn", "fn", lambda a: "ok", "", lambda: "", True, lambda x: x).answer_is_function
+    assert Exercise(
+        "test/fn", "fn", lambda a: "ok", "", lambda: "", True, lambda x: x
+    ).answer_is_function
 
 
 def _number_exercises():
@@ -689,18 +825,30 @@ NUMBER_EXERCISES = _number_exercises()
 
 
 def test_the_number_exercises_are_found():
-    assert set(VALUES) <= set(NUMBER_EXERCISES) and len(NUMBER_EXERCISES) >= 15, sorted(NUMBER_EXERCISES)
+    assert set(VALUES) <= set(NUMBER_EXERCISES) and len(NUMBER_EXERCISES) >= 15, sorted(
+        NUMBER_EXERCISES
+    )
 
 
 @pytest.mark.parametrize("exercise_id", sorted(NUMBER_EXERCISES))
 def test_every_number_exercise_accepts_its_value_in_every_usual_type(exercise_id):
     value, rel_tol = NUMBER_EXERCISES[exercise_id]
-    answers = [value, np.float64(value), np.array(value), np.array([value]), torch.tensor(value, dtype=torch.float64),
-               torch.tensor([[value]], dtype=torch.float64), decimal.Decimal(value), fractions.Fraction(value)]
+    answers = [
+        value,
+        np.float64(value),
+        np.array(value),
+        np.array([value]),
+        torch.tensor(value, dtype=torch.float64),
+        torch.tensor([[value]], dtype=torch.float64),
+        decimal.Decimal(value),
+        fractions.Fraction(value),
+    ]
     if value.is_integer() and abs(value) < 2**62:
         n = int(value)
         answers += [n, np.int64(n), torch.tensor(n), torch.tensor([n]), tuple([n])[0]]
-    if abs(float(np.float32(value)) - value) <= rel_tol * abs(value):  # float32 holds it closely enough
+    if abs(float(np.float32(value)) - value) <= rel_tol * abs(
+        value
+    ):  # float32 holds it closely enough
         answers += [np.float32(value), torch.tensor(value)]
     for answer in answers:
         result = check(exercise_id, answer)

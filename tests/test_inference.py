@@ -1,6 +1,7 @@
 """Attention at inference (chapter 6): grouped-query attention against torch's SDPA with
 ``enable_gqa=True`` and against repeated K/V heads, the KV cache against uncached decoding at
 every step, the rolling-buffer cache against full attention under a sliding-window mask."""
+
 import copy
 
 import pytest
@@ -18,17 +19,21 @@ from attncourse.kv_cache import (
     window_mask_from_positions,
 )
 from attncourse.masks import causal_mask
-from attncourse.sampling import generate
 from attncourse.multihead import mean_pool_kv_heads, merge_heads
+from attncourse.sampling import generate
 
 
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def _layer(embed_dim, num_heads, num_kv_heads, *, seed=0, device="cpu", dtype=torch.float64, bias=True):
+def _layer(
+    embed_dim, num_heads, num_kv_heads, *, seed=0, device="cpu", dtype=torch.float64, bias=True
+):
     torch.manual_seed(seed)
-    return MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias).to(device=device, dtype=dtype)
+    return MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads, bias=bias).to(
+        device=device, dtype=dtype
+    )
 
 
 # -- grouped-query attention ---------------------------------------------------------------
@@ -46,14 +51,26 @@ def test_gqa_layer_equals_torch_sdpa_enable_gqa(device, num_heads, num_kv_heads,
     assert weights.shape == (2, num_heads, L, L)
     # the reference: torch's projections by hand, torch's SDPA with enable_gqa (K/V keep num_kv_heads heads)
     q = F.linear(x, layer.q_proj.weight, layer.q_proj.bias).view(2, L, num_heads, 4).transpose(1, 2)
-    k = F.linear(x, layer.k_proj.weight, layer.k_proj.bias).view(2, L, num_kv_heads, 4).transpose(1, 2)
-    v = F.linear(x, layer.v_proj.weight, layer.v_proj.bias).view(2, L, num_kv_heads, 4).transpose(1, 2)
+    k = (
+        F.linear(x, layer.k_proj.weight, layer.k_proj.bias)
+        .view(2, L, num_kv_heads, 4)
+        .transpose(1, 2)
+    )
+    v = (
+        F.linear(x, layer.v_proj.weight, layer.v_proj.bias)
+        .view(2, L, num_kv_heads, 4)
+        .transpose(1, 2)
+    )
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    expected = F.linear(ref.transpose(1, 2).reshape(2, L, embed_dim), layer.out_proj.weight, layer.out_proj.bias)
+    expected = F.linear(
+        ref.transpose(1, 2).reshape(2, L, embed_dim), layer.out_proj.weight, layer.out_proj.bias
+    )
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
     # and equal to plain multi-head attention with each K/V head repeated (repeat_interleave)
     group = num_heads // num_kv_heads
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal)
+    ref = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal
+    )
     torch.testing.assert_close(out, layer.out_proj(merge_heads(ref)), rtol=1e-10, atol=1e-12)
 
 
@@ -136,7 +153,7 @@ def _decode_in_chunks(layer, x, chunks, cache):
     """Feed ``x`` through ``layer`` with ``cache``, ``chunks`` positions at a time."""
     outs, weights, start = [], [], 0
     for size in chunks:
-        part = x[:, start:start + size]
+        part = x[:, start : start + size]
         out, w = layer(part, part, part, cache=cache)
         outs.append(out)
         weights.append(w)
@@ -156,12 +173,15 @@ def test_cached_layer_equals_full_causal_attention(device, num_kv_heads, chunks)
     # each chunk's weights are the rows of the full weights, over the keys seen so far
     start = 0
     for size, w in zip(chunks, weights):
-        torch.testing.assert_close(w, full_w[:, :, start:start + size, :start + size], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(
+            w, full_w[:, :, start : start + size, : start + size], rtol=1e-10, atol=1e-12
+        )
         start += size
     assert len(cache) == cache.seen == 9
     assert cache.keys.shape == (2, num_kv_heads, 9, 4)  # the cache holds K/V heads, not query heads
-    assert cache.nbytes() == kv_cache_bytes(num_layers=1, num_kv_heads=num_kv_heads, head_dim=4, length=9, batch=2, bytes_per_element=8)
-
+    assert cache.nbytes() == kv_cache_bytes(
+        num_layers=1, num_kv_heads=num_kv_heads, head_dim=4, length=9, batch=2, bytes_per_element=8
+    )
 
 
 def test_cached_layer_combines_the_callers_mask_with_the_cache_mask():
@@ -174,10 +194,12 @@ def test_cached_layer_combines_the_callers_mask_with_the_cache_mask():
     full, full_w = layer(x, x, x, causal_mask(9) & keep)
     cache, start = KVCache(), 0
     for size in (4, 1, 3, 1):
-        part = x[:, start:start + size]
-        out, w = layer(part, part, part, keep[:, start:start + size, :start + size], cache=cache)
-        torch.testing.assert_close(out, full[:, start:start + size], rtol=1e-10, atol=1e-12)
-        torch.testing.assert_close(w, full_w[:, :, start:start + size, :start + size], rtol=1e-10, atol=1e-12)
+        part = x[:, start : start + size]
+        out, w = layer(part, part, part, keep[:, start : start + size, : start + size], cache=cache)
+        torch.testing.assert_close(out, full[:, start : start + size], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(
+            w, full_w[:, :, start : start + size, : start + size], rtol=1e-10, atol=1e-12
+        )
         start += size
 
 
@@ -233,7 +255,9 @@ def test_sliding_window_mask_against_causal_mask_and_adaptive_span():
             j = torch.arange(S)[None, :]
             distance = i - j  # how far back each key is
             # adaptive span's soft mask with span z = W - 1 and ramp R = 1 is this window, as a hard 0/1 mask
-            assert torch.equal(mask, (soft_span_mask(distance, window - 1.0, 1.0) > 0) & causal_mask(L, S))
+            assert torch.equal(
+                mask, (soft_span_mask(distance, window - 1.0, 1.0) > 0) & causal_mask(L, S)
+            )
             assert torch.equal(mask, window_mask_from_positions(i[:, 0], j[0], window))
     with pytest.raises(ValueError, match="window"):
         sliding_window_mask(4, window=0)
@@ -263,7 +287,9 @@ def test_kv_cache_bytes_llama2_7b():
     # Llama 2 7B: 32 layers, 32 heads of 128 (no GQA at 7B), fp16: 0.5 MiB per token, 2 GiB at 4096
     assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=1) == 2**19
     assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=4096) == 2**31
-    assert kv_cache_bytes(num_layers=32, num_kv_heads=8, head_dim=128, length=4096) == 2**29  # Mistral 7B's 8 KV heads
+    assert (
+        kv_cache_bytes(num_layers=32, num_kv_heads=8, head_dim=128, length=4096) == 2**29
+    )  # Mistral 7B's 8 KV heads
     with pytest.raises(ValueError, match="head_dim"):
         kv_cache_bytes(num_layers=1, num_kv_heads=1, head_dim=0, length=1)
 
@@ -273,7 +299,11 @@ def test_kv_cache_bytes_llama2_7b():
 
 def _model(device="cpu"):
     torch.manual_seed(20)
-    return CausalLM.standard(17, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=40).to(device=device, dtype=torch.float64).eval()
+    return (
+        CausalLM.standard(17, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=40)
+        .to(device=device, dtype=torch.float64)
+        .eval()
+    )
 
 
 def test_cached_model_logits_equal_uncached_at_every_step(device):
@@ -281,19 +311,37 @@ def test_cached_model_logits_equal_uncached_at_every_step(device):
     tokens = torch.randint(0, 17, (3, 30), generator=_gen(21)).to(device)
     full = model(tokens)
     cache = model.new_cache()
-    steps = [model(tokens[:, :10], cache)] + [model(tokens[:, t:t + 1], cache) for t in range(10, 30)]
+    steps = [model(tokens[:, :10], cache)] + [
+        model(tokens[:, t : t + 1], cache) for t in range(10, 30)
+    ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
     assert all(c.seen == 30 for c in cache)
     # the cached step attends one query row over t keys; the uncached pass computes all rows
     assert model.blocks[0].self_weights.shape == (3, 4, 1, 30)
 
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=1.0), dict(temperature=0.7, top_k=4)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(temperature=0), dict(temperature=1.0), dict(temperature=0.7, top_k=4)]
+)
 def test_generate_with_cache_equals_without(device, kwargs):
     model = _model(device)
     prompt = torch.randint(0, 17, (2, 6), generator=_gen(22)).to(device)
-    a = generate(model, prompt, 30, generator=_gen(23) if device.type == "cpu" else None, use_cache=False, **kwargs)
-    b = generate(model, prompt, 30, generator=_gen(23) if device.type == "cpu" else None, use_cache=True, **kwargs)
+    a = generate(
+        model,
+        prompt,
+        30,
+        generator=_gen(23) if device.type == "cpu" else None,
+        use_cache=False,
+        **kwargs,
+    )
+    b = generate(
+        model,
+        prompt,
+        30,
+        generator=_gen(23) if device.type == "cpu" else None,
+        use_cache=True,
+        **kwargs,
+    )
     assert a.shape == (2, 36) and torch.equal(a[:, :6], prompt)
     if device.type == "cpu" or kwargs.get("temperature") == 0:
         assert torch.equal(a, b)
@@ -352,7 +400,9 @@ def test_a_mask_of_shape_len_plus_new_is_accepted_while_the_buffer_fills(window)
         S = len(cache) + 1  # the documented S = len(cache) + L
         assert cache.attended_length(1) == S
         allow_all = torch.ones(1, S, dtype=torch.bool)  # an extra mask of the documented shape
-        outputs.append(layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], allow_all, cache=cache)[0])
+        outputs.append(
+            layer(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], allow_all, cache=cache)[0]
+        )
     torch.testing.assert_close(torch.cat(outputs, 1), reference)
 
 
@@ -405,11 +455,23 @@ def test_a_decoding_step_checks_its_inputs_once():
             out, _ = layer(step, step, step, cache=cache)
     finally:
         sys.setprofile(None)
-    checked_entry_points = {"split_heads", "merge_heads", "update", "window_mask_from_positions", "repeat_kv",
-                            "scaled_dot_product_attention", "check_attention_inputs", "safe_softmax"}
+    checked_entry_points = {
+        "split_heads",
+        "merge_heads",
+        "update",
+        "window_mask_from_positions",
+        "repeat_kv",
+        "scaled_dot_product_attention",
+        "check_attention_inputs",
+        "safe_softmax",
+    }
     assert "forward" in called and "_append" in called and "_attention" in called
     assert not checked_entry_points & set(called), checked_entry_points & set(called)
     assert called.count("require_floating") == 3  # query, key and value, once each
-    reference = layer(torch.cat([x, step], 1), torch.cat([x, step], 1), torch.cat([x, step], 1),
-                      sliding_window_mask(6, window=3))[0][:, -1:]
+    reference = layer(
+        torch.cat([x, step], 1),
+        torch.cat([x, step], 1),
+        torch.cat([x, step], 1),
+        sliding_window_mask(6, window=3),
+    )[0][:, -1:]
     torch.testing.assert_close(out, reference)

@@ -189,17 +189,13 @@ def test_the_readme_install_resolves(uv, platform, python):
     torch_alone = resolve(uv, target, python, f"torch=={torch_pin()}\n")
     if platform.startswith("linux"):
         # the triton the pinned torch requires, and the lock pins the same one
-        assert "triton" in torch_alone, (
-            f"torch {torch_pin()} on {platform} no longer brings triton"
-        )
+        assert "triton" in torch_alone, f"torch {torch_pin()} on {platform} no longer brings triton"
         assert install["triton"] == torch_alone["triton"] == lock["triton"], (
             install["triton"],
             torch_alone,
         )
     else:
-        assert "triton" not in install, (
-            f"triton resolved on {platform}, which it has no wheels for"
-        )
+        assert "triton" not in install, f"triton resolved on {platform}, which it has no wheels for"
     # every exact pin of the lock that applies here is what the resolution took
     assert "triton" in lock if platform.startswith("linux") else "triton" not in lock
     for name, version in install.items():

@@ -7,6 +7,7 @@ function or class may rely only on names of its own chapter or earlier ones (fol
 package's private helpers), except for the optional features listed in
 ``attncourse._introduced.LATER_FEATURES``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,7 +46,11 @@ def canonical(module_name: str, attr: str) -> Optional[str]:
     value = getattr(module, attr)
     if inspect.ismodule(value):
         return None
-    defined_in = getattr(value, "__module__", None) if (inspect.isfunction(value) or inspect.isclass(value)) else None
+    defined_in = (
+        getattr(value, "__module__", None)
+        if (inspect.isfunction(value) or inspect.isclass(value))
+        else None
+    )
     if defined_in and defined_in.startswith("attncourse"):
         return f"{defined_in}.{value.__qualname__}"
     if defined_in:  # a torch or typing name a module happens to hold
@@ -62,8 +67,14 @@ def public_names() -> Set[str]:
         if names is None:
             # a name bound to None is a placeholder (chapter 10's `tl`, set when triton is first
             # imported), not a public name: whether it is there would depend on import order
-            names = [n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)
-                     and v is not None and getattr(v, "__module__", module_name) == module_name]
+            names = [
+                n
+                for n, v in vars(module).items()
+                if not n.startswith("_")
+                and not inspect.ismodule(v)
+                and v is not None
+                and getattr(v, "__module__", module_name) == module_name
+            ]
         for name in names:
             key = canonical(module_name, name)
             if key is not None:
@@ -91,7 +102,9 @@ def _resolve(dotted: str) -> Optional[str]:
 
 def _code(source: str) -> str:
     """Cell source without IPython magics and shell escapes."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
 
 
 def package_uses(tree: ast.AST) -> Iterator[Tuple[str, int]]:
@@ -102,10 +115,16 @@ def package_uses(tree: ast.AST) -> Iterator[Tuple[str, int]]:
     """
     aliases: Dict[str, str] = {}  # local name -> dotted package path it stands for
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "attncourse":
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "attncourse"
+        ):
             for alias in node.names:
                 if alias.name == "*":
-                    raise AssertionError(f"line {node.lineno}: `from {node.module} import *` hides what is used")
+                    raise AssertionError(
+                        f"line {node.lineno}: `from {node.module} import *` hides what is used"
+                    )
                 dotted = f"{node.module}.{alias.name}"
                 aliases[alias.asname or alias.name] = dotted
                 key = _resolve(dotted)
@@ -114,7 +133,9 @@ def package_uses(tree: ast.AST) -> Iterator[Tuple[str, int]]:
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "attncourse":
-                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "attncourse"
+                    aliases[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else "attncourse"
+                    )
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             chain, inner = [node.attr], node.value
@@ -166,8 +187,13 @@ def test_every_public_name_has_a_chapter():
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_uses_nothing_introduced_later(path):
     chapter = chapter_number(path)
-    later = sorted({f"{key} (chapter {INTRODUCED[key]}; code cell {cell}, line {line})"
-                    for key, cell, line in chapter_uses(path) if INTRODUCED.get(key, 0) > chapter})
+    later = sorted(
+        {
+            f"{key} (chapter {INTRODUCED[key]}; code cell {cell}, line {line})"
+            for key, cell, line in chapter_uses(path)
+            if INTRODUCED.get(key, 0) > chapter
+        }
+    )
     assert not later, f"chapter {chapter} uses names a later chapter introduces: {later}"
 
 
@@ -186,28 +212,40 @@ def _dependencies(obj, seen: Set[int]) -> Set[str]:
     found: Set[str] = set()
     own = f"{obj.__module__}.{obj.__qualname__}"
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not hasattr(builtins, node.id) and node.id in vars(module):
+        if (
+            isinstance(node, ast.Name)
+            and not hasattr(builtins, node.id)
+            and node.id in vars(module)
+        ):
             value = vars(module)[node.id]
             if inspect.ismodule(value):
                 continue
             defined_in = getattr(value, "__module__", "") or ""
-            if not defined_in.startswith("attncourse") or not (inspect.isfunction(value) or inspect.isclass(value)):
+            if not defined_in.startswith("attncourse") or not (
+                inspect.isfunction(value) or inspect.isclass(value)
+            ):
                 continue
             key = f"{defined_in}.{value.__qualname__}"
             if key in INTRODUCED:
                 if key != own:
                     found.add(key)
             elif value.__name__.startswith("_") and not defined_in.split(".")[-1].startswith("_"):
-                found |= _dependencies(value, seen)  # a private helper of a public module: look inside
+                found |= _dependencies(
+                    value, seen
+                )  # a private helper of a public module: look inside
     for key, _ in package_uses(tree):  # imports inside the function (lazy imports)
         if key != own:
             found.add(key)
     package = obj.__module__.rsplit(".", 1)[0]
-    for node in ast.walk(tree):  # lazy relative imports: `from .transformer import Seq2SeqTransformer`
+    for node in ast.walk(
+        tree
+    ):  # lazy relative imports: `from .transformer import Seq2SeqTransformer`
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
             for alias in node.names:
-                key = _resolve(f"{base}.{node.module}.{alias.name}" if node.module else f"{base}.{alias.name}")
+                key = _resolve(
+                    f"{base}.{node.module}.{alias.name}" if node.module else f"{base}.{alias.name}"
+                )
                 if key in INTRODUCED and key != own:
                     found.add(key)
     return found
@@ -257,7 +295,9 @@ def test_the_parser_sees_every_import_style():
     """)
     keys = {key for key, _ in package_uses(ast.parse(code))}
     assert keys == {
-        "attncourse.efficient.tiled_attention", "attncourse.kv_cache.repeat_kv",
-        "attncourse.adaptive_span.soft_span_mask", "attncourse.masks.causal_mask",
+        "attncourse.efficient.tiled_attention",
+        "attncourse.kv_cache.repeat_kv",
+        "attncourse.adaptive_span.soft_span_mask",
+        "attncourse.masks.causal_mask",
         "attncourse.efficient.tile_schedule",
     }

@@ -1,4 +1,5 @@
 """The GPU benchmark's plumbing, run tiny on the CPU through Triton's interpreter (its figures mean nothing there)."""
+
 import json
 
 import pytest
@@ -10,18 +11,36 @@ from attncourse.benchmarks.common import write_result  # noqa: E402
 from attncourse.kernels import flash  # noqa: E402
 
 
-@pytest.mark.skipif(not flash.interpreting(), reason="a GPU is present: the real benchmark runs there")
+@pytest.mark.skipif(
+    not flash.interpreting(), reason="a GPU is present: the real benchmark runs there"
+)
 def test_fake_tiny_gpu_run_writes_rows_targets_and_json(tmp_path):
-    result = kb.run_gpu([32], device="cpu", dtypes=["float32"], batch=1, num_heads=1, head_dim=16,
-                        span_length=32, spans=(4.0, 32.0), repeats=1)
+    result = kb.run_gpu(
+        [32],
+        device="cpu",
+        dtypes=["float32"],
+        batch=1,
+        num_heads=1,
+        head_dim=16,
+        span_length=32,
+        spans=(4.0, 32.0),
+        repeats=1,
+    )
     assert result["triton_interpreter"] is True
     rows = result["rows"]
     settings = {(r["impl"], r["causal"], r["pass"]) for r in rows if r["kind"] == "attention"}
-    assert settings == {(i, c, p) for i in kb.GPU_IMPLEMENTATIONS for c in (False, True) for p in ("forward", "forward+backward")}
+    assert settings == {
+        (i, c, p)
+        for i in kb.GPU_IMPLEMENTATIONS
+        for c in (False, True)
+        for p in ("forward", "forward+backward")
+    }
     assert {r["span"] for r in rows if r["kind"] == "span"} == {4.0, 32.0}
     assert all(r["seconds"] > 0 for r in rows)
     assert set(result["targets"]) == set(kb.TARGETS)
-    assert all(t["measured"] is None for t in result["targets"].values())  # no float16 rows were asked for
+    assert all(
+        t["measured"] is None for t in result["targets"].values()
+    )  # no float16 rows were asked for
     ratios = kb.targets(rows, length=32, dtype="float32", span_length=32, spans=(4.0, 32.0))
     assert all(t["measured"] > 0 and t["met"] in (True, False) for t in ratios.values())
     path = write_result(result, tmp_path, kb.gpu_file_name("Fake GPU"))
@@ -35,10 +54,38 @@ def test_builders_agree():
         pytest.skip("no way to run the kernels")
     device = "cpu" if flash.interpreting() else "cuda"
     for causal in (False, True):
-        outs = [kb.build_gpu(i, 24, causal, torch.float32, False, batch=1, num_heads=2, head_dim=16, device=device)()
-                for i in kb.GPU_IMPLEMENTATIONS]
+        outs = [
+            kb.build_gpu(
+                i,
+                24,
+                causal,
+                torch.float32,
+                False,
+                batch=1,
+                num_heads=2,
+                head_dim=16,
+                device=device,
+            )()
+            for i in kb.GPU_IMPLEMENTATIONS
+        ]
         for out in outs[1:]:
             torch.testing.assert_close(out, outs[0], atol=1e-5, rtol=1e-5)
-    full = kb.build_gpu("span", 24, True, torch.float32, True, batch=1, num_heads=2, head_dim=16, device=device, span=24.0, ramp=4.0)()
-    causal = kb.build_gpu("triton", 24, True, torch.float32, True, batch=1, num_heads=2, head_dim=16, device=device)()
-    torch.testing.assert_close(full, causal, atol=1e-5, rtol=1e-5)  # a span past L is plain causal attention
+    full = kb.build_gpu(
+        "span",
+        24,
+        True,
+        torch.float32,
+        True,
+        batch=1,
+        num_heads=2,
+        head_dim=16,
+        device=device,
+        span=24.0,
+        ramp=4.0,
+    )()
+    causal = kb.build_gpu(
+        "triton", 24, True, torch.float32, True, batch=1, num_heads=2, head_dim=16, device=device
+    )()
+    torch.testing.assert_close(
+        full, causal, atol=1e-5, rtol=1e-5
+    )  # a span past L is plain causal attention

@@ -364,7 +364,8 @@ def test_span_plan_covers_every_weight_and_work_falls_with_the_span():
 @pytest.mark.parametrize("L,S", [(1, 9), (7, 1), (1, 1)])
 def test_gradients_of_strided_views_with_one_position(kdevice, L, S):
     """A decoder's q of shape (B, 1, H, d) viewed as (B, H, 1, d): the size-1 dimension keeps a
-    stride that ``.contiguous()`` does not change; the kernels must address heads by their strides."""
+    stride that ``.contiguous()`` does not change; the kernels must address heads by their strides.
+    """
     g = torch.Generator().manual_seed(20)
     q, k, v = (
         torch.randn(2, n, 3, 16, generator=g).to(kdevice).transpose(1, 2).requires_grad_()
@@ -679,7 +680,8 @@ def _kernel_key_ranges(L, S, block, causal, span=None, ramp=None, length=None):
 @pytest.mark.skipif(not flash.interpreting(), reason="the probe runs through the interpreter")
 def test_span_256_of_4096_computes_369_tiles_instead_of_2080():
     """Issue 18's adaptive-span target on the CPU: with every span at 256 (ramp 32) of L = 4,096,
-    causal, 64 x 64 tiles, the kernel's loops visit 369 tiles per head, against 2,080 at full span."""
+    causal, 64 x 64 tiles, the kernel's loops visit 369 tiles per head, against 2,080 at full span.
+    """
     L, block, ramp = 4096, 64, 32.0
     maps = tiles.span_tile_maps(torch.tensor([256.0, float(L)]), ramp, L, block, block)
     assert maps.sum(dim=(1, 2)).tolist() == [369, 2080]

@@ -1,4 +1,5 @@
 """triton is optional (``attncourse[gpu]``): everything but ``attncourse.kernels.flash`` imports without it."""
+
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,8 @@ def test_package_imports_without_triton():
         else:
             raise SystemExit("attncourse.kernels.flash imported without triton")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "flash needs triton"

@@ -1,6 +1,7 @@
 """The package's import graph, read from its source: no loops, the library apart from the course's
 scaffolding, no function-level imports (except the one that keeps triton optional), and the
 scaffolding using the library's public names only."""
+
 import ast
 from pathlib import Path
 
@@ -8,7 +9,12 @@ from project_tools import ROOT
 
 PACKAGE = ROOT / "attncourse"
 # Course scaffolding: the library (every other module) never imports these.
-SCAFFOLDING = ("attncourse.course", "attncourse.benchmarks", "attncourse.plotting", "attncourse.exercises")
+SCAFFOLDING = (
+    "attncourse.course",
+    "attncourse.benchmarks",
+    "attncourse.plotting",
+    "attncourse.exercises",
+)
 # Imported inside a function on purpose: triton is optional (pip install attncourse[gpu]).
 LAZY_ALLOWED = {"attncourse.kernels.flash"}
 
@@ -62,7 +68,7 @@ def _cycle():
             if t not in MODULES:
                 continue
             if state.get(t) == "open":
-                return stack[stack.index(t):] + [t]
+                return stack[stack.index(t) :] + [t]
             if t not in state:
                 found = visit(t, stack + [t])
                 if found:
@@ -100,13 +106,22 @@ def test_the_cache_sits_below_the_layer_that_uses_it():
 
 
 def test_no_function_level_imports_of_the_package():
-    lazy = {(m, t) for m in MODULES for t, _, top in _imports(m) if not top and t not in LAZY_ALLOWED}
+    lazy = {
+        (m, t) for m in MODULES for t, _, top in _imports(m) if not top and t not in LAZY_ALLOWED
+    }
     assert not lazy
 
 
 def test_scaffolding_uses_public_names_only():
-    private = {(m, t, name) for m in MODULES if m.startswith(SCAFFOLDING) for t, name, _ in _imports(m)
-               if name.startswith("_") and not t.startswith(m.rsplit(".", 1)[0]) and t != "attncourse._checks"}
+    private = {
+        (m, t, name)
+        for m in MODULES
+        if m.startswith(SCAFFOLDING)
+        for t, name, _ in _imports(m)
+        if name.startswith("_")
+        and not t.startswith(m.rsplit(".", 1)[0])
+        and t != "attncourse._checks"
+    }
     assert not private
 
 
@@ -115,4 +130,6 @@ def test_the_benchmarks_import_each_other_only_through_their_shared_helpers():
     assert "attncourse.benchmarks.attention" not in GRAPH["attncourse.benchmarks.kernels"]
     for module in ("attention", "kernels"):
         assert "attncourse.benchmarks.common" in GRAPH[f"attncourse.benchmarks.{module}"]
-    assert not [t for t in GRAPH["attncourse.benchmarks.common"] if t.startswith("attncourse.benchmarks")]
+    assert not [
+        t for t in GRAPH["attncourse.benchmarks.common"] if t.startswith("attncourse.benchmarks")
+    ]

@@ -55,8 +55,7 @@ def test_a_notebook_over_budget_fails_the_run(tmp_path):
     )
     assert json.loads(report.read_text())["rows"][0]["seconds"] > 1
     assert (
-        loaded_run.main([str(slow), "--busy", "0", "--budget", "100", "--report", str(report)])
-        == 0
+        loaded_run.main([str(slow), "--busy", "0", "--budget", "100", "--report", str(report)]) == 0
     )
 
 

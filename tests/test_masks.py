@@ -1,6 +1,7 @@
 """Masks (chapter 3): built from lengths and positions, combined, converted, and checked
 against torch's own references (``causal_lower_right``/``causal_upper_left``, SDPA's
 ``is_causal``, ``nn.MultiheadAttention``'s ignore convention)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,9 @@ from attncourse.masks import (
 
 
 def _randn(*shape, seed, dtype=torch.float64, device="cpu"):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(
+        device
+    )
 
 
 # -- padding ---------------------------------------------------------------------------------
@@ -37,7 +40,9 @@ def test_padding_mask_of_the_sources_batch():
 def test_padding_mask_matches_a_loop(lengths, max_len, device):
     mask = padding_mask(torch.tensor(lengths, dtype=torch.long), max_len, device=device)
     width = max(lengths, default=0) if max_len is None else max_len
-    expected = torch.tensor([[j < n for j in range(width)] for n in lengths], dtype=torch.bool).reshape(len(lengths), width)
+    expected = torch.tensor(
+        [[j < n for j in range(width)] for n in lengths], dtype=torch.bool
+    ).reshape(len(lengths), width)
     assert mask.dtype == torch.bool and mask.device.type == torch.device(device).type
     assert torch.equal(mask.cpu(), expected)
 
@@ -65,7 +70,11 @@ def test_padding_changes_no_output(device):
     """Rewriting the content of padded key positions changes no output and no weight."""
     lengths = torch.tensor([5, 2, 3])
     keep = padding_mask(lengths, 6, device=device)[:, None, :]  # (B, 1, S): mask the keys
-    q, k, v = _randn(3, 4, 8, seed=1, device=device), _randn(3, 6, 8, seed=2, device=device), _randn(3, 6, 5, seed=3, device=device)
+    q, k, v = (
+        _randn(3, 4, 8, seed=1, device=device),
+        _randn(3, 6, 8, seed=2, device=device),
+        _randn(3, 6, 5, seed=3, device=device),
+    )
     out, w = scaled_dot_product_attention(q, k, v, keep)
     pads = ~keep.transpose(1, 2)  # (B, S, 1)
     k2 = torch.where(pads, _randn(3, 6, 8, seed=4, device=device) * 100, k)
@@ -74,7 +83,9 @@ def test_padding_changes_no_output(device):
     assert torch.equal(out, out2) and torch.equal(w, w2)
     assert torch.all(w.masked_select(~keep.expand_as(w)) == 0)
     # Without the mask the pads do leak in.
-    assert not torch.allclose(scaled_dot_product_attention(q, k, v)[0], scaled_dot_product_attention(q, k2, v2)[0])
+    assert not torch.allclose(
+        scaled_dot_product_attention(q, k, v)[0], scaled_dot_product_attention(q, k2, v2)[0]
+    )
 
 
 # -- causal ----------------------------------------------------------------------------------
@@ -174,7 +185,9 @@ def test_conversions_round_trip_and_agree_in_attention():
     additive = to_additive(keep, torch.float64)
     assert set(additive.unique().tolist()) == {0.0, float("-inf")}
     assert torch.equal(to_boolean(additive), keep) and to_boolean(keep) is keep
-    assert torch.equal(to_ignore_mask(keep), ~keep) and torch.equal(from_ignore_mask(to_ignore_mask(keep)), keep)
+    assert torch.equal(to_ignore_mask(keep), ~keep) and torch.equal(
+        from_ignore_mask(to_ignore_mask(keep)), keep
+    )
     assert from_ignore_mask(additive) is additive  # floats mean the same in both conventions
     q, k, v = _randn(3, 5, 4, seed=21), _randn(3, 6, 4, seed=22), _randn(3, 6, 2, seed=23)
     a = scaled_dot_product_attention(q, k, v, keep)[0]

@@ -1,10 +1,10 @@
 """Measurement helpers: FLOP formulas against counted products, memory against known allocations."""
+
 import sys
 
 import pytest
 import torch
 
-from attncourse.masks import causal_mask
 from attncourse.benchmarks.measure import (
     attention_flops,
     cpu_peak_memory,
@@ -14,14 +14,16 @@ from attncourse.benchmarks.measure import (
     time_call,
     time_interleaved,
 )
+from attncourse.masks import causal_mask
 
 
 def allocate(size_mib: int, touch: bool = True):
     """Builder for cpu_peak_memory: a call that allocates ``size_mib`` MiB of float32."""
     n = size_mib * 2**20 // 4
-    return {"fn": (lambda: torch.ones(n)) if touch else (lambda: torch.empty(n)), "warmup": lambda: torch.ones(16)}
-
-
+    return {
+        "fn": (lambda: torch.ones(n)) if touch else (lambda: torch.empty(n)),
+        "warmup": lambda: torch.ones(16),
+    }
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
@@ -50,7 +52,9 @@ def test_attention_flops_counts_products():
     for L, S in [(6, 6), (4, 9), (9, 4)]:
         pairs = int(causal_mask(L, S).sum())
         assert attention_flops(1, 1, L, S, 8, causal=True) == 2 * pairs * 16
-    assert attention_flops(1, 1, 1000, 1000, 64, causal=True) / attention_flops(1, 1, 1000, 1000, 64) == pytest.approx(0.5, abs=1e-3)
+    assert attention_flops(1, 1, 1000, 1000, 64, causal=True) / attention_flops(
+        1, 1, 1000, 1000, 64
+    ) == pytest.approx(0.5, abs=1e-3)
 
 
 def test_multihead_flops_matches_counted_matmuls():
@@ -73,7 +77,9 @@ def test_timing_helpers():
     timing = time_call(lambda: calls.append(1), repeats=4, warmup=2)
     assert len(calls) == 6 and len(timing.times) == 4 and timing.median >= 0
     order = []
-    result = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3, warmup=0)
+    result = time_interleaved(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3, warmup=0
+    )
     assert order == ["a", "b"] * 3 and set(result) == {"a", "b"}
     with pytest.raises(ValueError, match="repeats"):
         time_call(lambda: None, repeats=0)
@@ -91,9 +97,13 @@ def test_fit_slope_recovers_a_power_law():
 
 @pytest.mark.parametrize(
     "lengths, values, words",
-    [([8, 8, 8], [1.0, 2.0, 3.0], "all be equal"), ([0, 8], [1.0, 2.0], "lengths must be positive"),
-     ([8, 16], [1.0, 0.0], "values must be positive"), ([8, float("nan")], [1.0, 2.0], "lengths"),
-     ([8, 16], [1.0, -2.0], "values")],
+    [
+        ([8, 8, 8], [1.0, 2.0, 3.0], "all be equal"),
+        ([0, 8], [1.0, 2.0], "lengths must be positive"),
+        ([8, 16], [1.0, 0.0], "values must be positive"),
+        ([8, float("nan")], [1.0, 2.0], "lengths"),
+        ([8, 16], [1.0, -2.0], "values"),
+    ],
 )
 def test_fit_slope_refuses_what_has_no_log_log_slope(lengths, values, words):
     with pytest.raises(ValueError, match=words):

@@ -1,5 +1,6 @@
 """Multi-head attention (chapter 2) against ``torch.nn.MultiheadAttention``, a per-head
 recomputation, gradcheck and the invariants of masking."""
+
 import warnings
 
 import pytest
@@ -43,14 +44,22 @@ def _torch_masks(kind, B, H, L, S, dtype, seed):
         shape = (L, S) if "2d" in kind else (B * H, L, S)
         ignore = torch.rand(shape, generator=g) < 0.4
         ignore[..., 0] = False
-        attn_mask = ignore if kind.startswith("bool") else torch.randn(shape, generator=g, dtype=dtype).masked_fill(ignore, float("-inf"))
+        attn_mask = (
+            ignore
+            if kind.startswith("bool")
+            else torch.randn(shape, generator=g, dtype=dtype).masked_fill(ignore, float("-inf"))
+        )
     if is_causal:
         attn_mask = ~causal_mask(L, S)
     if "kpm" in kind:
         lengths = torch.randint(1, S + 1, (B,), generator=g)
         lengths[0] = S
         ignore = ~padding_mask(lengths, S)
-        kpm = ignore if kind.endswith("kpm-bool") else torch.zeros(B, S, dtype=dtype).masked_fill(ignore, float("-inf"))
+        kpm = (
+            ignore
+            if kind.endswith("kpm-bool")
+            else torch.zeros(B, S, dtype=dtype).masked_fill(ignore, float("-inf"))
+        )
     return attn_mask, kpm, is_causal
 
 
@@ -69,9 +78,13 @@ def compare_with_torch(bias, widths, batch_first, kind, seed, dtype=torch.float6
     if kind.startswith("is_causal") or kdim is None:
         S = L  # self-attention; is_causal needs a square mask
     torch.manual_seed(seed)
-    module = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=batch_first)
+    module = nn.MultiheadAttention(
+        embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=batch_first
+    )
     module = module.to(device, dtype).eval()
-    with torch.no_grad():  # torch leaves in_proj_bias at zero and out_proj.bias at zero; make them count
+    with (
+        torch.no_grad()
+    ):  # torch leaves in_proj_bias at zero and out_proj.bias at zero; make them count
         for name, p in module.named_parameters():
             if "bias" in name:
                 p.normal_()
@@ -88,11 +101,26 @@ def compare_with_torch(bias, widths, batch_first, kind, seed, dtype=torch.float6
     t = (lambda x: x) if batch_first else (lambda x: x.transpose(0, 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's notes on bool/float mask mixes
-        out_t, w_t = module(t(query), t(key), t(value), key_padding_mask=kpm, attn_mask=attn_mask,
-                            need_weights=True, average_attn_weights=False, is_causal=is_causal)
+        out_t, w_t = module(
+            t(query),
+            t(key),
+            t(value),
+            key_padding_mask=kpm,
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+            is_causal=is_causal,
+        )
         # need_weights=False goes through torch's SDPA path (is_causal taken as such when it can)
-        out_fast, _ = module(t(query), t(key), t(value), key_padding_mask=kpm, attn_mask=attn_mask,
-                             need_weights=False, is_causal=is_causal)
+        out_fast, _ = module(
+            t(query),
+            t(key),
+            t(value),
+            key_padding_mask=kpm,
+            attn_mask=attn_mask,
+            need_weights=False,
+            is_causal=is_causal,
+        )
     mask = from_multihead_masks(attn_mask, kpm, num_heads=num_heads)
     out, w = ours(query, key, value, mask)
     assert out.shape == (B, L, embed_dim) and w.shape == (B, num_heads, L, S)
@@ -107,12 +135,16 @@ def compare_with_torch(bias, widths, batch_first, kind, seed, dtype=torch.float6
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 def test_from_torch_equals_nn_multihead_attention(bias, widths, batch_first, kind):
     for seed in range(3):  # three random sizes per configuration
-        d_out, d_w = compare_with_torch(bias, widths, batch_first, kind, seed=100 * seed + len(kind))
+        d_out, d_w = compare_with_torch(
+            bias, widths, batch_first, kind, seed=100 * seed + len(kind)
+        )
         assert d_out < 1e-12 and d_w < 1e-12, (seed, d_out, d_w)
 
 
 def test_from_torch_on_device_in_float32(device):
-    d_out, d_w = compare_with_torch(True, (None, None), True, "bool-2d+kpm-bool", seed=5, dtype=torch.float32, device=device)
+    d_out, d_w = compare_with_torch(
+        True, (None, None), True, "bool-2d+kpm-bool", seed=5, dtype=torch.float32, device=device
+    )
     assert d_out < 1e-5 and d_w < 1e-6
 
 
@@ -122,7 +154,9 @@ def test_from_torch_fully_masked_row_gives_zeros_where_torch_gives_nan():
     ignore = torch.zeros(3, 3, dtype=torch.bool)
     ignore[1] = True  # query 1 may attend to nothing
     out_t, w_t = module(x, x, x, attn_mask=ignore, average_attn_weights=False)
-    out, w = MultiHeadAttention.from_torch(module)(x, x, x, from_multihead_masks(ignore, num_heads=2))
+    out, w = MultiHeadAttention.from_torch(module)(
+        x, x, x, from_multihead_masks(ignore, num_heads=2)
+    )
     assert torch.isnan(w_t[:, :, 1]).all() and torch.equal(w[:, :, 1], torch.zeros_like(w[:, :, 1]))
     rows = [0, 2]
     assert torch.allclose(out[:, rows], out_t[:, rows], atol=1e-12)
@@ -143,7 +177,11 @@ def test_heads_equal_separate_small_projections():
     """One (E x E) projection split into h slices = h separate (E x head_dim) projections."""
     torch.manual_seed(0)
     layer = MultiHeadAttention(12, 3, kdim=5, vdim=7).double()
-    q_in, k_in, v_in = torch.randn(2, 4, 12).double(), torch.randn(2, 6, 5).double(), torch.randn(2, 6, 7).double()
+    q_in, k_in, v_in = (
+        torch.randn(2, 4, 12).double(),
+        torch.randn(2, 6, 5).double(),
+        torch.randn(2, 6, 7).double(),
+    )
     keep = padding_mask([6, 3], 6)[:, None, :]
     out, weights = layer(q_in, k_in, v_in, keep)
     heads = []
@@ -159,11 +197,16 @@ def test_heads_equal_separate_small_projections():
     assert torch.allclose(out, concat @ layer.out_proj.weight.T + layer.out_proj.bias, atol=1e-12)
 
 
-@pytest.mark.parametrize("embed_dim,num_heads,kdim,vdim,bias", [(64, 8, None, None, True), (12, 3, 5, 7, True), (12, 4, 9, 9, False)])
+@pytest.mark.parametrize(
+    "embed_dim,num_heads,kdim,vdim,bias",
+    [(64, 8, None, None, True), (12, 3, 5, 7, True), (12, 4, 9, 9, False)],
+)
 def test_parameter_count(embed_dim, num_heads, kdim, vdim, bias):
     layer = MultiHeadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias)
     E, k, v = embed_dim, kdim or embed_dim, vdim or embed_dim
-    expected = E * E + E * k + E * v + E * E + (4 * E if bias else 0)  # W^Q, W^K, W^V, W^O (+ biases)
+    expected = (
+        E * E + E * k + E * v + E * E + (4 * E if bias else 0)
+    )  # W^Q, W^K, W^V, W^O (+ biases)
     assert sum(p.numel() for p in layer.parameters()) == expected
     torch_layer = nn.MultiheadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias)
     assert sum(p.numel() for p in torch_layer.parameters()) == expected
@@ -184,7 +227,11 @@ def test_split_and_merge_heads():
 def test_gradcheck():
     torch.manual_seed(0)
     layer = MultiHeadAttention(6, 2, kdim=4, vdim=3).double()
-    q, k, v = torch.randn(2, 3, 6).double(), torch.randn(2, 4, 4).double(), torch.randn(2, 4, 3).double()
+    q, k, v = (
+        torch.randn(2, 3, 6).double(),
+        torch.randn(2, 4, 4).double(),
+        torch.randn(2, 4, 3).double(),
+    )
     keep = padding_mask([4, 2], 4)[:, None, :]
     inputs = tuple(t.clone().requires_grad_() for t in (q, k, v))
     assert torch.autograd.gradcheck(lambda *x: layer(*x, keep)[0], inputs)
@@ -194,7 +241,9 @@ def test_gradcheck():
         names = [n for n, _ in layer.named_parameters()]
         return torch.func.functional_call(layer, dict(zip(names, weights)), (q, k, v, keep))[0]
 
-    assert torch.autograd.gradcheck(as_function, tuple(p.detach().clone().requires_grad_() for p in params))
+    assert torch.autograd.gradcheck(
+        as_function, tuple(p.detach().clone().requires_grad_() for p in params)
+    )
 
 
 def test_padding_content_changes_no_output(device):
@@ -207,7 +256,9 @@ def test_padding_content_changes_no_output(device):
     y = torch.where(keep[..., None], x, 1e3 * torch.randn_like(x))
     out2, _ = layer(y, y, y, keep[:, None, :])
     real = keep[..., None].expand_as(out)
-    assert torch.equal(out[real], out2[real])  # every real position is untouched by the pads' content
+    assert torch.equal(
+        out[real], out2[real]
+    )  # every real position is untouched by the pads' content
 
 
 def test_future_token_changes_no_earlier_output(device):
@@ -270,8 +321,16 @@ def _bad_calls():
         ((q.long(), kv, kv), TypeError, "floating-point"),
         ((q, kv, kv, torch.ones(2, 3, 5, dtype=torch.bool)), ValueError, "does not broadcast"),
         ((q, kv, kv, torch.ones(3, 3, 4, dtype=torch.bool)), ValueError, "does not broadcast"),
-        ((q, kv, kv, torch.ones(2, 4, dtype=torch.bool)), ValueError, r"key padding mask \(B, S\).*mask\[:, None, :\]"),
-        ((q, kv, kv, torch.ones(2, 1, 1, 1, 4, dtype=torch.bool)), ValueError, "mask must have shape"),
+        (
+            (q, kv, kv, torch.ones(2, 4, dtype=torch.bool)),
+            ValueError,
+            r"key padding mask \(B, S\).*mask\[:, None, :\]",
+        ),
+        (
+            (q, kv, kv, torch.ones(2, 1, 1, 1, 4, dtype=torch.bool)),
+            ValueError,
+            "mask must have shape",
+        ),
         ((q, kv, kv, torch.ones(3, 4, dtype=torch.long)), TypeError, "boolean"),
         ((q, kv, kv, [[True] * 4] * 3), TypeError, "torch.Tensor"),
     ]
@@ -300,5 +359,10 @@ def test_forward_uses_the_chapter_1_attention(monkeypatch):
 
     monkeypatch.setattr(multihead, "_attention", spy)
     layer = MultiHeadAttention(8, 2)
-    layer(torch.randn(3, 4, 8), torch.randn(3, 5, 8), torch.randn(3, 5, 8), torch.ones(3, 4, 5, dtype=torch.bool))
+    layer(
+        torch.randn(3, 4, 8),
+        torch.randn(3, 5, 8),
+        torch.randn(3, 5, 8),
+        torch.ones(3, 4, 5, dtype=torch.bool),
+    )
     assert calls == [((3, 2, 4, 4), (3, 2, 5, 4), (3, 1, 4, 5))]

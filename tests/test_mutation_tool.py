@@ -1,11 +1,14 @@
 """The package's mutation tool (tools/mutate_package.py): its mutants and their stable keys."""
+
 import ast
 import importlib.util
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("mutate_package", ROOT / "tools" / "mutate_package.py")
+spec = importlib.util.spec_from_file_location(
+    "mutate_package", ROOT / "tools" / "mutate_package.py"
+)
 mutate_package = importlib.util.module_from_spec(spec)
 sys.modules["mutate_package"] = mutate_package  # dataclasses look their module up
 spec.loader.exec_module(mutate_package)
@@ -27,13 +30,25 @@ def f(x: int, y: int = 2) -> int:
 def test_mutants_cover_each_operator_kind_and_skip_docstrings_and_messages():
     found = list(mutate_package.mutants_of("demo", SOURCE))
     kinds = {m.kind for m, _ in found}
-    for kind in ("binop Add->Sub", "binop Mult->Div", "compare[0] Lt->LtE", "boolop And->Or", "raise removed",
-                 "statement removed", "slice drop lower", "slice drop upper", "unaryop drop USub", "constant 2->3",
-                 "call .sum() replaced by its receiver"):
+    for kind in (
+        "binop Add->Sub",
+        "binop Mult->Div",
+        "compare[0] Lt->LtE",
+        "boolop And->Or",
+        "raise removed",
+        "statement removed",
+        "slice drop lower",
+        "slice drop upper",
+        "unaryop drop USub",
+        "constant 2->3",
+        "call .sum() replaced by its receiver",
+    ):
         assert kind in kinds, kind
     for m, text in found:
         ast.parse(text)  # every mutant compiles
-        assert "Docstring" in text and ("x must be >= 0" in text or m.kind == "raise removed")  # untouched
+        assert "Docstring" in text and (
+            "x must be >= 0" in text or m.kind == "raise removed"
+        )  # untouched
         assert "__all__ = ['f']" in text
     assert len({m.key for m, _ in found}) == len(found)  # keys are unique
 
@@ -47,6 +62,8 @@ def test_keys_do_not_depend_on_line_numbers():
 def test_every_listed_equivalent_mutant_still_exists():
     """A stale entry (the code changed) must be removed from the list, not left to excuse nothing."""
     equivalent = mutate_package.load_equivalent()
-    keys = {m.key for module in mutate_package.MODULES for m, _ in mutate_package.mutants_of(module)}
+    keys = {
+        m.key for module in mutate_package.MODULES for m, _ in mutate_package.mutants_of(module)
+    }
     assert not set(equivalent) - keys, sorted(set(equivalent) - keys)
     assert all(isinstance(reason, str) and len(reason) > 20 for reason in equivalent.values())

@@ -1,20 +1,26 @@
 """Every notebook (book/ and the Colab edition) is valid nbformat 4.5 with an id on every cell and
 exactly one set-up cell, the first; the normaliser guarantees both for any notebook."""
+
 import json
 import warnings
 
 import nbformat
 import pytest
-
 from project_tools import ROOT, normalize
 
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def _set_up_cells(nb: dict) -> list:
-    return [i for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code"
-            and ("".join(cell["source"]).startswith(normalize.SETUP_MARKER)
-                 or "".join(cell["source"]).lower().startswith(normalize.PLACEHOLDER_MARKER))]
+    return [
+        i
+        for i, cell in enumerate(nb["cells"])
+        if cell["cell_type"] == "code"
+        and (
+            "".join(cell["source"]).startswith(normalize.SETUP_MARKER)
+            or "".join(cell["source"]).lower().startswith(normalize.PLACEHOLDER_MARKER)
+        )
+    ]
 
 
 def _validate_strictly(nb: dict) -> None:
@@ -36,23 +42,34 @@ def test_committed_notebook_has_ids_and_one_set_up_cell(path):
 def _cell(kind: str, source: str, **extra) -> dict:
     cell = {"cell_type": kind, "metadata": {}, "source": source, **extra}
     if kind == "code":
-        cell.update(execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}])
+        cell.update(
+            execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}]
+        )
     return cell
 
 
 def test_normaliser_adds_ids_drops_stray_set_up_cells_and_strips_outputs():
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "other", "display_name": "x"}},
-          "cells": [
-              _cell("code", "# set-up cell, rewritten by tools/normalize_notebooks.py", id="mine"),
-              _cell("markdown", "# Title"),
-              _cell("code", "x = 1"),
-              _cell("code", normalize.setup_source()),  # a stray second set-up cell
-              _cell("code", "y = 2", id="cell-04"),  # an id the generated ones must not repeat
-              _cell("code", "# set-up cell"),
-          ]}
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "other", "display_name": "x"}},
+        "cells": [
+            _cell("code", "# set-up cell, rewritten by tools/normalize_notebooks.py", id="mine"),
+            _cell("markdown", "# Title"),
+            _cell("code", "x = 1"),
+            _cell("code", normalize.setup_source()),  # a stray second set-up cell
+            _cell("code", "y = 2", id="cell-04"),  # an id the generated ones must not repeat
+            _cell("code", "# set-up cell"),
+        ],
+    }
     out = normalize.normalized(nb)
     _validate_strictly(out)
-    assert [c["source"] for c in out["cells"]] == [normalize.setup_source(), "# Title", "x = 1", "y = 2"]
+    assert [c["source"] for c in out["cells"]] == [
+        normalize.setup_source(),
+        "# Title",
+        "x = 1",
+        "y = 2",
+    ]
     assert out["cells"][0]["id"] == "mine"  # the first set-up cell's id is kept
     ids = [c["id"] for c in out["cells"]]
     assert all(ids) and len(set(ids)) == len(ids)
@@ -63,7 +80,11 @@ def test_normaliser_adds_ids_drops_stray_set_up_cells_and_strips_outputs():
 
 
 def test_normaliser_output_keeps_ids_of_cells_that_have_them():
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-          "cells": [_cell("markdown", "text", id="keep-me"), _cell("code", "z = 3", id="and-me")]}
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [_cell("markdown", "text", id="keep-me"), _cell("code", "z = 3", id="and-me")],
+    }
     out = normalize.normalized(nb)
     assert [c["id"] for c in out["cells"]] == ["setup", "keep-me", "and-me"]

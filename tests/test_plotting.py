@@ -1,4 +1,5 @@
 """The heat-map helpers: labels on both axes, a colour bar, one panel per head, clear errors."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -61,16 +62,34 @@ def test_plot_heads_accepts_a_list_with_own_scales():
     "call, match",
     [
         (lambda: heatmap(torch.zeros(2, 3, 4)), r"2-D matrix \(L, S\), got shape \(2, 3, 4\)"),
-        (lambda: heatmap(torch.zeros(2, 3), ["a"]), "query_labels has 1 labels but the matrix has 2 rows"),
-        (lambda: heatmap(torch.zeros(2, 3), None, ["a"]), "key_labels has 1 labels but the matrix has 3 columns"),
+        (
+            lambda: heatmap(torch.zeros(2, 3), ["a"]),
+            "query_labels has 1 labels but the matrix has 2 rows",
+        ),
+        (
+            lambda: heatmap(torch.zeros(2, 3), None, ["a"]),
+            "key_labels has 1 labels but the matrix has 3 columns",
+        ),
         (lambda: plot_heads(torch.zeros(2, 3)), r"\(H, L, S\)"),
         (lambda: plot_heads([np.eye(2)], titles=["a", "b"]), "2 titles for 1 matrices"),
         (lambda: plot_heads([]), "empty"),
-        (lambda: heatmap(torch.zeros(0, 3)), r"matrix must have at least one row and one column, got shape \(0, 3\)"),
+        (
+            lambda: heatmap(torch.zeros(0, 3)),
+            r"matrix must have at least one row and one column, got shape \(0, 3\)",
+        ),
         (lambda: plot_attention(np.zeros((2, 0))), r"matrix must have at least one row.*\(2, 0\)"),
-        (lambda: plot_heads(torch.zeros(2, 0, 3)), r"matrices\[0\] must have at least one row.*\(0, 3\)"),
-        (lambda: plot_heads(torch.zeros(2, 3, 3), ncols=-1), "ncols must be a positive int or None, got -1"),
-        (lambda: plot_heads(torch.zeros(2, 3, 3), ncols=0), "ncols must be a positive int or None, got 0"),
+        (
+            lambda: plot_heads(torch.zeros(2, 0, 3)),
+            r"matrices\[0\] must have at least one row.*\(0, 3\)",
+        ),
+        (
+            lambda: plot_heads(torch.zeros(2, 3, 3), ncols=-1),
+            "ncols must be a positive int or None, got -1",
+        ),
+        (
+            lambda: plot_heads(torch.zeros(2, 3, 3), ncols=0),
+            "ncols must be a positive int or None, got 0",
+        ),
     ],
 )
 def test_bad_input(call, match):
@@ -92,7 +111,12 @@ def test_plot_heads_more_columns_than_panels():
 # -- schematics: their numbers come from running the package --------------------------------------
 
 from attncourse import MultiHeadAttention  # noqa: E402
-from attncourse.plotting import draw_attention_schematic, draw_encoder_decoder, draw_head_split, draw_mask_schematic  # noqa: E402
+from attncourse.plotting import (
+    draw_attention_schematic,
+    draw_encoder_decoder,
+    draw_head_split,
+    draw_mask_schematic,
+)  # noqa: E402
 from attncourse.transformer import Seq2SeqTransformer  # noqa: E402
 
 
@@ -102,16 +126,28 @@ def _texts(ax):
 
 def _cell_colours(ax, cell_size):
     """The face colours of the square cells of one size, in drawing order."""
-    return [p.get_facecolor() for p in ax.patches if abs(p.get_width() - cell_size) < 1e-9 and abs(p.get_height() - cell_size) < 1e-9]
+    return [
+        p.get_facecolor()
+        for p in ax.patches
+        if abs(p.get_width() - cell_size) < 1e-9 and abs(p.get_height() - cell_size) < 1e-9
+    ]
 
 
 def test_attention_schematic_writes_the_shapes_of_every_step():
     ax = draw_attention_schematic(L=3, S=5, d_k=4, d_v=2)
     texts = _texts(ax)
-    for shape in ["(3, 4)", "(5, 4)", "(5, 2)", "(3, 5)", "(3, 2)"]:  # Q, K, V, scores and weights, output
+    for shape in [
+        "(3, 4)",
+        "(5, 4)",
+        "(5, 2)",
+        "(3, 5)",
+        "(3, 2)",
+    ]:  # Q, K, V, scores and weights, output
         assert shape in texts, shape
     assert texts.count("(3, 5)") == 2
-    assert len(ax.patches) == 3 * 4 + 5 * 4 + 5 * 2 + 2 * 3 * 5 + 3 * 2  # one square per matrix entry
+    assert (
+        len(ax.patches) == 3 * 4 + 5 * 4 + 5 * 2 + 2 * 3 * 5 + 3 * 2
+    )  # one square per matrix entry
     assert not ax.axison
 
 
@@ -124,9 +160,11 @@ def test_head_split_colours_each_head_and_its_rows_of_w_o():
     w_o = _cell_colours(ax, 0.22 * 0.6)  # the smaller cells: W^O, row by row
     assert len(w_o) == 12 * 12
     row_colour = [w_o[12 * i] for i in range(12)]
-    assert all(row_colour[i] == row_colour[4 * (i // 4)] for i in range(12))  # rows 4i..4i+3 meet head i
+    assert all(
+        row_colour[i] == row_colour[4 * (i // 4)] for i in range(12)
+    )  # rows 4i..4i+3 meet head i
     assert len({tuple(c) for c in row_colour}) == 3
-    projected = _cell_colours(ax, 0.22)[2 * 12:2 * 12 + 12]  # first row of X W^Q
+    projected = _cell_colours(ax, 0.22)[2 * 12 : 2 * 12 + 12]  # first row of X W^Q
     assert [tuple(c) for c in projected[:4]] == [tuple(row_colour[0])] * 4
 
 
@@ -139,7 +177,7 @@ def test_mask_schematic_draws_the_package_masks():
     dark = matplotlib.colors.to_rgba("#2b5d8a")
     expected = combine_masks(causal_mask(3), padding_mask(torch.tensor([3, 1]), 3)[:, None, :])
     for b in range(2):
-        combined = colours[b * 27 + 18: b * 27 + 27]
+        combined = colours[b * 27 + 18 : b * 27 + 27]
         assert [c == dark for c in combined] == expected[b].flatten().tolist()
     assert "length 3: 6 pairs" in _texts(ax) and "length 1: 3 pairs" in _texts(ax)
 
@@ -158,9 +196,17 @@ def test_encoder_decoder_draws_one_cross_attention_arrow_per_decoder_block():
     [
         (lambda: draw_attention_schematic(L=0), ValueError, "L must be an int from 1 to 12"),
         (lambda: draw_attention_schematic(d_k=2.5), ValueError, "d_k must be an int"),
-        (lambda: draw_head_split(torch.nn.MultiheadAttention(8, 2)), TypeError, "attncourse MultiHeadAttention"),
+        (
+            lambda: draw_head_split(torch.nn.MultiheadAttention(8, 2)),
+            TypeError,
+            "attncourse MultiHeadAttention",
+        ),
         (lambda: draw_head_split(MultiHeadAttention(64, 8)), ValueError, "embed_dim=64"),
-        (lambda: draw_mask_schematic([3, 1], 3, [["a", "b", "c"]]), ValueError, "tokens must be 2 lists of 3 labels"),
+        (
+            lambda: draw_mask_schematic([3, 1], 3, [["a", "b", "c"]]),
+            ValueError,
+            "tokens must be 2 lists of 3 labels",
+        ),
         (lambda: draw_mask_schematic([3], 11), ValueError, "max_len=11"),
         (lambda: draw_encoder_decoder(MultiHeadAttention(8, 2)), TypeError, "Seq2SeqTransformer"),
     ],
@@ -175,7 +221,9 @@ def test_draw_kv_cache_shows_the_positions_each_slot_holds():
 
     ax = draw_kv_cache(6, prompt_len=2)
     assert [t.get_text() for t in ax.texts[:2]] == ["0", "1"]  # the prompt's two slots
-    assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][-5:]  # last row: every position
+    assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][
+        -5:
+    ]  # last row: every position
     assert len(ax.patches) == 2 + 3 + 4 + 5 + 6  # the cache grows by one slot per step
     ax = draw_kv_cache(6, prompt_len=2, window=3)
     last = [t.get_text() for t in ax.texts[-3:]]
@@ -201,12 +249,23 @@ def test_tile_schedule_lists_the_scores_tiled_attention_multiplies():
 
     from attncourse.efficient import tile_schedule, tiled_attention
 
-    for seq_q, seq_k, causal, bk, bq in [(300, 450, True, 100, 70), (300, 450, False, 100, 70), (512, 512, True, 128, 64), (450, 300, True, 64, 50)]:
-        q, k, v = torch.randn(1, 1, seq_q, 4), torch.randn(1, 1, seq_k, 4), torch.randn(1, 1, seq_k, 4)
+    for seq_q, seq_k, causal, bk, bq in [
+        (300, 450, True, 100, 70),
+        (300, 450, False, 100, 70),
+        (512, 512, True, 128, 64),
+        (450, 300, True, 64, 50),
+    ]:
+        q, k, v = (
+            torch.randn(1, 1, seq_q, 4),
+            torch.randn(1, 1, seq_k, 4),
+            torch.randn(1, 1, seq_k, 4),
+        )
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             tiled_attention(q, k, v, causal=causal, block_size=bk, query_block_size=bq)
         tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
-        assert counter.get_total_flops() == 4 * 4 * sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles)
+        assert counter.get_total_flops() == 4 * 4 * sum(
+            (q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles
+        )
         if not causal:
             assert not any(t[4] for t in tiles)
 
@@ -244,9 +303,13 @@ def test_plot_span_cells_marks_the_layer_window_and_computed_band():
     computed = (image > 0).sum()
     # the band drawn: each block of 16 queries against its own 16 keys and the 23 before them, inside the sequence
     in_sequence = sum(16 * (start + 16 - max(0, start - 23)) for start in range(0, 96, 16))
-    padding = sum(16 * max(0, 23 - start) for start in range(0, 96, 16))  # what the counter adds before position 0
+    padding = sum(
+        16 * max(0, 23 - start) for start in range(0, 96, 16)
+    )  # what the counter adds before position 0
     assert computed == in_sequence == computed_cells(96, 24, block=16) - padding
-    assert (np.asarray(fig.axes[1].images[0].get_array()) > 0).sum() == (np.asarray(fig.axes[4].images[0].get_array()) > 0).sum()
+    assert (np.asarray(fig.axes[1].images[0].get_array()) > 0).sum() == (
+        np.asarray(fig.axes[4].images[0].get_array()) > 0
+    ).sum()
     with pytest.raises(ValueError, match="spans"):
         plot_span_cells([], 4, 96)
     plt.close("all")
@@ -271,13 +334,20 @@ def test_plot_tile_maps_and_span_time():
 
     maps = span_tile_maps(torch.tensor([8.0, 100.0]), 4.0, 128, 16, 16)
     fig = plot_tile_maps(maps)
-    assert [ax.get_title() for ax in fig.axes] == [f"head {h}: {int(maps[h].sum())} tiles" for h in range(2)]
+    assert [ax.get_title() for ax in fig.axes] == [
+        f"head {h}: {int(maps[h].sum())} tiles" for h in range(2)
+    ]
     plt.close(fig)
     with pytest.raises(ValueError, match="maps"):
         plot_tile_maps(maps[0])
     with pytest.raises(ValueError, match="titles"):
         plot_tile_maps(maps, ["one"])
-    result = {"length": 64, "rows": [{"span": s, "cells": 10 * s, "seconds": 0.01 * s, "times": [0.01 * s]} for s in (4, 16)]}
+    result = {
+        "length": 64,
+        "rows": [
+            {"span": s, "cells": 10 * s, "seconds": 0.01 * s, "times": [0.01 * s]} for s in (4, 16)
+        ],
+    }
     fig = plot_span_time(result)
     assert len(fig.axes) == 2
     plt.close(fig)
@@ -291,7 +361,9 @@ def test_plot_roofline():
     fig = plot_roofline({"gpu": (100e12, 1e12)}, {"kernel": 50.0})
     line = fig.axes[0].get_lines()[0]
     x, y = line.get_data()
-    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9  # flat at the peak, bandwidth-bound below the ridge
+    assert (
+        abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9
+    )  # flat at the peak, bandwidth-bound below the ridge
     plt.close(fig)
     with pytest.raises(ValueError, match="intensity_range"):
         plot_roofline({}, {}, intensity_range=(10, 1))

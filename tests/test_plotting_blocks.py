@@ -1,4 +1,5 @@
 """The block schematic of chapter 5 is read off the blocks themselves."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -11,11 +12,33 @@ from attncourse.plotting import block_stages, plot_transformer_blocks  # noqa: E
 
 def test_stages_follow_the_layout():
     assert block_stages(TransformerBlock(8, 2, 16)) == [
-        "input", "masked self-attention", "dropout", "+", "LayerNorm", "feed-forward", "dropout", "+", "LayerNorm", "output"]
+        "input",
+        "masked self-attention",
+        "dropout",
+        "+",
+        "LayerNorm",
+        "feed-forward",
+        "dropout",
+        "+",
+        "LayerNorm",
+        "output",
+    ]
     assert block_stages(TransformerBlock(8, 2, 16, norm_first=True)) == [
-        "input", "LayerNorm", "masked self-attention", "dropout", "+", "LayerNorm", "feed-forward", "dropout", "+", "output"]
+        "input",
+        "LayerNorm",
+        "masked self-attention",
+        "dropout",
+        "+",
+        "LayerNorm",
+        "feed-forward",
+        "dropout",
+        "+",
+        "output",
+    ]
     decoder = block_stages(TransformerBlock(8, 2, 0, cross_attention=True))
-    assert "cross-attention" in decoder and "feed-forward" not in decoder and decoder.count("+") == 2
+    assert (
+        "cross-attention" in decoder and "feed-forward" not in decoder and decoder.count("+") == 2
+    )
 
 
 def test_plot_draws_every_stage_and_one_residual_per_sublayer():
@@ -24,7 +47,11 @@ def test_plot_draws_every_stage_and_one_residual_per_sublayer():
     for ax, block in zip(fig.axes, blocks):
         texts = [t.get_text() for t in ax.texts if t.get_text()]  # arrows are empty annotations
         assert texts == block_stages(block)
-        residual_lines = [line for line in ax.lines if line.get_color() == "tab:red" and len(line.get_xdata()) == 3]
+        residual_lines = [
+            line
+            for line in ax.lines
+            if line.get_color() == "tab:red" and len(line.get_xdata()) == 3
+        ]
         assert len(residual_lines) == 2
     plt.close(fig)
     with pytest.raises(ValueError, match="one title per block"):

@@ -1,11 +1,18 @@
 """Position encodings: sinusoidal, learned, RoPE, ALiBi (chapter 5)."""
+
 import math
 
 import pytest
 import torch
 
 from attncourse import CausalLM, MultiHeadAttention
-from attncourse.positions import alibi_bias, alibi_slopes, apply_rope, rope_angles, sinusoidal_encoding
+from attncourse.positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_angles,
+    sinusoidal_encoding,
+)
 
 
 def test_attention_without_positions_is_permutation_equivariant():
@@ -37,7 +44,9 @@ def test_sinusoidal_offset_is_a_linear_map():
     """The paper's motivation: PE[pos + k] is a fixed linear (rotation) function of PE[pos] for each k."""
     d, k = 8, 3
     pe = sinusoidal_encoding(50, d, dtype=torch.float64)
-    solution = torch.linalg.lstsq(pe[:-k], pe[k:]).solution  # (d, d) fitted on all positions at once
+    solution = torch.linalg.lstsq(
+        pe[:-k], pe[k:]
+    ).solution  # (d, d) fitted on all positions at once
     torch.testing.assert_close(pe[:-k] @ solution, pe[k:], atol=1e-9, rtol=0)
 
 
@@ -57,7 +66,9 @@ def test_rope_score_depends_only_on_the_offset():
     q, k = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
 
     def score(m, n):
-        return (apply_rope(q[None], torch.tensor([m])) @ apply_rope(k[None], torch.tensor([n])).T).item()
+        return (
+            apply_rope(q[None], torch.tensor([m])) @ apply_rope(k[None], torch.tensor([n])).T
+        ).item()
 
     for m, n in [(5, 2), (40, 37), (103, 100)]:
         assert score(m, n) == pytest.approx(score(3, 0), abs=1e-10)
@@ -68,8 +79,8 @@ def test_rope_score_depends_only_on_the_offset():
 
 
 def test_alibi_slopes_from_the_paper():
-    assert alibi_slopes(8) == pytest.approx([1 / 2 ** i for i in range(1, 9)])
-    assert alibi_slopes(16)[:2] == pytest.approx([2 ** -0.5, 1 / 2])
+    assert alibi_slopes(8) == pytest.approx([1 / 2**i for i in range(1, 9)])
+    assert alibi_slopes(16)[:2] == pytest.approx([2**-0.5, 1 / 2])
     # 12 heads: the 8 slopes of 8 heads, then every other slope of 16 heads (the authors' code)
     sixteen = [2 ** (-0.5 * i) for i in range(1, 17)]
     assert alibi_slopes(12) == pytest.approx(alibi_slopes(8) + sixteen[0::2][:4])
@@ -105,7 +116,9 @@ def test_position_functions_check_their_input():
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal", "none"])
 def test_causal_lm_positional_options(positional):
     torch.manual_seed(0)
-    model = CausalLM.standard(10, d_model=16, num_heads=2, d_ff=32, max_len=12, positional=positional).double()
+    model = CausalLM.standard(
+        10, d_model=16, num_heads=2, d_ff=32, max_len=12, positional=positional
+    ).double()
     tokens = torch.randint(10, (2, 12))
     logits = model(tokens)
     assert logits.shape == (2, 12, 10)
@@ -114,7 +127,9 @@ def test_causal_lm_positional_options(positional):
     emb = model.embed(same)[0]
     assert torch.allclose(emb[0], emb[5]) == (positional == "none")
     if positional == "sinusoidal":
-        torch.testing.assert_close(emb - model.embed.tokens.weight[3], sinusoidal_encoding(12, 16, dtype=torch.float64))
+        torch.testing.assert_close(
+            emb - model.embed.tokens.weight[3], sinusoidal_encoding(12, 16, dtype=torch.float64)
+        )
         assert not any("table" in name for name in model.state_dict())  # fixed, not saved
     with pytest.raises(ValueError, match="max_len=12"):
         model(torch.zeros(1, 13, dtype=torch.long))
@@ -153,4 +168,6 @@ def test_rope_refuses_boolean_complex_and_non_finite_positions():
     with pytest.raises(ValueError, match="positions"):
         apply_rope(x, torch.tensor([0.0, float("nan"), 2.0]))
     # integer and real positions are fine and agree
-    torch.testing.assert_close(apply_rope(x, torch.arange(3)), apply_rope(x, torch.arange(3).double()))
+    torch.testing.assert_close(
+        apply_rope(x, torch.arange(3)), apply_rope(x, torch.arange(3).double())
+    )

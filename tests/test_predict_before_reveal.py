@@ -7,6 +7,7 @@ against its checker, so the table cannot drift from it) and any value that gives
 appears in a Markdown cell above the exercise or in the source of a code cell above it; when
 the book has been built (``_build/jupyter_execute``), also in the executed outputs above it.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,16 @@ def spellings(value: float) -> List[str]:
     out = set()
     if float(value).is_integer() and abs(value) >= 10:
         n = int(value)
-        out |= {str(n), f"{n:,}", f"{n:_}", f"{n:,}".replace(",", " "), f"{n:,}".replace(",", "\\,"),
-                f"{n:,}".replace(",", "{,}"), f"{n:.3e}", f"{n:.2e}"}
+        out |= {
+            str(n),
+            f"{n:,}",
+            f"{n:_}",
+            f"{n:,}".replace(",", " "),
+            f"{n:,}".replace(",", "\\,"),
+            f"{n:,}".replace(",", "{,}"),
+            f"{n:.3e}",
+            f"{n:.2e}",
+        }
     else:
         v = float(value)
         for digits in range(3, 7):
@@ -71,7 +80,11 @@ def spellings(value: float) -> List[str]:
                 out.add(text)
         if 0 < v < 1:
             for decimals in (0, 1, 2):
-                out |= {f"{100 * v:.{decimals}f}%", f"{100 * v:.{decimals}f} %", f"{100 * v:.{decimals}f}\\%"}
+                out |= {
+                    f"{100 * v:.{decimals}f}%",
+                    f"{100 * v:.{decimals}f} %",
+                    f"{100 * v:.{decimals}f}\\%",
+                }
     return sorted(out)
 
 
@@ -99,18 +112,23 @@ CASES = _cases()
 def test_every_predict_exercise_has_its_answer_here():
     found = {exercise_id for _, exercise_id, _ in CASES}
     assert found == set(PREDICT_ANSWERS), (
-        f"predict exercises without an entry in PREDICT_ANSWERS: {sorted(found - set(PREDICT_ANSWERS))}; "
-        f"entries for no predict exercise: {sorted(set(PREDICT_ANSWERS) - found)}"
+        "predict exercises without an entry in PREDICT_ANSWERS:"
+        f" {sorted(found - set(PREDICT_ANSWERS))}; entries for no predict exercise:"
+        f" {sorted(set(PREDICT_ANSWERS) - found)}"
     )
     for exercise_id, (answer, _) in PREDICT_ANSWERS.items():
-        assert check(exercise_id, answer).passed, f"{exercise_id}: the checker does not accept {answer}"
+        assert check(exercise_id, answer).passed, (
+            f"{exercise_id}: the checker does not accept {answer}"
+        )
 
 
 def test_spellings():
     assert {"4.143", "4.1431", "4.14"} <= set(spellings(4.143134726391533))
     assert {"8912896", "8,912,896", "8 912 896"} <= set(spellings(8_912_896))
     assert "53 %" in spellings(0.53125) and "53.1%" in spellings(0.53125)
-    assert _found("ln V = 4.1431 nats", 4.143134726391533) and not _found("ln V = 14.1431", 4.143134726391533)
+    assert _found("ln V = 4.1431 nats", 4.143134726391533) and not _found(
+        "ln V = 14.1431", 4.143134726391533
+    )
     assert not _found("about 4.1432", 4.143134726391533)
 
 
@@ -124,14 +142,19 @@ def test_answer_not_shown_above(path, exercise_id, start):
             hits = _found(_source(cell), value)
             if hits:
                 shown.append(f"cell {index} ({cell['cell_type']}): {hits}")
-    assert not shown, f"{path.name}: the answer of {exercise_id} appears above the exercise: {shown}"
+    assert not shown, (
+        f"{path.name}: the answer of {exercise_id} appears above the exercise: {shown}"
+    )
 
 
 @pytest.mark.parametrize("path, exercise_id, start", CASES, ids=[c[1] for c in CASES])
 def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
     executed = EXECUTED / path.name
     if not executed.exists():
-        pytest.skip(f"no executed notebook {executed.relative_to(ROOT)}: build the book (make book) to check outputs")
+        pytest.skip(
+            f"no executed notebook {executed.relative_to(ROOT)}: build the book (make book) to"
+            " check outputs"
+        )
     cells = json.loads(executed.read_text())["cells"]
     starts = [s for i, s in predict_exercises(cells) if i == exercise_id]
     assert starts, f"{exercise_id} is missing from {executed}: rebuild the book"
@@ -140,8 +163,11 @@ def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
     for index, cell in enumerate(cells[: starts[0]]):
         for output in cell.get("outputs", []):
             text = "".join(output.get("text", "")) + "".join(
-                "".join(v) for k, v in output.get("data", {}).items() if k.startswith("text/"))
+                "".join(v) for k, v in output.get("data", {}).items() if k.startswith("text/")
+            )
             for value in (answer, *giveaways):
                 if _found(text, value):
                     shown.append(f"cell {index}: {_found(text, value)}")
-    assert not shown, f"{path.name}: the answer of {exercise_id} is printed above the exercise: {shown}"
+    assert not shown, (
+        f"{path.name}: the answer of {exercise_id} is printed above the exercise: {shown}"
+    )

@@ -5,14 +5,26 @@ flag. Each flag, given the string ``"False"`` (truthy, the classic silent mistak
 refused with a ``TypeError`` that names it; a new flag without a builder below fails the
 inventory test, so the class stays covered as the package grows.
 """
+
 import importlib
 import inspect
 
 import pytest
 import torch
 
-LIBRARY = ["attention", "masks", "multihead", "kv_cache", "positions", "sampling", "transformer",
-           "training", "efficient", "adaptive_span", "all_attention"]
+LIBRARY = [
+    "attention",
+    "masks",
+    "multihead",
+    "kv_cache",
+    "positions",
+    "sampling",
+    "transformer",
+    "training",
+    "efficient",
+    "adaptive_span",
+    "all_attention",
+]
 
 
 def _flags():
@@ -44,8 +56,14 @@ def _train_one_step(**kw):
 
     model = _tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    return train(model, lambda step: torch.tensor([[1, 2, 3]]), lambda m, batch: m(batch).sum(),
-                 steps=1, optimizer=optimizer, **kw)
+    return train(
+        model,
+        lambda step: torch.tensor([[1, 2, 3]]),
+        lambda m, batch: m(batch).sum(),
+        steps=1,
+        optimizer=optimizer,
+        **kw,
+    )
 
 
 def _batch():
@@ -54,27 +72,70 @@ def _batch():
 
 # how to call each public callable validly, given one keyword argument to add
 BUILDERS = {
-    "multihead.MultiHeadAttention": lambda **kw: __import__("attncourse.multihead", fromlist=["x"]).MultiHeadAttention(8, 2, **kw),
-    "sampling.generate": lambda **kw: __import__("attncourse.sampling", fromlist=["x"]).generate(
-        _tiny_model(), torch.tensor([[1, 2]]), 1, **kw),
-    "transformer.TransformerBlock": lambda **kw: __import__("attncourse.transformer", fromlist=["x"]).TransformerBlock(8, 2, 16, **kw),
-    "transformer.CausalLM": lambda **kw: __import__("attncourse.transformer", fromlist=["x"]).CausalLM(5, 8, 8, [], **kw),
+    "multihead.MultiHeadAttention": (
+        lambda **kw: __import__("attncourse.multihead", fromlist=["x"]).MultiHeadAttention(
+            8, 2, **kw
+        )
+    ),
+    "sampling.generate": (
+        lambda **kw: __import__("attncourse.sampling", fromlist=["x"]).generate(
+            _tiny_model(), torch.tensor([[1, 2]]), 1, **kw
+        )
+    ),
+    "transformer.TransformerBlock": (
+        lambda **kw: __import__("attncourse.transformer", fromlist=["x"]).TransformerBlock(
+            8, 2, 16, **kw
+        )
+    ),
+    "transformer.CausalLM": (
+        lambda **kw: __import__("attncourse.transformer", fromlist=["x"]).CausalLM(
+            5, 8, 8, [], **kw
+        )
+    ),
     "training.train": _train_one_step,
-    "training.ProgressBar": lambda **kw: __import__("attncourse.training", fromlist=["x"]).ProgressBar(2, **kw),
-    "efficient.tiled_attention": lambda **kw: __import__("attncourse.efficient", fromlist=["x"]).tiled_attention(
-        _batch(), _batch(), _batch(), **kw),
-    "efficient.tile_schedule": lambda **kw: __import__("attncourse.efficient", fromlist=["x"]).tile_schedule(
-        4, 4, block_size=2, query_block_size=2, **kw),
-    "adaptive_span.AdaptiveSpan": lambda **kw: __import__("attncourse.adaptive_span", fromlist=["x"]).AdaptiveSpan(2, 8, 2.0, **kw),
-    "adaptive_span.AdaptiveSpanAttention": lambda **kw: __import__("attncourse.adaptive_span", fromlist=["x"]).AdaptiveSpanAttention(
-        8, 2, 8, 2.0, **kw),
-    "all_attention.AllAttention": lambda **kw: __import__("attncourse.all_attention", fromlist=["x"]).AllAttention(8, 2, 4, **kw),
-    "all_attention.AllAttentionBlock": lambda **kw: __import__("attncourse.all_attention", fromlist=["x"]).AllAttentionBlock(
-        8, 2, 4, **kw),
-    "all_attention.transformer_layer_parameters": lambda **kw: __import__(
-        "attncourse.all_attention", fromlist=["x"]).transformer_layer_parameters(8, 32, **kw),
-    "all_attention.all_attention_layer_parameters": lambda **kw: __import__(
-        "attncourse.all_attention", fromlist=["x"]).all_attention_layer_parameters(8, 4, **kw),
+    "training.ProgressBar": (
+        lambda **kw: __import__("attncourse.training", fromlist=["x"]).ProgressBar(2, **kw)
+    ),
+    "efficient.tiled_attention": (
+        lambda **kw: __import__("attncourse.efficient", fromlist=["x"]).tiled_attention(
+            _batch(), _batch(), _batch(), **kw
+        )
+    ),
+    "efficient.tile_schedule": (
+        lambda **kw: __import__("attncourse.efficient", fromlist=["x"]).tile_schedule(
+            4, 4, block_size=2, query_block_size=2, **kw
+        )
+    ),
+    "adaptive_span.AdaptiveSpan": (
+        lambda **kw: __import__("attncourse.adaptive_span", fromlist=["x"]).AdaptiveSpan(
+            2, 8, 2.0, **kw
+        )
+    ),
+    "adaptive_span.AdaptiveSpanAttention": (
+        lambda **kw: __import__("attncourse.adaptive_span", fromlist=["x"]).AdaptiveSpanAttention(
+            8, 2, 8, 2.0, **kw
+        )
+    ),
+    "all_attention.AllAttention": (
+        lambda **kw: __import__("attncourse.all_attention", fromlist=["x"]).AllAttention(
+            8, 2, 4, **kw
+        )
+    ),
+    "all_attention.AllAttentionBlock": (
+        lambda **kw: __import__("attncourse.all_attention", fromlist=["x"]).AllAttentionBlock(
+            8, 2, 4, **kw
+        )
+    ),
+    "all_attention.transformer_layer_parameters": (
+        lambda **kw: __import__(
+            "attncourse.all_attention", fromlist=["x"]
+        ).transformer_layer_parameters(8, 32, **kw)
+    ),
+    "all_attention.all_attention_layer_parameters": (
+        lambda **kw: __import__(
+            "attncourse.all_attention", fromlist=["x"]
+        ).all_attention_layer_parameters(8, 4, **kw)
+    ),
 }
 
 FLAGS = _flags()

@@ -1,5 +1,6 @@
 """The README follows the tree: its links resolve, its chapter table links every chapter's page on
 the site and its Colab edition, and the files, modules and command options it names exist."""
+
 import importlib
 import importlib.util
 import re
@@ -37,24 +38,38 @@ def test_chapter_table_links_each_chapter_to_its_page_and_its_colab_edition():
 
 
 def test_named_paths_exist():
-    named = set(re.findall(r"`((?:attncourse|tools|tests|book|notebooks|reports)/[\w./-]*)`", README))
+    named = set(
+        re.findall(r"`((?:attncourse|tools|tests|book|notebooks|reports)/[\w./-]*)`", README)
+    )
     assert named
     for path in named:
         if "<" in path or "*" in path:  # a pattern: ch07_benchmark_<device>.json, ..._cpu*.json
             folder, _, pattern = path.rpartition("/")
-            regex = re.escape(pattern).replace("<device>", r"\w+").replace(r"\*", ".*").replace("<gpu>", r"\w+")
-            assert any(re.fullmatch(regex, p.name) for p in (ROOT / folder).iterdir()) or "gpu" in pattern, path
+            regex = (
+                re.escape(pattern)
+                .replace("<device>", r"\w+")
+                .replace(r"\*", ".*")
+                .replace("<gpu>", r"\w+")
+            )
+            assert (
+                any(re.fullmatch(regex, p.name) for p in (ROOT / folder).iterdir())
+                or "gpu" in pattern
+            ), path
         else:
             assert (ROOT / path).exists(), path
 
 
 def test_named_modules_and_commands_exist():
-    modules = set(re.findall(r"python -m (attncourse[\w.]*)", README)) | set(re.findall(r"`(attncourse\.[\w.]+)`", README))
+    modules = set(re.findall(r"python -m (attncourse[\w.]*)", README)) | set(
+        re.findall(r"`(attncourse\.[\w.]+)`", README)
+    )
     assert "attncourse.benchmarks" in modules
     for module in modules:  # a module, or a name in one: attncourse.efficient.tiled_attention
         parent, _, name = module.rpartition(".")
         if _find(module) is None:
-            assert _find(parent) is not None and hasattr(importlib.import_module(parent), name), module
+            assert _find(parent) is not None and hasattr(importlib.import_module(parent), name), (
+                module
+            )
 
 
 def _find(module: str):

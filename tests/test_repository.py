@@ -1,12 +1,12 @@
 """Repository-wide checks: the repository URL is written once (pyproject.toml) and everything else
 agrees with it; every figure of the book is described; every chapter states its objectives and ends
 with a summary."""
+
 import json
 import re
+
 import tomllib
-
 import yaml
-
 from project_tools import ROOT, colab, normalize
 
 URL, BRANCH = normalize.repository()
@@ -14,7 +14,9 @@ SITE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["
 
 
 def test_canonical_url():
-    assert URL == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    assert (
+        URL == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    )
     assert URL.startswith("https://github.com/") and BRANCH == "main"
 
 
@@ -22,7 +24,10 @@ def test_book_config_agrees():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["repository"]["url"] == URL
     assert config["repository"]["branch"] == BRANCH
-    assert config["execute"]["execute_notebooks"] == "force" and config["execute"]["raise_on_error"] is True
+    assert (
+        config["execute"]["execute_notebooks"] == "force"
+        and config["execute"]["raise_on_error"] is True
+    )
 
 
 def test_readme_agrees():
@@ -30,9 +35,14 @@ def test_readme_agrees():
     assert f"git+{URL}" in readme
     owner_repo = URL.removeprefix("https://github.com/")
     for path in normalize.notebooks():  # every chapter has its Colab link, to its Colab edition
-        assert f"colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/notebooks/{path.name}" in readme, path.name
+        assert (
+            f"colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/notebooks/{path.name}"
+            in readme
+        ), path.name
         assert (ROOT / "notebooks" / path.name).is_file(), path.name
-    for link in re.findall(r"colab\.research\.google\.com/github/(\S+?\.ipynb)", readme):  # none to book/
+    for link in re.findall(
+        r"colab\.research\.google\.com/github/(\S+?\.ipynb)", readme
+    ):  # none to book/
         assert link.startswith(f"{owner_repo}/blob/{BRANCH}/notebooks/"), link
 
 
@@ -45,7 +55,13 @@ def test_site_url_is_written_once_and_everything_agrees():
     assert colab.site_url() == SITE
     head = "\n".join((ROOT / "README.md").read_text().splitlines()[:5])  # the README's first lines
     assert SITE in head and "(notebooks/)" in head
-    for name in ("README.md", "CONTRIBUTING.md", "_config.yml", ".github/workflows/book.yml", "book/intro.md"):
+    for name in (
+        "README.md",
+        "CONTRIBUTING.md",
+        "_config.yml",
+        ".github/workflows/book.yml",
+        "book/intro.md",
+    ):
         text = (ROOT / name).read_text()
         for url in re.findall(r"https://[\w.-]+\.github\.io/[\w./-]*", text):
             assert url.startswith(SITE.rstrip("/")), (name, url)
@@ -56,7 +72,9 @@ def test_exercise_index_opens_the_colab_edition():
     links = re.findall(r"https://colab\.research\.google\.com/github/([^)\s]+)", text)
     assert links
     for link in links:
-        assert link.startswith(f"{URL.removeprefix('https://github.com/')}/blob/{BRANCH}/notebooks/"), link
+        assert link.startswith(
+            f"{URL.removeprefix('https://github.com/')}/blob/{BRANCH}/notebooks/"
+        ), link
         assert (ROOT / link.split(f"/blob/{BRANCH}/", 1)[1]).is_file(), link
 
 
@@ -68,7 +86,9 @@ def test_every_notebook_is_normalised():
         nb = json.loads(path.read_text())
         assert nb["metadata"]["kernelspec"]["name"] == "python3"
         first = nb["cells"][0]
-        assert first["source"] == normalize.setup_source() and f"git+{URL}@{BRANCH}" in first["source"]
+        assert (
+            first["source"] == normalize.setup_source() and f"git+{URL}@{BRANCH}" in first["source"]
+        )
 
 
 def test_every_notebook_is_in_the_table_of_contents():
@@ -78,12 +98,16 @@ def test_every_notebook_is_in_the_table_of_contents():
 
 
 def test_requirements_pin_exact_versions_and_pyproject_only_lower_bounds():
-    lines = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    lines = [
+        line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
     pins = [line for line in lines if line]
     for line in pins:
         assert line == "-e ." or "==" in line, line
     assert "torch==2.13.0" in pins
-    assert any(line.startswith("triton==3.7.1 ;") and "sys_platform == 'linux'" in line for line in pins)
+    assert any(
+        line.startswith("triton==3.7.1 ;") and "sys_platform == 'linux'" in line for line in pins
+    )
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert deps and all(">=" in d and "==" not in d for d in deps)
 
@@ -98,14 +122,24 @@ def _run_setup_cell(package_present: bool) -> list:
     import subprocess
 
     calls = []
-    real_find_spec, real_run, real_invalidate = importlib.util.find_spec, subprocess.run, importlib.invalidate_caches
-    importlib.util.find_spec = lambda name, *a: (real_find_spec(name, *a) if package_present else None)
+    real_find_spec, real_run, real_invalidate = (
+        importlib.util.find_spec,
+        subprocess.run,
+        importlib.invalidate_caches,
+    )
+    importlib.util.find_spec = lambda name, *a: (
+        real_find_spec(name, *a) if package_present else None
+    )
     subprocess.run = lambda cmd, **kw: calls.append(("run", cmd, kw))
     importlib.invalidate_caches = lambda: calls.append(("invalidate_caches",))
     try:
         exec(normalize.setup_source(), {})
     finally:
-        importlib.util.find_spec, subprocess.run, importlib.invalidate_caches = real_find_spec, real_run, real_invalidate
+        importlib.util.find_spec, subprocess.run, importlib.invalidate_caches = (
+            real_find_spec,
+            real_run,
+            real_invalidate,
+        )
     return calls
 
 
@@ -115,21 +149,28 @@ def test_setup_cell_installs_from_the_repository_only_when_the_package_is_missin
     (_, command, options), invalidate = _run_setup_cell(package_present=False)
     assert command[1:] == ["-m", "pip", "install", "--quiet", f"attncourse @ git+{URL}@{BRANCH}"]
     assert options == {"check": True}
-    assert invalidate == ("invalidate_caches",)  # after pip, so the next cell's import finds the package
+    assert invalidate == (
+        "invalidate_caches",
+    )  # after pip, so the next cell's import finds the package
 
 
 def test_setup_cell_honours_the_install_url_override(monkeypatch):
     monkeypatch.setenv(normalize.INSTALL_URL_VARIABLE, "file:///home/me/attncourse")
     assert _run_setup_cell(package_present=True) == []
     (_, command, options), _ = _run_setup_cell(package_present=False)
-    assert command[1:] == ["-m", "pip", "install", "--quiet", "attncourse @ file:///home/me/attncourse"]
+    assert command[1:] == [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "attncourse @ file:///home/me/attncourse",
+    ]
     assert not any("github.com" in part for part in command)
 
 
 def test_install_url_override_is_documented():
     for name in ("README.md", "CONTRIBUTING.md"):
         assert normalize.INSTALL_URL_VARIABLE in (ROOT / name).read_text(), name
-
 
 
 # --- Figures: every plotting cell has a caption, a name and alt text (myst-nb cell metadata) ---
@@ -140,13 +181,19 @@ PLOTTING_CALL = re.compile(
     r"\b(plot_attention|plot_heads|heatmap|draw_\w+|plot_transformer_blocks)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
 )
 # Calls that make a new figure; ``heatmap``, ``plot_attention`` and the ``draw_*`` schematics make one only without ``ax=``.
-NEW_FIGURE_CALL = re.compile(r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+|plot_transformer_blocks)\s*\(")
+NEW_FIGURE_CALL = re.compile(
+    r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+|plot_transformer_blocks)\s*\("
+)
 FIGURE_NAME = re.compile(r"fig-[a-z0-9]+(-[a-z0-9]+)+")
 
 
 def _code_lines(source: str) -> str:
     """The source without comment lines and import lines (``import matplotlib.pyplot as plt`` draws nothing)."""
-    keep = [line for line in source.splitlines() if not re.match(r"\s*(#|import |from \S+ import )", line)]
+    keep = [
+        line
+        for line in source.splitlines()
+        if not re.match(r"\s*(#|import |from \S+ import )", line)
+    ]
     return "\n".join(keep)
 
 
@@ -169,7 +216,9 @@ def new_figures(source: str) -> int:
     code = _code_lines(source)
     count = 0
     for call in NEW_FIGURE_CALL.finditer(code):
-        if (call.group(1) in ("plot_attention", "heatmap") or call.group(1).startswith("draw_")) and re.search(r"\bax\s*=", _arguments(code, call.end() - 1)):
+        if (
+            call.group(1) in ("plot_attention", "heatmap") or call.group(1).startswith("draw_")
+        ) and re.search(r"\bax\s*=", _arguments(code, call.end() - 1)):
             continue  # draws into an existing figure
         count += 1
     return count
@@ -193,11 +242,16 @@ def figure_problems(nb: dict) -> list[str]:
         if len(caption.split()) < 8:
             problems.append(f"{where}: no caption (mystnb.figure.caption) of a sentence or more")
         if not FIGURE_NAME.fullmatch(name):
-            problems.append(f"{where}: no figure name fig-<chapter>-<slug> (mystnb.figure.name), got {name!r}")
+            problems.append(
+                f"{where}: no figure name fig-<chapter>-<slug> (mystnb.figure.name), got {name!r}"
+            )
         if len(alt.split()) < 12 or alt == caption:
             problems.append(f"{where}: no alt text (mystnb.image.alt) describing the picture")
         if new_figures(source) > 1:
-            problems.append(f"{where}: draws more than one figure; split the cell so each figure has its caption")
+            problems.append(
+                f"{where}: draws more than one figure; split the cell so each figure has its"
+                " caption"
+            )
     return problems
 
 
@@ -206,7 +260,11 @@ def test_every_figure_has_a_caption_a_name_and_alt_text():
     for path in normalize.notebooks():
         nb = json.loads(path.read_text())
         assert figure_problems(nb) == [], path.name
-        names += [c["metadata"]["mystnb"]["figure"]["name"] for c in nb["cells"] if "mystnb" in c.get("metadata", {})]
+        names += [
+            c["metadata"]["mystnb"]["figure"]["name"]
+            for c in nb["cells"]
+            if "mystnb" in c.get("metadata", {})
+        ]
     assert len(names) == len(set(names)), "figure names must be unique across the book"
     assert len(names) >= 7, "every chapter shows at least one figure"
 
@@ -214,21 +272,39 @@ def test_every_figure_has_a_caption_a_name_and_alt_text():
 def test_figure_check_catches_a_stripped_notebook():
     """The check above can fail: remove the metadata of chapter 1 (or draw twice in a cell) and it complains."""
     nb = json.loads((ROOT / "book" / "01_dot_product_attention.ipynb").read_text())
-    figures = [c for c in nb["cells"] if c["cell_type"] == "code" and draws_a_figure("".join(c["source"]))]
+    figures = [
+        c for c in nb["cells"] if c["cell_type"] == "code" and draws_a_figure("".join(c["source"]))
+    ]
     assert len(figures) >= 2
     stripped = json.loads(json.dumps(nb))
     for cell in stripped["cells"]:
         cell.get("metadata", {}).pop("mystnb", None)
-    assert len(figure_problems(stripped)) == 3 * len(figures)  # caption, name and alt of every figure
+    assert len(figure_problems(stripped)) == 3 * len(
+        figures
+    )  # caption, name and alt of every figure
     no_alt = json.loads(json.dumps(nb))
     next(c for c in no_alt["cells"] if "mystnb" in c["metadata"])["metadata"]["mystnb"].pop("image")
     assert len(figure_problems(no_alt)) == 1
     twice = json.loads(json.dumps(nb))
-    twice["cells"][nb["cells"].index(figures[0])]["source"] += "\nplot_attention(weights_he, ['he'], tokens)"
+    twice["cells"][nb["cells"].index(figures[0])]["source"] += (
+        "\nplot_attention(weights_he, ['he'], tokens)"
+    )
     assert any("more than one figure" in p for p in figure_problems(twice))
-    assert new_figures("fig, axes = plt.subplots(1, 2)\nheatmap(m, ax=axes[0], title=f'{b}')\nheatmap(m, ax=axes[1])") == 1
-    assert not draws_a_figure("import matplotlib.pyplot as plt\nfrom attncourse.plotting import plot_heads")
-    assert draws_a_figure("ax.plot(x, y)") and draws_a_figure("plot_heads(w)") and draws_a_figure("plt.show()")
+    assert (
+        new_figures(
+            "fig, axes = plt.subplots(1, 2)\nheatmap(m, ax=axes[0], title=f'{b}')\nheatmap(m,"
+            " ax=axes[1])"
+        )
+        == 1
+    )
+    assert not draws_a_figure(
+        "import matplotlib.pyplot as plt\nfrom attncourse.plotting import plot_heads"
+    )
+    assert (
+        draws_a_figure("ax.plot(x, y)")
+        and draws_a_figure("plot_heads(w)")
+        and draws_a_figure("plt.show()")
+    )
 
 
 # --- Learning objectives open every chapter, a Summary closes it ---
@@ -249,19 +325,32 @@ def chapter_structure_problems(nb: dict) -> list[str]:
         body = match.group("body")
         bullets = re.findall(r"^[*-] ", body, re.M)
         if "After this chapter you can" not in body or not 3 <= len(bullets) <= 5:
-            problems.append(f"the objectives box needs 'After this chapter you can' and 3 to 5 bullets, has {len(bullets)}")
+            problems.append(
+                "the objectives box needs 'After this chapter you can' and 3 to 5 bullets, has"
+                f" {len(bullets)}"
+            )
         if re.search(r"^##+ ", first[: match.start()], re.M):
             problems.append("the objectives box must come before the first section")
     last = nb["cells"][-1]
     last_source = "".join(last["source"])
-    headings = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#{1,2} ", line)]
+    headings = [
+        line
+        for c in markdown
+        for line in "".join(c["source"]).splitlines()
+        if re.match(r"#{1,2} ", line)
+    ]
     if last["cell_type"] != "markdown" or not last_source.startswith("## Summary\n"):
         problems.append("the last cell is not a '## Summary' section")
     elif headings[-1] != "## Summary" or headings.count("## Summary") != 1:
         problems.append("'## Summary' must be the last section, and the only one")
     elif len(re.findall(r"^[*-] ", last_source, re.M)) < 3:
         problems.append("the summary needs at least three bullets")
-    numbered = [line for c in markdown for line in "".join(c["source"]).splitlines() if re.match(r"#+ \d+\.", line)]
+    numbered = [
+        line
+        for c in markdown
+        for line in "".join(c["source"]).splitlines()
+        if re.match(r"#+ \d+\.", line)
+    ]
     if numbered:
         problems.append(f"hand-numbered headings (Sphinx numbers sections): {numbered}")
     return problems
@@ -285,6 +374,10 @@ def test_chapter_structure_check_can_fail():
     summary_not_last["cells"][-1]["source"] += "\n\n## Afterword\n\nMore text."
     assert any("last section" in p for p in chapter_structure_problems(summary_not_last))
     numbered = json.loads(json.dumps(nb))
-    section = next(c for c in numbered["cells"] if c["cell_type"] == "markdown" and c["source"].startswith("## "))
+    section = next(
+        c
+        for c in numbered["cells"]
+        if c["cell_type"] == "markdown" and c["source"].startswith("## ")
+    )
     section["source"] = section["source"].replace("## ", "## 1. ", 1)
     assert any("hand-numbered" in p for p in chapter_structure_problems(numbered))

@@ -1,4 +1,5 @@
 """Sampling from a causal language model: temperature, top-k, generate (chapter 5)."""
+
 import pytest
 import torch
 from torch import nn
@@ -10,15 +11,24 @@ from attncourse.sampling import generate, next_token_distribution, sample_next
 def test_temperature_and_top_k_distribution():
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]], dtype=torch.float64)
     torch.testing.assert_close(next_token_distribution(logits), torch.softmax(logits, -1))
-    torch.testing.assert_close(next_token_distribution(logits, temperature=0.5), torch.softmax(2 * logits, -1))
+    torch.testing.assert_close(
+        next_token_distribution(logits, temperature=0.5), torch.softmax(2 * logits, -1)
+    )
     top2 = next_token_distribution(logits, top_k=2)
     e = torch.exp(torch.tensor([2.0, 1.0], dtype=torch.float64))
-    torch.testing.assert_close(top2, torch.cat([e / e.sum(), torch.zeros(2, dtype=torch.float64)])[None])
+    torch.testing.assert_close(
+        top2, torch.cat([e / e.sum(), torch.zeros(2, dtype=torch.float64)])[None]
+    )
     greedy = next_token_distribution(logits, temperature=0.0)
     assert greedy.tolist() == [[1.0, 0.0, 0.0, 0.0]]
     # a low temperature approaches greedy, a high one approaches uniform
     assert next_token_distribution(logits, temperature=0.01)[0, 0] > 1 - 1e-12
-    torch.testing.assert_close(next_token_distribution(logits, temperature=1e6), torch.full((1, 4), 0.25, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        next_token_distribution(logits, temperature=1e6),
+        torch.full((1, 4), 0.25, dtype=torch.float64),
+        atol=1e-5,
+        rtol=0,
+    )
     assert next_token_distribution(logits, top_k=10).shape == (1, 4)  # k >= V keeps all
 
 
@@ -27,7 +37,9 @@ def test_top_k_never_samples_outside_the_k_largest():
     logits = torch.randn(64, 30)
     allowed = torch.topk(logits, 5, dim=-1).indices
     g = torch.Generator().manual_seed(0)
-    draws = torch.cat([sample_next(logits, top_k=5, generator=g) for _ in range(200)], dim=1)  # (64, 200)
+    draws = torch.cat(
+        [sample_next(logits, top_k=5, generator=g) for _ in range(200)], dim=1
+    )  # (64, 200)
     assert (draws[:, :, None] == allowed[:, None, :]).any(-1).all()
     # and does sample more than one of them
     assert (draws != draws[:, :1]).any()
@@ -38,7 +50,9 @@ def test_sampled_frequencies_follow_the_distribution():
     g = torch.Generator().manual_seed(0)
     draws = sample_next(logits.expand(20000, 3), generator=g)[:, 0]
     freq = torch.bincount(draws, minlength=3).double() / 20000
-    torch.testing.assert_close(freq, torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), atol=0.015, rtol=0)
+    torch.testing.assert_close(
+        freq, torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), atol=0.015, rtol=0
+    )
 
 
 class Bigram(nn.Module):
@@ -74,7 +88,12 @@ def test_generate_crops_to_max_len_and_is_seeded():
     out = generate(model, torch.tensor([[1, 2]]), 6, generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 8) and out[0, :2].tolist() == [1, 2]
     assert model.lengths == [2, 3, 4, 4, 4, 4]
-    again = generate(Bigram(table, max_len=4), torch.tensor([[1, 2]]), 6, generator=torch.Generator().manual_seed(0))
+    again = generate(
+        Bigram(table, max_len=4),
+        torch.tensor([[1, 2]]),
+        6,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(out, again)
 
 
@@ -138,13 +157,22 @@ def test_numpy_and_integer_temperatures_are_numbers():
     ref = next_token_distribution(logits, temperature=0.5)
     torch.testing.assert_close(next_token_distribution(logits, temperature=np.float64(0.5)), ref)
     torch.testing.assert_close(next_token_distribution(logits, temperature=np.float32(0.5)), ref)
-    torch.testing.assert_close(next_token_distribution(logits, temperature=2), next_token_distribution(logits, temperature=2.0))
+    torch.testing.assert_close(
+        next_token_distribution(logits, temperature=2),
+        next_token_distribution(logits, temperature=2.0),
+    )
 
 
 @pytest.mark.parametrize(
     "temperature, error, words",
-    [(-0.5, ValueError, "temperature"), (float("nan"), ValueError, "temperature"), (float("inf"), ValueError, "temperature"),
-     ("1", TypeError, "temperature"), (True, TypeError, "temperature"), (None, TypeError, "temperature")],
+    [
+        (-0.5, ValueError, "temperature"),
+        (float("nan"), ValueError, "temperature"),
+        (float("inf"), ValueError, "temperature"),
+        ("1", TypeError, "temperature"),
+        (True, TypeError, "temperature"),
+        (None, TypeError, "temperature"),
+    ],
 )
 def test_bad_temperatures_are_refused_by_name(temperature, error, words):
     with pytest.raises(error, match=words):

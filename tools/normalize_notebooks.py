@@ -17,6 +17,7 @@ Usage: ``python tools/normalize_notebooks.py`` rewrites the notebooks in place;
 ``python tools/normalize_notebooks.py --check`` lists those that are not normalised and
 exits with 1 (the test suite runs this check).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,11 +60,13 @@ def setup_source() -> str:
     url, branch = repository()
     return (
         f"{SETUP_MARKER}: install the course package only if it is missing.\n"
-        f"# To install it from elsewhere (a fork, a local checkout), set {INSTALL_URL_VARIABLE} to a pip URL.\n"
+        f"# To install it from elsewhere (a fork, a local checkout), set {INSTALL_URL_VARIABLE} to"
+        " a pip URL.\n"
         "import importlib.util, os, subprocess, sys\n"
         'if importlib.util.find_spec("attncourse") is None:\n'
         f'    url = os.environ.get("{INSTALL_URL_VARIABLE}", "git+{url}@{branch}")\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"attncourse @ {url}"], check=True)\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"attncourse @'
+        ' {url}"], check=True)\n'
         "    importlib.invalidate_caches()"
     )
 
@@ -74,7 +77,9 @@ def notebooks() -> list[Path]:
 
 def _is_setup(cell: dict) -> bool:
     source = "".join(cell["source"])
-    return cell["cell_type"] == "code" and (source.startswith(SETUP_MARKER) or source.lower().startswith(PLACEHOLDER_MARKER))
+    return cell["cell_type"] == "code" and (
+        source.startswith(SETUP_MARKER) or source.lower().startswith(PLACEHOLDER_MARKER)
+    )
 
 
 def _with_id(cell: dict, cell_id: str) -> dict:
@@ -89,13 +94,24 @@ def _with_id(cell: dict, cell_id: str) -> dict:
 
 
 def normalized(nb: dict) -> dict:
-    nb = strip_output(nbformat.from_dict(json.loads(json.dumps(nb))), keep_output=False, keep_count=False, keep_id=True)
+    nb = strip_output(
+        nbformat.from_dict(json.loads(json.dumps(nb))),
+        keep_output=False,
+        keep_count=False,
+        keep_id=True,
+    )
     nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
     nb["metadata"]["language_info"] = {"name": "python"}
     old_setups = [cell for cell in nb["cells"] if _is_setup(cell)]
     cells = [cell for cell in nb["cells"] if not _is_setup(cell)]
-    setup = {"cell_type": "code", "execution_count": None, "metadata": {"tags": ["remove-cell"]}, "outputs": [],
-             "source": setup_source(), "id": old_setups[0].get("id", "setup") if old_setups else "setup"}
+    setup = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {"tags": ["remove-cell"]},
+        "outputs": [],
+        "source": setup_source(),
+        "id": old_setups[0].get("id", "setup") if old_setups else "setup",
+    }
     cells.insert(0, setup)
     used = {cell["id"] for cell in cells if cell.get("id")}
     for index, cell in enumerate(cells):
@@ -131,7 +147,10 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         bad = stale()
         for path in bad:
-            print(f"not normalised: {path.relative_to(ROOT)} (run python tools/normalize_notebooks.py)")
+            print(
+                f"not normalised: {path.relative_to(ROOT)} (run python"
+                " tools/normalize_notebooks.py)"
+            )
         return 1 if bad else 0
     for path in notebooks():
         path.write_text(dump(normalized(json.loads(path.read_text()))))

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     print(
         f"triton {triton.__version__}; float16, d = 64; instructions (all warps) per 4,096 scores, "
-        f"whole-tile loops; compiler output, not timings"
+        "whole-tile loops; compiler output, not timings"
     )
     print(f"{'target':>7} {'pass':>9} {'ours':>8} {'tutorial':>9} {'ratio':>6}")
     for cc in args.targets:
@@ -141,7 +141,8 @@ def main(argv=None) -> int:
         ours, theirs = sass.our_counts(capability), tutorial_counts(args.tutorial, capability)
         for name in ("forward", "backward"):
             print(
-                f"{'sm_' + str(cc):>7} {name:>9} {ours[name]:8.0f} {theirs[name]:9.0f} {ours[name] / theirs[name]:6.2f}"
+                f"{'sm_' + str(cc):>7} {name:>9} {ours[name]:8.0f} {theirs[name]:9.0f}"
+                f" {ours[name] / theirs[name]:6.2f}"
             )
     return 0
 

@@ -1,4 +1,5 @@
 """``python -m attncourse.benchmarks``: the command line of every benchmark (``--help``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,22 +15,75 @@ from .common import write_result
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m attncourse.benchmarks``."""
-    parser = argparse.ArgumentParser(prog="python -m attncourse.benchmarks", description=attention.__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser = argparse.ArgumentParser(
+        prog="python -m attncourse.benchmarks", description=attention.__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384]
+    )
     parser.add_argument("--layer-lengths", type=int, nargs="*", default=[1024, 2048])
-    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all", help="'all': the CPU, and CUDA when present")
-    parser.add_argument("--output", type=Path, default=Path("."), help="folder of the JSON results (default: the working directory)")
-    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda", "all"],
+        default="all",
+        help="'all': the CPU, and CUDA when present",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("."),
+        help="folder of the JSON results (default: the working directory)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch's CPU threads (default: torch's own choice)",
+    )
     parser.add_argument("--tag", default="", help="appended to the JSON file name, e.g. '_1thread'")
-    parser.add_argument("--cache", action="store_true", help="time a decoding step with and without the KV cache (chapter 6)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048], help="context lengths for --cache")
-    parser.add_argument("--constants", action="store_true", help="measure only the CPU constants (constants_cpu.json): a minute")
-    parser.add_argument("--gpu-lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768],
-                        help="sequence lengths of the Triton kernels' benchmark (CUDA only)")
-    parser.add_argument("--gpu-dtypes", nargs="+", choices=["float16", "bfloat16", "float32"], default=["float16", "bfloat16"])
-    parser.add_argument("--no-kernels", action="store_true", help="on CUDA, leave out chapter 10's Triton kernels")
-    parser.add_argument("--no-attention", action="store_true", help="leave out the attention and layer benchmark (chapter 7)")
-    parser.add_argument("--span-time", action="store_true", help="time chapter 8's adaptive-span layer against its span on the CPU")
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="time a decoding step with and without the KV cache (chapter 6)",
+    )
+    parser.add_argument(
+        "--contexts",
+        type=int,
+        nargs="+",
+        default=[64, 128, 256, 512, 1024, 2048],
+        help="context lengths for --cache",
+    )
+    parser.add_argument(
+        "--constants",
+        action="store_true",
+        help="measure only the CPU constants (constants_cpu.json): a minute",
+    )
+    parser.add_argument(
+        "--gpu-lengths",
+        type=int,
+        nargs="+",
+        default=[512, 1024, 2048, 4096, 8192, 16384, 32768],
+        help="sequence lengths of the Triton kernels' benchmark (CUDA only)",
+    )
+    parser.add_argument(
+        "--gpu-dtypes",
+        nargs="+",
+        choices=["float16", "bfloat16", "float32"],
+        default=["float16", "bfloat16"],
+    )
+    parser.add_argument(
+        "--no-kernels", action="store_true", help="on CUDA, leave out chapter 10's Triton kernels"
+    )
+    parser.add_argument(
+        "--no-attention",
+        action="store_true",
+        help="leave out the attention and layer benchmark (chapter 7)",
+    )
+    parser.add_argument(
+        "--span-time",
+        action="store_true",
+        help="time chapter 8's adaptive-span layer against its span on the CPU",
+    )
     return parser
 
 
@@ -68,7 +122,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             result = kernels.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
             print(kernels.gpu_table(result["rows"]))  # type: ignore[arg-type]
             print(json.dumps(result["targets"], indent=1))
-            name = kernels.gpu_file_name(str(result["machine"]["gpu"])).replace(".json", f"{args.tag}.json")  # type: ignore[index]
+            name = kernels.gpu_file_name(str(result["machine"]["gpu"])).replace(
+                ".json", f"{args.tag}.json"
+            )  # type: ignore[index]
             print(f"written to {write_result(result, args.output, name)}")
         if args.no_attention:
             continue

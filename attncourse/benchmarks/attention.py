@@ -19,6 +19,7 @@ On CUDA it also times chapter 10's Triton kernels (``gpu_benchmark_<gpu>.json``,
 see :mod:`attncourse.benchmarks.kernels`; ``--no-kernels`` leaves them out), and ``--span-time``
 times chapter 8's adaptive-span layer against its span on the CPU (``span_time_cpu.json``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,17 +39,48 @@ from ..masks import causal_mask
 from ..multihead import MultiHeadAttention
 from ..transformer import CausalLM
 from .common import RESULTS, machine, meminfo_gib
-from .measure import attention_flops, cpu_peak_memory, cuda_peak_memory, matmul_throughput, multihead_flops, time_interleaved
+from .measure import (
+    attention_flops,
+    cpu_peak_memory,
+    cuda_peak_memory,
+    matmul_throughput,
+    multihead_flops,
+    time_interleaved,
+)
 
-__all__ = ["build", "build_layer", "build_decode", "run_cache", "cache_table", "run", "table", "load", "load_cache", "plot", "constants", "load_constants"]
+__all__ = [
+    "build",
+    "build_layer",
+    "build_decode",
+    "run_cache",
+    "cache_table",
+    "run",
+    "table",
+    "load",
+    "load_cache",
+    "plot",
+    "constants",
+    "load_constants",
+]
 
 IMPLEMENTATIONS = ("naive", "tiled", "torch")
 
 
-def build(impl: str, length: int, causal: bool, batch: int = 1, num_heads: int = 8, head_dim: int = 64, device: str = "cpu", seed: int = 0) -> Dict[str, object]:
+def build(
+    impl: str,
+    length: int,
+    causal: bool,
+    batch: int = 1,
+    num_heads: int = 8,
+    head_dim: int = 64,
+    device: str = "cpu",
+    seed: int = 0,
+) -> Dict[str, object]:
     """Inputs ``(batch, num_heads, length, head_dim)`` float32 and a zero-argument ``fn`` running ``impl`` on them."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(batch, num_heads, length, head_dim, generator=g).to(device) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, num_heads, length, head_dim, generator=g).to(device) for _ in range(3)
+    )
     if impl == "naive":
         mask = causal_mask(length, device=torch.device(device)) if causal else None
         fn = lambda: scaled_dot_product_attention(q, k, v, mask)[0]
@@ -58,11 +90,24 @@ def build(impl: str, length: int, causal: bool, batch: int = 1, num_heads: int =
         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     else:
         raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
-    small = (lambda: build(impl, 64, causal, batch, num_heads, head_dim, device, seed)["fn"]()) if length > 64 else None
+    small = (
+        (lambda: build(impl, 64, causal, batch, num_heads, head_dim, device, seed)["fn"]())
+        if length > 64
+        else None
+    )
     return {"fn": lambda: _no_grad(fn), "warmup": small, "inputs": (q, k, v)}
 
 
-def build_layer(impl: str, length: int, causal: bool, batch: int = 1, embed_dim: int = 512, num_heads: int = 8, device: str = "cpu", seed: int = 0) -> Dict[str, object]:
+def build_layer(
+    impl: str,
+    length: int,
+    causal: bool,
+    batch: int = 1,
+    embed_dim: int = 512,
+    num_heads: int = 8,
+    device: str = "cpu",
+    seed: int = 0,
+) -> Dict[str, object]:
     """A self-attention layer (``"ours"`` or ``"torch"``, with the same weights) and its input ``(batch, length, embed_dim)``."""
     torch.manual_seed(seed)
     reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True).to(device).eval()
@@ -76,14 +121,26 @@ def build_layer(impl: str, length: int, causal: bool, batch: int = 1, embed_dim:
         fn = lambda: layer(x, x, x, mask)[0]
     else:
         raise ValueError(f"impl must be 'ours' or 'torch', got {impl!r}")
-    small = (lambda: build_layer(impl, 64, causal, batch, embed_dim, num_heads, device, seed)["fn"]()) if length > 64 else None
+    small = (
+        (lambda: build_layer(impl, 64, causal, batch, embed_dim, num_heads, device, seed)["fn"]())
+        if length > 64
+        else None
+    )
     return {"fn": lambda: _no_grad(fn), "warmup": small, "inputs": (x,)}
 
 
 DECODE_MODEL = {"vocab_size": 64, "d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4}
 
 
-def build_decode(impl: str, context: int, *, batch: int = 1, device: str = "cpu", seed: int = 0, **model_sizes: int) -> Dict[str, object]:
+def build_decode(
+    impl: str,
+    context: int,
+    *,
+    batch: int = 1,
+    device: str = "cpu",
+    seed: int = 0,
+    **model_sizes: int,
+) -> Dict[str, object]:
     """One decoding step at ``context`` tokens of context, as a zero-argument ``fn``.
 
     ``"cached"``: the KV caches of the context are filled once; ``fn`` feeds the next token
@@ -95,8 +152,18 @@ def build_decode(impl: str, context: int, *, batch: int = 1, device: str = "cpu"
     require_positive_int("context", context)
     sizes = {**DECODE_MODEL, **model_sizes}
     torch.manual_seed(seed)
-    model = CausalLM.standard(sizes["vocab_size"], d_model=sizes["d_model"], num_heads=sizes["num_heads"],
-                              d_ff=sizes["d_ff"], num_layers=sizes["num_layers"], max_len=context + 1).to(device).eval()
+    model = (
+        CausalLM.standard(
+            sizes["vocab_size"],
+            d_model=sizes["d_model"],
+            num_heads=sizes["num_heads"],
+            d_ff=sizes["d_ff"],
+            num_layers=sizes["num_layers"],
+            max_len=context + 1,
+        )
+        .to(device)
+        .eval()
+    )
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, sizes["vocab_size"], (batch, context + 1), generator=g).to(device)
     if impl == "cached":
@@ -111,20 +178,37 @@ def build_decode(impl: str, context: int, *, batch: int = 1, device: str = "cpu"
     return {"fn": lambda: _no_grad(fn), "model": model, "tokens": tokens}
 
 
-def run_cache(contexts: List[int], device: str = "cpu", *, repeats: int = 5, batch: int = 1) -> Dict[str, object]:
+def run_cache(
+    contexts: List[int], device: str = "cpu", *, repeats: int = 5, batch: int = 1
+) -> Dict[str, object]:
     """Time a decoding step with and without the KV cache at each context length, interleaved.
 
     Returns ``{"machine", "device", "model", "rows"}``; each row holds the context, both
     medians in seconds and ``speedup`` = uncached / cached.
     """
-    result: Dict[str, object] = {"machine": machine(device), "device": device, "model": dict(DECODE_MODEL, batch=batch)}
+    result: Dict[str, object] = {
+        "machine": machine(device),
+        "device": device,
+        "model": dict(DECODE_MODEL, batch=batch),
+    }
     rows = []
     for context in contexts:
-        built = {impl: build_decode(impl, context, batch=batch, device=device)["fn"] for impl in ("cached", "uncached")}
+        built = {
+            impl: build_decode(impl, context, batch=batch, device=device)["fn"]
+            for impl in ("cached", "uncached")
+        }
         timings = time_interleaved(built, repeats=repeats, warmup=1, device=torch.device(device))
         cached, uncached = timings["cached"].median, timings["uncached"].median
-        rows.append({"context": context, "cached_s": cached, "uncached_s": uncached, "speedup": uncached / cached,
-                     "cached_times": timings["cached"].times, "uncached_times": timings["uncached"].times})
+        rows.append(
+            {
+                "context": context,
+                "cached_s": cached,
+                "uncached_s": uncached,
+                "speedup": uncached / cached,
+                "cached_times": timings["cached"].times,
+                "uncached_times": timings["uncached"].times,
+            }
+        )
     result["rows"] = rows
     if hasattr(os, "getloadavg"):
         result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
@@ -135,7 +219,10 @@ def cache_table(rows: List[Dict[str, object]]) -> str:
     """The rows of :func:`run_cache` as a text table: ms per token with and without the cache, and their ratio."""
     lines = [f"{'context':>8} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9}"]
     for r in rows:
-        lines.append(f"{r['context']:>8} {1e3 * r['cached_s']:>10.2f} {1e3 * r['uncached_s']:>12.2f} {r['speedup']:>9.1f}")
+        lines.append(
+            f"{r['context']:>8} {1e3 * r['cached_s']:>10.2f} {1e3 * r['uncached_s']:>12.2f}"
+            f" {r['speedup']:>9.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -151,9 +238,19 @@ def _peak(builder: str, kwargs: Dict[str, object], device: str) -> int:
     return cpu_peak_memory(f"attncourse.benchmarks.attention:{builder}", kwargs)
 
 
-def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List[int]] = None, memory_fraction: float = 0.6) -> Dict[str, object]:
+def run(
+    lengths: List[int],
+    device: str = "cpu",
+    *,
+    layer_lengths: Optional[List[int]] = None,
+    memory_fraction: float = 0.6,
+) -> Dict[str, object]:
     """Measure every implementation at every length, causal and not; return the results as a dict."""
-    result: Dict[str, object] = {"machine": machine(device), "device": device, "shape": {"batch": 1, "num_heads": 8, "head_dim": 64, "dtype": "float32"}}
+    result: Dict[str, object] = {
+        "machine": machine(device),
+        "device": device,
+        "shape": {"batch": 1, "num_heads": 8, "head_dim": 64, "dtype": "float32"},
+    }
     result["matmul_flops_per_s"] = matmul_throughput(2048, device=torch.device(device))
     rows: List[Dict[str, object]] = []
     naive_bytes_per_score: Dict[bool, float] = {}
@@ -164,24 +261,54 @@ def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List
             peaks: Dict[str, Optional[int]] = {}
             skipped: Dict[str, str] = {}
             for impl in IMPLEMENTATIONS:
-                available = meminfo_gib("MemAvailable") if device == "cpu" else torch.cuda.mem_get_info()[0] / 2**30
+                available = (
+                    meminfo_gib("MemAvailable")
+                    if device == "cpu"
+                    else torch.cuda.mem_get_info()[0] / 2**30
+                )
                 predicted = naive_bytes_per_score.get(causal, 0.0) * 8 * length * length / 2**30
-                if impl == "naive" and available is not None and predicted > memory_fraction * available:
-                    skipped[impl] = f"predicted peak {predicted:.1f} GiB > {memory_fraction:.0%} of the {available:.1f} GiB available"
+                if (
+                    impl == "naive"
+                    and available is not None
+                    and predicted > memory_fraction * available
+                ):
+                    skipped[impl] = (
+                        f"predicted peak {predicted:.1f} GiB > {memory_fraction:.0%} of the"
+                        f" {available:.1f} GiB available"
+                    )
                     peaks[impl] = None
                     continue
                 peaks[impl] = _peak("build", {"impl": impl, **kwargs}, device)
                 if impl == "naive":
                     naive_bytes_per_score[causal] = peaks[impl] / (8 * length * length)
-            built = {impl: build(impl, **kwargs)["fn"] for impl in IMPLEMENTATIONS if impl not in skipped}
-            timings = time_interleaved(built, repeats=repeats, warmup=1, device=torch.device(device))
+            built = {
+                impl: build(impl, **kwargs)["fn"] for impl in IMPLEMENTATIONS if impl not in skipped
+            }
+            timings = time_interleaved(
+                built, repeats=repeats, warmup=1, device=torch.device(device)
+            )
             flops = attention_flops(1, 8, length, length, 64, causal=causal)
             for impl in IMPLEMENTATIONS:
-                row: Dict[str, object] = {"kind": "attention", "impl": impl, "length": length, "causal": causal, "flops": flops}
+                row: Dict[str, object] = {
+                    "kind": "attention",
+                    "impl": impl,
+                    "length": length,
+                    "causal": causal,
+                    "flops": flops,
+                }
                 if impl in skipped:
-                    row.update(skipped=skipped[impl], predicted_peak_bytes=int(naive_bytes_per_score[causal] * 8 * length * length))
+                    row.update(
+                        skipped=skipped[impl],
+                        predicted_peak_bytes=int(
+                            naive_bytes_per_score[causal] * 8 * length * length
+                        ),
+                    )
                 else:
-                    row.update(seconds=timings[impl].median, times=timings[impl].times, peak_bytes=peaks[impl])
+                    row.update(
+                        seconds=timings[impl].median,
+                        times=timings[impl].times,
+                        peak_bytes=peaks[impl],
+                    )
                 rows.append(row)
             _print_rows(rows[-3:])
     for length in layer_lengths or []:
@@ -192,8 +319,18 @@ def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List
             flops = multihead_flops(1, length, length, 512, 8, causal=causal)
             for impl in ("ours", "torch"):
                 peak = _peak("build_layer", {"impl": impl, **kwargs}, device)
-                rows.append({"kind": "layer", "impl": impl, "length": length, "causal": causal, "flops": flops,
-                             "seconds": timings[impl].median, "times": timings[impl].times, "peak_bytes": peak})
+                rows.append(
+                    {
+                        "kind": "layer",
+                        "impl": impl,
+                        "length": length,
+                        "causal": causal,
+                        "flops": flops,
+                        "seconds": timings[impl].median,
+                        "times": timings[impl].times,
+                        "peak_bytes": peak,
+                    }
+                )
             _print_rows(rows[-2:])
     result["rows"] = rows
     if hasattr(os, "getloadavg"):
@@ -204,22 +341,33 @@ def run(lengths: List[int], device: str = "cpu", *, layer_lengths: Optional[List
 def table(rows: List[Dict[str, object]]) -> str:
     """The rows as a text table, with each time and memory relative to torch's at the same setting."""
     reference = {(r["kind"], r["length"], r["causal"]): r for r in rows if r["impl"] == "torch"}
-    lines = [f"{'what':<10} {'impl':<6} {'L':>6} {'causal':>6} {'time ms':>10} {'x torch':>8} {'GFLOP/s':>8} {'peak MiB':>10} {'x torch':>8}"]
+    lines = [
+        f"{'what':<10} {'impl':<6} {'L':>6} {'causal':>6} {'time ms':>10} {'x torch':>8}"
+        f" {'GFLOP/s':>8} {'peak MiB':>10} {'x torch':>8}"
+    ]
     for r in rows:
         ref = reference.get((r["kind"], r["length"], r["causal"]))
         if "seconds" not in r:
-            lines.append(f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6}   skipped: {r['skipped']}")
+            lines.append(
+                f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6}   skipped:"
+                f" {r['skipped']}"
+            )
             continue
         ratio = r["seconds"] / ref["seconds"] if ref else float("nan")
-        mem_ratio = r["peak_bytes"] / ref["peak_bytes"] if ref and ref["peak_bytes"] else float("nan")
+        mem_ratio = (
+            r["peak_bytes"] / ref["peak_bytes"] if ref and ref["peak_bytes"] else float("nan")
+        )
         lines.append(
-            f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6} {1e3 * r['seconds']:>10.1f} {ratio:>8.2f} "
-            f"{r['flops'] / r['seconds'] / 1e9:>8.1f} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
+            f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6}"
+            f" {1e3 * r['seconds']:>10.1f} {ratio:>8.2f} {r['flops'] / r['seconds'] / 1e9:>8.1f}"
+            f" {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
         )
     return "\n".join(lines)
 
 
-def load_cache(device: str = "cpu", folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
+def load_cache(
+    device: str = "cpu", folder: Optional[str] = None, tag: str = ""
+) -> Dict[str, object]:
     """The decoding-step timings written by ``python -m attncourse.benchmarks --cache`` (chapter 6).
 
     ``{"machine", "device", "model", "rows"}`` as :func:`run_cache` returns them: by default the
@@ -227,10 +375,14 @@ def load_cache(device: str = "cpu", folder: Optional[str] = None, tag: str = "")
     with the package); ``folder`` reads those of your own run.
     """
     if not isinstance(device, str) or not isinstance(tag, str):
-        raise TypeError(f"device and tag must be strings, got {type(device).__name__} and {type(tag).__name__}")
+        raise TypeError(
+            f"device and tag must be strings, got {type(device).__name__} and {type(tag).__name__}"
+        )
     path = Path(folder or RESULTS) / f"ch06_cache_benchmark_{device}{tag}.json"
     if not path.is_file():
-        raise ValueError(f"no committed cache benchmark for device={device!r}, tag={tag!r}: {path} is missing")
+        raise ValueError(
+            f"no committed cache benchmark for device={device!r}, tag={tag!r}: {path} is missing"
+        )
     return json.loads(path.read_text())
 
 
@@ -252,13 +404,25 @@ def plot(result: Dict[str, object]):
     rows = [r for r in result["rows"] if r["kind"] == "attention" and "seconds" in r]  # type: ignore[index]
     for impl, colour in zip(IMPLEMENTATIONS, ("tab:red", "tab:blue", "tab:green")):
         for causal, style in ((False, "-o"), (True, "--x")):
-            mine = sorted((r for r in rows if r["impl"] == impl and r["causal"] == causal), key=lambda r: r["length"])
+            mine = sorted(
+                (r for r in rows if r["impl"] == impl and r["causal"] == causal),
+                key=lambda r: r["length"],
+            )
             if not mine:
                 continue
             label = f"{impl}{' causal' if causal else ''}"
             lengths = [r["length"] for r in mine]
-            ax_time.loglog(lengths, [r["seconds"] for r in mine], style, color=colour, label=label, base=2)
-            ax_mem.loglog(lengths, [r["peak_bytes"] / 2**20 for r in mine], style, color=colour, label=label, base=2)
+            ax_time.loglog(
+                lengths, [r["seconds"] for r in mine], style, color=colour, label=label, base=2
+            )
+            ax_mem.loglog(
+                lengths,
+                [r["peak_bytes"] / 2**20 for r in mine],
+                style,
+                color=colour,
+                label=label,
+                base=2,
+            )
     ax_time.set(xlabel="sequence length L", ylabel="time (s)", title="forward time")
     ax_mem.set(xlabel="sequence length L", ylabel="peak extra memory (MiB)", title="peak memory")
     for ax in (ax_time, ax_mem):
@@ -267,7 +431,9 @@ def plot(result: Dict[str, object]):
     return fig
 
 
-def constants(sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, score_length: int = 512) -> Dict[str, object]:
+def constants(
+    sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, score_length: int = 512
+) -> Dict[str, object]:
     """What the O() formulas hide, measured side by side on the CPU (chapter 7's "Big O against practice").
 
     * ``matmul_flops_per_s``: ``{n: FLOP/s}`` of square ``n x n`` products, each timed as a batch
@@ -286,12 +452,20 @@ def constants(sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, 
     for n in sizes:
         a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
         reps = max(1, (largest // n) ** 3 // 64)  # about the same FLOPs per call for every size
-        fns[str(n)] = (lambda a=a, b=b, reps=reps: [a @ b for _ in range(reps)])
+        fns[str(n)] = lambda a=a, b=b, reps=reps: [a @ b for _ in range(reps)]
         work[str(n)] = 2 * n**3 * reps
-    matmul = {name: work[name] / t.median for name, t in time_interleaved(fns, repeats=repeats).items()}
+    matmul = {
+        name: work[name] / t.median for name, t in time_interleaved(fns, repeats=repeats).items()
+    }
     s = torch.randn(8, score_length, score_length, generator=g)
-    q, k = torch.randn(8, score_length, 64, generator=g), torch.randn(8, score_length, 64, generator=g)
-    t = time_interleaved({"softmax": lambda: torch.softmax(s, dim=-1), "qk": lambda: q @ k.transpose(-2, -1)}, repeats=repeats)
+    q, k = (
+        torch.randn(8, score_length, 64, generator=g),
+        torch.randn(8, score_length, 64, generator=g),
+    )
+    t = time_interleaved(
+        {"softmax": lambda: torch.softmax(s, dim=-1), "qk": lambda: q @ k.transpose(-2, -1)},
+        repeats=repeats,
+    )
     big = torch.randn(16 * 2**20, generator=g)
     copy_time = time_interleaved({"copy": big.clone}, repeats=repeats)["copy"].median
     threads = torch.get_num_threads()
@@ -299,7 +473,9 @@ def constants(sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, 
     per_thread = {}
     for n in sorted({1, threads}):
         torch.set_num_threads(n)
-        per_thread[str(n)] = 2 * 768**3 / time_interleaved({"mm": lambda: a @ b}, repeats=repeats)["mm"].median
+        per_thread[str(n)] = (
+            2 * 768**3 / time_interleaved({"mm": lambda: a @ b}, repeats=repeats)["mm"].median
+        )
     torch.set_num_threads(threads)
     info = machine("cpu")
     if hasattr(os, "getloadavg"):

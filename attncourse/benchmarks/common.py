@@ -3,6 +3,7 @@
 Nothing here imports another benchmark module, so :mod:`attncourse.benchmarks.attention` and
 :mod:`attncourse.benchmarks.kernels` both sit above it and neither imports the other.
 """
+
 from __future__ import annotations
 
 import datetime

@@ -13,6 +13,7 @@ Run through ``python -m attncourse.benchmarks``:
   wall time against the span at ``L = 4096``, all spans timed interleaved in one run, written
   to ``results/span_time_cpu.json``.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,16 +29,42 @@ from ..masks import causal_mask
 from .common import machine, read_result
 from .measure import attention_flops, time_interleaved
 
-__all__ = ["time_triton_against_torch", "GPU_IMPLEMENTATIONS", "TARGETS", "build_gpu", "run_gpu", "gpu_file_name", "targets", "run_span_time", "span_table", "load_span_time"]
+__all__ = [
+    "time_triton_against_torch",
+    "GPU_IMPLEMENTATIONS",
+    "TARGETS",
+    "build_gpu",
+    "run_gpu",
+    "gpu_file_name",
+    "targets",
+    "run_span_time",
+    "span_table",
+    "load_span_time",
+]
 
 GPU_IMPLEMENTATIONS = ("triton", "torch-flash", "tiled", "naive")
 # The issue's targets on an H100, B=4, H=16, d=64, L=4096, float16 (time ratios).
-TARGETS = {"forward x torch-flash": 1.3, "forward+backward x torch-flash": 1.6, "span 4096 / span 256": 8.0}
+TARGETS = {
+    "forward x torch-flash": 1.3,
+    "forward+backward x torch-flash": 1.6,
+    "span 4096 / span 256": 8.0,
+}
 
 
 def build_gpu(
-    impl: str, length: int, causal: bool, dtype: torch.dtype, backward: bool, *, batch: int = 4, num_heads: int = 16,
-    head_dim: int = 64, device: str = "cuda", span: Optional[float] = None, ramp: float = 32.0, seed: int = 0,
+    impl: str,
+    length: int,
+    causal: bool,
+    dtype: torch.dtype,
+    backward: bool,
+    *,
+    batch: int = 4,
+    num_heads: int = 16,
+    head_dim: int = 64,
+    device: str = "cuda",
+    span: Optional[float] = None,
+    ramp: float = 32.0,
+    seed: int = 0,
 ):
     """A zero-argument function running ``impl`` on ``(batch, num_heads, length, head_dim)`` inputs.
 
@@ -48,8 +75,12 @@ def build_gpu(
     from ..kernels.flash import adaptive_span_flash_attention, flash_attention
 
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(batch, num_heads, length, head_dim, generator=g).to(device=device, dtype=dtype).requires_grad_(backward)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, num_heads, length, head_dim, generator=g)
+        .to(device=device, dtype=dtype)
+        .requires_grad_(backward)
+        for _ in range(3)
+    )
     if impl == "triton":
         forward = lambda: flash_attention(q, k, v, causal=causal)
     elif impl == "torch-flash":
@@ -70,9 +101,11 @@ def build_gpu(
     else:
         raise ValueError(f"impl must be one of {GPU_IMPLEMENTATIONS + ('span',)}, got {impl!r}")
     if not backward:
+
         def fn():
             with torch.no_grad():
                 return forward()
+
         return fn
 
     def fn():
@@ -80,19 +113,30 @@ def build_gpu(
         out.float().sum().backward()
         q.grad = k.grad = v.grad = None
         return out
+
     return fn
 
 
-def _naive_bytes(batch: int, num_heads: int, length: int, dtype: torch.dtype, backward: bool) -> int:
+def _naive_bytes(
+    batch: int, num_heads: int, length: int, dtype: torch.dtype, backward: bool
+) -> int:
     """About the naive version's peak: scores and weights in the input dtype (and float32 softmax), twice with the backward."""
     return batch * num_heads * length * length * (dtype.itemsize * 2 + 4) * (2 if backward else 1)
 
 
 def run_gpu(
-    lengths: Sequence[int] = (512, 1024, 2048, 4096, 8192, 16384, 32768), *, device: str = "cuda",
-    dtypes: Sequence[str] = ("float16", "bfloat16"), batch: int = 4, num_heads: int = 16, head_dim: int = 64,
-    span_length: int = 4096, spans: Sequence[float] = (256.0, 4096.0), max_tiled_length: int = 8192,
-    memory_fraction: float = 0.5, repeats: int = 5,
+    lengths: Sequence[int] = (512, 1024, 2048, 4096, 8192, 16384, 32768),
+    *,
+    device: str = "cuda",
+    dtypes: Sequence[str] = ("float16", "bfloat16"),
+    batch: int = 4,
+    num_heads: int = 16,
+    head_dim: int = 64,
+    span_length: int = 4096,
+    spans: Sequence[float] = (256.0, 4096.0),
+    max_tiled_length: int = 8192,
+    memory_fraction: float = 0.5,
+    repeats: int = 5,
 ) -> Dict[str, object]:
     """Time every implementation side by side (interleaved) at each setting; return rows, machine and targets."""
     rows: List[Dict[str, object]] = []
@@ -110,44 +154,97 @@ def run_gpu(
                 for backward in (False, True):
                     built, skipped = {}, {}
                     for impl in GPU_IMPLEMENTATIONS:
-                        if impl == "naive" and free is not None and _naive_bytes(batch, num_heads, length, dtype, backward) > memory_fraction * free:
-                            skipped[impl] = f"the (L, L) scores would need more than {memory_fraction:.0%} of the free GPU memory"
+                        if (
+                            impl == "naive"
+                            and free is not None
+                            and _naive_bytes(batch, num_heads, length, dtype, backward)
+                            > memory_fraction * free
+                        ):
+                            skipped[impl] = (
+                                f"the (L, L) scores would need more than {memory_fraction:.0%} of"
+                                " the free GPU memory"
+                            )
                         elif impl in ("tiled", "naive") and length > max_tiled_length:
-                            skipped[impl] = f"L > {max_tiled_length} (a Python loop over blocks; too slow to time)"
+                            skipped[impl] = (
+                                f"L > {max_tiled_length} (a Python loop over blocks; too slow to"
+                                " time)"
+                            )
                         else:
                             built[impl] = build_gpu(impl, length, causal, dtype, backward, **shape)
-                    timings = time_interleaved(built, repeats=repeats, warmup=2, device=torch.device(device))
-                    flops = attention_flops(batch, num_heads, length, length, head_dim, causal=causal) * (3.5 if backward else 1)
+                    timings = time_interleaved(
+                        built, repeats=repeats, warmup=2, device=torch.device(device)
+                    )
+                    flops = attention_flops(
+                        batch, num_heads, length, length, head_dim, causal=causal
+                    ) * (3.5 if backward else 1)
                     for impl in GPU_IMPLEMENTATIONS:
-                        row = {"kind": "attention", "impl": impl, "dtype": dtype_name, "length": length, "causal": causal,
-                               "pass": "forward+backward" if backward else "forward", "flops": int(flops)}
-                        row.update({"skipped": skipped[impl]} if impl in skipped else
-                                   {"seconds": timings[impl].median, "times": timings[impl].times})
+                        row = {
+                            "kind": "attention",
+                            "impl": impl,
+                            "dtype": dtype_name,
+                            "length": length,
+                            "causal": causal,
+                            "pass": "forward+backward" if backward else "forward",
+                            "flops": int(flops),
+                        }
+                        row.update(
+                            {"skipped": skipped[impl]}
+                            if impl in skipped
+                            else {"seconds": timings[impl].median, "times": timings[impl].times}
+                        )
                         rows.append(row)
         for backward in (False, True):
-            built = {f"span {s:g}": build_gpu("span", span_length, True, dtype, backward, span=s, **shape) for s in spans}
-            timings = time_interleaved(built, repeats=repeats, warmup=2, device=torch.device(device))
+            built = {
+                f"span {s:g}": build_gpu(
+                    "span", span_length, True, dtype, backward, span=s, **shape
+                )
+                for s in spans
+            }
+            timings = time_interleaved(
+                built, repeats=repeats, warmup=2, device=torch.device(device)
+            )
             for s in spans:
-                rows.append({"kind": "span", "impl": "span", "span": s, "dtype": dtype_name, "length": span_length, "causal": True,
-                             "pass": "forward+backward" if backward else "forward", "seconds": timings[f"span {s:g}"].median,
-                             "times": timings[f"span {s:g}"].times})
+                rows.append(
+                    {
+                        "kind": "span",
+                        "impl": "span",
+                        "span": s,
+                        "dtype": dtype_name,
+                        "length": span_length,
+                        "causal": True,
+                        "pass": "forward+backward" if backward else "forward",
+                        "seconds": timings[f"span {s:g}"].median,
+                        "times": timings[f"span {s:g}"].times,
+                    }
+                )
     result: Dict[str, object] = {
         "machine": machine("cuda" if torch.device(device).type == "cuda" else "cpu"),
         "device": device,
         "triton_interpreter": device == "cpu",
         "compute_capability": list(torch.cuda.get_device_capability()) if on_cuda else None,
-        "torch_sdpa_backend": {name: sdpa_backend_for(device, getattr(torch, name), head_dim) for name in dtypes},
+        "torch_sdpa_backend": {
+            name: sdpa_backend_for(device, getattr(torch, name), head_dim) for name in dtypes
+        },
         "skipped_dtypes": skipped_dtypes,
         "shape": {"batch": batch, "num_heads": num_heads, "head_dim": head_dim},
         "rows": rows,
     }
-    result["targets"] = targets(rows, length=4096 if 4096 in lengths else max(lengths), span_length=span_length, spans=spans)
+    result["targets"] = targets(
+        rows, length=4096 if 4096 in lengths else max(lengths), span_length=span_length, spans=spans
+    )
     return result
 
 
-def targets(rows: List[Dict[str, object]], *, length: int = 4096, dtype: str = "float16", span_length: int = 4096,
-            spans: Sequence[float] = (256.0, 4096.0)) -> Dict[str, Dict[str, Optional[float]]]:
+def targets(
+    rows: List[Dict[str, object]],
+    *,
+    length: int = 4096,
+    dtype: str = "float16",
+    span_length: int = 4096,
+    spans: Sequence[float] = (256.0, 4096.0),
+) -> Dict[str, Dict[str, Optional[float]]]:
     """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met."""
+
     def seconds(**want):
         for r in rows:
             if all(r.get(k) == v for k, v in want.items()) and "seconds" in r:
@@ -155,16 +252,45 @@ def targets(rows: List[Dict[str, object]], *, length: int = 4096, dtype: str = "
         return None
 
     out: Dict[str, Dict[str, Optional[float]]] = {}
-    for name, which in (("forward x torch-flash", "forward"), ("forward+backward x torch-flash", "forward+backward")):
-        ours = seconds(kind="attention", impl="triton", length=length, causal=False, dtype=dtype, **{"pass": which})
-        ref = seconds(kind="attention", impl="torch-flash", length=length, causal=False, dtype=dtype, **{"pass": which})
+    for name, which in (
+        ("forward x torch-flash", "forward"),
+        ("forward+backward x torch-flash", "forward+backward"),
+    ):
+        ours = seconds(
+            kind="attention",
+            impl="triton",
+            length=length,
+            causal=False,
+            dtype=dtype,
+            **{"pass": which},
+        )
+        ref = seconds(
+            kind="attention",
+            impl="torch-flash",
+            length=length,
+            causal=False,
+            dtype=dtype,
+            **{"pass": which},
+        )
         ratio = ours / ref if ours and ref else None
-        out[name] = {"measured": ratio, "target": TARGETS[name], "met": None if ratio is None else ratio <= TARGETS[name]}
-    short = seconds(kind="span", span=min(spans), dtype=dtype, length=span_length, **{"pass": "forward"})
-    long = seconds(kind="span", span=max(spans), dtype=dtype, length=span_length, **{"pass": "forward"})
+        out[name] = {
+            "measured": ratio,
+            "target": TARGETS[name],
+            "met": None if ratio is None else ratio <= TARGETS[name],
+        }
+    short = seconds(
+        kind="span", span=min(spans), dtype=dtype, length=span_length, **{"pass": "forward"}
+    )
+    long = seconds(
+        kind="span", span=max(spans), dtype=dtype, length=span_length, **{"pass": "forward"}
+    )
     ratio = long / short if short and long else None
     name = "span 4096 / span 256"
-    out[name] = {"measured": ratio, "target": TARGETS[name], "met": None if ratio is None else ratio >= TARGETS[name]}
+    out[name] = {
+        "measured": ratio,
+        "target": TARGETS[name],
+        "met": None if ratio is None else ratio >= TARGETS[name],
+    }
     return out
 
 
@@ -176,14 +302,28 @@ def gpu_file_name(gpu: str) -> str:
 
 def gpu_table(rows: List[Dict[str, object]]) -> str:
     """The GPU rows as text, each time relative to torch's flash SDPA at the same setting."""
-    ref = {(r["dtype"], r["length"], r["causal"], r["pass"]): r.get("seconds") for r in rows if r["impl"] == "torch-flash"}
-    lines = [f"{'impl':<12} {'dtype':<9} {'L':>6} {'causal':>6} {'pass':<17} {'time ms':>10} {'x flash':>8} {'TFLOP/s':>8}"]
+    ref = {
+        (r["dtype"], r["length"], r["causal"], r["pass"]): r.get("seconds")
+        for r in rows
+        if r["impl"] == "torch-flash"
+    }
+    lines = [
+        f"{'impl':<12} {'dtype':<9} {'L':>6} {'causal':>6} {'pass':<17} {'time ms':>10}"
+        f" {'x flash':>8} {'TFLOP/s':>8}"
+    ]
     for r in rows:
-        head = f"{r['impl'] if r['kind'] == 'attention' else 'span ' + format(r['span'], 'g'):<12} {r['dtype']:<9} {r['length']:>6} {str(r['causal']):>6} {r['pass']:<17}"
+        head = (
+            f"{r['impl'] if r['kind'] == 'attention' else 'span ' + format(r['span'], 'g'):<12}"
+            f" {r['dtype']:<9} {r['length']:>6} {str(r['causal']):>6} {r['pass']:<17}"
+        )
         if "seconds" not in r:
             lines.append(f"{head} skipped: {r['skipped']}")
             continue
-        base = ref.get((r["dtype"], r["length"], r["causal"], r["pass"])) if r["kind"] == "attention" else None
+        base = (
+            ref.get((r["dtype"], r["length"], r["causal"], r["pass"]))
+            if r["kind"] == "attention"
+            else None
+        )
         ratio = f"{r['seconds'] / base:8.2f}" if base else f"{'':>8}"
         tflops = f"{r['flops'] / r['seconds'] / 1e12:8.1f}" if "flops" in r else f"{'':>8}"
         lines.append(f"{head} {1e3 * r['seconds']:>10.3f} {ratio} {tflops}")
@@ -194,8 +334,14 @@ def gpu_table(rows: List[Dict[str, object]]) -> str:
 
 
 def run_span_time(
-    length: int = 4096, spans: Sequence[int] = (64, 256, 1024, 4096), *, embed_dim: int = 128, num_heads: int = 4,
-    ramp: float = 32.0, repeats: int = 5, seed: int = 0,
+    length: int = 4096,
+    spans: Sequence[int] = (64, 256, 1024, 4096),
+    *,
+    embed_dim: int = 128,
+    num_heads: int = 4,
+    ramp: float = 32.0,
+    repeats: int = 5,
+    seed: int = 0,
 ) -> Dict[str, object]:
     """Wall time of chapter 8's adaptive-span layer (forward, CPU) at each span, all timed interleaved in one run.
 
@@ -206,23 +352,45 @@ def run_span_time(
     x = torch.randn(1, length, embed_dim)
     layers = {}
     for span in spans:
-        layer = AdaptiveSpanAttention(embed_dim, num_heads, max_span=max(spans), ramp=ramp, init_span=float(span),
-                                      learnable=False, position_bias=False).eval()
+        layer = AdaptiveSpanAttention(
+            embed_dim,
+            num_heads,
+            max_span=max(spans),
+            ramp=ramp,
+            init_span=float(span),
+            learnable=False,
+            position_bias=False,
+        ).eval()
         layers[span] = layer
 
     def call(layer):
         def fn():
             with torch.no_grad():
                 return layer(x)[0]
+
         return fn
 
     timings = time_interleaved({str(s): call(layers[s]) for s in spans}, repeats=repeats, warmup=1)
     rows = []
     for span in spans:
         window = layers[span].span.window(length)
-        rows.append({"span": span, "window": window, "cells": num_heads * computed_cells(length, window),
-                     "seconds": timings[str(span)].median, "times": timings[str(span)].times})
-    return {"machine": machine("cpu"), "length": length, "embed_dim": embed_dim, "num_heads": num_heads, "ramp": ramp, "rows": rows}
+        rows.append(
+            {
+                "span": span,
+                "window": window,
+                "cells": num_heads * computed_cells(length, window),
+                "seconds": timings[str(span)].median,
+                "times": timings[str(span)].times,
+            }
+        )
+    return {
+        "machine": machine("cpu"),
+        "length": length,
+        "embed_dim": embed_dim,
+        "num_heads": num_heads,
+        "ramp": ramp,
+        "rows": rows,
+    }
 
 
 def span_table(result: Dict[str, object]) -> str:
@@ -231,7 +399,10 @@ def span_table(result: Dict[str, object]) -> str:
     longest = max(rows, key=lambda r: r["span"])["seconds"]  # type: ignore[index]
     lines = [f"{'span':>6} {'window':>7} {'cells':>12} {'time ms':>10} {'x longest':>10}"]
     for r in rows:  # type: ignore[union-attr]
-        lines.append(f"{r['span']:>6} {r['window']:>7} {r['cells']:>12} {1e3 * r['seconds']:>10.1f} {r['seconds'] / longest:>10.3f}")
+        lines.append(
+            f"{r['span']:>6} {r['window']:>7} {r['cells']:>12} {1e3 * r['seconds']:>10.1f}"
+            f" {r['seconds'] / longest:>10.3f}"
+        )
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@
   the call. It counts every page the call touched, whoever allocated it, at page granularity.
 * FLOPs: from the formulas :func:`attention_flops` and :func:`multihead_flops`.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,13 @@ def _sync(device: Optional[torch.device]) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device: Optional[torch.device] = None) -> Timing:
+def time_call(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    device: Optional[torch.device] = None,
+) -> Timing:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones.
 
     On CUDA pass ``device`` so that each timing waits for the GPU to finish (kernels are
@@ -72,7 +79,11 @@ def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, de
 
 
 def time_interleaved(
-    fns: Dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1, device: Optional[torch.device] = None
+    fns: Dict[str, Callable[[], object]],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    device: Optional[torch.device] = None,
 ) -> Dict[str, Timing]:
     """Time several functions round-robin: each repeat calls every function once, in turn.
 
@@ -134,11 +145,18 @@ def _memory_now_and_peak() -> Tuple[int, int]:
 
         class Counters(ctypes.Structure):
             size = ctypes.c_size_t
-            _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD),
-                        ("PeakWorkingSetSize", size), ("WorkingSetSize", size),
-                        ("QuotaPeakPagedPoolUsage", size), ("QuotaPagedPoolUsage", size),
-                        ("QuotaPeakNonPagedPoolUsage", size), ("QuotaNonPagedPoolUsage", size),
-                        ("PagefileUsage", size), ("PeakPagefileUsage", size)]
+            _fields_ = [
+                ("cb", wintypes.DWORD),
+                ("PageFaultCount", wintypes.DWORD),
+                ("PeakWorkingSetSize", size),
+                ("WorkingSetSize", size),
+                ("QuotaPeakPagedPoolUsage", size),
+                ("QuotaPagedPoolUsage", size),
+                ("QuotaPeakNonPagedPoolUsage", size),
+                ("QuotaNonPagedPoolUsage", size),
+                ("PagefileUsage", size),
+                ("PeakPagefileUsage", size),
+            ]
 
         counters = Counters()
         counters.cb = ctypes.sizeof(Counters)
@@ -178,10 +196,15 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     env = dict(os.environ)
     done = subprocess.run(
         [sys.executable, "-c", code, target, json.dumps(kwargs)],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"the measuring process failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(
+            f"the measuring process failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
     return int(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -202,8 +225,14 @@ def _child_peak(target: str, kwargs: Dict[str, object]) -> int:
 
 
 def attention_flops(
-    batch: int, num_heads: int, query_len: int, key_len: int, head_dim: int, value_dim: Optional[int] = None,
-    *, causal: bool = False,
+    batch: int,
+    num_heads: int,
+    query_len: int,
+    key_len: int,
+    head_dim: int,
+    value_dim: Optional[int] = None,
+    *,
+    causal: bool = False,
 ) -> int:
     """Floating-point operations of the two matrix products of attention (a multiply-add is 2).
 
@@ -211,7 +240,13 @@ def attention_flops(
     the softmax (about 5 operations per score) is not counted. With ``causal`` only the
     allowed (query, key) pairs count (``causal_mask``'s alignment): about half when ``L = S``.
     """
-    for name, v in (("batch", batch), ("num_heads", num_heads), ("query_len", query_len), ("key_len", key_len), ("head_dim", head_dim)):
+    for name, v in (
+        ("batch", batch),
+        ("num_heads", num_heads),
+        ("query_len", query_len),
+        ("key_len", key_len),
+        ("head_dim", head_dim),
+    ):
         require_positive_int(name, v)
     value_dim = head_dim if value_dim is None else value_dim
     require_positive_int("value_dim", value_dim)
@@ -223,7 +258,15 @@ def attention_flops(
     return 2 * batch * num_heads * pairs * (head_dim + value_dim)
 
 
-def multihead_flops(batch: int, query_len: int, key_len: int, embed_dim: int, num_heads: int, *, causal: bool = False) -> int:
+def multihead_flops(
+    batch: int,
+    query_len: int,
+    key_len: int,
+    embed_dim: int,
+    num_heads: int,
+    *,
+    causal: bool = False,
+) -> int:
     """FLOPs of a multi-head attention layer's forward pass (``kdim = vdim = embed_dim``).
 
     Four projections (``W^Q`` on ``L`` rows, ``W^K`` and ``W^V`` on ``S`` rows, ``W^O`` on ``L``
@@ -235,10 +278,18 @@ def multihead_flops(batch: int, query_len: int, key_len: int, embed_dim: int, nu
     if embed_dim % num_heads:
         raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
     projections = 2 * batch * embed_dim * embed_dim * (2 * query_len + 2 * key_len)
-    return projections + attention_flops(batch, num_heads, query_len, key_len, embed_dim // num_heads, causal=causal)
+    return projections + attention_flops(
+        batch, num_heads, query_len, key_len, embed_dim // num_heads, causal=causal
+    )
 
 
-def matmul_throughput(size: int = 1024, *, repeats: int = 5, dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> float:
+def matmul_throughput(
+    size: int = 1024,
+    *,
+    repeats: int = 5,
+    dtype: torch.dtype = torch.float32,
+    device: Optional[torch.device] = None,
+) -> float:
     """Measured FLOP/s of one ``size x size`` by ``size x size`` matrix product: the machine's ceiling."""
     require_positive_int("size", size)
     a = torch.randn(size, size, dtype=dtype, device=device)
@@ -250,15 +301,30 @@ def matmul_throughput(size: int = 1024, *, repeats: int = 5, dtype: torch.dtype 
 def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
     """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``."""
     if len(lengths) != len(values) or len(lengths) < 2:
-        raise ValueError(f"need at least two (length, value) pairs of equal count, got {len(lengths)} and {len(values)}")
+        raise ValueError(
+            f"need at least two (length, value) pairs of equal count, got {len(lengths)} and"
+            f" {len(values)}"
+        )
     for name, seq in (("lengths", lengths), ("values", values)):
-        bad = [v for v in seq if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0]
+        bad = [
+            v
+            for v in seq
+            if isinstance(v, bool)
+            or not isinstance(v, numbers.Real)
+            or not math.isfinite(v)
+            or v <= 0
+        ]
         if bad:
-            raise ValueError(f"{name} must be positive finite numbers (a log-log fit), got {bad[0]!r} in {list(seq)!r}")
+            raise ValueError(
+                f"{name} must be positive finite numbers (a log-log fit), got {bad[0]!r} in"
+                f" {list(seq)!r}"
+            )
     x = [math.log(v) for v in lengths]
     y = [math.log(v) for v in values]
     mx, my = sum(x) / len(x), sum(y) / len(y)
     spread = sum((a - mx) ** 2 for a in x)
     if spread == 0:
-        raise ValueError(f"lengths must not all be equal (no slope can be fitted), got {list(lengths)!r}")
+        raise ValueError(
+            f"lengths must not all be equal (no slope can be fitted), got {list(lengths)!r}"
+        )
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / spread

@@ -9,6 +9,7 @@ Attention can fetch ``x_{t-1}`` and ``x_{t-2}`` from the context, but the table 
 knowledge about the task that no context holds: a model must store its ``V^2`` entries in
 its weights, in a feed-forward layer or in persistent memory vectors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,17 @@ from ..all_attention import AllAttentionBlock, count_parameters
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
 
-__all__ = ["make_table", "lookup_sequences", "lookup_entropy", "MODEL_KINDS", "build_lookup_model", "compare_on_lookup", "load_seed_results",
-           "time_training_steps", "load_step_times"]
+__all__ = [
+    "make_table",
+    "lookup_sequences",
+    "lookup_entropy",
+    "MODEL_KINDS",
+    "build_lookup_model",
+    "compare_on_lookup",
+    "load_seed_results",
+    "time_training_steps",
+    "load_step_times",
+]
 
 
 def make_table(vocab_size: int, *, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -43,7 +53,12 @@ def _check_noise(noise: float) -> None:
 
 
 def lookup_sequences(
-    table: Tensor, num_sequences: int, length: int, *, noise: float = 0.2, generator: Optional[torch.Generator] = None
+    table: Tensor,
+    num_sequences: int,
+    length: int,
+    *,
+    noise: float = 0.2,
+    generator: Optional[torch.Generator] = None,
 ) -> Tensor:
     """Sample ``(num_sequences, length)`` token sequences of the lookup language.
 
@@ -55,15 +70,27 @@ def lookup_sequences(
         generator: for reproducible samples.
     """
     require_tensor("table", table)
-    if table.dim() != 2 or table.size(0) != table.size(1) or table.is_floating_point() or table.dtype == torch.bool:
-        raise ValueError(f"table must be a square integer tensor (V, V), got {table.dtype} {fmt_shape(table.shape)}")
+    if (
+        table.dim() != 2
+        or table.size(0) != table.size(1)
+        or table.is_floating_point()
+        or table.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"table must be a square integer tensor (V, V), got {table.dtype}"
+            f" {fmt_shape(table.shape)}"
+        )
     require_positive_int("num_sequences", num_sequences)
     require_positive_int("length", length)
     if length < 3:
-        raise ValueError(f"length must be at least 3 (two free tokens, then the table), got {length}")
+        raise ValueError(
+            f"length must be at least 3 (two free tokens, then the table), got {length}"
+        )
     _check_noise(noise)
     vocab = table.size(0)
-    tokens = torch.randint(vocab, (num_sequences, length), generator=generator)  # the noise, and x_0, x_1
+    tokens = torch.randint(
+        vocab, (num_sequences, length), generator=generator
+    )  # the noise, and x_0, x_1
     use_table = torch.rand(num_sequences, length, generator=generator) >= noise
     for t in range(2, length):
         looked_up = table[tokens[:, t - 1], tokens[:, t - 2]]
@@ -106,15 +133,26 @@ def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, see
         raise ValueError(f"kind must be one of {MODEL_KINDS}, got {kind!r}")
     torch.manual_seed(seed)
     if kind == "FFN Transformer":
-        return CausalLM.standard(vocab_size, d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=length)
+        return CausalLM.standard(
+            vocab_size, d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=length
+        )
     if kind == "all-attention":
-        return CausalLM(vocab_size, 64, length, [AllAttentionBlock(64, 4, num_persistent=256) for _ in range(2)])
+        return CausalLM(
+            vocab_size, 64, length, [AllAttentionBlock(64, 4, num_persistent=256) for _ in range(2)]
+        )
     return CausalLM(vocab_size, 64, length, [TransformerBlock(64, 4, d_ff=0) for _ in range(6)])
 
 
 def compare_on_lookup(
-    seed: int = 0, *, steps: int = 600, batch: int = 32, vocab_size: int = 32, length: int = 16, noise: float = 0.2,
-    kinds: Sequence[str] = MODEL_KINDS, progress: bool = True,
+    seed: int = 0,
+    *,
+    steps: int = 600,
+    batch: int = 32,
+    vocab_size: int = 32,
+    length: int = 16,
+    noise: float = 0.2,
+    kinds: Sequence[str] = MODEL_KINDS,
+    progress: bool = True,
 ) -> Dict[str, Dict[str, object]]:
     """Train each model of ``kinds`` on the same lookup language and batches; return their results.
 
@@ -132,7 +170,11 @@ def compare_on_lookup(
     test_tokens = lookup_sequences(table, 1024, length, noise=noise, generator=generator)
 
     def get_batch(step: int) -> Tensor:
-        rows = torch.randint(len(train_tokens), (batch,), generator=torch.Generator().manual_seed(step + 1_000_003 * seed))
+        rows = torch.randint(
+            len(train_tokens),
+            (batch,),
+            generator=torch.Generator().manual_seed(step + 1_000_003 * seed),
+        )
         return train_tokens[rows]
 
     def loss_fn(model, tokens: Tensor) -> Tensor:
@@ -143,18 +185,38 @@ def compare_on_lookup(
         model = build_lookup_model(kind, vocab_size, length, seed=seed)
         start = time.perf_counter()
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        curve = train(model, get_batch, loss_fn, steps=steps, optimizer=optimizer, progress=progress, desc=kind)
+        curve = train(
+            model,
+            get_batch,
+            loss_fn,
+            steps=steps,
+            optimizer=optimizer,
+            progress=progress,
+            desc=kind,
+        )
         seconds = time.perf_counter() - start
         with torch.no_grad():
             test_loss = loss_fn(model, test_tokens).item()
-        results[kind] = {"test_loss": test_loss, "parameters": count_parameters(model), "curve": curve,
-                         "seconds": seconds, "model": model}
+        results[kind] = {
+            "test_loss": test_loss,
+            "parameters": count_parameters(model),
+            "curve": curve,
+            "seconds": seconds,
+            "model": model,
+        }
     return results
 
 
 def time_training_steps(
-    *, rounds: int = 30, warmup: int = 3, batch: int = 32, vocab_size: int = 32, length: int = 16, seed: int = 0,
-    threads: int = 1, kinds: Sequence[str] = MODEL_KINDS,
+    *,
+    rounds: int = 30,
+    warmup: int = 3,
+    batch: int = 32,
+    vocab_size: int = 32,
+    length: int = 16,
+    seed: int = 0,
+    threads: int = 1,
+    kinds: Sequence[str] = MODEL_KINDS,
 ) -> Dict[str, object]:
     """Time one training step (forward, backward, Adam) of each model of ``kinds``, interleaved.
 
@@ -178,7 +240,9 @@ def time_training_steps(
         table = make_table(vocab_size, generator=generator)
         tokens = lookup_sequences(table, batch, length, generator=generator)
         models = {kind: build_lookup_model(kind, vocab_size, length, seed=seed) for kind in kinds}
-        optimizers = {kind: torch.optim.Adam(model.parameters(), lr=3e-3) for kind, model in models.items()}
+        optimizers = {
+            kind: torch.optim.Adam(model.parameters(), lr=3e-3) for kind, model in models.items()
+        }
 
         def step(kind: str) -> float:
             start = time.perf_counter()
@@ -197,8 +261,14 @@ def time_training_steps(
     finally:
         torch.set_num_threads(previous)
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    return {"threads": threads, "rounds": rounds, "batch": batch, "load_average": load, "times_ms": times,
-            "median_ms": {kind: sorted(t)[len(t) // 2] for kind, t in times.items()}}
+    return {
+        "threads": threads,
+        "rounds": rounds,
+        "batch": batch,
+        "load_average": load,
+        "times_ms": times,
+        "median_ms": {kind: sorted(t)[len(t) // 2] for kind, t in times.items()},
+    }
 
 
 def load_step_times(path: Optional[str] = None) -> Dict[str, object]:
@@ -213,28 +283,56 @@ def load_seed_results(path: Optional[str] = None) -> Dict[str, object]:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Run :func:`compare_on_lookup` for several seeds and write the test losses as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m attncourse.course.lookup_task", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m attncourse.course.lookup_task", description=main.__doc__
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--output", type=Path, default=Path(RESULTS.name), help="JSON file (default: in the working directory)")
-    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
-    parser.add_argument("--step-times", action="store_true",
-                        help="time one training step of each model, interleaved, on one thread (ch09_step_times_cpu.json)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path(RESULTS.name),
+        help="JSON file (default: in the working directory)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch's CPU threads (default: torch's own choice)",
+    )
+    parser.add_argument(
+        "--step-times",
+        action="store_true",
+        help=(
+            "time one training step of each model, interleaved, on one thread"
+            " (ch09_step_times_cpu.json)"
+        ),
+    )
     args = parser.parse_args(argv)
     if args.step_times:
         result = time_training_steps()
         output = Path(STEP_TIMES.name)  # the working directory, never the installed package
         output.write_text(json.dumps(dict(result, torch=torch.__version__), indent=1) + "\n")
-        print({kind: round(ms, 1) for kind, ms in result["median_ms"].items()}, f"written to {output}")
+        print(
+            {kind: round(ms, 1) for kind, ms in result["median_ms"].items()}, f"written to {output}"
+        )
         return
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     runs = {}
     for seed in args.seeds:
         result = compare_on_lookup(seed, steps=args.steps, progress=False)
-        runs[str(seed)] = {kind: {"test_loss": r["test_loss"], "parameters": r["parameters"]} for kind, r in result.items()}
+        runs[str(seed)] = {
+            kind: {"test_loss": r["test_loss"], "parameters": r["parameters"]}
+            for kind, r in result.items()
+        }
         print(seed, {kind: round(r["test_loss"], 4) for kind, r in result.items()}, flush=True)
-    payload = {"steps": args.steps, "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": runs}
+    payload = {
+        "steps": args.steps,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "runs": runs,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(payload, indent=1) + "\n")
     print(f"written to {args.output}")

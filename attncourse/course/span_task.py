@@ -6,6 +6,7 @@ otherwise; with probability ``noise`` it is replaced by a uniformly random token
 ``far`` tokens are random. A model predicting token ``t`` needs one head looking ``near``
 back, one looking ``far`` back, and the previous token to choose between them.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,12 +34,20 @@ def near_far_copy_task(
     The loss should count only targets at positions ``>= far``
     (``next_token_loss(logits, tokens, start=far)``).
     """
-    for name, value in (("num_sequences", num_sequences), ("length", length), ("vocab_size", vocab_size), ("near", near), ("far", far)):
+    for name, value in (
+        ("num_sequences", num_sequences),
+        ("length", length),
+        ("vocab_size", vocab_size),
+        ("near", near),
+        ("far", far),
+    ):
         require_positive_int(name, value)
     if not near < far < length:
         raise ValueError(f"need near < far < length, got near={near}, far={far}, length={length}")
     if vocab_size < 2:
-        raise ValueError(f"vocab_size must be at least 2 (a lower and an upper half), got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be at least 2 (a lower and an upper half), got {vocab_size}"
+        )
     if not 0 <= noise < 1:
         raise ValueError(f"noise must be in [0, 1), got {noise!r}")
     g = torch.Generator().manual_seed(seed)
@@ -46,7 +55,9 @@ def near_far_copy_task(
     replace = torch.rand(num_sequences, length, generator=g) < noise
     random_tokens = torch.randint(vocab_size, (num_sequences, length), generator=g)
     for t in range(far, length):
-        copied = torch.where(tokens[:, t - 1] < vocab_size // 2, tokens[:, t - near], tokens[:, t - far])
+        copied = torch.where(
+            tokens[:, t - 1] < vocab_size // 2, tokens[:, t - near], tokens[:, t - far]
+        )
         tokens[:, t] = torch.where(replace[:, t], random_tokens[:, t], copied)
     return tokens
 
@@ -55,4 +66,8 @@ def near_far_entropy(vocab_size: int = 16, noise: float = 0.1) -> float:
     """The lowest achievable loss (nats per target): the entropy of the noise around the copied token."""
     right = 1 - noise + noise / vocab_size
     other = noise / vocab_size
-    return -(right * math.log(right) + (vocab_size - 1) * other * math.log(other)) if noise > 0 else 0.0
+    return (
+        -(right * math.log(right) + (vocab_size - 1) * other * math.log(other))
+        if noise > 0
+        else 0.0
+    )

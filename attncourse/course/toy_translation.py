@@ -22,6 +22,7 @@ learned position vectors and residual connections; it is trained by :func:`train
 with :func:`attncourse.training.train`; :func:`alignment_accuracy` scores its
 cross-attention against the true alignment.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,11 +31,16 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import fmt_shape, require_non_negative_int, require_positive_int, require_rank, require_tensor
+from .._checks import (
+    fmt_shape,
+    require_non_negative_int,
+    require_positive_int,
+    require_rank,
+    require_tensor,
+)
 from ..masks import causal_mask, combine_masks
 from ..multihead import MultiHeadAttention
 from ..training import train
-from ..transformer import Seq2SeqTransformer
 
 __all__ = [
     "UNITS",
@@ -88,7 +94,9 @@ def number_to_words(n: int) -> Tuple[List[str], List[int]]:
         raise ValueError(f"n must be an integer in [1, 9999], got {n!r}")
     digits = [int(c) for c in str(n)]
     if 0 in digits:
-        raise ValueError(f"n must have no zero digit (a zero is not said, so it has no source word), got {n}")
+        raise ValueError(
+            f"n must have no zero digit (a zero is not said, so it has no source word), got {n}"
+        )
     words: List[str] = []
     alignment: List[int] = [0] * len(digits)
     scales = {4: "thousand", 3: "hundred"}
@@ -152,12 +160,20 @@ class TranslationData:
             picked = [picked]
         rows = torch.tensor(picked, dtype=torch.long)
         return TranslationData(
-            [self.numbers[i] for i in picked], self.src[rows], self.tgt_in[rows], self.tgt_out[rows], self.alignment[rows]
+            [self.numbers[i] for i in picked],
+            self.src[rows],
+            self.tgt_in[rows],
+            self.tgt_out[rows],
+            self.alignment[rows],
         )
 
     def to(self, device: torch.device) -> "TranslationData":
         return TranslationData(
-            self.numbers, self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.alignment.to(device)
+            self.numbers,
+            self.src.to(device),
+            self.tgt_in.to(device),
+            self.tgt_out.to(device),
+            self.alignment.to(device),
         )
 
     def source_words(self, i: int) -> List[str]:
@@ -200,8 +216,13 @@ class _AttentionLayer(nn.Module):
         self.self_weights: Optional[Tensor] = None
         self.cross_weights: Optional[Tensor] = None
 
-    def forward(self, x: Tensor, mask: Tensor, memory: Optional[Tensor] = None,
-                memory_mask: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor,
+        memory: Optional[Tensor] = None,
+        memory_mask: Optional[Tensor] = None,
+    ) -> Tensor:
         """``x`` ``(B, L, d)``, ``memory`` ``(B, S, d)`` -> ``(B, L, d)``."""
         attended, weights = self.self_attn(x, x, x, mask)
         self.self_weights = weights.detach()
@@ -234,28 +255,59 @@ class AttentionTranslator(nn.Module):
     layer keeps its last cross-attention weights ``(B, num_heads, L, S)`` in ``cross_weights``.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, *, d_model: int = 32, num_heads: int = 2,
-                 num_encoder_layers: int = 1, num_decoder_layers: int = 2, max_len: int = 8,
-                 pad_id: int = 0) -> None:
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        *,
+        d_model: int = 32,
+        num_heads: int = 2,
+        num_encoder_layers: int = 1,
+        num_decoder_layers: int = 2,
+        max_len: int = 8,
+        pad_id: int = 0,
+    ) -> None:
         super().__init__()
-        for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model),
-                            ("num_decoder_layers", num_decoder_layers), ("max_len", max_len)):
+        for name, value in (
+            ("src_vocab", src_vocab),
+            ("tgt_vocab", tgt_vocab),
+            ("d_model", d_model),
+            ("num_decoder_layers", num_decoder_layers),
+            ("max_len", max_len),
+        ):
             require_positive_int(name, value)
         require_non_negative_int("num_encoder_layers", num_encoder_layers)
         self.pad_id, self.max_len = pad_id, max_len
-        self.src_tokens, self.tgt_tokens = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
-        self.src_positions, self.tgt_positions = nn.Embedding(max_len, d_model), nn.Embedding(max_len, d_model)
-        self.encoder = nn.ModuleList(_AttentionLayer(d_model, num_heads, False) for _ in range(num_encoder_layers))
-        self.decoder = nn.ModuleList(_AttentionLayer(d_model, num_heads, True) for _ in range(num_decoder_layers))
+        self.src_tokens, self.tgt_tokens = (
+            nn.Embedding(src_vocab, d_model),
+            nn.Embedding(tgt_vocab, d_model),
+        )
+        self.src_positions, self.tgt_positions = (
+            nn.Embedding(max_len, d_model),
+            nn.Embedding(max_len, d_model),
+        )
+        self.encoder = nn.ModuleList(
+            _AttentionLayer(d_model, num_heads, False) for _ in range(num_encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            _AttentionLayer(d_model, num_heads, True) for _ in range(num_decoder_layers)
+        )
         self.head = nn.Linear(d_model, tgt_vocab)
 
-    def _embed(self, tokens: Tensor, table: nn.Embedding, positions: nn.Embedding, name: str) -> Tensor:
+    def _embed(
+        self, tokens: Tensor, table: nn.Embedding, positions: nn.Embedding, name: str
+    ) -> Tensor:
         require_tensor(name, tokens)
         require_rank(name, tokens, 2, "(B, L)")
         if tokens.dtype != torch.long or tokens.size(1) > self.max_len:
-            raise ValueError(f"{name} must be long token ids of length <= max_len={self.max_len}, "
-                             f"got {tokens.dtype} of shape {fmt_shape(tokens.shape)}")
-        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < table.num_embeddings:
+            raise ValueError(
+                f"{name} must be long token ids of length <= max_len={self.max_len}, "
+                f"got {tokens.dtype} of shape {fmt_shape(tokens.shape)}"
+            )
+        if (
+            tokens.numel()
+            and not 0 <= int(tokens.min()) <= int(tokens.max()) < table.num_embeddings
+        ):
             raise ValueError(f"{name} holds ids outside [0, {table.num_embeddings})")
         return table(tokens) + positions(torch.arange(tokens.size(1), device=tokens.device))
 
@@ -270,8 +322,9 @@ class AttentionTranslator(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
         x = self._embed(tgt_in, self.tgt_tokens, self.tgt_positions, "tgt_in")
-        self_mask = combine_masks(causal_mask(tgt_in.size(1), device=tgt_in.device),
-                                  (tgt_in != self.pad_id)[:, None, :])
+        self_mask = combine_masks(
+            causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
+        )
         memory_mask = (src != self.pad_id)[:, None, :]
         for layer in self.decoder:
             x = layer(x, self_mask, memory, memory_mask)
@@ -283,7 +336,7 @@ class AttentionTranslator(nn.Module):
         require_tensor("tgt_in", tgt_in)
         if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
             raise ValueError(
-                f"src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
+                "src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
                 f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
             )
         return self.decode(tgt_in, self.encode(src), src)
@@ -296,8 +349,15 @@ class AttentionTranslator(nn.Module):
         end-of-sequence token are produced too; cut them off where the task's EOS appears.
         """
         require_positive_int("max_len", max_len)
-        if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < self.tgt_tokens.num_embeddings:
-            raise ValueError(f"bos_id must be a target token id in [0, {self.tgt_tokens.num_embeddings}), got {bos_id!r}")
+        if (
+            isinstance(bos_id, bool)
+            or not isinstance(bos_id, int)
+            or not 0 <= bos_id < self.tgt_tokens.num_embeddings
+        ):
+            raise ValueError(
+                f"bos_id must be a target token id in [0, {self.tgt_tokens.num_embeddings}), got"
+                f" {bos_id!r}"
+            )
         memory = self.encode(src)
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(max_len):
@@ -309,7 +369,9 @@ class AttentionTranslator(nn.Module):
 def translation_loss(model: nn.Module, batch: TranslationData) -> Tensor:
     """Mean cross-entropy of the decoder's predictions of ``batch.tgt_out``, padding ignored."""
     logits = model(batch.src, batch.tgt_in)  # (B, L, V)
-    return nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
+    return nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD
+    )
 
 
 def train_translator(
@@ -345,7 +407,15 @@ def train_translator(
         return data[rows]
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = train(model, get_batch, translation_loss, steps=steps, optimizer=optimizer, progress=progress, desc="translation")
+    losses = train(
+        model,
+        get_batch,
+        translation_loss,
+        steps=steps,
+        optimizer=optimizer,
+        progress=progress,
+        desc="translation",
+    )
     return model, losses
 
 
@@ -376,7 +446,8 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
     require_rank("weights", weights, 3, "(N, L, S)")
     if alignment.shape != weights.shape[:2]:
         raise ValueError(
-            f"alignment must have shape (N, L) = {fmt_shape(weights.shape[:2])}, got {fmt_shape(alignment.shape)}"
+            f"alignment must have shape (N, L) = {fmt_shape(weights.shape[:2])}, got"
+            f" {fmt_shape(alignment.shape)}"
         )
     counted = alignment >= 0
     if not bool(counted.any()):

@@ -3,6 +3,7 @@
 Every chapter's exercises live in a module of this package and register themselves on
 import; ``list_exercises()`` shows them all.
 """
+
 import importlib
 import pkgutil
 

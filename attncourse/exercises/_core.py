@@ -5,6 +5,7 @@ A checker receives the learner's answer and either returns (optionally a short s
 note) or raises :class:`Mistake` with feedback naming the likely error. A learner function
 that raises ``NotImplementedError`` (the untouched stub) counts as not attempted.
 """
+
 from __future__ import annotations
 
 import base64
@@ -42,14 +43,22 @@ class NotAttempted(Exception):
 
 
 #: The not-attempted message of an untouched function stub.
-STUB_FUNCTION = "Your function still raises NotImplementedError: write its body, then run this cell again."
+STUB_FUNCTION = (
+    "Your function still raises NotImplementedError: write its body, then run this cell again."
+)
 #: The not-attempted message of an untouched value stub (``answer = ...``).
-STUB_VALUE = "Your answer is still the placeholder ... (or None): replace it with your answer, then run this cell again."
+STUB_VALUE = (
+    "Your answer is still the placeholder ... (or None): replace it with your answer, then run this"
+    " cell again."
+)
 
 
 def stub_field(name: str) -> str:
     """The not-attempted message of a dict answer whose field ``name`` is still ``...``."""
-    return f"{name} is still the placeholder ...: replace it with your {name}, then run this cell again."
+    return (
+        f"{name} is still the placeholder ...: replace it with your {name}, then run this cell"
+        " again."
+    )
 
 
 def several(messages: Sequence[str]) -> str:
@@ -60,7 +69,10 @@ def several(messages: Sequence[str]) -> str:
     if len(unique) == 1:
         return unique[0]
     items = "\n".join(f"- {m}" for m in unique)
-    return f"Your answer is what each of {len(unique)} known mistakes gives; check which one you made:\n{items}"
+    return (
+        f"Your answer is what each of {len(unique)} known mistakes gives; check which one you"
+        f" made:\n{items}"
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,10 @@ class Reveal:
     def _repr_html_(self) -> str:
         inner = html.escape(self.text)
         inner = f"<pre>{inner}</pre>" if self.code else inner.replace("\n", "<br>")
-        return f"<details><summary><b>{html.escape(self.label)}</b> (click to show)</summary>{inner}</details>"
+        return (
+            f"<details><summary><b>{html.escape(self.label)}</b> (click to"
+            f" show)</summary>{inner}</details>"
+        )
 
 
 @dataclass(frozen=True)
@@ -124,7 +139,9 @@ class Exercise:
     solution_is_code: bool
     reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
     keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
-    function_answer: Optional[bool] = None  # what @exercise(answer_is_function=...) said, if anything
+    function_answer: Optional[bool] = (
+        None  # what @exercise(answer_is_function=...) said, if anything
+    )
 
     @property
     def answer_is_function(self) -> bool:
@@ -184,7 +201,14 @@ def exercise(
             is_code = False if solution_is_code is None else solution_is_code
         reference = solution if callable(solution) and is_code else None
         _REGISTRY[exercise_id] = Exercise(
-            exercise_id, title, checker, textwrap.dedent(hint).strip(), text, is_code, reference, keep_dtype,
+            exercise_id,
+            title,
+            checker,
+            textwrap.dedent(hint).strip(),
+            text,
+            is_code,
+            reference,
+            keep_dtype,
             answer_is_function,
         )
         return checker
@@ -254,8 +278,12 @@ def check(exercise_id: str, answer: Any) -> Result:
         except BaseException as error:  # noqa: BLE001 - the checker met an answer it did not foresee
             if context.timed_out:
                 return Result(exercise_id, FAILED, _timeout_message())
-            return Result(exercise_id, FAILED, f"{UNGRADABLE} ({type(error).__name__}: {_text(error)}). "
-                          "Check that your answer has the form the exercise asks for.")
+            return Result(
+                exercise_id,
+                FAILED,
+                f"{UNGRADABLE} ({type(error).__name__}: {_text(error)}). "
+                "Check that your answer has the form the exercise asks for.",
+            )
         if context.timed_out:  # a checker that swallowed the time-out must not pass the answer
             return Result(exercise_id, FAILED, _timeout_message())
         return Result(exercise_id, PASSED, note if isinstance(note, str) and note else "Well done.")
@@ -271,8 +299,11 @@ class _Preserved:
     model (``model.eval()``) without the learner's model leaving the check changed."""
 
     def __init__(self, answer: Any) -> None:
-        objects = list(answer.values()) if isinstance(answer, dict) else (
-            list(answer) if isinstance(answer, (list, tuple)) else [answer])
+        objects = (
+            list(answer.values())
+            if isinstance(answer, dict)
+            else (list(answer) if isinstance(answer, (list, tuple)) else [answer])
+        )
         self.modules = [m for m in objects if isinstance(m, torch.nn.Module)]
         self.tensors = [t for t in objects if isinstance(t, Tensor)]
 
@@ -283,7 +314,9 @@ class _Preserved:
         for module in self.modules:
             tensors = list(module.parameters()) + list(module.buffers())
             self.states.append([(t, t.detach().clone(), t.requires_grad) for t in tensors])
-        self.values = [(t, t.detach().clone(), t.requires_grad) for t in self.tensors if not t.is_meta]
+        self.values = [
+            (t, t.detach().clone(), t.requires_grad) for t in self.tensors if not t.is_meta
+        ]
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -292,7 +325,9 @@ class _Preserved:
             for module, training in flags:
                 module.training = training
         with torch.no_grad():
-            for tensor, value, requires_grad in [s for states in self.states for s in states] + self.values:
+            for tensor, value, requires_grad in [
+                s for states in self.states for s in states
+            ] + self.values:
                 try:
                     if not torch.equal(tensor, value):
                         tensor.copy_(value)
@@ -345,11 +380,11 @@ TIME_LIMIT_S = 10.0
 UNGRADABLE = "Your answer could not be graded"
 
 
-
 def _timeout_message() -> str:
     return (
-        f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was stopped. "
-        "Look for a loop that never ends, a sleep or an input(): the reference takes milliseconds."
+        f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was"
+        " stopped. Look for a loop that never ends, a sleep or an input(): the reference takes"
+        " milliseconds."
     )
 
 
@@ -432,13 +467,16 @@ def _check_dtype(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> No
     for dtype in (t.dtype for t in _floating_tensors(result, [])):
         if dtype != expected:
             raise Mistake(
-                f"Your function was given {expected} tensors and returned a {dtype} tensor: keep the input's dtype "
-                "(a .float(), .double(), .to(...) or torch.tensor(..., dtype=...) changed it; create new "
-                "tensors with dtype=x.dtype, or compute in another dtype and convert back at the end)."
+                f"Your function was given {expected} tensors and returned a {dtype} tensor: keep"
+                " the input's dtype (a .float(), .double(), .to(...) or torch.tensor(...,"
+                " dtype=...) changed it; create new tensors with dtype=x.dtype, or compute in"
+                " another dtype and convert back at the end)."
             )
 
 
-def _run_with_time_limit(fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any], seconds: float) -> Any:
+def _run_with_time_limit(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any], seconds: float
+) -> Any:
     """``fn(*args, **kwargs)``, interrupted with :class:`_TimeUp` after ``seconds``.
 
     On the main thread of a POSIX process (a Jupyter or Colab kernel, a script, pytest) a
@@ -465,7 +503,9 @@ def _run_with_time_limit(fn: Callable[..., Any], args: Sequence[Any], kwargs: Di
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            if outer_delay > 0:  # someone else's timer (pytest-timeout, ...) was pending: put it back
+            if (
+                outer_delay > 0
+            ):  # someone else's timer (pytest-timeout, ...) was pending: put it back
                 left = outer_delay - (time.monotonic() - started)
                 signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)
     box: Dict[str, Any] = {}
@@ -509,7 +549,10 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     * torch's default dtype and grad mode are restored afterwards if the learner changed them.
     """
     if inspect.isclass(fn):
-        raise Mistake(f"Expected a function, got the class {fn.__name__}: pass a function written with def (or a lambda).")
+        raise Mistake(
+            f"Expected a function, got the class {fn.__name__}: pass a function written with def"
+            " (or a lambda)."
+        )
     if not callable(fn):
         raise Mistake(f"Expected a function, got {type(fn).__name__}.")
     try:
@@ -534,7 +577,9 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if context is None:
             result = fn(*copied_args, **copied_kwargs)
         else:
-            result = _run_with_time_limit(fn, copied_args, copied_kwargs, TIME_LIMIT_S - context.spent)
+            result = _run_with_time_limit(
+                fn, copied_args, copied_kwargs, TIME_LIMIT_S - context.spent
+            )
     except _TimeUp:
         if context is not None:
             context.timed_out = True
@@ -581,8 +626,12 @@ def _referenced(fn: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any
     found = [scope[n] for n in names if n in scope]
     for module in [v for v in found if inspect.ismodule(v)]:
         found += [getattr(module, n) for n in names if hasattr(module, n)]
-    for helper in [v for v in found if inspect.isfunction(v)
-                   and not str(getattr(v, "__module__", None) or "").startswith(("torch", "attncourse"))]:
+    for helper in [
+        v
+        for v in found
+        if inspect.isfunction(v)
+        and not str(getattr(v, "__module__", None) or "").startswith(("torch", "attncourse"))
+    ]:
         found += _referenced(helper, depth + 1, seen)
     return found
 
@@ -597,8 +646,10 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
         reached = [fn]
     for name, helper in forbidden.items():
         if any(obj is helper for obj in reached):
-            raise Mistake(f"Your function calls {name}, which this exercise asks you to write yourself: "
-                          "compute it with torch operations.")
+            raise Mistake(
+                f"Your function calls {name}, which this exercise asks you to write yourself: "
+                "compute it with torch operations."
+            )
 
 
 # -- numbers and shapes as learners write them -----------------------------------------------
@@ -610,7 +661,10 @@ def _scalar(answer: Any, what: str) -> Any:
     kind = type(answer).__name__
     if isinstance(answer, Tensor):
         if answer.numel() != 1:
-            raise Mistake(f"The {what} should be a single number, got a tensor of shape {tuple(answer.shape)}.")
+            raise Mistake(
+                f"The {what} should be a single number, got a tensor of shape"
+                f" {tuple(answer.shape)}."
+            )
         if answer.dtype == torch.bool:
             raise Mistake(f"The {what} should be a number, got a boolean tensor.")
         try:
@@ -620,17 +674,26 @@ def _scalar(answer: Any, what: str) -> Any:
     elif type(answer).__module__ == "numpy" and hasattr(answer, "item"):
         size = getattr(answer, "size", 1)
         if size != 1:
-            raise Mistake(f"The {what} should be a single number, got an array of shape {getattr(answer, 'shape', '?')}.")
+            raise Mistake(
+                f"The {what} should be a single number, got an array of shape"
+                f" {getattr(answer, 'shape', '?')}."
+            )
         if getattr(getattr(answer, "dtype", None), "kind", "") == "b":
             raise Mistake(f"The {what} should be a number, got a boolean.")
         try:
-            answer = answer.item() if size == 1 and getattr(answer, "ndim", 0) == 0 else answer.reshape(()).item()
+            answer = (
+                answer.item()
+                if size == 1 and getattr(answer, "ndim", 0) == 0
+                else answer.reshape(()).item()
+            )
         except Exception:  # noqa: BLE001
             raise Mistake(f"The {what} should be a number, got {kind}.") from None
     if isinstance(answer, bool):
         raise Mistake(f"The {what} should be a number, got a boolean ({answer}).")
     if isinstance(answer, str):
-        raise Mistake(f"The {what} should be a number, got the string {answer[:40]!r}: remove the quotes.")
+        raise Mistake(
+            f"The {what} should be a number, got the string {answer[:40]!r}: remove the quotes."
+        )
     if type(answer) in (int, float, complex):
         return answer
     if isinstance(answer, numbers.Integral):
@@ -659,15 +722,25 @@ def number(answer: Any, what: str = "answer") -> float:
     if isinstance(value, complex):
         if value.imag != 0:
             raise Mistake(f"The {what} should be a real number, got the complex number {value}.")
-        raise Mistake(f"The {what} should be a real number, got a complex number ({value}): drop the complex type.")
+        raise Mistake(
+            f"The {what} should be a real number, got a complex number ({value}): drop the complex"
+            " type."
+        )
     try:
         result = float(value)
     except OverflowError:
-        raise Mistake(f"The {what} is an integer with {len(str(abs(value)))} digits: far too large to be right.") from None
+        raise Mistake(
+            f"The {what} is an integer with {len(str(abs(value)))} digits: far too large to be"
+            " right."
+        ) from None
     if math.isnan(result):
-        raise Mistake(f"The {what} is NaN (not a number): something divided 0 by 0 or took inf - inf.")
+        raise Mistake(
+            f"The {what} is NaN (not a number): something divided 0 by 0 or took inf - inf."
+        )
     if math.isinf(result):
-        raise Mistake(f"The {what} is infinite ({result}): something overflowed or divided by zero.")
+        raise Mistake(
+            f"The {what} is infinite ({result}): something overflowed or divided by zero."
+        )
     return result
 
 
@@ -694,7 +767,10 @@ def as_shape(answer: Any, what: str = "The shape") -> tuple:
         return tuple(int(n) for n in answer)
     if isinstance(answer, Tensor) or type(answer).__module__ == "numpy":
         if getattr(answer, "ndim", None) != 1:
-            raise Mistake(f"{message}; got {type(answer).__name__} of shape {tuple(getattr(answer, 'shape', ()))}.")
+            raise Mistake(
+                f"{message}; got {type(answer).__name__} of shape"
+                f" {tuple(getattr(answer, 'shape', ()))}."
+            )
         answer = list(answer)
     if not isinstance(answer, (tuple, list)):
         raise Mistake(f"{message}; got {type(answer).__name__}.")
@@ -704,8 +780,12 @@ def as_shape(answer: Any, what: str = "The shape") -> tuple:
             size = integer(n, what)
         except Mistake:
             raise Mistake(f"{message}; got {_short_repr(answer)}.") from None
-        if isinstance(n, float) or (type(n).__module__ == "numpy" and getattr(getattr(n, "dtype", None), "kind", "") == "f"):
-            raise Mistake(f"{message}; got {_short_repr(answer)}: the sizes must be integers, not floats.")
+        if isinstance(n, float) or (
+            type(n).__module__ == "numpy" and getattr(getattr(n, "dtype", None), "kind", "") == "f"
+        ):
+            raise Mistake(
+                f"{message}; got {_short_repr(answer)}: the sizes must be integers, not floats."
+            )
         if size < 0:
             raise Mistake(f"{message}; got {_short_repr(answer)}: sizes are never negative.")
         sizes.append(size)
@@ -720,7 +800,9 @@ def _short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def expect_tensor(value: Any, shape: Sequence[int], what: str, *, dtype: Optional[torch.dtype] = None) -> Tensor:
+def expect_tensor(
+    value: Any, shape: Sequence[int], what: str, *, dtype: Optional[torch.dtype] = None
+) -> Tensor:
     """Check that ``value`` is a (real, dense) tensor of ``shape`` (and ``dtype`` if given), else raise a :class:`Mistake`."""
     if not isinstance(value, Tensor):
         raise Mistake(f"{what} should be a torch.Tensor, got {type(value).__name__}.")
@@ -729,17 +811,31 @@ def expect_tensor(value: Any, shape: Sequence[int], what: str, *, dtype: Optiona
     if value.is_complex():
         raise Mistake(f"{what} is complex ({value.dtype}): attention works with real numbers.")
     if value.layout != torch.strided or value.is_meta:
-        raise Mistake(f"{what} should be an ordinary dense tensor, got layout {value.layout} on {value.device}.")
+        raise Mistake(
+            f"{what} should be an ordinary dense tensor, got layout {value.layout} on"
+            f" {value.device}."
+        )
     if dtype is not None and value.dtype != dtype:
         raise Mistake(f"{what} should have dtype {dtype}, got {value.dtype}.")
     return value
 
 
-def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float = 1e-4, equal_nan: bool = False) -> bool:
+def matches(
+    actual: Tensor,
+    expected: Tensor,
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    equal_nan: bool = False,
+) -> bool:
     """Same shape and values within tolerance. NaN matches nothing, unless ``equal_nan``
     (used to recognise a known mistake that itself produces NaN). A complex, sparse or
     unreadable ``actual`` matches nothing (its imaginary part is never silently dropped)."""
-    if not isinstance(actual, Tensor) or not isinstance(expected, Tensor) or actual.shape != expected.shape:
+    if (
+        not isinstance(actual, Tensor)
+        or not isinstance(expected, Tensor)
+        or actual.shape != expected.shape
+    ):
         return False
     if actual.is_complex() and not expected.is_complex():
         return False
@@ -754,8 +850,10 @@ def matches(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float
 
 
 #: The message of the known mistake "softmax over the wrong dimension" (see :func:`softmax_over`).
-SOFTMAX_DIM = ("The softmax runs over the wrong dimension (dim=-2, the queries): each row, one query, must "
-               "sum to 1 over the keys: softmax(..., dim=-1).")
+SOFTMAX_DIM = (
+    "The softmax runs over the wrong dimension (dim=-2, the queries): each row, one query, must "
+    "sum to 1 over the keys: softmax(..., dim=-1)."
+)
 
 
 @contextlib.contextmanager
@@ -776,21 +874,30 @@ def softmax_over(dim: int):
 
         return softmax
 
-    torch.softmax, functional.softmax, Tensor.softmax = moved(saved[0]), moved(saved[1]), moved(saved[2])
+    torch.softmax, functional.softmax, Tensor.softmax = (
+        moved(saved[0]),
+        moved(saved[1]),
+        moved(saved[2]),
+    )
     try:
         yield
     finally:
         torch.softmax, functional.softmax, Tensor.softmax = saved
 
 
-def diagnose(actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol: float = 1e-5) -> str:
+def diagnose(
+    actual: Tensor, mistakes: Dict[str, Tensor], *, default: str, atol: float = 1e-5
+) -> str:
     """The message of the known mistake whose output ``actual`` reproduces, else ``default``.
 
     When several known mistakes give the same output (on this input they coincide), the
     message names all of them (:func:`several`): the output alone cannot tell which was made.
     A mistake whose value is ``None`` (not defined for this input) is skipped."""
-    found = [message for message, wrong in mistakes.items()
-             if wrong is not None and matches(actual, wrong, atol=atol, equal_nan=True)]
+    found = [
+        message
+        for message, wrong in mistakes.items()
+        if wrong is not None and matches(actual, wrong, atol=atol, equal_nan=True)
+    ]
     return several(found) if found else default
 
 
@@ -803,13 +910,15 @@ def choice(answer: Any, choices: Sequence[str], what: str = "answer") -> str:
     if not isinstance(answer, str):
         raise Mistake(f"{expected}; got {type(answer).__name__} {_short_repr(answer, 40)}.")
     letter = answer.strip().lower()
-    if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", "\"\"", "''"):
+    if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", '""', "''"):
         letter = letter[1:-1].strip()
     if letter in [c.lower() for c in choices]:
         return letter
     if not letter:
         raise Mistake(f"{expected}; your {what} is empty.")
-    if len(letter) > 1 and all(c in [x.lower() for x in choices] for c in letter.replace(",", "").replace(" ", "")):
+    if len(letter) > 1 and all(
+        c in [x.lower() for x in choices] for c in letter.replace(",", "").replace(" ", "")
+    ):
         raise Mistake(f"{expected}; you gave several ({answer!r}): exactly one is the answer.")
     raise Mistake(f"{expected}; got {_short_repr(answer, 40)}.")
 
@@ -843,8 +952,11 @@ def check_number(
     if abs(value - expected) <= rel_tol * abs(expected):
         return right
     tolerance = rel_tol if mistake_rel_tol is None else mistake_rel_tol
-    found = [message for wrong, message in json.loads(reveal(concealed_mistakes)).items()
-             if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong)))]
+    found = [
+        message
+        for wrong, message in json.loads(reveal(concealed_mistakes)).items()
+        if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong)))
+    ]
     if found:
         raise Mistake(several(found))
     raise Mistake(otherwise.format(value=value))

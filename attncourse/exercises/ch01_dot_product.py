@@ -1,4 +1,5 @@
 """Chapter 1 exercises: scaled dot-product attention."""
+
 from __future__ import annotations
 
 import math
@@ -6,7 +7,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._core import Mistake, forbid, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, forbid, matches
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -38,7 +39,10 @@ def _check_scores(fn) -> str:
     expected = query @ key.T / 3
     out = call(fn, query, key)
     if isinstance(out, torch.Tensor) and out.shape == (5, 4):
-        raise Mistake("Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries first: query @ key^T.")
+        raise Mistake(
+            "Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries"
+            " first: query @ key^T."
+        )
     expect_tensor(out, (4, 5), "The scores for query (4, 9) and key (5, 9)")
     if not matches(out, expected):
         raise Mistake(
@@ -48,17 +52,30 @@ def _check_scores(fn) -> str:
                     "Your scores are not scaled: divide Q K^T by sqrt(d_k).": query @ key.T,
                     "You divided by d_k; the scale is 1 / sqrt(d_k).": query @ key.T / 9,
                     "You multiplied by sqrt(d_k); divide by it instead.": query @ key.T * 3,
-                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(4),
-                    "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1).": query @ key.T / math.sqrt(5),
+                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": (
+                        query @ key.T / math.sqrt(4)
+                    ),
+                    "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1).": (
+                        query @ key.T / math.sqrt(5)
+                    ),
                 },
-                default="Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9).",
+                default=(
+                    "Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9)."
+                ),
             )
         )
     query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
-    advice = "Right for one matrix, wrong with batch dimensions: transpose only the last two dimensions of key (key.transpose(-2, -1), not key.T)."
+    advice = (
+        "Right for one matrix, wrong with batch dimensions: transpose only the last two dimensions"
+        " of key (key.transpose(-2, -1), not key.T)."
+    )
     try:
         out = call(fn, query, key)
-        expect_tensor(out, (2, 4, 3, 6), "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that")
+        expect_tensor(
+            out,
+            (2, 4, 3, 6),
+            "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that",
+        )
     except Mistake as mistake:
         raise Mistake(f"{advice}\n({mistake})") from None
     raw = query @ key.transpose(-2, -1)
@@ -69,12 +86,18 @@ def _check_scores(fn) -> str:
             diagnose(
                 out,
                 {
-                    f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. d_k is the "
-                    "LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1].": raw / 2,
-                    f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k is the "
-                    "LAST dimension: query.size(-1).": raw / 2**0.5,
-                    f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": raw / 3**0.5,
-                    f"{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is query.size(-1).": raw / 6**0.5,
+                    f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. d_k is the LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1].": (
+                        raw / 2
+                    ),
+                    f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k is the LAST dimension: query.size(-1).": (
+                        raw / 2**0.5
+                    ),
+                    f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": (
+                        raw / 3**0.5
+                    ),
+                    f"{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is query.size(-1).": (
+                        raw / 6**0.5
+                    ),
                 },
                 default=advice,
             )
@@ -119,27 +142,40 @@ def _variants(query, key, value, mask=None):
         return scores.masked_fill(~keep, float("-inf")) if keep is not None else scores
 
     out = {
-        "The softmax runs over the wrong dimension: each row (one query) must sum to 1 over the keys, so use dim=-1.":
-            finish(masked(raw / d_k**0.5, mask), dim=-2),
-        "The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": finish(masked(raw, mask)),
+        "The softmax runs over the wrong dimension: each row (one query) must sum to 1 over the keys, so use dim=-1.": finish(
+            masked(raw / d_k**0.5, mask), dim=-2
+        ),
+        "The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": finish(
+            masked(raw, mask)
+        ),
         "The scale is 1 / d_k; it should be 1 / sqrt(d_k).": finish(masked(raw / d_k, mask)),
-        "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of queries and keys.":
-            finish(masked(raw / d_v**0.5, mask)),
+        "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of queries and keys.": finish(
+            masked(raw / d_v**0.5, mask)
+        ),
     }
     if mask is not None:
         w = torch.softmax(raw / d_k**0.5, dim=-1)
-        out["The mask is ignored: positions where mask is False must get zero weight."] = (w @ value, w)
-        out["The mask polarity is inverted: True means 'may attend', so fill the positions where mask is False."] = (
-            finish(raw.masked_fill(mask, float("-inf")) / d_k**0.5)
+        out["The mask is ignored: positions where mask is False must get zero weight."] = (
+            w @ value,
+            w,
         )
+        out[
+            "The mask polarity is inverted: True means 'may attend', so fill the positions where"
+            " mask is False."
+        ] = finish(raw.masked_fill(mask, float("-inf")) / d_k**0.5)
         kept = w * mask
-        out["The mask is applied after the softmax, so the kept weights no longer sum to 1: mask the scores, then take the softmax."] = (
+        out[
+            "The mask is applied after the softmax, so the kept weights no longer sum to 1: mask"
+            " the scores, then take the softmax."
+        ] = (
             kept @ value,
             kept,
         )
         big = torch.softmax((raw / d_k**0.5).masked_fill(~mask, -1e9), dim=-1)
-        out["A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give a row with no allowed key "
-            "zero weights and zero output."] = (
+        out[
+            "A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give"
+            " a row with no allowed key zero weights and zero output."
+        ] = (
             big @ value,
             big,
         )
@@ -154,14 +190,17 @@ def _compare(case: str, got, expected, variants) -> None:
     if matches(weights, exp_w) and matches(output, exp_out):
         return
     if matches(weights, exp_w):
-        raise Mistake(f"{case}: the weights are right but the output is not: the output is weights @ value.")
+        raise Mistake(
+            f"{case}: the weights are right but the output is not: the output is weights @ value."
+        )
     for message, (_, wrong_weights) in variants.items():
         if matches(weights, wrong_weights, equal_nan=True):
             raise Mistake(f"{case}: {message}")
     if torch.isnan(weights).any() or torch.isnan(output).any():
         raise Mistake(
-            f"{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row whose keys are all masked gives "
-            "softmax(-inf, ..., -inf) = 0/0; give such a row zero weights and a zero output."
+            f"{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row whose"
+            " keys are all masked gives softmax(-inf, ..., -inf) = 0/0; give such a row zero"
+            " weights and a zero output."
         )
     raise Mistake(f"{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).")
 
@@ -185,67 +224,111 @@ def _check_attention(fn) -> str:
     q, k, v = _random(4, 8, seed=10), _random(6, 8, seed=11), _random(6, 5, seed=12)
     got = _outputs(fn, q, k, v)
     if isinstance(got[1], torch.Tensor) and got[1].shape == (6, 4):
-        raise Mistake("Your weights have shape (S, L): you computed key @ query^T. The scores are query @ key^T, shape (L, S).")
-    _compare("Without a mask (L=4, S=6, d_k=8, d_v=5)", got, scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+        raise Mistake(
+            "Your weights have shape (S, L): you computed key @ query^T. The scores are query @"
+            " key^T, shape (L, S)."
+        )
+    _compare(
+        "Without a mask (L=4, S=6, d_k=8, d_v=5)",
+        got,
+        scaled_dot_product_attention(q, k, v),
+        _variants(q, k, v),
+    )
 
-    q, k, v = _random(2, 3, 4, 8, seed=13), _random(2, 3, 7, 8, seed=14), _random(2, 3, 7, 6, seed=15)
-    _compare("With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6", _outputs(fn, q, k, v), scaled_dot_product_attention(q, k, v), _variants(q, k, v))
+    q, k, v = (
+        _random(2, 3, 4, 8, seed=13),
+        _random(2, 3, 7, 8, seed=14),
+        _random(2, 3, 7, 6, seed=15),
+    )
+    _compare(
+        "With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6",
+        _outputs(fn, q, k, v),
+        scaled_dot_product_attention(q, k, v),
+        _variants(q, k, v),
+    )
 
     q, k, v = _random(2, 5, 8, seed=16), _random(2, 6, 8, seed=17), _random(2, 6, 4, seed=18)
     mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
     mask[..., 0] = True  # every row keeps at least one key here
-    _compare("With a boolean mask (B=2, L=5, S=6)", _outputs(fn, q, k, v, mask), scaled_dot_product_attention(q, k, v, mask), _variants(q, k, v, mask))
+    _compare(
+        "With a boolean mask (B=2, L=5, S=6)",
+        _outputs(fn, q, k, v, mask),
+        scaled_dot_product_attention(q, k, v, mask),
+        _variants(q, k, v, mask),
+    )
 
     additive = torch.zeros(2, 5, 6, dtype=torch.float64).masked_fill(~mask, float("-inf"))
     _compare(
         "With an additive float mask (0 keeps, -inf removes; B=2, L=5, S=6)",
         _outputs(fn, q, k, v, additive),
         scaled_dot_product_attention(q, k, v, additive),
-        {"A float mask is added to the scores; treat only boolean masks as True/False.": scaled_dot_product_attention(q, k, v)},
+        {
+            "A float mask is added to the scores; treat only boolean masks as True/False.": (
+                scaled_dot_product_attention(q, k, v)
+            )
+        },
     )
 
-    bias = 2 * _random(2, 5, 6, seed=20)  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
+    bias = 2 * _random(
+        2, 5, 6, seed=20
+    )  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
     scaled = (q @ k.transpose(-2, -1) + bias) / 8**0.5
     _compare(
         "With a finite float mask (a bias added to the scaled scores)",
         _outputs(fn, q, k, v, bias),
         scaled_dot_product_attention(q, k, v, bias),
         {
-            "The float mask is added before the scale: add it to the scaled scores, Q K^T * scale + mask.":
-                (torch.softmax(scaled, -1) @ v, torch.softmax(scaled, -1)),
-            "A float mask is added to the scores, whatever its values; only a boolean mask means True/False.":
-                scaled_dot_product_attention(q, k, v, torch.isfinite(bias)),
-            "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(q, k, v),
+            "The float mask is added before the scale: add it to the scaled scores, Q K^T * scale + mask.": (
+                torch.softmax(scaled, -1) @ v,
+                torch.softmax(scaled, -1),
+            ),
+            "A float mask is added to the scores, whatever its values; only a boolean mask means True/False.": scaled_dot_product_attention(
+                q, k, v, torch.isfinite(bias)
+            ),
+            "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(
+                q, k, v
+            ),
         },
     )
 
     empty = mask.clone()
     empty[1, 2] = False  # query 2 of the second sequence may attend to nothing
     _compare(
-        "With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)", _outputs(fn, q, k, v, empty), scaled_dot_product_attention(q, k, v, empty), _variants(q, k, v, empty)
+        "With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)",
+        _outputs(fn, q, k, v, empty),
+        scaled_dot_product_attention(q, k, v, empty),
+        _variants(q, k, v, empty),
     )
 
     _compare(
-        "With scale=0.5 (B=2, L=5, S=6)", _outputs(fn, q, k, v, scale=0.5), scaled_dot_product_attention(q, k, v, scale=0.5),
-        {"The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": scaled_dot_product_attention(q, k, v)},
+        "With scale=0.5 (B=2, L=5, S=6)",
+        _outputs(fn, q, k, v, scale=0.5),
+        scaled_dot_product_attention(q, k, v, scale=0.5),
+        {
+            "The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": (
+                scaled_dot_product_attention(q, k, v)
+            )
+        },
     )
 
     q32, k32, v32 = q.float(), k.float(), v.float()
     output, weights = _outputs(fn, q32, k32, v32)
     if output.dtype != torch.float32 or weights.dtype != torch.float32:
-        raise Mistake(f"float32 inputs gave {output.dtype} output and {weights.dtype} weights: keep the input's dtype.")
-    return "Your attention matches the reference: batches, L != S, boolean and float masks, fully masked rows, scale and dtype."
+        raise Mistake(
+            f"float32 inputs gave {output.dtype} output and {weights.dtype} weights: keep the"
+            " input's dtype."
+        )
+    return (
+        "Your attention matches the reference: batches, L != S, boolean and float masks, fully"
+        " masked rows, scale and dtype."
+    )
 
 
 # -- 3. the variance of a dot product --------------------------------------------------------
 
 _VARIANCE = "V0A="
-_VARIANCE_MISTAKES = (
-    "GlZMTFlPVyYbBBVUHR1DGx0XUxYVFRoKAh0RUhcAFx0VGgoAG1IcA0EFKBtTXxdFGEtBIBwLQxkUABoEDxcRTgocVRsHFkEHBRsCHRBcUUlBVkVMWU9XJhsEFVQdHUMbHRdTEwAGHQ8NDBBSEgMVEQZOBwYDGxcMDxNUDBpPBgMBEUkQKwVKVVUGGwBBBQELEBscHR1FAAcfHUMOFx0GEUEAHAtDHRQFUwEOAFQeEQARBxART1ZYTkFbRUtFR1tUVjoLDgFSBAoUGBBOAQpVFiwOQQcFGwIdEBZdRSQVFwZDABNSBw0EVBAxCE8FABwBFBcAHUMeKhtTDj4dVAYCHFUEEhcIFRoNBk9EXlMEDxBUGgsKVQQSFwgVGg0GHFUdFUUIGhALEwobFhYLFVQACxECBlISAQVaVkJDTUVQSUVDLhEcDE8cAVMRCRFUAwYOG1IcA0EFKBtTXxdFGElBGhsaQwYBAVMTAAYdDw0MEFxRGA=="
-)
-_VARIANCE_SOLUTION = (
-    "ELbDBUNSVQMsVEEfK19DRFVcXUtBX1QfPFlBUhg6V0BaTiYOFhpTFRMbEBsAG1UDLAxBHysHQwATUgcSDlQdAAcKBRcdAQQaAEJDFRAAHEgMERUAT08AHBoRTAIVHAoOGxEWRQ8BGQwGHQZSGwQSVBkLAgFVQlMEDxBUGAIdHBMdBgRUMTUSMBwsQThBMS8FPAYrQC5FXFRFQEM7HRdTU1VUBBwMCwARBxZBFQYLQwYbFhYVBBoQCw0bWVIACkEAHAsKHVUEEhcIFRoNBhxVExcBW1QiDxFHBLDEDkhUSU4HMB5STkVXQFhOAk8GBhILBRUGCkMLEAQaBBUdGwBDABNSS0tBMB0YCgscHBRFAw1UHRIdAVoXOgpdVFNDV1UQAQwPEwdOFwcQUgUEEx0VAAAKVRASBgpUAAFDXllSBA0AABEYBh1VFiwOQR0HQA=="
-)
+_VARIANCE_MISTAKES = "GlZMTFlPVyYbBBVUHR1DGx0XUxYVFRoKAh0RUhcAFx0VGgoAG1IcA0EFKBtTXxdFGEtBIBwLQxkUABoEDxcRTgocVRsHFkEHBRsCHRBcUUlBVkVMWU9XJhsEFVQdHUMbHRdTEwAGHQ8NDBBSEgMVEQZOBwYDGxcMDxNUDBpPBgMBEUkQKwVKVVUGGwBBBQELEBscHR1FAAcfHUMOFx0GEUEAHAtDHRQFUwEOAFQeEQARBxART1ZYTkFbRUtFR1tUVjoLDgFSBAoUGBBOAQpVFiwOQQcFGwIdEBZdRSQVFwZDABNSBw0EVBAxCE8FABwBFBcAHUMeKhtTDj4dVAYCHFUEEhcIFRoNBk9EXlMEDxBUGgsKVQQSFwgVGg0GHFUdFUUIGhALEwobFhYLFVQACxECBlISAQVaVkJDTUVQSUVDLhEcDE8cAVMRCRFUAwYOG1IcA0EFKBtTXxdFGElBGhsaQwYBAVMTAAYdDw0MEFxRGA=="
+_VARIANCE_SOLUTION = "ELbDBUNSVQMsVEEfK19DRFVcXUtBX1QfPFlBUhg6V0BaTiYOFhpTFRMbEBsAG1UDLAxBHysHQwATUgcSDlQdAAcKBRcdAQQaAEJDFRAAHEgMERUAT08AHBoRTAIVHAoOGxEWRQ8BGQwGHQZSGwQSVBkLAgFVQlMEDxBUGAIdHBMdBgRUMTUSMBwsQThBMS8FPAYrQC5FXFRFQEM7HRdTU1VUBBwMCwARBxZBFQYLQwYbFhYVBBoQCw0bWVIACkEAHAsKHVUEEhcIFRoNBhxVExcBW1QiDxFHBLDEDkhUSU4HMB5STkVXQFhOAk8GBhILBRUGCkMLEAQaBBUdGwBDABNSS0tBMB0YCgscHBRFAw1UHRIdAVoXOgpdVFNDV1UQAQwPEwdOFwcQUgUEEx0VAAAKVRASBgpUAAFDXllSBA0AABEYBh1VFiwOQR0HQA=="
 
 
 @exercise(
@@ -260,9 +343,19 @@ _VARIANCE_SOLUTION = (
 )
 def _check_variance(answer) -> str:
     return check_number(
-        answer, _VARIANCE, _VARIANCE_MISTAKES, what="variance", rel_tol=0.03, mistake_rel_tol=0.05,  # estimates pass too
-        right="Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k).",
-        otherwise="{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by term.",
+        answer,
+        _VARIANCE,
+        _VARIANCE_MISTAKES,
+        what="variance",
+        rel_tol=0.03,
+        mistake_rel_tol=0.05,  # estimates pass too
+        right=(
+            "Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k)."
+        ),
+        otherwise=(
+            "{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by"
+            " term."
+        ),
     )
 
 
@@ -292,7 +385,11 @@ def _check_fixed_masked_attention(fn) -> str:
     generator = torch.Generator().manual_seed(30)
     for case, shape in (("L=4, S=6", (4, 6)), ("with a batch (2, 3)", (2, 3, 4, 6))):
         *batch, L, S = shape
-        q, k, v = _random(*batch, L, 8, seed=31), _random(*batch, S, 8, seed=32), _random(*batch, S, 5, seed=33)
+        q, k, v = (
+            _random(*batch, L, 8, seed=31),
+            _random(*batch, S, 8, seed=32),
+            _random(*batch, S, 5, seed=33),
+        )
         mask = torch.rand(*batch, L, S, generator=generator) > 0.5
         mask[..., 0] = True  # every query keeps at least one key
         expected, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -307,21 +404,37 @@ def _check_fixed_masked_attention(fn) -> str:
             diagnose(
                 out,
                 {
-                    "This is still the given code: the weights are masked after the softmax, so each row sums to less than 1. "
-                    "Fill the masked scores with -inf, then take the softmax.": after @ v,
-                    "The mask polarity is inverted: True means 'may attend', so fill the scores where mask is False.":
-                        torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v,
-                    "The scale went missing: divide the scores by sqrt(d_k) as the given code did.":
-                        torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")), -1) @ v,
-                    "The softmax runs over the queries (dim=-2); each row (one query) must sum to 1 over the keys.":
-                        torch.softmax(raw.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v,
+                    "This is still the given code: the weights are masked after the softmax, so each row sums to less than 1. Fill the masked scores with -inf, then take the softmax.": (
+                        after @ v
+                    ),
+                    "The mask polarity is inverted: True means 'may attend', so fill the scores where mask is False.": (
+                        torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v
+                    ),
+                    "The scale went missing: divide the scores by sqrt(d_k) as the given code did.": (
+                        torch.softmax(
+                            (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")), -1
+                        )
+                        @ v
+                    ),
+                    "The softmax runs over the queries (dim=-2); each row (one query) must sum to 1 over the keys.": (
+                        torch.softmax(raw.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v
+                    ),
                 },
-                default=f"{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at masked keys) V. "
-                "(Renormalising the masked weights would also be right; "
-                + ("yours are not that either.)" if not matches(out, renormalised @ v) else "check the shapes.)"),
+                default=(
+                    f"{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at masked"
+                    " keys) V. (Renormalising the masked weights would also be right; "
+                )
+                + (
+                    "yours are not that either.)"
+                    if not matches(out, renormalised @ v)
+                    else "check the shapes.)"
+                ),
             )
         )
-    return "Right: the mask belongs on the scores, before the softmax; then every row of weights sums to 1."
+    return (
+        "Right: the mask belongs on the scores, before the softmax; then every row of weights sums"
+        " to 1."
+    )
 
 
 # -- 5. a measured experiment: how much gradient reaches unscaled scores at d_k = 512 -----------
@@ -363,9 +476,18 @@ _GRADIENT_RATIO_SOLUTION = (
 )
 def _check_gradient_ratio(answer) -> str:
     return check_number(
-        answer, _GRADIENT_RATIO, _GRADIENT_RATIO_MISTAKES, what="ratio", rel_tol=0.15, mistake_rel_tol=0.03,
-        right="Right: without the scale only about a fifth of the gradient reaches the scores at d_k = 512, "
-        "and the share shrinks further as d_k grows (the chapter's figure).",
-        otherwise="{value:g} is outside the range a measurement gives (the checker allows 15% for sampling noise). "
-        "Follow the hint step by step, with at least 5,000 queries.",
+        answer,
+        _GRADIENT_RATIO,
+        _GRADIENT_RATIO_MISTAKES,
+        what="ratio",
+        rel_tol=0.15,
+        mistake_rel_tol=0.03,
+        right=(
+            "Right: without the scale only about a fifth of the gradient reaches the scores at d_k"
+            " = 512, and the share shrinks further as d_k grows (the chapter's figure)."
+        ),
+        otherwise=(
+            "{value:g} is outside the range a measurement gives (the checker allows 15% for"
+            " sampling noise). Follow the hint step by step, with at least 5,000 queries."
+        ),
     )

@@ -1,12 +1,22 @@
 """Chapter 2 exercises: multi-head attention."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
-from ._core import SOFTMAX_DIM, softmax_over, Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import (
+    SOFTMAX_DIM,
+    Mistake,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    matches,
+    softmax_over,
+)
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -27,12 +37,12 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
     batch, length, width = x.shape
     head_dim = width // num_heads
     return {
-        "You reshaped (B, L, E) straight to (B, h, L, head_dim) with view/reshape, without a transpose: that cuts the "
-        "flattened rows into blocks that mix positions. View as (B, L, h, head_dim) first, then transpose(1, 2).":
-            x.reshape(batch, num_heads, length, head_dim),
-        "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). Head i owns the contiguous columns "
-        "i*head_dim ... (i+1)*head_dim - 1: view as (B, L, h, head_dim).":
-            x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2),
+        "You reshaped (B, L, E) straight to (B, h, L, head_dim) with view/reshape, without a transpose: that cuts the flattened rows into blocks that mix positions. View as (B, L, h, head_dim) first, then transpose(1, 2).": x.reshape(
+            batch, num_heads, length, head_dim
+        ),
+        "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). Head i owns the contiguous columns i*head_dim ... (i+1)*head_dim - 1: view as (B, L, h, head_dim).": (
+            x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)
+        ),
     }
 
 
@@ -48,21 +58,36 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
     name="split_into_heads",
 )
 def _check_split(fn) -> str:
-    for seed, (batch, length, num_heads, head_dim) in enumerate([(2, 5, 3, 4), (3, 4, 2, 3), (1, 6, 4, 2)]):
+    for seed, (batch, length, num_heads, head_dim) in enumerate(
+        [(2, 5, 3, 4), (3, 4, 2, 3), (1, 6, 4, 2)]
+    ):
         x = _random(batch, length, num_heads * head_dim, seed=seed)
         out = call(fn, x, num_heads)
         expected = split_heads(x, num_heads)
-        if isinstance(out, torch.Tensor) and tuple(out.shape) == (batch, length, num_heads, head_dim):
+        if isinstance(out, torch.Tensor) and tuple(out.shape) == (
+            batch,
+            length,
+            num_heads,
+            head_dim,
+        ):
             raise Mistake(
-                f"Your result has shape (B, L, h, head_dim) = {tuple(out.shape)}: the heads are split but not moved "
-                "in front of the positions. Add .transpose(1, 2) to get (B, h, L, head_dim)."
+                f"Your result has shape (B, L, h, head_dim) = {tuple(out.shape)}: the heads are"
+                " split but not moved in front of the positions. Add .transpose(1, 2) to get (B,"
+                " h, L, head_dim)."
             )
-        expect_tensor(out, expected.shape, f"For x of shape {tuple(x.shape)} and h={num_heads}, the result")
+        expect_tensor(
+            out, expected.shape, f"For x of shape {tuple(x.shape)} and h={num_heads}, the result"
+        )
         if not matches(out, expected, atol=0):
             raise Mistake(
                 diagnose(
-                    out, _split_mistakes(x, num_heads), atol=0,
-                    default="Right shape, wrong values: head i at position t should be x[:, t, i*head_dim:(i+1)*head_dim].",
+                    out,
+                    _split_mistakes(x, num_heads),
+                    atol=0,
+                    default=(
+                        "Right shape, wrong values: head i at position t should be x[:, t,"
+                        " i*head_dim:(i+1)*head_dim]."
+                    ),
                 )
             )
     return "Right: head i holds columns i*head_dim ... (i+1)*head_dim - 1 of every position."
@@ -99,22 +124,27 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     no_transpose = lambda t: t.reshape(t.size(0), num_heads, t.size(1), head_dim)
     merge_no_transpose = lambda h: h.reshape(h.size(0), h.size(2), -1)
     return {
-        "The output projection W^O is missing: the heads are concatenated but never mixed. Multiply the concatenation by w_o.T.":
-            run(good, head_dim**-0.5, merge_heads, out_proj=False),
-        "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, 1/sqrt(head_dim).":
-            run(good, E**-0.5, merge_heads),
-        "The heads were split with view/reshape to (B, h, L, head_dim) without a transpose, which mixes positions. "
-        "View as (B, L, h, head_dim), then transpose(1, 2).":
-            run(no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)),
-        "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): transpose(1, 2) back first.":
-            run(good, head_dim**-0.5, merge_no_transpose),
-        "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale uses the width of a "
-        "head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1)).":
-            run(good, x_q.size(1) ** -0.5, merge_heads),
-        "This is single-head attention over the whole width: split the projections into num_heads heads.":
-            run(lambda t: t.unsqueeze(1), E**-0.5, merge_heads),
-        "The scores are not scaled: divide each head's scores by sqrt(head_dim) before the softmax.":
-            run(good, 1.0, merge_heads),
+        "The output projection W^O is missing: the heads are concatenated but never mixed. Multiply the concatenation by w_o.T.": run(
+            good, head_dim**-0.5, merge_heads, out_proj=False
+        ),
+        "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, 1/sqrt(head_dim).": run(
+            good, E**-0.5, merge_heads
+        ),
+        "The heads were split with view/reshape to (B, h, L, head_dim) without a transpose, which mixes positions. View as (B, L, h, head_dim), then transpose(1, 2).": run(
+            no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)
+        ),
+        "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): transpose(1, 2) back first.": run(
+            good, head_dim**-0.5, merge_no_transpose
+        ),
+        "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale uses the width of a head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1)).": run(
+            good, x_q.size(1) ** -0.5, merge_heads
+        ),
+        "This is single-head attention over the whole width: split the projections into num_heads heads.": run(
+            lambda t: t.unsqueeze(1), E**-0.5, merge_heads
+        ),
+        "The scores are not scaled: divide each head's scores by sqrt(head_dim) before the softmax.": run(
+            good, 1.0, merge_heads
+        ),
         SOFTMAX_DIM: _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
     }
 
@@ -138,24 +168,41 @@ def _with_softmax_over_queries(compute):
 )
 def _check_forward(fn) -> str:
     # L, S, head_dim and E all differ in the last two cases, so that a scale taken from the wrong size shows
-    for seed, (batch, length, source, num_heads, head_dim) in enumerate([(2, 4, 6, 3, 4), (1, 5, 3, 2, 5), (2, 3, 7, 2, 6)]):
+    for seed, (batch, length, source, num_heads, head_dim) in enumerate(
+        [(2, 4, 6, 3, 4), (1, 5, 3, 2, 5), (2, 3, 7, 2, 6)]
+    ):
         E = num_heads * head_dim
-        x_q, x_kv = _random(batch, length, E, seed=10 + seed), _random(batch, source, E, seed=20 + seed)
+        x_q, x_kv = (
+            _random(batch, length, E, seed=10 + seed),
+            _random(batch, source, E, seed=20 + seed),
+        )
         w_q, w_k, w_v, w_o = (_random(E, E, seed=30 + 4 * seed + i) / E**0.5 for i in range(4))
         args = (x_q, x_kv, w_q, w_k, w_v, w_o, num_heads)
         out = call(fn, *args)
         if isinstance(out, tuple):
             raise Mistake("Return only the output tensor (B, L, E), not a tuple.")
-        expect_tensor(out, (batch, length, E), f"With B={batch}, L={length}, S={source}, E={E}, the output")
+        expect_tensor(
+            out, (batch, length, E), f"With B={batch}, L={length}, S={source}, E={E}, the output"
+        )
         q, k, v = (split_heads(t, num_heads) for t in (x_q @ w_q.T, x_kv @ w_k.T, x_kv @ w_v.T))
         expected = merge_heads(scaled_dot_product_attention(q, k, v)[0]) @ w_o.T
         if not matches(out, expected):
-            case = f"With B={batch}, L={length}, S={source}, E={E}, h={num_heads} (head_dim={head_dim})"
+            case = (
+                f"With B={batch}, L={length}, S={source}, E={E}, h={num_heads}"
+                f" (head_dim={head_dim})"
+            )
             raise Mistake(
                 f"{case}: "
-                + diagnose(out, _forward_variants(*args), default="your output differs from Concat(head_1, ..., head_h) W^O.")
+                + diagnose(
+                    out,
+                    _forward_variants(*args),
+                    default="your output differs from Concat(head_1, ..., head_h) W^O.",
+                )
             )
-    return "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by W^O (also with L != S)."
+    return (
+        "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by"
+        " W^O (also with L != S)."
+    )
 
 
 # -- 3. counting parameters --------------------------------------------------------------------
@@ -193,9 +240,15 @@ _COUNT_SOLUTION = (
 )
 def _check_count(answer) -> str:
     return check_number(
-        answer, _COUNT, _COUNT_MISTAKES, what="parameter count",
+        answer,
+        _COUNT,
+        _COUNT_MISTAKES,
+        what="parameter count",
         right="Right: 4 d_model^2 + 4 d_model, whatever the number of heads.",
-        otherwise="{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).",
+        otherwise=(
+            "{value:g} is not it. Count the weights and biases of the four projections, or check"
+            " with sum(p.numel() ...)."
+        ),
     )
 
 
@@ -204,7 +257,9 @@ def _check_count(answer) -> str:
 
 def _merge_solution(heads):
     B, h, L, d = heads.shape
-    return heads.transpose(1, 2).reshape(B, L, h * d)  # (B, L, h, d): each position's heads side by side
+    return heads.transpose(1, 2).reshape(
+        B, L, h * d
+    )  # (B, L, h, d): each position's heads side by side
 
 
 @exercise(
@@ -228,24 +283,36 @@ def _check_merge(fn) -> str:
             out = call(fn, heads)
         except Mistake as mistake:
             if "view" in str(mistake):
-                raise Mistake(f"{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or .contiguous().view.") from None
+                raise Mistake(
+                    f"{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or"
+                    " .contiguous().view."
+                ) from None
             raise
         if isinstance(out, torch.Tensor) and out.shape == (B, L, d):
-            raise Mistake(f"Your output has shape (B, L, d) = {(B, L, d)}: the heads were summed or averaged, not concatenated.")
+            raise Mistake(
+                f"Your output has shape (B, L, d) = {(B, L, d)}: the heads were summed or averaged,"
+                " not concatenated."
+            )
         expect_tensor(out, (B, L, h * d), f"For heads of shape {(B, h, L, d)} the merged output")
         if not matches(out, x):
             raise Mistake(
                 diagnose(
                     out,
                     {
-                        "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions together, so row t "
-                        "mixes pieces of several positions. Transpose to (B, L, h, d) first, then reshape.": heads.reshape(B, L, h * d),
-                        "The columns are interleaved (column j*h + i holds head i's feature j): concatenate whole heads, "
-                        "head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1)).": heads.permute(0, 2, 3, 1).reshape(B, L, h * d),
-                        "The heads are concatenated in reverse order.": heads.flip(1).transpose(1, 2).reshape(B, L, h * d),
+                        "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions together, so row t mixes pieces of several positions. Transpose to (B, L, h, d) first, then reshape.": heads.reshape(
+                            B, L, h * d
+                        ),
+                        "The columns are interleaved (column j*h + i holds head i's feature j): concatenate whole heads, head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1)).": (
+                            heads.permute(0, 2, 3, 1).reshape(B, L, h * d)
+                        ),
+                        "The heads are concatenated in reverse order.": (
+                            heads.flip(1).transpose(1, 2).reshape(B, L, h * d)
+                        ),
                     },
-                    default=f"For heads {(B, h, L, d)} your output is not Concat(head_1, ..., head_h) per position: "
-                    "merge(split_heads(x, h)) should give x back.",
+                    default=(
+                        f"For heads {(B, h, L, d)} your output is not Concat(head_1, ..., head_h)"
+                        " per position: merge(split_heads(x, h)) should give x back."
+                    ),
                 )
             )
         if out.dtype != heads.dtype:
@@ -291,8 +358,19 @@ _DROPOUT_STD_SOLUTION = (
 )
 def _check_dropout_std(answer) -> str:
     return check_number(
-        answer, _DROPOUT_STD, _DROPOUT_STD_MISTAKES, what="standard deviation", rel_tol=0.05, mistake_rel_tol=0.03,
-        right="Right: the rows sum to 1 only on average; a single row's sum has a standard deviation of about 0.32 "
-        "(sqrt(p / ((1 - p) S))): a training-mode output is a noisy copy of the eval-mode one.",
-        otherwise="{value:g} is not what the experiment gives (the checker allows 5% for sampling noise). Follow the hint.",
+        answer,
+        _DROPOUT_STD,
+        _DROPOUT_STD_MISTAKES,
+        what="standard deviation",
+        rel_tol=0.05,
+        mistake_rel_tol=0.03,
+        right=(
+            "Right: the rows sum to 1 only on average; a single row's sum has a standard deviation"
+            " of about 0.32 (sqrt(p / ((1 - p) S))): a training-mode output is a noisy copy of the"
+            " eval-mode one."
+        ),
+        otherwise=(
+            "{value:g} is not what the experiment gives (the checker allows 5% for sampling noise)."
+            " Follow the hint."
+        ),
     )

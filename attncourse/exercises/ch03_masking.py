@@ -1,4 +1,5 @@
 """Chapter 3 exercises: padding masks, causal masks and their combination."""
+
 from __future__ import annotations
 
 import torch
@@ -42,18 +43,36 @@ def _padding_solution(lengths, max_len):
     name="make_padding_mask",
 )
 def _check_padding(fn) -> str:
-    cases = [(torch.tensor([3, 1]), 3), (torch.tensor([4, 0, 2, 6]), 6), (torch.tensor([2, 5, 1]), 7)]
+    cases = [
+        (torch.tensor([3, 1]), 3),
+        (torch.tensor([4, 0, 2, 6]), 6),
+        (torch.tensor([2, 5, 1]), 7),
+    ]
     for lengths, max_len in cases:
         out = call(fn, lengths, max_len)
         expected = padding_mask(lengths, max_len)
         what = f"For lengths {lengths.tolist()} and max_len={max_len}, the mask"
-        if isinstance(out, torch.Tensor) and out.shape == expected.shape and out.dtype != torch.bool:
+        if (
+            isinstance(out, torch.Tensor)
+            and out.shape == expected.shape
+            and out.dtype != torch.bool
+        ):
             if torch.equal(out.bool(), expected):
-                raise Mistake(f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True = may attend).")
+                raise Mistake(
+                    f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True ="
+                    " may attend)."
+                )
         longest = int(lengths.max())
-        if isinstance(out, torch.Tensor) and longest != max_len and tuple(out.shape) == (lengths.numel(), longest):
-            raise Mistake(f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to max_len = "
-                          f"{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len).")
+        if (
+            isinstance(out, torch.Tensor)
+            and longest != max_len
+            and tuple(out.shape) == (lengths.numel(), longest)
+        ):
+            raise Mistake(
+                f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to"
+                f" max_len = {max_len}, beyond its longest sequence ({longest}): use"
+                " torch.arange(max_len)."
+            )
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
             positions = torch.arange(max_len)[None, :]
@@ -61,15 +80,24 @@ def _check_padding(fn) -> str:
                 diagnose(
                     out,
                     {
-                        "The polarity is inverted: True must mark the real tokens (may attend), False the padding.": ~expected,
-                        "Off by one: position j is real when j < length, not j <= length.": positions <= lengths[:, None],
-                        "Off by one: position j is real when j < length; you dropped the last real token.":
-                            positions < lengths[:, None] - 1,
-                        "Your padding is at the front: this batch is padded at the end, so the first lengths[b] positions are real.":
-                            positions >= max_len - lengths[:, None],
+                        "The polarity is inverted: True must mark the real tokens (may attend), False the padding.": (
+                            ~expected
+                        ),
+                        "Off by one: position j is real when j < length, not j <= length.": (
+                            positions <= lengths[:, None]
+                        ),
+                        "Off by one: position j is real when j < length; you dropped the last real token.": (
+                            positions < lengths[:, None] - 1
+                        ),
+                        "Your padding is at the front: this batch is padded at the end, so the first lengths[b] positions are real.": (
+                            positions >= max_len - lengths[:, None]
+                        ),
                     },
                     atol=0,
-                    default=f"{what} is wrong: expected {expected.int().tolist()}, got {out.int().tolist()}.",
+                    default=(
+                        f"{what} is wrong: expected {expected.int().tolist()}, got"
+                        f" {out.int().tolist()}."
+                    ),
                 )
             )
     return "Right: True at the first lengths[b] positions of each row."
@@ -100,29 +128,59 @@ def _check_causal(fn) -> str:
         out = call(fn, query_len, key_len)
         expected = causal_mask(query_len, key_len)
         what = f"For query_len={query_len}, key_len={key_len}, the mask"
-        if isinstance(out, torch.Tensor) and out.shape == (key_len, query_len) and query_len != key_len:
-            raise Mistake(f"{what} has shape (key_len, query_len): the queries are the rows, (query_len, key_len).")
-        if isinstance(out, torch.Tensor) and out.shape == expected.shape and out.dtype != torch.bool and torch.equal(out.bool(), expected):
-            raise Mistake(f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True = may attend).")
+        if (
+            isinstance(out, torch.Tensor)
+            and out.shape == (key_len, query_len)
+            and query_len != key_len
+        ):
+            raise Mistake(
+                f"{what} has shape (key_len, query_len): the queries are the rows, (query_len,"
+                " key_len)."
+            )
+        if (
+            isinstance(out, torch.Tensor)
+            and out.shape == expected.shape
+            and out.dtype != torch.bool
+            and torch.equal(out.bool(), expected)
+        ):
+            raise Mistake(
+                f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True = may"
+                " attend)."
+            )
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
             ones = torch.ones(query_len, key_len, dtype=torch.bool)
             shift = key_len - query_len
             mistakes = {
-                "The polarity is inverted: True must mark the keys a query MAY attend to (the past and itself).": ~expected,
-                "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, not j < i).":
-                    torch.tril(ones, diagonal=shift - 1),
-                "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i.": torch.tril(ones, diagonal=shift + 1),
-                "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are queries and the "
-                "True entries sit at j <= i.": torch.triu(ones, diagonal=shift),
+                "The polarity is inverted: True must mark the keys a query MAY attend to (the past and itself).": (
+                    ~expected
+                ),
+                "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, not j < i).": torch.tril(
+                    ones, diagonal=shift - 1
+                ),
+                "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i.": torch.tril(
+                    ones, diagonal=shift + 1
+                ),
+                "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are queries and the True entries sit at j <= i.": torch.triu(
+                    ones, diagonal=shift
+                ),
             }
             if shift:
                 mistakes[
-                    "Your mask aligns the first query with the first key (top-left, like is_causal=True in torch's SDPA). "
-                    "With a cache the queries are the last query_len positions: align the last query with the last key."
+                    "Your mask aligns the first query with the first key (top-left, like"
+                    " is_causal=True in torch's SDPA). With a cache the queries are the last"
+                    " query_len positions: align the last query with the last key."
                 ] = torch.tril(ones)
             raise Mistake(
-                diagnose(out, mistakes, atol=0, default=f"{what} is wrong: expected {expected.int().tolist()}, got {out.int().tolist()}.")
+                diagnose(
+                    out,
+                    mistakes,
+                    atol=0,
+                    default=(
+                        f"{what} is wrong: expected {expected.int().tolist()}, got"
+                        f" {out.int().tolist()}."
+                    ),
+                )
             )
     return "Right: the lower triangle, aligned so that the last query sees every key."
 
@@ -133,7 +191,9 @@ def _check_causal(fn) -> str:
 def _attention_mask_solution(lengths, max_len, causal):
     positions = torch.arange(max_len)
     keys = positions[None, :] < lengths[:, None]  # (B, S): the real keys
-    mask = keys[:, None, :].expand(-1, max_len, -1)  # (B, L, S): padding masks the KEYS, for every query
+    mask = keys[:, None, :].expand(
+        -1, max_len, -1
+    )  # (B, L, S): padding masks the KEYS, for every query
     if causal:
         mask = mask & (positions[None, :] <= positions[:, None])  # AND the (L, S) lower triangle
     return mask
@@ -153,40 +213,78 @@ def _attention_mask_solution(lengths, max_len, causal):
 def _check_attention_mask(fn) -> str:
     for causal in (False, True):
         # the last case pads beyond the longest sequence: max_len is not lengths.max()
-        for lengths, max_len in [(torch.tensor([5, 3]), 5), (torch.tensor([2, 6, 4]), 6), (torch.tensor([3, 1]), 5)]:
+        for lengths, max_len in [
+            (torch.tensor([5, 3]), 5),
+            (torch.tensor([2, 6, 4]), 6),
+            (torch.tensor([3, 1]), 5),
+        ]:
             out = call(fn, lengths, max_len, causal)
             B = lengths.numel()
             pad = padding_mask(lengths, max_len)
             tri = causal_mask(max_len)
-            expected = combine_masks(tri if causal else None, pad[:, None, :]).expand(B, max_len, max_len)
+            expected = combine_masks(tri if causal else None, pad[:, None, :]).expand(
+                B, max_len, max_len
+            )
             what = f"For lengths {lengths.tolist()}, max_len={max_len}, causal={causal}, the mask"
             longest = int(lengths.max())
-            if isinstance(out, torch.Tensor) and longest != max_len and out.shape == (B, longest, longest):
-                raise Mistake(f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to max_len = "
-                              f"{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len).")
+            if (
+                isinstance(out, torch.Tensor)
+                and longest != max_len
+                and out.shape == (B, longest, longest)
+            ):
+                raise Mistake(
+                    f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded"
+                    f" to max_len = {max_len}, beyond its longest sequence ({longest}): use"
+                    " torch.arange(max_len)."
+                )
             if isinstance(out, torch.Tensor) and out.shape in ((max_len, max_len), (B, max_len)):
-                raise Mistake(f"{what} has shape {tuple(out.shape)}: it must be (B, L, S) = {(B, max_len, max_len)}.")
+                raise Mistake(
+                    f"{what} has shape {tuple(out.shape)}: it must be (B, L, S) ="
+                    f" {(B, max_len, max_len)}."
+                )
             _boolean(out, (B, max_len, max_len), what)
             if torch.equal(out, expected):
                 continue
             causal_part = tri if causal else torch.ones(max_len, max_len, dtype=torch.bool)
             mistakes = {
-                "The padding is applied to the queries (rows) instead of the keys (columns): the real tokens still "
-                "attend to the pads. Use pad[:, None, :], not pad[:, :, None].": causal_part & pad[:, :, None],
-                "You masked the pads as both queries and keys: a padded query's row is then empty (all False), which "
-                "gives NaN with -inf. Mask the keys only; the outputs at padded queries are simply ignored later.":
-                    expected & pad[:, :, None],
+                "The padding is applied to the queries (rows) instead of the keys (columns): the real tokens still attend to the pads. Use pad[:, None, :], not pad[:, :, None].": (
+                    causal_part & pad[:, :, None]
+                ),
+                "You masked the pads as both queries and keys: a padded query's row is then empty (all False), which gives NaN with -inf. Mask the keys only; the outputs at padded queries are simply ignored later.": (
+                    expected & pad[:, :, None]
+                ),
                 "The polarity is inverted: True must mark what a query MAY attend to.": ~expected,
-                "The padding is missing: the pads of the shorter sequences are still visible as keys.":
-                    causal_part.expand(B, -1, -1),
+                "The padding is missing: the pads of the shorter sequences are still visible as keys.": causal_part.expand(
+                    B, -1, -1
+                ),
             }
             if causal:
-                mistakes["The causal part is missing: with causal=True, AND the lower triangle (j <= i)."] = pad[:, None, :].expand(B, max_len, -1)
-                mistakes["You combined the masks with OR; a key is kept only if BOTH masks keep it: use &."] = tri | pad[:, None, :]
+                mistakes[
+                    "The causal part is missing: with causal=True, AND the lower triangle (j <= i)."
+                ] = pad[:, None, :].expand(B, max_len, -1)
+                mistakes[
+                    "You combined the masks with OR; a key is kept only if BOTH masks keep it:"
+                    " use &."
+                ] = tri | pad[:, None, :]
             else:
-                mistakes["With causal=False there is no causal part: only the padding is masked."] = tri & pad[:, None, :]
-            raise Mistake(diagnose(out, mistakes, atol=0, default=f"{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if causal)."))
-    return "Right: key padding for every query, AND the causal triangle for a decoder; shape (B, L, S)."
+                mistakes[
+                    "With causal=False there is no causal part: only the padding is masked."
+                ] = tri & pad[:, None, :]
+            raise Mistake(
+                diagnose(
+                    out,
+                    mistakes,
+                    atol=0,
+                    default=(
+                        f"{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if"
+                        " causal)."
+                    ),
+                )
+            )
+    return (
+        "Right: key padding for every query, AND the causal triangle for a decoder; shape (B,"
+        " L, S)."
+    )
 
 
 # -- 4. predict: how many pairs may attend -----------------------------------------------------
@@ -226,9 +324,15 @@ _ALLOWED_SOLUTION = (
 )
 def _check_allowed(answer) -> str:
     return check_number(
-        answer, _ALLOWED, _ALLOWED_MISTAKES, what="count",
+        answer,
+        _ALLOWED,
+        _ALLOWED_MISTAKES,
+        what="count",
         right="Right: the causal triangle of 21, cut by each sequence's padded keys.",
-        otherwise="{value:g} is not it. Count query by query as in the hint, or build the mask with the package and sum it.",
+        otherwise=(
+            "{value:g} is not it. Count query by query as in the hint, or build the mask with the"
+            " package and sum it."
+        ),
     )
 
 
@@ -252,7 +356,8 @@ def _padded_scores_solution(scores, keep):
 )
 def _check_padded_scores(fn) -> str:
     """Property: for several batch and head counts (B == h among them), the softmax of the result
-    puts no weight on padded keys and equals the reference; -1e9 is accepted, as it is right here."""
+    puts no weight on padded keys and equals the reference; -1e9 is accepted, as it is right here.
+    """
     generator = torch.Generator().manual_seed(50)
     for B, h, L, S in ((2, 2, 3, 3), (3, 4, 2, 5), (2, 2, 4, 3), (1, 3, 3, 4)):
         scores = torch.randn(B, h, L, S, generator=generator, dtype=torch.float64)
@@ -269,16 +374,31 @@ def _check_padded_scores(fn) -> str:
             continue
         if B == h and L == S:
             wrong = {
-                "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which broadcasts as (1, B, 1, S) and "
-                "lines the batch up with the heads. Use keep[:, None, None, :], shape (B, 1, 1, S).":
-                    torch.softmax(scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1),
-                "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives in the keys, the last dimension.":
-                    torch.softmax(scores.masked_fill(keep[:, None, :, None] == 0, float("-inf")), -1).nan_to_num(0.0),
+                "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which broadcasts as (1, B, 1, S) and lines the batch up with the heads. Use keep[:, None, None, :], shape (B, 1, 1, S).": torch.softmax(
+                    scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1
+                ),
+                "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives in the keys, the last dimension.": (
+                    torch.softmax(
+                        scores.masked_fill(keep[:, None, :, None] == 0, float("-inf")), -1
+                    ).nan_to_num(0.0)
+                ),
             }
         else:
             wrong = {}
-        wrong["The mask polarity is inverted: keep is 1 at real tokens; fill where it is 0."] = torch.softmax(
-            scores.masked_fill(keep[:, None, None, :] == 1, float("-inf")), -1).nan_to_num(0.0)
-        raise Mistake(diagnose(got.nan_to_num(0.0), wrong, default=f"{case}: the softmax of your scores still puts weight on padded keys, "
-                                                  "or changes the real ones. Fill only the padded keys, in every head and every query row."))
+        wrong["The mask polarity is inverted: keep is 1 at real tokens; fill where it is 0."] = (
+            torch.softmax(
+                scores.masked_fill(keep[:, None, None, :] == 1, float("-inf")), -1
+            ).nan_to_num(0.0)
+        )
+        raise Mistake(
+            diagnose(
+                got.nan_to_num(0.0),
+                wrong,
+                default=(
+                    f"{case}: the softmax of your scores still puts weight on padded keys, or"
+                    " changes the real ones. Fill only the padded keys, in every head and every"
+                    " query row."
+                ),
+            )
+        )
     return "Right: a (B, S) key padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores."

@@ -1,4 +1,5 @@
 """Chapter 4 exercises: cross-attention."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,18 @@ import json
 import torch
 
 from ..course.toy_translation import alignment_accuracy, make_data, split_numbers
-from ._core import Mistake, choice, as_shape, call, check_number, exercise, expect_tensor, matches, number, reveal
+from ._core import (
+    Mistake,
+    as_shape,
+    call,
+    check_number,
+    choice,
+    exercise,
+    expect_tensor,
+    matches,
+    number,
+    reveal,
+)
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -37,26 +49,35 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
         return torch.softmax(scores, dim=dim)
 
     out = {
-        "The scores are scaled by sqrt of the source's width (the sources' sqrt(d_2)); the dot products are "
-        "between vectors of width d_k = w_k.shape[1], so divide by sqrt(d_k).": soft((raw / d_source**0.5).masked_fill(keys, float("-inf"))),
-        "The scores are not scaled: divide Q K^T by sqrt(d_k).": soft(raw.masked_fill(keys, float("-inf"))),
-        "The padding mask is ignored: a padded source position must get zero weight.": soft(raw / d_k**0.5),
-        "The mask polarity is inverted: source_mask is True at real tokens, so fill the scores where it is False.":
-            soft((raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))),
-        "The softmax runs over the target positions: each query's weights must sum to 1 over the source (dim=-1).":
-            soft((raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2),
+        "The scores are scaled by sqrt of the source's width (the sources' sqrt(d_2)); the dot products are between vectors of width d_k = w_k.shape[1], so divide by sqrt(d_k).": soft(
+            (raw / d_source**0.5).masked_fill(keys, float("-inf"))
+        ),
+        "The scores are not scaled: divide Q K^T by sqrt(d_k).": soft(
+            raw.masked_fill(keys, float("-inf"))
+        ),
+        "The padding mask is ignored: a padded source position must get zero weight.": soft(
+            raw / d_k**0.5
+        ),
+        "The mask polarity is inverted: source_mask is True at real tokens, so fill the scores where it is False.": soft(
+            (raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))
+        ),
+        "The softmax runs over the target positions: each query's weights must sum to 1 over the source (dim=-1).": soft(
+            (raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2
+        ),
     }
     transposed = raw.transpose(-2, -1) / d_k**0.5  # (B, S, L): key @ query^T
     if target.size(1) == source.size(1):  # with L == S the transposed weights have the right shape
         for k, scores in enumerate((transposed, transposed.masked_fill(keys, float("-inf")))):
             out[
-                "Your weights are (B, S, L), one row per source position: you computed key @ query^T. Queries come "
-                "from the target and keys from the source: scores = (target @ w_q) @ (source @ w_k)^T, (B, L, S)." + " " * k
+                "Your weights are (B, S, L), one row per source position: you computed key @"
+                " query^T. Queries come from the target and keys from the source: scores = (target"
+                " @ w_q) @ (source @ w_k)^T, (B, L, S)." + " " * k
             ] = soft(scores)
     if target.size(1) == source.size(1):  # only then does a query-side mask broadcast
         out[
-            "You masked the queries (rows) instead of the keys (columns): the padding is in the source, so a padded "
-            "source position must get no weight from any target position. Use source_mask[:, None, :] (B, 1, S)."
+            "You masked the queries (rows) instead of the keys (columns): the padding is in the"
+            " source, so a padded source position must get no weight from any target position. Use"
+            " source_mask[:, None, :] (B, 1, S)."
         ] = soft((raw / d_k**0.5).masked_fill(~source_mask[:, :, None], float("-inf")))
     return out
 
@@ -68,32 +89,54 @@ def _check_case(case, fn, args, value_mistake_possible):
     if not isinstance(got, tuple) or len(got) != 2:
         raise Mistake(f"Return a pair (output, weights); got {type(got).__name__}.")
     output, weights = got
-    if isinstance(weights, torch.Tensor) and weights.shape == expected_w.shape[:1] + expected_w.shape[1:][::-1] and weights.shape != expected_w.shape:
+    if (
+        isinstance(weights, torch.Tensor)
+        and weights.shape == expected_w.shape[:1] + expected_w.shape[1:][::-1]
+        and weights.shape != expected_w.shape
+    ):
         raise Mistake(
-            f"{case}: your weights have shape {tuple(weights.shape)}, (B, S, L): queries come from the target and keys "
-            f"from the source, so the scores are (target @ w_q) @ (source @ w_k)^T, of shape (B, L, S)."
+            f"{case}: your weights have shape {tuple(weights.shape)}, (B, S, L): queries come from"
+            " the target and keys from the source, so the scores are (target @ w_q) @ (source @"
+            " w_k)^T, of shape (B, L, S)."
         )
     expect_tensor(weights, expected_w.shape, f"{case}: the weights (B, L, S)")
-    if value_mistake_possible and matches(output, weights @ (source @ w_k)) and not matches(output, expected_out):
+    if (
+        value_mistake_possible
+        and matches(output, weights @ (source @ w_k))
+        and not matches(output, expected_out)
+    ):
         raise Mistake(
-            f"{case}: your values are source @ w_k, the keys (the sources' formula K = V = X_2 W^K). "
-            "Values have their own projection: value = source @ w_v."
+            f"{case}: your values are source @ w_k, the keys (the sources' formula K = V = X_2"
+            " W^K). Values have their own projection: value = source @ w_v."
         )
     if matches(output, weights @ source):
-        raise Mistake(f"{case}: your output is weights @ source: the values need their projection, value = source @ w_v.")
+        raise Mistake(
+            f"{case}: your output is weights @ source: the values need their projection, value ="
+            " source @ w_v."
+        )
     expect_tensor(output, expected_out.shape, f"{case}: the output (B, L, d_v)")
     if matches(weights, expected_w) and matches(output, expected_out):
         return
     if matches(weights, expected_w):
         if value_mistake_possible and matches(output, weights @ (source @ w_k)):
-            raise Mistake(f"{case}: your values are source @ w_k; use their own projection, source @ w_v.")
-        raise Mistake(f"{case}: the weights are right but the output is not: it is weights @ (source @ w_v).")
+            raise Mistake(
+                f"{case}: your values are source @ w_k; use their own projection, source @ w_v."
+            )
+        raise Mistake(
+            f"{case}: the weights are right but the output is not: it is weights @ (source @ w_v)."
+        )
     for message, wrong in _cross_variants(*args).items():
         if matches(weights, wrong, equal_nan=True):
             raise Mistake(f"{case}: {message.rstrip()}")
     if torch.isnan(weights).any():
-        raise Mistake(f"{case}: your weights contain NaN: did a whole row get masked? Only source (key) positions are padding.")
-    raise Mistake(f"{case}: your weights differ from softmax((target W^Q)(source W^K)^T / sqrt(d_k)) with padded keys removed.")
+        raise Mistake(
+            f"{case}: your weights contain NaN: did a whole row get masked? Only source (key)"
+            " positions are padding."
+        )
+    raise Mistake(
+        f"{case}: your weights differ from softmax((target W^Q)(source W^K)^T / sqrt(d_k)) with"
+        " padded keys removed."
+    )
 
 
 @exercise(
@@ -112,18 +155,45 @@ def _check_case(case, fn, args, value_mistake_possible):
 def _check_cross_attention(fn) -> str:
     # L == S and d_k == d_v here, so that the usual mistakes run and can be recognised
     args = (
-        _random(2, 5, 6, seed=40), _random(2, 5, 3, seed=41), _random(6, 4, seed=42), _random(3, 4, seed=43),
-        _random(3, 4, seed=44), torch.tensor([[True] * 5, [True, True, True, False, False]]),
+        _random(2, 5, 6, seed=40),
+        _random(2, 5, 3, seed=41),
+        _random(6, 4, seed=42),
+        _random(3, 4, seed=43),
+        _random(3, 4, seed=44),
+        torch.tensor([[True] * 5, [True, True, True, False, False]]),
     )
-    _check_case("Target length 5, source length 5 (2 padded), d_k = d_v = 4", fn, args, value_mistake_possible=True)
+    _check_case(
+        "Target length 5, source length 5 (2 padded), d_k = d_v = 4",
+        fn,
+        args,
+        value_mistake_possible=True,
+    )
     # the general case: every size differs
     mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])
-    args = (_random(3, 4, 8, seed=45), _random(3, 7, 5, seed=46), _random(8, 6, seed=47), _random(5, 6, seed=48), _random(5, 2, seed=49), mask)
-    _check_case("Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2", fn, args, value_mistake_possible=False)
+    args = (
+        _random(3, 4, 8, seed=45),
+        _random(3, 7, 5, seed=46),
+        _random(8, 6, seed=47),
+        _random(5, 6, seed=48),
+        _random(5, 2, seed=49),
+        mask,
+    )
+    _check_case(
+        "Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2",
+        fn,
+        args,
+        value_mistake_possible=False,
+    )
     output, weights = call(fn, *args)
     if not torch.all(weights[..., ~mask[0]] == 0) or not torch.all(weights[1][:, ~mask[1]] == 0):
-        raise Mistake("Padded source positions must get exactly zero weight: mask with -inf (or a boolean masked_fill).")
-    return "Right: queries from the target, keys and values from the source with their own projections, padded keys masked."
+        raise Mistake(
+            "Padded source positions must get exactly zero weight: mask with -inf (or a boolean"
+            " masked_fill)."
+        )
+    return (
+        "Right: queries from the target, keys and values from the source with their own"
+        " projections, padded keys masked."
+    )
 
 
 # -- 2. the shapes in an encoder-decoder layer ------------------------------------------------
@@ -188,7 +258,9 @@ def _as_shape(value, name):
 )
 def _check_shapes(answer) -> str:
     if not isinstance(answer, dict) or set(answer) != set(_SHAPE_KEYS):
-        raise Mistake(f"Give a dict with exactly the keys {list(_SHAPE_KEYS)}, each mapped to a shape tuple.")
+        raise Mistake(
+            f"Give a dict with exactly the keys {list(_SHAPE_KEYS)}, each mapped to a shape tuple."
+        )
     expected = {k: tuple(v) for k, v in json.loads(reveal(_SHAPES)).items()}
     mistakes = json.loads(reveal(_SHAPES_MISTAKES))
     wrong = []
@@ -197,10 +269,15 @@ def _check_shapes(answer) -> str:
         if shape == expected[name]:
             continue
         known = mistakes[name].get(str(shape))
-        wrong.append(f"{name} {shape}: " + (known or "not this shape; count the sizes again from the hint."))
+        wrong.append(
+            f"{name} {shape}: " + (known or "not this shape; count the sizes again from the hint.")
+        )
     if wrong:
         raise Mistake("\n".join(wrong))
-    return "Right: the output follows the queries (target), the weights have one column per source position."
+    return (
+        "Right: the output follows the queries (target), the weights have one column per source"
+        " position."
+    )
 
 
 # -- 3. predict: the parameters of a cross-attention layer -----------------------------------------
@@ -238,9 +315,18 @@ _CROSS_COUNT_SOLUTION = (
 )
 def _check_cross_count(answer) -> str:
     return check_number(
-        answer, _CROSS_COUNT, _CROSS_COUNT_MISTAKES, what="parameter count",
-        right="Right: kdim and vdim change only the input side of W^K and W^V; everything is projected to embed_dim.",
-        otherwise="{value:g} is not it. Count the weights and biases of the four projections, or check with sum(p.numel() ...).",
+        answer,
+        _CROSS_COUNT,
+        _CROSS_COUNT_MISTAKES,
+        what="parameter count",
+        right=(
+            "Right: kdim and vdim change only the input side of W^K and W^V; everything is"
+            " projected to embed_dim."
+        ),
+        otherwise=(
+            "{value:g} is not it. Count the weights and biases of the four projections, or check"
+            " with sum(p.numel() ...)."
+        ),
     )
 
 
@@ -267,7 +353,11 @@ def _diagonal_baseline() -> tuple:
     weights = torch.eye(L, S).expand(N, L, S)
     counted = data.alignment >= 0
     with_eos = ((weights.argmax(-1) == data.alignment) & counted).sum().item() / (N * L)
-    return alignment_accuracy(weights, data.alignment), alignment_accuracy(torch.zeros(N, L, S), data.alignment), with_eos
+    return (
+        alignment_accuracy(weights, data.alignment),
+        alignment_accuracy(torch.zeros(N, L, S), data.alignment),
+        with_eos,
+    )
 
 
 @exercise(
@@ -286,18 +376,30 @@ def _check_diagonal_baseline(answer) -> str:
     value = number(answer, "accuracy")
     right, first_word, with_eos = _diagonal_baseline()
     if abs(value - right) <= 0.005:
-        return (f"Right: {right:.1%}. Position alone finds the source word of fewer than a third of the digits; "
-                "the trained cross-attention, which reads the words, finds nearly all of them.")
+        return (
+            f"Right: {right:.1%}. Position alone finds the source word of fewer than a third of the"
+            " digits; the trained cross-attention, which reads the words, finds nearly all of"
+            " them."
+        )
     if abs(value / 100 - right) <= 0.005:
-        raise Mistake("That is the right measurement as a percentage: give it as a fraction between 0 and 1.")
+        raise Mistake(
+            "That is the right measurement as a percentage: give it as a fraction between 0 and 1."
+        )
     if abs(value - with_eos) <= 0.005:
-        raise Mistake("You counted the end-of-sentence tokens as misses: they have no source word (alignment -1) and are "
-                      "not scored; alignment_accuracy skips them.")
+        raise Mistake(
+            "You counted the end-of-sentence tokens as misses: they have no source word (alignment"
+            " -1) and are not scored; alignment_accuracy skips them."
+        )
     if abs(value - first_word) <= 0.005:
-        raise Mistake("That is the accuracy of a head that always picks the first word (argmax of equal or zero weights "
-                      "is position 0): put the weight of target position i on source position i.")
-    raise Mistake(f"{value:g} is not what this head scores on the held-out numbers; follow the hint (the checker "
-                  "allows 0.005 around its own measurement).")
+        raise Mistake(
+            "That is the accuracy of a head that always picks the first word (argmax of equal or"
+            " zero weights is position 0): put the weight of target position i on source"
+            " position i."
+        )
+    raise Mistake(
+        f"{value:g} is not what this head scores on the held-out numbers; follow the hint (the"
+        " checker allows 0.005 around its own measurement)."
+    )
 
 
 # -- 5. find the bug: name it ---------------------------------------------------------------------
@@ -336,6 +438,8 @@ _WHICH_BUG_CHOICES = ("a", "b", "c", "d", "e")
 def _check_which_bug(answer) -> str:
     letter = choice(answer, _WHICH_BUG_CHOICES, "line letter")
     if letter == reveal(_WHICH_BUG):
-        return ("Right: softmax(dim=1) normalises each source column over the target positions; a padded column is "
-                "all -inf there, so it turns into NaN. Use dim=-1, over the keys.")
+        return (
+            "Right: softmax(dim=1) normalises each source column over the target positions; a"
+            " padded column is all -inf there, so it turns into NaN. Use dim=-1, over the keys."
+        )
     raise Mistake(json.loads(reveal(_WHICH_BUG_MISTAKES))[letter])

@@ -1,4 +1,5 @@
 """Chapter 6 exercises: attention at inference (the KV cache, grouped-query attention, a sliding window)."""
+
 from __future__ import annotations
 
 import copy
@@ -11,7 +12,19 @@ from ..kv_cache import repeat_kv, window_mask_from_positions
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, mean_pool_kv_heads
 from ..training import next_token_loss
-from ._core import several, stub_field, Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, matches, number
+from ._core import (
+    Mistake,
+    NotAttempted,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    matches,
+    number,
+    several,
+    stub_field,
+)
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -35,9 +48,7 @@ _CACHE_BYTES_MISTAKES = (
     "UlVKQlxTVFtOVVtVT1NUU0xUGQoLEFxRSUFWRV5UXEJGQl1TQERAU01PUlExCRUATgocVRcaAgkAVBoKAhABUxEJEVQPDRwCFwFfQRYdGhBPHB"
     "wAEQQVEE4MCVUQChEEB0tOIk8XFB8KAABFWEMKGRceAA8AVBoCBBABU1dBFg0aBhxVWkJTQRYdGhBGW1AO"
 )
-_CACHE_BYTES_SOLUTION = (
-    "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABhsHDA4aB04bT0dSERwVEQdkXk9EXkBRU1hFWVRDR0pDRQMNAAsQT0hSQktTQVQpCi1VAhYXQQcRHxYKGxEWSUEbBk5QXUVSOAwjVAQLEU8BHRgAD1p+OQobHVIeEA0AHUMLChQWUwQVABEAFwYaHFNNV0BUJUw5VRoWBAUHXU4KG1UFHBANEFQMBk9NUgcMDBEHTgIcVR8GBglYVF9TTzIbMUUREQZOV19MRF4RDh8RAEMcEAMGAA8XEUA="
-)
+_CACHE_BYTES_SOLUTION = "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABhsHDA4aB04bT0dSERwVEQdkXk9EXkBRU1hFWVRDR0pDRQMNAAsQT0hSQktTQVQpCi1VAhYXQQcRHxYKGxEWSUEbBk5QXUVSOAwjVAQLEU8BHRgAD1p+OQobHVIeEA0AHUMLChQWUwQVABEAFwYaHFNNV0BUJUw5VRoWBAUHXU4KG1UFHBANEFQMBk9NUgcMDBEHTgIcVR8GBglYVF9TTzIbMUUREQZOV19MRF4RDh8RAEMcEAMGAA8XEUA="
 
 
 @exercise(
@@ -53,11 +64,24 @@ _CACHE_BYTES_SOLUTION = (
 )
 def _check_cache_bytes(answer) -> str:
     if isinstance(answer, float) and 0 < answer < 1e3:
-        raise Mistake(f"{answer:g} looks like GiB or GB; give the size in bytes (an integer such as 123456789).")
+        raise Mistake(
+            f"{answer:g} looks like GiB or GB; give the size in bytes (an integer such as"
+            " 123456789)."
+        )
     return check_number(
-        answer, _CACHE_BYTES, _CACHE_BYTES_MISTAKES, what="number of bytes", mistake_rel_tol=1e-6,
-        right="Right: 1,342,177,280 bytes = 1.25 GiB for one 4096-token sequence (multi-head attention would need 8 times as much).",
-        otherwise="{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per element.",
+        answer,
+        _CACHE_BYTES,
+        _CACHE_BYTES_MISTAKES,
+        what="number of bytes",
+        mistake_rel_tol=1e-6,
+        right=(
+            "Right: 1,342,177,280 bytes = 1.25 GiB for one 4096-token sequence (multi-head"
+            " attention would need 8 times as much)."
+        ),
+        otherwise=(
+            "{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per"
+            " element."
+        ),
     )
 
 
@@ -86,15 +110,19 @@ def _check_repeat_kv(fn) -> str:
     expected = repeat_kv(x, 4)
     out = call(fn, x.clone(), 4)
     if isinstance(out, torch.Tensor) and out.shape == (2, 3, 20, 4):
-        raise Mistake("Your output repeats along the sequence (dim 2): repeat along the head dimension, dim=1, to get (B, kv_heads * n_rep, S, head_dim).")
+        raise Mistake(
+            "Your output repeats along the sequence (dim 2): repeat along the head dimension,"
+            " dim=1, to get (B, kv_heads * n_rep, S, head_dim)."
+        )
     expect_tensor(out, (2, 12, 5, 4), "For x (2, 3, 5, 4) and n_rep=4 the output")
     if not matches(out, expected, atol=0, rtol=0):
         raise Mistake(
             diagnose(
                 out,
                 {
-                    "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole block): query head i "
-                    "must read K/V head i // n_rep, so repeat each head in place (repeat_interleave).": x.repeat(1, 4, 1, 1),
+                    "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole block): query head i must read K/V head i // n_rep, so repeat each head in place (repeat_interleave).": x.repeat(
+                        1, 4, 1, 1
+                    ),
                 },
                 default="Your output differs from repeating each K/V head n_rep times in place.",
                 atol=0,
@@ -106,11 +134,21 @@ def _check_repeat_kv(fn) -> str:
     if call(fn, y, 2).dtype != torch.float32:
         raise Mistake("Keep the input's dtype.")
     # the test that matters: attention with the repeated heads equals torch's grouped-query attention
-    q, k, v = _random(2, 6, 5, 4, seed=61), _random(2, 2, 5, 4, seed=62), _random(2, 2, 5, 4, seed=63)
+    q, k, v = (
+        _random(2, 6, 5, 4, seed=61),
+        _random(2, 2, 5, 4, seed=62),
+        _random(2, 2, 5, 4, seed=63),
+    )
     mine = scaled_dot_product_attention(q, call(fn, k, 3), call(fn, v, 3))[0]
     if not matches(mine, F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
-        raise Mistake("Attention over your repeated heads differs from F.scaled_dot_product_attention(..., enable_gqa=True).")
-    return "Right: attention over your repeated K/V heads equals torch's grouped-query attention (enable_gqa=True)."
+        raise Mistake(
+            "Attention over your repeated heads differs from F.scaled_dot_product_attention(...,"
+            " enable_gqa=True)."
+        )
+    return (
+        "Right: attention over your repeated K/V heads equals torch's grouped-query attention"
+        " (enable_gqa=True)."
+    )
 
 
 # -- 3. find the bug: one cached decoding step ------------------------------------------------
@@ -120,7 +158,9 @@ def _cached_attention_solution(query, new_key, new_value, past_key, past_value):
     # append first: the new positions must see themselves
     key = torch.cat([past_key, new_key], dim=-2)  # (..., S, d) with S = S_past + L
     value = torch.cat([past_value, new_value], dim=-2)
-    mask = causal_mask(query.size(-2), key.size(-2), device=query.device)  # bottom right: the last query sees every key
+    mask = causal_mask(
+        query.size(-2), key.size(-2), device=query.device
+    )  # bottom right: the last query sees every key
     output = scaled_dot_product_attention(query, key, value, mask)[0]
     return output, key, value
 
@@ -153,19 +193,35 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
 )
 def _check_cached_step(fn) -> str:
     past_k, past_v = _random(2, 3, 5, 4, seed=64), _random(2, 3, 5, 4, seed=65)
-    for length in (3, 1):  # several new queries first: there the known mistakes give different outputs
-        q, k, v = _random(2, 3, length, 4, seed=66 + length), _random(2, 3, length, 4, seed=68 + length), _random(2, 3, length, 4, seed=70 + length)
+    for length in (
+        3,
+        1,
+    ):  # several new queries first: there the known mistakes give different outputs
+        q, k, v = (
+            _random(2, 3, length, 4, seed=66 + length),
+            _random(2, 3, length, 4, seed=68 + length),
+            _random(2, 3, length, 4, seed=70 + length),
+        )
         expected, key, value = _cached_attention_solution(q, k, v, past_k, past_v)
         result = call(fn, q, k, v, past_k.clone(), past_v.clone())
         if not isinstance(result, tuple) or len(result) != 3:
-            raise Mistake(f"Return a triple (output, key, value), as the buggy function does; got {type(result).__name__}.")
+            raise Mistake(
+                "Return a triple (output, key, value), as the buggy function does; got"
+                f" {type(result).__name__}."
+            )
         output, new_key, new_value = result
         case = f"With {length} new quer{'y' if length == 1 else 'ies'} and 5 cached positions"
         if isinstance(new_key, torch.Tensor) and new_key.shape == (2, 3, 5, 4):
-            raise Mistake(f"{case}: the returned key holds only the 5 old positions: append the new keys to the cache.")
+            raise Mistake(
+                f"{case}: the returned key holds only the 5 old positions: append the new keys to"
+                " the cache."
+            )
         expect_tensor(new_key, key.shape, f"{case}: the returned key")
         if not (matches(new_key, key) and matches(new_value, value)):
-            raise Mistake(f"{case}: the returned key/value must be the cached rows followed by the new ones (torch.cat along dim=-2).")
+            raise Mistake(
+                f"{case}: the returned key/value must be the cached rows followed by the new ones"
+                " (torch.cat along dim=-2)."
+            )
         expect_tensor(output, expected.shape, f"{case}: the output")
         if matches(output, expected):
             continue
@@ -174,20 +230,29 @@ def _check_cached_step(fn) -> str:
             diagnose(
                 output,
                 {
-                    f"{case}: the output is still the buggy one. is_causal=True aligns the top left corner, so the first new "
-                    "query sees only the first cached key; use the bottom-right mask causal_mask(L, S).": _buggy_top_left(q, k, v, past_k, past_v)[0],
-                    f"{case}: the queries attend to the old keys only: attend over the appended key and value "
-                    "(past and new rows), not over the past ones.": old_only,
-                    f"{case}: your mask hides each new query's own key (a diagonal one too low, such as "
-                    "tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included.":
-                        scaled_dot_product_attention(q, key, value, _own_key_hidden(length, key.size(-2)))[0],
-                    f"{case}: the new queries see each other's future: with several new positions, query t may see keys up to "
-                    "its own position only (causal_mask(L, S)).": scaled_dot_product_attention(q, key, value)[0],
+                    f"{case}: the output is still the buggy one. is_causal=True aligns the top left corner, so the first new query sees only the first cached key; use the bottom-right mask causal_mask(L, S).": _buggy_top_left(
+                        q, k, v, past_k, past_v
+                    )[0],
+                    f"{case}: the queries attend to the old keys only: attend over the appended key and value (past and new rows), not over the past ones.": (
+                        old_only
+                    ),
+                    f"{case}: your mask hides each new query's own key (a diagonal one too low, such as tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included.": scaled_dot_product_attention(
+                        q, key, value, _own_key_hidden(length, key.size(-2))
+                    )[0],
+                    f"{case}: the new queries see each other's future: with several new positions, query t may see keys up to its own position only (causal_mask(L, S)).": scaled_dot_product_attention(
+                        q, key, value
+                    )[0],
                 },
-                default=f"{case}: your output differs from attention over the cached and new keys under causal_mask(L, S).",
+                default=(
+                    f"{case}: your output differs from attention over the cached and new keys under"
+                    " causal_mask(L, S)."
+                ),
             )
         )
-    return "Right: append, then attend with the bottom-right causal mask; one query sees the whole cache, a chunk stays causal."
+    return (
+        "Right: append, then attend with the bottom-right causal mask; one query sees the whole"
+        " cache, a chunk stays causal."
+    )
 
 
 # -- 4. the rolling buffer -------------------------------------------------------------------
@@ -209,16 +274,26 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
     keys = torch.zeros(1, 2, window, 3, dtype=torch.float64)
     positions = torch.full((window,), -1, dtype=torch.long)
     for p in range(steps):
-        result = call(fn, keys, positions, stream[:, :, p:p + 1].clone(), p)
+        result = call(fn, keys, positions, stream[:, :, p : p + 1].clone(), p)
         if not isinstance(result, tuple) or len(result) != 2:
             raise Mistake(f"Return a pair (keys, positions); got {type(result).__name__}.")
         keys, positions = result
         expect_tensor(keys, (1, 2, window, 3), f"After position {p}, the buffer (window {window})")
         expect_tensor(positions, (window,), f"After position {p}, positions")
-        if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-            raise Mistake(f"After position {p}, positions is {positions.dtype}: it must stay an integer tensor (slot -> position held, -1 = empty).")
+        if (
+            positions.dtype.is_floating_point
+            or positions.dtype.is_complex
+            or positions.dtype == torch.bool
+        ):
+            raise Mistake(
+                f"After position {p}, positions is {positions.dtype}: it must stay an integer"
+                " tensor (slot -> position held, -1 = empty)."
+            )
         if keys.dtype != stream.dtype:
-            raise Mistake(f"After position {p}, the buffer is {keys.dtype}, the keys were {stream.dtype}: keep the input's dtype.")
+            raise Mistake(
+                f"After position {p}, the buffer is {keys.dtype}, the keys were {stream.dtype}:"
+                " keep the input's dtype."
+            )
     return keys, positions, stream
 
 
@@ -243,18 +318,34 @@ def _check_rolling_buffer(fn) -> str:
         case = f"With W = {window} after {steps} positions"
         if held != expected:
             last = [stream[:, :, p] for p in expected]
-            rows_are_last = all(any(matches(keys[:, :, slot], row, atol=0, rtol=0) for slot in range(window)) for row in last)
+            rows_are_last = all(
+                any(matches(keys[:, :, slot], row, atol=0, rtol=0) for slot in range(window))
+                for row in last
+            )
             if held == list(range(min(window, steps))) and rows_are_last and steps > window:
-                raise Mistake(f"{case}: the buffer's rows are the last W keys, but positions lists {positions.tolist()}, "
-                              "the slots: record the position p of the key a slot holds, not the slot p % W.")
+                raise Mistake(
+                    f"{case}: the buffer's rows are the last W keys, but positions lists"
+                    f" {positions.tolist()}, the slots: record the position p of the key a slot"
+                    " holds, not the slot p % W."
+                )
             if held == list(range(min(window, steps))):
-                raise Mistake(f"{case}: the buffer still holds positions {held}, the first ones: once it is full, overwrite the oldest (slot p % W).")
+                raise Mistake(
+                    f"{case}: the buffer still holds positions {held}, the first ones: once it is"
+                    " full, overwrite the oldest (slot p % W)."
+                )
             if len(set(held)) != len(held):
-                raise Mistake(f"{case}: positions lists {positions.tolist()}: a position appears twice.")
-            raise Mistake(f"{case}: the buffer holds positions {held}; it should hold the last W, {expected}.")
+                raise Mistake(
+                    f"{case}: positions lists {positions.tolist()}: a position appears twice."
+                )
+            raise Mistake(
+                f"{case}: the buffer holds positions {held}; it should hold the last W, {expected}."
+            )
         for slot, p in enumerate(positions.tolist()):
             if p >= 0 and not matches(keys[:, :, slot], stream[:, :, p], atol=0, rtol=0):
-                raise Mistake(f"{case}: slot {slot} says it holds position {p} but its row is another position's key: write the key where you record its position.")
+                raise Mistake(
+                    f"{case}: slot {slot} says it holds position {p} but its row is another"
+                    " position's key: write the key where you record its position."
+                )
     # the buffer in use: the newest query over the buffer equals sliding-window attention
     keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
     query = _random(1, 2, 1, 3, seed=91)
@@ -263,7 +354,10 @@ def _check_rolling_buffer(fn) -> str:
     want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
     if not matches(got, want):
         raise Mistake("Attention over your buffer differs from attention over the last W keys.")
-    return "Right: the buffer holds the last W positions, each row with its position; attention over it is sliding-window attention."
+    return (
+        "Right: the buffer holds the last W positions, each row with its position; attention over"
+        " it is sliding-window attention."
+    )
 
 
 # -- 5. experiment: what does mean-pooling to one K/V head cost? -----------------------------
@@ -280,10 +374,23 @@ def _converted(model, num_kv_heads: int, how: str = "mean"):
             first = copy.deepcopy(layer)
             for name in ("k_proj", "v_proj"):
                 w = getattr(layer, name).weight.detach().view(num_kv_heads, group, d, -1)[:, 0]
-                setattr(first, name, torch.nn.Linear(layer.embed_dim, num_kv_heads * d, bias=getattr(layer, name).bias is not None))
+                setattr(
+                    first,
+                    name,
+                    torch.nn.Linear(
+                        layer.embed_dim,
+                        num_kv_heads * d,
+                        bias=getattr(layer, name).bias is not None,
+                    ),
+                )
                 getattr(first, name).weight.data.copy_(w.reshape(num_kv_heads * d, -1))
                 if getattr(layer, name).bias is not None:
-                    getattr(first, name).bias.data.copy_(getattr(layer, name).bias.detach().view(num_kv_heads, group, d)[:, 0].reshape(-1))
+                    getattr(first, name).bias.data.copy_(
+                        getattr(layer, name)
+                        .bias.detach()
+                        .view(num_kv_heads, group, d)[:, 0]
+                        .reshape(-1)
+                    )
             first.num_kv_heads = num_kv_heads
             first.to(layer.q_proj.weight.dtype)
             block.self_attn = first
@@ -300,8 +407,10 @@ def _mqa_gap_solution(model, val_tokens):
     for block in mqa.blocks:
         block.self_attn = mean_pool_kv_heads(block.self_attn, 1)  # one K/V head per layer
     with torch.no_grad():
-        gap = (next_token_loss(mqa.eval()(val_tokens), val_tokens)
-               - next_token_loss(model.eval()(val_tokens), val_tokens)).item()
+        gap = (
+            next_token_loss(mqa.eval()(val_tokens), val_tokens)
+            - next_token_loss(model.eval()(val_tokens), val_tokens)
+        ).item()
     return {"model": model, "tokens": val_tokens, "gap": gap}
 
 
@@ -319,12 +428,16 @@ def _mqa_gap_solution(model, val_tokens):
     answer_is_function=False,  # the answer is the measured gap in a dict; the solution computes it
 )
 def _check_mqa_gap(answer) -> str:
-    if callable(answer):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
+    if callable(
+        answer
+    ):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
         try:
             call(answer)
         except Mistake:
             pass
-        raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.')
+        raise Mistake(
+            'Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.'
+        )
     if not isinstance(answer, dict) or not {"model", "tokens", "gap"} <= set(answer):
         raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}.')
     model, tokens = answer["model"], answer["tokens"]
@@ -332,31 +445,55 @@ def _check_mqa_gap(answer) -> str:
         raise NotAttempted(stub_field("gap"))
     gap = number(answer["gap"], "gap")
     blocks = getattr(model, "blocks", None)
-    if blocks is None or not all(isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks):
-        raise Mistake("model should be the chapter's CausalLM, whose blocks have a MultiHeadAttention self_attn.")
+    if blocks is None or not all(
+        isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks
+    ):
+        raise Mistake(
+            "model should be the chapter's CausalLM, whose blocks have a MultiHeadAttention"
+            " self_attn."
+        )
     if any(b.self_attn.num_kv_heads != b.self_attn.num_heads for b in blocks):
-        raise Mistake("Your model has already been converted (num_kv_heads < num_heads): convert a copy (copy.deepcopy) and pass the original.")
+        raise Mistake(
+            "Your model has already been converted (num_kv_heads < num_heads): convert a copy"
+            " (copy.deepcopy) and pass the original."
+        )
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         raise Mistake("tokens should be the (B, L) validation tokens you measured on.")
     before = _loss(model, tokens)
     true_gap = _loss(_converted(model, 1), tokens) - before
     heads = {b.self_attn.num_heads for b in blocks}
     known = {
-        "You gave the loss of the converted model; the gap is that loss minus the original model's.": before + true_gap,
-        "Your gap has the wrong sign: converted minus original (a loss that went up is a positive gap).": -true_gap,
+        "You gave the loss of the converted model; the gap is that loss minus the original model's.": (
+            before + true_gap
+        ),
+        "Your gap has the wrong sign: converted minus original (a loss that went up is a positive gap).": (
+            -true_gap
+        ),
         # defined only where every layer's heads split into 2 groups
-        "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 (multi-query attention).":
-            _loss(_converted(model, 2), tokens) - before if all(h % 2 == 0 for h in heads) else None,
-        "That is the gap of keeping the first head of each group; the exercise asks for the mean of the group's heads.":
-            _loss(_converted(model, 1, "first"), tokens) - before,
+        "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 (multi-query attention).": (
+            _loss(_converted(model, 2), tokens) - before if all(h % 2 == 0 for h in heads) else None
+        ),
+        "That is the gap of keeping the first head of each group; the exercise asks for the mean of the group's heads.": (
+            _loss(_converted(model, 1, "first"), tokens) - before
+        ),
     }
     # stated tolerance: 2 % or 0.001 nats, and always closer to the right gap than to a known mistake's
     distances = [abs(value - true_gap) for value in known.values() if value is not None]
     tolerance = min([max(0.02 * abs(true_gap), 1e-3)] + [d / 2 for d in distances if d > 0])
     if abs(gap - true_gap) <= tolerance:
-        return f"Right: mean-pooling every layer to one K/V head costs {true_gap:.3f} nats on these tokens (checked within 2 %)."
-    found = [message for message, value in known.items()
-             if value is not None and abs(gap - value) <= min(max(0.02 * abs(value), 1e-3), abs(value - true_gap) / 2)]
+        return (
+            f"Right: mean-pooling every layer to one K/V head costs {true_gap:.3f} nats on these"
+            " tokens (checked within 2 %)."
+        )
+    found = [
+        message
+        for message, value in known.items()
+        if value is not None
+        and abs(gap - value) <= min(max(0.02 * abs(value), 1e-3), abs(value - true_gap) / 2)
+    ]
     if found:
         raise Mistake(several(found))
-    raise Mistake(f"Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you measure in eval() mode on the same tokens?")
+    raise Mistake(
+        f"Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you measure"
+        " in eval() mode on the same tokens?"
+    )

@@ -1,15 +1,17 @@
 """Chapter 7 exercises: the online softmax update, the FLOPs of a multi-head layer, the scores a
 causal tiled attention computes, a bug in a blocked softmax, and a FLOP count measured."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
-from ._core import integer, Mistake, call, check_number, diagnose, exercise, matches
+from ._core import Mistake, call, check_number, diagnose, exercise, integer, matches
 
 
 def _random(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return scale * torch.randn(
+        *shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
 
 
 # -- 1. the online softmax update for one new block -----------------------------------------
@@ -31,26 +33,51 @@ def _update_mistakes(running_max, running_sum, acc, scores, value):
     w_new = torch.exp(scores - new_max[:, None])
     w_old = torch.exp(scores - running_max[:, None])
     return {
-        "The running sum is not rescaled: multiply the old sum by exp(old_max - new_max) before adding the new block.":
-            (new_max, running_sum + w_new.sum(-1), acc * correction[:, None] + w_new @ value),
-        "The accumulated values are not rescaled: multiply acc by exp(old_max - new_max) too, like the sum.":
-            (new_max, running_sum * correction + w_new.sum(-1), acc + w_new @ value),
-        "Neither the sum nor acc is rescaled: what was summed against the old max must be multiplied by exp(old_max - new_max).":
-            (new_max, running_sum + w_new.sum(-1), acc + w_new @ value),
-        "You exponentiated the new scores with the OLD maximum: update the running max first, then compute exp(scores - new_max).":
-            (new_max, running_sum * correction + w_old.sum(-1), acc * correction[:, None] + w_old @ value),
-        "The correction factor is inverted: it is exp(old_max - new_max) (at most 1), not exp(new_max - old_max).":
-            (new_max, running_sum / correction + w_new.sum(-1), acc / correction[:, None] + w_new @ value),
-        "The running max is the max of the new block only: it must be the max over every block so far, max(old_max, block max).":
-            (scores.amax(-1), running_sum * torch.exp(running_max - scores.amax(-1)) + torch.exp(scores - scores.amax(-1)[:, None]).sum(-1),
-             acc * torch.exp(running_max - scores.amax(-1))[:, None] + torch.exp(scores - scores.amax(-1)[:, None]) @ value),
+        "The running sum is not rescaled: multiply the old sum by exp(old_max - new_max) before adding the new block.": (
+            new_max,
+            running_sum + w_new.sum(-1),
+            acc * correction[:, None] + w_new @ value,
+        ),
+        "The accumulated values are not rescaled: multiply acc by exp(old_max - new_max) too, like the sum.": (
+            new_max,
+            running_sum * correction + w_new.sum(-1),
+            acc + w_new @ value,
+        ),
+        "Neither the sum nor acc is rescaled: what was summed against the old max must be multiplied by exp(old_max - new_max).": (
+            new_max,
+            running_sum + w_new.sum(-1),
+            acc + w_new @ value,
+        ),
+        "You exponentiated the new scores with the OLD maximum: update the running max first, then compute exp(scores - new_max).": (
+            new_max,
+            running_sum * correction + w_old.sum(-1),
+            acc * correction[:, None] + w_old @ value,
+        ),
+        "The correction factor is inverted: it is exp(old_max - new_max) (at most 1), not exp(new_max - old_max).": (
+            new_max,
+            running_sum / correction + w_new.sum(-1),
+            acc / correction[:, None] + w_new @ value,
+        ),
+        "The running max is the max of the new block only: it must be the max over every block so far, max(old_max, block max).": (
+            scores.amax(-1),
+            running_sum * torch.exp(running_max - scores.amax(-1))
+            + torch.exp(scores - scores.amax(-1)[:, None]).sum(-1),
+            acc * torch.exp(running_max - scores.amax(-1))[:, None]
+            + torch.exp(scores - scores.amax(-1)[:, None]) @ value,
+        ),
     }
 
 
 def _triple(fn, *args):
     result = call(fn, *args)
-    if not isinstance(result, tuple) or len(result) != 3 or not all(isinstance(t, torch.Tensor) for t in result):
-        raise Mistake(f"Return three tensors (new_max, new_sum, new_acc); got {type(result).__name__}.")
+    if (
+        not isinstance(result, tuple)
+        or len(result) != 3
+        or not all(isinstance(t, torch.Tensor) for t in result)
+    ):
+        raise Mistake(
+            f"Return three tensors (new_max, new_sum, new_acc); got {type(result).__name__}."
+        )
     return result
 
 
@@ -72,10 +99,18 @@ def _check_online_update(fn) -> str:
     L, B, d_v = 4, 5, 3
     # one step from a state built from an earlier block, with a new block of larger scores
     first, values_first = _random(L, B, seed=1), _random(B, d_v, seed=2)
-    state = _online_update_solution(torch.full((L,), float("-inf"), dtype=torch.float64), torch.zeros(L, dtype=torch.float64),
-                                    torch.zeros(L, d_v, dtype=torch.float64), first, values_first)
+    state = _online_update_solution(
+        torch.full((L,), float("-inf"), dtype=torch.float64),
+        torch.zeros(L, dtype=torch.float64),
+        torch.zeros(L, d_v, dtype=torch.float64),
+        first,
+        values_first,
+    )
     # rows 0 and 2 of the new block raise the maximum, rows 1 and 3 do not
-    scores, value = _random(L, B, seed=3) + torch.tensor([[3.0], [-3.0], [3.0], [-3.0]], dtype=torch.float64), _random(B, d_v, seed=4)
+    scores, value = (
+        _random(L, B, seed=3) + torch.tensor([[3.0], [-3.0], [3.0], [-3.0]], dtype=torch.float64),
+        _random(B, d_v, seed=4),
+    )
     got = _triple(fn, *[t.clone() for t in state], scores.clone(), value.clone())
     expected = _online_update_solution(*state, scores, value)
     names = ("new_max", "new_sum", "new_acc")
@@ -87,21 +122,46 @@ def _check_online_update(fn) -> str:
             if all(matches(g, w, equal_nan=True) for g, w in zip(got, wrong)):
                 raise Mistake(message)
         wrong_part = [n for n, g, e in zip(names, got, expected) if not matches(g, e)]
-        raise Mistake(f"After one update from a running state, {', '.join(wrong_part)} differ from the exact update.")
+        raise Mistake(
+            f"After one update from a running state, {', '.join(wrong_part)} differ from the exact"
+            " update."
+        )
 
     # fold a whole row of scores block by block, starting from the empty state: acc / sum must be softmax @ V
-    scores, value = _random(3, 23, seed=5, scale=30.0), _random(23, 2, seed=6)  # large scores: exp would overflow
-    state = (torch.full((3,), float("-inf"), dtype=torch.float64), torch.zeros(3, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64))
+    scores, value = (
+        _random(3, 23, seed=5, scale=30.0),
+        _random(23, 2, seed=6),
+    )  # large scores: exp would overflow
+    state = (
+        torch.full((3,), float("-inf"), dtype=torch.float64),
+        torch.zeros(3, dtype=torch.float64),
+        torch.zeros(3, 2, dtype=torch.float64),
+    )
     for start in range(0, 23, 6):
-        state = _triple(fn, *state, scores[:, start:start + 6], value[start:start + 6])
+        state = _triple(fn, *state, scores[:, start : start + 6], value[start : start + 6])
     out = state[2] / state[1][:, None]
     reference = torch.softmax(scores, dim=-1) @ value
     if not matches(out, reference):
         if not bool(torch.isfinite(out).all()):
-            raise Mistake("Folding blocks from the empty state (max = -inf, sum = 0) gives inf or NaN: subtract the max before "
-                          "exponentiating, and make sure exp(old_max - new_max) = 0 when old_max is -inf.")
-        raise Mistake(diagnose(out, {}, default="One update is right but folding 4 blocks from the empty state is not softmax(scores) @ value."))
-    return "Right: folding the blocks one by one gives exactly softmax(scores) @ value, without ever holding a whole row."
+            raise Mistake(
+                "Folding blocks from the empty state (max = -inf, sum = 0) gives inf or NaN:"
+                " subtract the max before exponentiating, and make sure exp(old_max - new_max) = 0"
+                " when old_max is -inf."
+            )
+        raise Mistake(
+            diagnose(
+                out,
+                {},
+                default=(
+                    "One update is right but folding 4 blocks from the empty state is not"
+                    " softmax(scores) @ value."
+                ),
+            )
+        )
+    return (
+        "Right: folding the blocks one by one gives exactly softmax(scores) @ value, without ever"
+        " holding a whole row."
+    )
 
 
 # -- 2. the FLOPs of a multi-head layer -------------------------------------------------------
@@ -130,9 +190,7 @@ _FLOPS_MISTAKES = (
     "0GCxUREE4XBxBSAAoHABkPG09dR1MjLTskHUMfEABTFgIbBgtPT0NAX1xQQFhbVV9VGx1FABgYR1lPARoWRQQMERwABgYXUwYOARoaEE8BGhZF"
     "DBUAHAoXVQIBCgUBFxoQTxocHxxBXAAGBk8FABwPBBcABwwBBlISCwVUAAYGTwEFHEUAAAALDRscHR1FEQYbChYMAQFaS0MJ"
 )
-_FLOPS_SOLUTION = (
-    "MREGTgEOAREbRQQaABwaQ1UFGhEJVDhOXk8mUk5FUERGWk9PMFJORVZCTEJDB1VPU1RTWFQGBg4RUgQMBQAcTgdPSFI2SglUSU5VW094eU9BJAYBCQoWBhoKDwdOTgUAAABTCAAABgcACgZSNkUZVDFOSzgrI19FNio/QkM4KyRfRTYqO0dPTxATEA1BFQQeDwYQFlMRDlQ4ThEAAgFJb0FUQE5JT0dSWUUtVF5OJjFHUk5FVVReTlFPX1JCVVNAVERDWENKLVdBSVRaT1dGQ19dUkxYXFNXW3hZRSAAAAsNGxwdHV9BBBEcQwcQExdJQSVUJT07VREcFhUHVFxDRVU+U09BOFREQwtVEx0BQSRUOEMMGgEHFkFGVERDI1VYUylBXlQKWE8THQFFCVQcCwILBnhTRRUcFRpDBgZSQUVLVEZOSU85LEFFS1QcTklPEVJORVVUXk4vMUdSWUUkVElOUENHQEJJU0ZBQldYR1x5T0EgGxoCA09SS0lRQUdCU1lGXkVdUVQyIiw/Bl5TBAMbARpDV1tDUyInODs+Q0cGHRURDBUMTgIBEVIRDAAHER1DARoGUwYOARoaBgtcXHlvNRwRThMdGhgWBhUdGwAQTxIAHBJBGB0FBk85UjY7U1hUGgsKVRMHEQQaAAcMAVUeGg4EVDgwUU8wSFMEFQARABcGGhxTAQ4ZHQACGxABUwoPFxFOL09LUkEgT348CxEKVT5TWEFFRFxXT0lSQSBBSVRfVlxDXlMWDlQABgZPBQAcDwQXAAcMAQZSEhcEVAAGBk8ZEwECBAZUHgIdAVJbU1FRXUA="
-)
+_FLOPS_SOLUTION = "MREGTgEOAREbRQQaABwaQ1UFGhEJVDhOXk8mUk5FUERGWk9PMFJORVZCTEJDB1VPU1RTWFQGBg4RUgQMBQAcTgdPSFI2SglUSU5VW094eU9BJAYBCQoWBhoKDwdOTgUAAABTCAAABgcACgZSNkUZVDFOSzgrI19FNio/QkM4KyRfRTYqO0dPTxATEA1BFQQeDwYQFlMRDlQ4ThEAAgFJb0FUQE5JT0dSWUUtVF5OJjFHUk5FVVReTlFPX1JCVVNAVERDWENKLVdBSVRaT1dGQ19dUkxYXFNXW3hZRSAAAAsNGxwdHV9BBBEcQwcQExdJQSVUJT07VREcFhUHVFxDRVU+U09BOFREQwtVEx0BQSRUOEMMGgEHFkFGVERDI1VYUylBXlQKWE8THQFFCVQcCwILBnhTRRUcFRpDBgZSQUVLVEZOSU85LEFFS1QcTklPEVJORVVUXk4vMUdSWUUkVElOUENHQEJJU0ZBQldYR1x5T0EgGxoCA09SS0lRQUdCU1lGXkVdUVQyIiw/Bl5TBAMbARpDV1tDUyInODs+Q0cGHRURDBUMTgIBEVIRDAAHER1DARoGUwYOARoaBgtcXHlvNRwRThMdGhgWBhUdGwAQTxIAHBJBGB0FBk85UjY7U1hUGgsKVRMHEQQaAAcMAVUeGg4EVDgwUU8wSFMEFQARABcGGhxTAQ4ZHQACGxABUwoPFxFOL09LUkEgT348CxEKVT5TWEFFRFxXT0lSQSBBSVRfVlxDXlMWDlQABgZPBQAcDwQXAAcMAQZSEhcEVAAGBk8ZEwECBAZUHgIdAVJbU1FRXUA="
 
 
 @exercise(
@@ -148,21 +206,28 @@ _FLOPS_SOLUTION = (
 )
 def _check_flops(answer) -> str:
     return check_number(
-        answer, _FLOPS, _FLOPS_MISTAKES, what="FLOP count", rel_tol=1e-3, mistake_rel_tol=5e-4,  # softmax counted: +0.16 %
-        right="Right: the projections (8 L E^2) are 60 % of it here, the attention products (4 L^2 E) 40 %: L < 2E.",
-        otherwise="{value:.4g} is not it. Count the four projections and the two attention products, 2 FLOPs per multiply-add.",
+        answer,
+        _FLOPS,
+        _FLOPS_MISTAKES,
+        what="FLOP count",
+        rel_tol=1e-3,
+        mistake_rel_tol=5e-4,  # softmax counted: +0.16 %
+        right=(
+            "Right: the projections (8 L E^2) are 60 % of it here, the attention products (4 L^2 E)"
+            " 40 %: L < 2E."
+        ),
+        otherwise=(
+            "{value:.4g} is not it. Count the four projections and the two attention products, 2"
+            " FLOPs per multiply-add."
+        ),
     )
 
 
 # -- 3. predict: the scores a causal tiled attention computes --------------------------------------
 
 _CELLS = "WU1FXFtWQw=="
-_CELLS_MISTAKES = (
-    "GlZFWFRYQkBCU0NOVEw3BxQGUwwSVBEYBh0MUgAGDgYRQkMjK0BJRRYdAAZDDBQHAAQNSSAcFgpVBhoJBBArDxcbEBwHDA4aVB0IBgUBUxEJEVQFBhZVEB8KAh8HTgYBARsBAA0NVAcNTxRSAhAEBg1OAQMaERhCElQSGxcaBxddR01UVlZQVkVERlNDTlRMNwcUBlMMElQABgZPEAoSBhVUFw8WHBQeUxETHRUABAMQXlMpQVw4TkhPRFtTSkFGTk4XBxBSBwwNEQdOFwcUBlMGExsHHUMbHRdTAQgVEwENDhlSEhcEVBcBDh8ABhYBQR0aTgUaGR5fRRUcEQBDAhQBGAAFWlZCQ01NQUtdV0RMTFlPVyYbBBVUHR1DBxQeFUUOElQiPV1PUgcNBFQABw8KBlIHDQAAVA0RAAYBUxEJEVQKCg4SHR0EDVQVHAZPFh0eFRQAEQpDBhtSFRANGFhOEABVGwdFCAdUAwwdEFIHDQAaVAYCAxNcUUlBVkVeV1dARUVVQ05UTDoAAFIQCgwEARoGC1VGQ0UHARgCQxscHhYWQRsSTlFaQ1ILRVBERlpZTwEaFkUNFQcaQwQQC1MRCBgRTgwJVRNTFBQRBhdDDRkdEA5BBwABExxVEwdFFRwVGkMNGR0QDkYHVAICHAFSAhAEBg1OSwQQCywADxBdQkMcGlIaEUEdB04AGgFSAA0OBgBAQUNVUERUUkRHX1VXV0hTRzUcFRpDBgZSEgkNVExOCwoUFgBfQQAcC0MeABcAEQgbGk4CHB4BUwMOBlQaCwpVARAKExEHTgwJVR0dAEEcEQ8HQVcP"
-)
-_CELLS_SOLUTION = (
-    "MAERHBpPFx4cBgpUHU5LBlVPU1VPWkVbSk8dHR8BElQABgZPBAcWFwgRB05RWkNSGkVPWlRcVllVG1NOQUZBW01PIhsHDUEXFRsQDhlPJxcUEVQHF08GFxYWawAcC0MEEAsARVFUWkBDXUBEU00IVF9OUkZVX1NUQRUaCkMBGlIVEBMAHAsRT10ZFhw+ERoKQ1JVAywWFRUGGkNEVRAfCgIfKx9KVVUXBQATDVQCAhsQAFMOBA1UBxBPHBx5EQkRVAgWGwAAFkUOElQLFQoHC1MUFBEGF0MAE1IHDQRUFgIMDB5cUywVB1QaCgMQAVMEExFUX1NdQVIYABgHVBkKCxBSFh0CEQQaQxsdF1MJAAcATgwBEF5TEgkdFwZDBgZ4EBAVVBUaQwQQCywADxBYThAAVQMGABMNVAwPABYZUwxBFxsDExoBFwBFU0FCThtPR0dFRUkdVEVDXlxSAAYOBhEdTWV/IQYIQRsCCxFPHEhTV1RCVERDXUBEU09BXEVOSE9HUlhFT1paTkhPRERaRVxUQltPWkZEU09BRUdYQ1JVSl9cUEZYVlpZVQEQChMRB04TCgdSGwAAEFhOVlxbQ1NAQRsSZC8xR1JORVBCWFlUWFlAQlNBXAAGBk8QChIGFVQXDxYcFB5TERMdFQAEAxBSGhZBTFhdWl9ZREZTW1QABgZPERsSAg4aFQJDXUBEUx1BRkFYQxwEBxIXBAdUDxEKfxEcCBEBAAsHTxwcUwMUGBhCQxsdFx1FDBUHBQYLXFxTLA9UAAcPCgZIU1FRVFwfFgoHC1MHDRsXBU9PHhcKRQMYGw0IRlUCEgwTB1QBBU8BGhZFV0Ba"
-)
+_CELLS_MISTAKES = "GlZFWFRYQkBCU0NOVEw3BxQGUwwSVBEYBh0MUgAGDgYRQkMjK0BJRRYdAAZDDBQHAAQNSSAcFgpVBhoJBBArDxcbEBwHDA4aVB0IBgUBUxEJEVQFBhZVEB8KAh8HTgYBARsBAA0NVAcNTxRSAhAEBg1OAQMaERhCElQSGxcaBxddR01UVlZQVkVERlNDTlRMNwcUBlMMElQABgZPEAoSBhVUFw8WHBQeUxETHRUABAMQXlMpQVw4TkhPRFtTSkFGTk4XBxBSBwwNEQdOFwcUBlMGExsHHUMbHRdTAQgVEwENDhlSEhcEVBcBDh8ABhYBQR0aTgUaGR5fRRUcEQBDAhQBGAAFWlZCQ01NQUtdV0RMTFlPVyYbBBVUHR1DBxQeFUUOElQiPV1PUgcNBFQABw8KBlIHDQAAVA0RAAYBUxEJEVQKCg4SHR0EDVQVHAZPFh0eFRQAEQpDBhtSFRANGFhOEABVGwdFCAdUAwwdEFIHDQAaVAYCAxNcUUlBVkVeV1dARUVVQ05UTDoAAFIQCgwEARoGC1VGQ0UHARgCQxscHhYWQRsSTlFaQ1ILRVBERlpZTwEaFkUNFQcaQwQQC1MRCBgRTgwJVRNTFBQRBhdDDRkdEA5BBwABExxVEwdFFRwVGkMNGR0QDkYHVAICHAFSAhAEBg1OSwQQCywADxBdQkMcGlIaEUEdB04AGgFSAA0OBgBAQUNVUERUUkRHX1VXV0hTRzUcFRpDBgZSEgkNVExOCwoUFgBfQQAcC0MeABcAEQgbGk4CHB4BUwMOBlQaCwpVARAKExEHTgwJVR0dAEEcEQ8HQVcP"
+_CELLS_SOLUTION = "MAERHBpPFx4cBgpUHU5LBlVPU1VPWkVbSk8dHR8BElQABgZPBAcWFwgRB05RWkNSGkVPWlRcVllVG1NOQUZBW01PIhsHDUEXFRsQDhlPJxcUEVQHF08GFxYWawAcC0MEEAsARVFUWkBDXUBEU00IVF9OUkZVX1NUQRUaCkMBGlIVEBMAHAsRT10ZFhw+ERoKQ1JVAywWFRUGGkNEVRAfCgIfKx9KVVUXBQATDVQCAhsQAFMOBA1UBxBPHBx5EQkRVAgWGwAAFkUOElQLFQoHC1MUFBEGF0MAE1IHDQRUFgIMDB5cUywVB1QaCgMQAVMEExFUX1NdQVIYABgHVBkKCxBSFh0CEQQaQxsdF1MJAAcATgwBEF5TEgkdFwZDBgZ4EBAVVBUaQwQQCywADxBYThAAVQMGABMNVAwPABYZUwxBFxsDExoBFwBFU0FCThtPR0dFRUkdVEVDXlxSAAYOBhEdTWV/IQYIQRsCCxFPHEhTV1RCVERDXUBEU09BXEVOSE9HUlhFT1paTkhPRERaRVxUQltPWkZEU09BRUdYQ1JVSl9cUEZYVlpZVQEQChMRB04TCgdSGwAAEFhOVlxbQ1NAQRsSZC8xR1JORVBCWFlUWFlAQlNBXAAGBk8QChIGFVQXDxYcFB5TERMdFQAEAxBSGhZBTFhdWl9ZREZTW1QABgZPERsSAg4aFQJDXUBEUx1BRkFYQxwEBxIXBAdUDxEKfxEcCBEBAAsHTxwcUwMUGBhCQxsdFx1FDBUHBQYLXFxTLA9UAAcPCgZIU1FRVFwfFgoHC1MHDRsXBU9PHhcKRQMYGw0IRlUCEgwTB1QBBU8BGhZFV0Ba"
 
 
 @exercise(
@@ -178,9 +243,18 @@ _CELLS_SOLUTION = (
 )
 def _check_cells(answer) -> str:
     return check_number(
-        answer, _CELLS, _CELLS_MISTAKES, what="number of scores",
-        right="Right: 53 % of L^2, a little more than the causal half, because the diagonal squares are computed in full.",
-        otherwise="{value:,.0f} is not it. Count query block by query block: which keys can its queries see at most?",
+        answer,
+        _CELLS,
+        _CELLS_MISTAKES,
+        what="number of scores",
+        right=(
+            "Right: 53 % of L^2, a little more than the causal half, because the diagonal squares"
+            " are computed in full."
+        ),
+        otherwise=(
+            "{value:,.0f} is not it. Count query block by query block: which keys can its queries"
+            " see at most?"
+        ),
     )
 
 
@@ -202,9 +276,7 @@ _BUG_MISTAKES = (
     "ISEUEAHAtDChsWXUdNVFZZQVVVUD8MDxFUWUMGBlIBDAYcAFRDGx0XUwkOGwROFQYGGwcWQQAcC0MEEAtTBw0bFwUQTxwcUwoTEBEcT08XHhwG"
     "ClQXAQ8aGBwARQAAVA9DGxwfFktDCQ=="
 )
-_BUG_SOLUTION = (
-    "LR0aC0NeRlxTIBcRBhcXBxwcFEUAFxcbDhoZEwcABVQdAEMOFhFTFg5UEg8RTwITAEUWER0JCxsQFlMHGFQRFhNHBlJeRQxdVBkKGx1SBw0EVDsiJ08YEwsMDAEZVWkbHRdTCwQDVAwPABYZVBZBAxEHBAcBAVMQEhFUAzwBEAVdRS0dGgtDXkdSAQASFxUCBhxVBhsAQQcBA0MDVRAKRQJUSU4GFwVaHkVMVBkxDQoCW19FAwEATg8GGxdTVFJ+FQoHHFUGHEUAFxdOFAYBGhwQFVQGCxAMFB4aCwZUHRpPTwYdUxEJEVQBFhsFBwdFDB0MCxBPAQUcRRIcHQgXHFtSJA0EGhEYBh1VE1MJAAARHEMNGR0QDkEGFQcQCgZSEm8TGwNJEE8YEwsMDAEZQkMbHRdTAAAGGAcGHVUEEgkUEQdOAh0QUhwTBAZZGQYGEhoHAAVUFhdDCg0CWwg+GhEZQ0JVH1pLa35UTkNPFBEQRVxUFzVNQVteUysOGhEzQ0VVExAGQV9UHkMvVQQoS09aWE4QGxQAB18SABUcF09eUhEJDhcfQkNVKHh5NxQaVAwMGx1SEgIAHRodF08BHQEGCVoHAQUbGBMLTRBUNE4IQQEAEgsSBBsdBkdYQF9FTEVdTklPBhESCQRYVENSRlUyUxNbVAMHFwdVHR0AQRYYAQAEVVoRCQ4XH05dUlUhWm8VHBFOARoSUhoWQR0aGAocHBAfAE1UBwcNDBBSEEUIB1ReQwAbUgcNBFQbAA8WVQEHABFPVBkKGx1SAAAXEQYPD08XHhwGCgdUDw0LVRNTCAAMHQMWAlUGGwQVVBkBFQoGXnkRCRFUARYbBQcHFkEQHQgFCgdc"
-)
+_BUG_SOLUTION = "LR0aC0NeRlxTIBcRBhcXBxwcFEUAFxcbDhoZEwcABVQdAEMOFhFTFg5UEg8RTwITAEUWER0JCxsQFlMHGFQRFhNHBlJeRQxdVBkKGx1SBw0EVDsiJ08YEwsMDAEZVWkbHRdTCwQDVAwPABYZVBZBAxEHBAcBAVMQEhFUAzwBEAVdRS0dGgtDXkdSAQASFxUCBhxVBhsAQQcBA0MDVRAKRQJUSU4GFwVaHkVMVBkxDQoCW19FAwEATg8GGxdTVFJ+FQoHHFUGHEUAFxdOFAYBGhwQFVQGCxAMFB4aCwZUHRpPTwYdUxEJEVQBFhsFBwdFDB0MCxBPAQUcRRIcHQgXHFtSJA0EGhEYBh1VE1MJAAARHEMNGR0QDkEGFQcQCgZSEm8TGwNJEE8YEwsMDAEZQkMbHRdTAAAGGAcGHVUEEgkUEQdOAh0QUhwTBAZZGQYGEhoHAAVUFhdDCg0CWwg+GhEZQ0JVH1pLa35UTkNPFBEQRVxUFzVNQVteUysOGhEzQ0VVExAGQV9UHkMvVQQoS09aWE4QGxQAB18SABUcF09eUhEJDhcfQkNVKHh5NxQaVAwMGx1SEgIAHRodF08BHQEGCVoHAQUbGBMLTRBUNE4IQQEAEgsSBBsdBkdYQF9FTEVdTklPBhESCQRYVENSRlUyUxNbVAMHFwdVHR0AQRYYAQAEVVoRCQ4XH05dUlUhWm8VHBFOARoSUhoWQR0aGAocHBAfAE1UBwcNDBBSEEUIB1ReQwAbUgcNBFQbAA8WVQEHABFPVBkKGx1SAAAXEQYPD08XHhwGCgdUDw0LVRNTCAAMHQMWAlUGGwQVVBkBFQoGXnkRCRFUARYbBQcHFkEQHQgFCgdc"
 
 
 @exercise(
@@ -219,21 +291,26 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"), _BUG, _BUG_MISTAKES, what="line number",
-        right="Right: acc must be rescaled by c like the sum l; otherwise earlier blocks keep the old shift.",
-        otherwise="Line {value:g} is outside the function's body (lines 3 to 15). Give the number of the wrong line.",
+        integer(answer, "line number"),
+        _BUG,
+        _BUG_MISTAKES,
+        what="line number",
+        right=(
+            "Right: acc must be rescaled by c like the sum l; otherwise earlier blocks keep the old"
+            " shift."
+        ),
+        otherwise=(
+            "Line {value:g} is outside the function's body (lines 3 to 15). Give the number of the"
+            " wrong line."
+        ),
     )
 
 
 # -- 5. experiment: the FLOPs that causal tiling saves ----------------------------------------------
 
 _RATIO = "UVpBWFFa"
-_RATIO_MISTAKES = (
-    "GlZEQFZNT1JRVU9BVAcQTwEaFkUIEBEPD08dEx8DQVwABgZPEAoSBhVUFw8WHBQeUxETHRUABAMQUgQKFBgQTgEKVUJdUFFERlpXQVtcWl9BGREPEBoHF1MMFU9UGgsKVQYaCQQHVBoLDgFSEBcOBwdOFwcQUhcMABMbAAIDVRMBAEEXGwMTGgEXF0UIGlQIFgMZXFFJQVZFQFNNT1JRJEEGFRoKAFUdFUVQTlQKCgtVCxwQQRcbGw0bVQYbAEEaFQcVClUBEAQNERAxBwABLQMXDhABDRcwFAYHAA8AHQENTwIbBw1BFVQNAhoGEx9FDBUHBVxPPAZTBg4ZBBsXCgZSFhMEBg1OEAwaABZFABoQThcHEBxTCAAHHx1YTwEbHwAFKxUaFwobBhoKD1wXDxYcFB5OMRMBEUdDHB4bAxZBABwLQwkABgYXBFQfCxpPFx4cBgoHWkxPT1dDXVJWQ0NZVFhCRURSVkNDWVRNT1JRPA4BVAoKGRwWFgFBABwLQwEaHF4GAAEHDw9PFh0GCxVUFhdDGx0XUwYAAQcPD08aHBZfQQAcC0MeABcAEQgbGk4CHB4BUwYAAQcPD09aUh0KD1kXDxYcFB5dRxw="
-)
-_RATIO_SOLUTION = (
-    "Fh0ABkMbGgAQDU8aGzEEHRQWW0xNVDICDB82HQYLFREGIwwLEFoXDBIEGA8aUjMTHxYEXVQPEE8WHQYLFREGVGlPVVJTEQgYEQo8DgEGFgsVHRsASx5ZUhhJQQJYTgAOAAESCVwgBhsGRn8REhASFRhOXk8WHQYLFREGQAQKAS0HChUVGDEFAxoCAE1IfldOFwcQUgAEDBFUGQobHVIQBBQHFQJeKRQeAABBWUpOW0NASkpJWEdAQlZWR1I1KS4kB1VDDBQHAAQNTlRaT1dGQ19dUkxYXFNXTlIBBBUdG05TQUBEQVBPfn45CxZVQl1QV0ZBTl5PTF1CU1tUAwcXB1U+U1hBRkRaW08BGhYXBFQVHAZPTVICEAQGDU4BAxoRGBZBGxJOUVpDSVMHDRsXBUMGVREcCBEBAAsQT0dHRUUZVEZbVU9dG1NOQUVdZBAMGgAWFkFcHRoQTx4XCkUTFRoJBk8QHBcWQRUATgobBlIfBBIAVB8WCgcLWklBBxtOFwcQUhAEFAcVAkMdABxTBg4ZBBsXCgZSQVBXKkZOS15VWVNLT1pURUNXXFJOb1NBQjBRTw1SQFNBBxcBEQoGXlMEBhUdABAbVUBDUVkqRk5eT0dHRTtTVAxOVVtPUkBTTkJAQEMtGgYbRREGGwoWDAEBU00wVD8wN08UHBdFMVQiR0McFhMfAEEDHRoLTwEaFm8CGxkeFhsQFlMWAhsGCxBDVQEcRRUcEU4lIzoiAEUFG1QaDABbUicNBFQRFgIMAVIHFwgVGgkPClUFHBANEFQMBk9FXEZVUUZPThcHEFIXDAATGwACA1UBAhAABhEdQw4HF3kGDhkEGxcKEVIaC0ESAQIPTxQcF0UMFQcFBgtb"
-)
+_RATIO_MISTAKES = "GlZEQFZNT1JRVU9BVAcQTwEaFkUIEBEPD08dEx8DQVwABgZPEAoSBhVUFw8WHBQeUxETHRUABAMQUgQKFBgQTgEKVUJdUFFERlpXQVtcWl9BGREPEBoHF1MMFU9UGgsKVQYaCQQHVBoLDgFSEBcOBwdOFwcQUhcMABMbAAIDVRMBAEEXGwMTGgEXF0UIGlQIFgMZXFFJQVZFQFNNT1JRJEEGFRoKAFUdFUVQTlQKCgtVCxwQQRcbGw0bVQYbAEEaFQcVClUBEAQNERAxBwABLQMXDhABDRcwFAYHAA8AHQENTwIbBw1BFVQNAhoGEx9FDBUHBVxPPAZTBg4ZBBsXCgZSFhMEBg1OEAwaABZFABoQThcHEBxTCAAHHx1YTwEbHwAFKxUaFwobBhoKD1wXDxYcFB5OMRMBEUdDHB4bAxZBABwLQwkABgYXBFQfCxpPFx4cBgoHWkxPT1dDXVJWQ0NZVFhCRURSVkNDWVRNT1JRPA4BVAoKGRwWFgFBABwLQwEaHF4GAAEHDw9PFh0GCxVUFhdDGx0XUwYAAQcPD08aHBZfQQAcC0MeABcAEQgbGk4CHB4BUwYAAQcPD09aUh0KD1kXDxYcFB5dRxw="
+_RATIO_SOLUTION = "Fh0ABkMbGgAQDU8aGzEEHRQWW0xNVDICDB82HQYLFREGIwwLEFoXDBIEGA8aUjMTHxYEXVQPEE8WHQYLFREGVGlPVVJTEQgYEQo8DgEGFgsVHRsASx5ZUhhJQQJYTgAOAAESCVwgBhsGRn8REhASFRhOXk8WHQYLFREGQAQKAS0HChUVGDEFAxoCAE1IfldOFwcQUgAEDBFUGQobHVIQBBQHFQJeKRQeAABBWUpOW0NASkpJWEdAQlZWR1I1KS4kB1VDDBQHAAQNTlRaT1dGQ19dUkxYXFNXTlIBBBUdG05TQUBEQVBPfn45CxZVQl1QV0ZBTl5PTF1CU1tUAwcXB1U+U1hBRkRaW08BGhYXBFQVHAZPTVICEAQGDU4BAxoRGBZBGxJOUVpDSVMHDRsXBUMGVREcCBEBAAsQT0dHRUUZVEZbVU9dG1NOQUVdZBAMGgAWFkFcHRoQTx4XCkUTFRoJBk8QHBcWQRUATgobBlIfBBIAVB8WCgcLWklBBxtOFwcQUhAEFAcVAkMdABxTBg4ZBBsXCgZSQVBXKkZOS15VWVNLT1pURUNXXFJOb1NBQjBRTw1SQFNBBxcBEQoGXlMEBhUdABAbVUBDUVkqRk5eT0dHRTtTVAxOVVtPUkBTTkJAQEMtGgYbRREGGwoWDAEBU00wVD8wN08UHBdFMVQiR0McFhMfAEEDHRoLTwEaFm8CGxkeFhsQFlMWAhsGCxBDVQEcRRUcEU4lIzoiAEUFG1QaDABbUicNBFQRFgIMAVIHFwgVGgkPClUFHBANEFQMBk9FXEZVUUZPThcHEFIXDAATGwACA1UBAhAABhEdQw4HF3kGDhkEGxcKEVIaC0ESAQIPTxQcF0UMFQcFBgtb"
 
 
 @exercise(
@@ -248,7 +325,18 @@ _RATIO_SOLUTION = (
 )
 def _check_ratio(answer) -> str:
     return check_number(
-        answer, _RATIO, _RATIO_MISTAKES, what="ratio", rel_tol=0.01 / 0.5625, mistake_rel_tol=0.01,
-        right="Right (within 0.01): 9/16 of the FLOPs, more than half because the diagonal tiles are computed in full.",
-        otherwise="{value:.4g} is not within 0.01 of the measured ratio. Count the FLOPs of tiled_attention with causal=True and with causal=False, and divide.",
+        answer,
+        _RATIO,
+        _RATIO_MISTAKES,
+        what="ratio",
+        rel_tol=0.01 / 0.5625,
+        mistake_rel_tol=0.01,
+        right=(
+            "Right (within 0.01): 9/16 of the FLOPs, more than half because the diagonal tiles are"
+            " computed in full."
+        ),
+        otherwise=(
+            "{value:.4g} is not within 0.01 of the measured ratio. Count the FLOPs of"
+            " tiled_attention with causal=True and with causal=False, and divide."
+        ),
     )

@@ -1,4 +1,5 @@
 """Chapter 8 exercises: adaptive attention span."""
+
 from __future__ import annotations
 
 import math
@@ -6,7 +7,18 @@ import math
 import torch
 
 from ..adaptive_span import soft_span_mask, span_window
-from ._core import SOFTMAX_DIM, softmax_over, Mistake, call, check_number, diagnose, exercise, expect_tensor, integer, matches
+from ._core import (
+    SOFTMAX_DIM,
+    Mistake,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    integer,
+    matches,
+    softmax_over,
+)
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -22,21 +34,27 @@ def _mask_solution(distance, span, ramp):
 
 def _mask_mistakes(distance, span, ramp):
     return {
-        "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at z. The mask must stay 1 up to "
-        "distance z and reach 0 only at z + R: m = clamp((R + z - x) / R, 0, 1).": ((span - distance) / ramp).clamp(0, 1),
-        "The distance has the wrong sign: the mask must fall as the key gets farther back (larger x), "
-        "so x enters with a minus sign.": ((ramp + span + distance) / ramp).clamp(0, 1),
+        "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at z. The mask must stay 1 up to distance z and reach 0 only at z + R: m = clamp((R + z - x) / R, 0, 1).": (
+            ((span - distance) / ramp).clamp(0, 1)
+        ),
+        "The distance has the wrong sign: the mask must fall as the key gets farther back (larger x), so x enters with a minus sign.": (
+            ((ramp + span + distance) / ramp).clamp(0, 1)
+        ),
         "You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span.": (
-            (ramp + span - distance) / span
-        ).clamp(0, 1),
+            ((ramp + span - distance) / span).clamp(0, 1)
+        ),
         "This is 1 - x / z, the sources' formula: it has no ramp width R and starts falling at distance 0.": (
-            1 - distance / span
-        ).clamp(0, 1),
-        "Your mask goes above 1: clamp it from above as well (min(..., 1)).": ((ramp + span - distance) / ramp).clamp(min=0),
-        "Your mask goes below 0: clamp it from below as well (max(..., 0)).": ((ramp + span - distance) / ramp).clamp(max=1),
+            (1 - distance / span).clamp(0, 1)
+        ),
+        "Your mask goes above 1: clamp it from above as well (min(..., 1)).": (
+            ((ramp + span - distance) / ramp).clamp(min=0)
+        ),
+        "Your mask goes below 0: clamp it from below as well (max(..., 0)).": (
+            ((ramp + span - distance) / ramp).clamp(max=1)
+        ),
         "This is a hard mask (1 up to z, 0 beyond): it has no gradient with respect to z. Use the linear ramp of width R.": (
-            distance <= span
-        ).to(torch.float64),
+            (distance <= span).to(torch.float64)
+        ),
     }
 
 
@@ -53,17 +71,27 @@ def _mask_mistakes(distance, span, ramp):
 )
 def _check_mask(fn) -> str:
     distance = torch.arange(0, 24, dtype=torch.float64)
-    for span, ramp in [(torch.tensor(5.0, dtype=torch.float64), 4.0), (torch.tensor(9.5, dtype=torch.float64), 3.0)]:
+    for span, ramp in [
+        (torch.tensor(5.0, dtype=torch.float64), 4.0),
+        (torch.tensor(9.5, dtype=torch.float64), 3.0),
+    ]:
         expected = soft_span_mask(distance, span, ramp)
         out = call(fn, distance, span, ramp)
-        expect_tensor(out, expected.shape, f"For span z={span.item():g} and ramp R={ramp:g}, the mask over distances 0..23")
+        expect_tensor(
+            out,
+            expected.shape,
+            f"For span z={span.item():g} and ramp R={ramp:g}, the mask over distances 0..23",
+        )
         if not matches(out, expected):
             raise Mistake(
                 diagnose(
                     out,
                     _mask_mistakes(distance, span, ramp),
-                    default=f"Your mask differs from min(max((R + z - x) / R, 0), 1) for z={span.item():g}, R={ramp:g}; "
-                    f"expected {expected[:16].tolist()} for x = 0..15.",
+                    default=(
+                        "Your mask differs from min(max((R + z - x) / R, 0), 1) for"
+                        f" z={span.item():g}, R={ramp:g}; expected {expected[:16].tolist()} for x ="
+                        " 0..15."
+                    ),
                 )
             )
     spans = torch.tensor([0.0, 3.0, 12.5], dtype=torch.float64)[:, None, None]
@@ -71,8 +99,13 @@ def _check_mask(fn) -> str:
     out = call(fn, grid, spans, 2.0)
     expect_tensor(out, (3, 6, 6), "With spans of shape (3, 1, 1) and distances (6, 6), the mask")
     if not matches(out, soft_span_mask(grid, spans, 2.0)):
-        raise Mistake("Right for one span, wrong with one span per head: use broadcasting, not a loop or a reshape.")
-    return "Your mask is 1 up to distance z, falls linearly to 0 at z + R, and broadcasts over heads."
+        raise Mistake(
+            "Right for one span, wrong with one span per head: use broadcasting, not a loop or a"
+            " reshape."
+        )
+    return (
+        "Your mask is 1 up to distance z, falls linearly to 0 at z + R, and broadcasts over heads."
+    )
 
 
 # -- 2. the window to keep --------------------------------------------------------------------------
@@ -99,30 +132,50 @@ def _check_window(fn) -> str:
         (torch.tensor([12.0, 4.0]), 8.0),
         (torch.tensor([0.0, 0.0, 0.0]), 4.0),
         (torch.tensor([30.6, 29.9]), 2.5),
-        (torch.tensor([2.3, 0.6]), 1.5),  # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
+        (
+            torch.tensor([2.3, 0.6]),
+            1.5,
+        ),  # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
     ]
     for spans, ramp in cases:
         got = call(fn, spans, ramp)
         try:
             got = integer(got, "number of keys")
         except Mistake as mistake:
-            raise Mistake(f"{mistake} Return a whole number of keys (an int). (spans {spans.tolist()}, R = {ramp:g})") from None
+            raise Mistake(
+                f"{mistake} Return a whole number of keys (an int). (spans {spans.tolist()}, R ="
+                f" {ramp:g})"
+            ) from None
         expected = span_window(spans, ramp)
         if got == expected:
             continue
         z, mean = float(spans.max()), float(spans.mean())
         known = {
-            math.ceil(z): "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to there still count.",
-            math.floor(z + ramp): "You rounded down: a non-integer z + R still leaves a non-zero weight at distance floor(z + R); use ceil.",
-            math.ceil(z + ramp) + 1: "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys (distances 0 .. ceil(z + R) - 1) are enough.",
-            math.ceil(mean + ramp): "You used the mean span: every head shares the computation, so the longest span decides.",
-            math.ceil(float(spans.min()) + ramp): "You used the shortest span: the longest head needs its keys too.",
+            math.ceil(z): (
+                "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to"
+                " there still count."
+            ),
+            math.floor(z + ramp): (
+                "You rounded down: a non-integer z + R still leaves a non-zero weight at distance"
+                " floor(z + R); use ceil."
+            ),
+            math.ceil(z + ramp) + 1: (
+                "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys"
+                " (distances 0 .. ceil(z + R) - 1) are enough."
+            ),
+            math.ceil(mean + ramp): (
+                "You used the mean span: every head shares the computation, so the longest span"
+                " decides."
+            ),
+            math.ceil(
+                float(spans.min()) + ramp
+            ): "You used the shortest span: the longest head needs its keys too.",
             math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
         }
         if math.ceil(z) + math.ceil(ramp) != math.ceil(z + ramp):  # then it is one too many
             known[math.ceil(z) + math.ceil(ramp)] = (
-                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed ceil(z + R) by one; "
-                "round the sum once."
+                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed"
+                " ceil(z + R) by one; round the sum once."
             )
         message = known.get(got) if got != expected else None
         raise Mistake(
@@ -162,18 +215,21 @@ def _weights_mistakes(scores, span, ramp):
     flipped_w = probs * flipped
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
-        "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": probs * mask,
-        "Every past key kept its full weight, so the span limits nothing: either the mask is not applied, or the "
-        "distance has the wrong sign (j - i gives every past key mask 1). For query i and key j the distance is i - j, "
-        "and the weights are probs * m_z(i - j), renormalised.": flipped_w / flipped_w.sum(-1, keepdim=True),
+        "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": (
+            probs * mask
+        ),
+        "Every past key kept its full weight, so the span limits nothing: either the mask is not applied, or the distance has the wrong sign (j - i gives every past key mask 1). For query i and key j the distance is i - j, and the weights are probs * m_z(i - j), renormalised.": (
+            flipped_w / flipped_w.sum(-1, keepdim=True)
+        ),
         "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then renormalise.": torch.softmax(
             (scores * mask).masked_fill(~causal, float("-inf")), -1
         ),
         "You added the mask to the scores (softmax(scores + m)): the mask multiplies the probabilities.": torch.softmax(
             (scores + mask).masked_fill(~causal, float("-inf")), -1
         ),
-        "The future is not masked: query i may only see keys j <= i (take the softmax over the causal window).": no_causal
-        / no_causal.sum(-1, keepdim=True),
+        "The future is not masked: query i may only see keys j <= i (take the softmax over the causal window).": (
+            no_causal / no_causal.sum(-1, keepdim=True)
+        ),
         "You took the softmax twice: renormalise by dividing by the row sum, not with another softmax.": torch.softmax(
             (probs * mask).masked_fill(~causal, float("-inf")), -1
         ),
@@ -208,12 +264,17 @@ def _check_weights(fn) -> str:
                 diagnose(
                     out,
                     _weights_mistakes(scores, span, ramp),
-                    default=f"Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j') softmax(s)_ij' "
-                    f"(span z={span:g}, ramp R={ramp:g}).",
+                    default=(
+                        "Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j')"
+                        f" softmax(s)_ij' (span z={span:g}, ramp R={ramp:g})."
+                    ),
                     atol=1e-6,
                 )
             )
-    return "Right: the mask multiplies the causal softmax probabilities, and each row is renormalised to sum to 1."
+    return (
+        "Right: the mask multiplies the causal softmax probabilities, and each row is renormalised"
+        " to sum to 1."
+    )
 
 
 # -- 4. predict: the scores a trimmed layer computes -----------------------------------------------
@@ -233,9 +294,7 @@ _CELLS_MISTAKES = (
     "HgAXAQwEB1QZChsdUiRFXFRBWEMEEAsARQMREgERClUbBxZBGwMAQ15DSFMRCRFUBQYWBlIRAAcbBgtDGx0XUwcNGxcFQw4HF1MyQVlUX0NSVU"
     "dGRUkAHAtDCRwAABFBBQELERZVHRVFFRwRTgEDGhEYRQ0bGwUQTxcTEA5BI1RDQ15VAhwWCAAdAQ0cVRMHRQwbBxpKQVcP"
 )
-_CELLS_SOLUTION = (
-    "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHVIJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwPABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFFGVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVVdTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4MARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
-)
+_CELLS_SOLUTION = "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHVIJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwPABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFFGVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVVdTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4MARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
 
 
 @exercise(
@@ -250,21 +309,25 @@ _CELLS_SOLUTION = (
 )
 def _check_cells(answer) -> str:
     return check_number(
-        answer, _CELLS, _CELLS_MISTAKES, what="number of scores",
-        right="Right: about 14 % of the untrimmed 4 x 512^2, and the longest head alone decides it.",
-        otherwise="{value:,.0f} is not it. Find the layer's window W first, then count the keys each block of 16 queries is compared with.",
+        answer,
+        _CELLS,
+        _CELLS_MISTAKES,
+        what="number of scores",
+        right=(
+            "Right: about 14 % of the untrimmed 4 x 512^2, and the longest head alone decides it."
+        ),
+        otherwise=(
+            "{value:,.0f} is not it. Find the layer's window W first, then count the keys each"
+            " block of 16 queries is compared with."
+        ),
     )
 
 
 # -- 5. find the bug: the sources' distance ---------------------------------------------------------
 
 _BUG = "Vw=="
-_BUG_MISTAKES = (
-    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OFwcQUh0QDBYRHEMAE1IDChIdAAcMAQZcUUlBVkBMWU9XPhoLBFRATgocVQAaAgkATk4KTxwcFwAZEQdOFwcQUgIQBAYdCxBPXQAcEhJdWkxPT1dHUV9BVjgHDQpVR1MMElQGBwQHAUhTD0EdGgoGFxABUxEJEVQFBhYGUlsGDhgBAw0cXFxRSUFWQ0xZT1c+GgsEVENOChxVABoCCQBOThcHEFIACgcAVAMCHB5SHjobXAxHQ1JVER8EDARcRjFPXlIJRUxUDEdDQFUgX0VRWFRfSkFXXlNHWVZOTkEjHBwWRVlUHR1DHRwVGxFbVAAGBk8WEwYWABhUHQwJAR8SHUEbEk4XBxBSAAYOBhEdT08BGhZFBwEAGxEKVR8SFgoREE4UBgEaU0gIGhJAQUNVUEpHW1RWIgoBEFJKRQgHVBwKCB0GSUUVHBFOEw4FFwFFDAEYGgofGRsWFkEAHAtDHwcdEQQDHRgHFwYQAVNNDxsAThcHEFIABg4GER1KTxcLUxEJEVQDAhweXFFJQVZFXkFVVVA/DA8RVF9TTxwBUxcIExwaWU8BGhZFDBUHBQYLVQIBCgMVFgcPBgEbFhZBFQYLQx0QHBwXDBUYBxAKEVIHCkEHAQNDGxpSQktDCQ=="
-)
-_BUG_SOLUTION = (
-    "LR0aC0NZW1InDQRUEAcQGxQcEABBGxJOCAoMUhlFBwYbA0MeABcBHEEdVAcQTx0dBEUHFQZOIS42OVMRCRFUBQYWVRsAX0EMVFNDBlVfUw9BXEROBQAHUgcNBFQFGwYdDFUAbw4DGk4TAAYbBwwOGlhOEwAGGwcMFxFUCAwdVQYbAEEEFR0XRltSJAwVHFQKChwBEx0GBFRJTglPWFIaRQQCERwaTwUTABFBHxEXQwcUAVMEQRoRCQIbHAQWRQUdBxoCARYXX28SG1RGMU9eUglFTFQMR0NAVSBTW0FFVA8NC1UGGwBBFxgPDh9VFRoTBAdUBxdPGBMADkFFTk4XBxBSABUAGlQCCgIcBgBFDxsABgoBElIaC0EAHAtDHxQBB0lBFRoKQwAbHgpvBwEAGxEKVRkWHBJUXA8PHRATFxxBBhEDDBkQFlMHGFQABgZPFhMGFgAYVB0MCQEfEh1IVBUcBk8HEx4VBBBaTiobVRsARRUcEU4QAAAAEAASU1QIAhoZBl1va1RUTkMLHAEHBA8XEU5eTxxSXkUL"
-)
+_BUG_MISTAKES = "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OFwcQUh0QDBYRHEMAE1IDChIdAAcMAQZcUUlBVkBMWU9XPhoLBFRATgocVQAaAgkATk4KTxwcFwAZEQdOFwcQUgIQBAYdCxBPXQAcEhJdWkxPT1dHUV9BVjgHDQpVR1MMElQGBwQHAUhTD0EdGgoGFxABUxEJEVQFBhYGUlsGDhgBAw0cXFxRSUFWQ0xZT1c+GgsEVENOChxVABoCCQBOThcHEFIACgcAVAMCHB5SHjobXAxHQ1JVER8EDARcRjFPXlIJRUxUDEdDQFUgX0VRWFRfSkFXXlNHWVZOTkEjHBwWRVlUHR1DHRwVGxFbVAAGBk8WEwYWABhUHQwJAR8SHUEbEk4XBxBSAAYOBhEdT08BGhZFBwEAGxEKVR8SFgoREE4UBgEaU0gIGhJAQUNVUEpHW1RWIgoBEFJKRQgHVBwKCB0GSUUVHBFOEw4FFwFFDAEYGgofGRsWFkEAHAtDHwcdEQQDHRgHFwYQAVNNDxsAThcHEFIABg4GER1KTxcLUxEJEVQDAhweXFFJQVZFXkFVVVA/DA8RVF9TTxwBUxcIExwaWU8BGhZFDBUHBQYLVQIBCgMVFgcPBgEbFhZBFQYLQx0QHBwXDBUYBxAKEVIHCkEHAQNDGxpSQktDCQ=="
+_BUG_SOLUTION = "LR0aC0NZW1InDQRUEAcQGxQcEABBGxJOCAoMUhlFBwYbA0MeABcBHEEdVAcQTx0dBEUHFQZOIS42OVMRCRFUBQYWVRsAX0EMVFNDBlVfUw9BXEROBQAHUgcNBFQFGwYdDFUAbw4DGk4TAAYbBwwOGlhOEwAGGwcMFxFUCAwdVQYbAEEEFR0XRltSJAwVHFQKChwBEx0GBFRJTglPWFIaRQQCERwaTwUTABFBHxEXQwcUAVMEQRoRCQIbHAQWRQUdBxoCARYXX28SG1RGMU9eUglFTFQMR0NAVSBTW0FFVA8NC1UGGwBBFxgPDh9VFRoTBAdUBxdPGBMADkFFTk4XBxBSABUAGlQCCgIcBgBFDxsABgoBElIaC0EAHAtDHxQBB0lBFRoKQwAbHgpvBwEAGxEKVRkWHBJUXA8PHRATFxxBBhEDDBkQFlMHGFQABgZPFhMGFgAYVB0MCQEfEh1IVBUcBk8HEx4VBBBaTiobVRsARRUcEU4QAAAAEAASU1QIAhoZBl1va1RUTkMLHAEHBA8XEU5eTxxSXkUL"
 
 
 @exercise(
@@ -278,7 +341,15 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"), _BUG, _BUG_MISTAKES, what="line number",
-        right="Right: the distance is i - j, query minus key; with j - i the past always gets mask 1.",
-        otherwise="Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the wrong line.",
+        integer(answer, "line number"),
+        _BUG,
+        _BUG_MISTAKES,
+        what="line number",
+        right=(
+            "Right: the distance is i - j, query minus key; with j - i the past always gets mask 1."
+        ),
+        otherwise=(
+            "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the"
+            " wrong line."
+        ),
     )

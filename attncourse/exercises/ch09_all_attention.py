@@ -1,13 +1,24 @@
 """Chapter 9 exercises: all-attention and persistent memory vectors."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
 from ..all_attention import ffn_as_attention
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from ._core import SOFTMAX_DIM, softmax_over, integer, Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._core import (
+    SOFTMAX_DIM,
+    Mistake,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    integer,
+    matches,
+    softmax_over,
+)
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -16,13 +27,9 @@ def _random(*shape: int, seed: int) -> torch.Tensor:
 
 # -- 1. the parameters of an all-attention layer --------------------------------------------------
 
-_COUNT = 'UkVAW1RdTQ=='
-_COUNT_MISTAKES = (
-    'GlZFXVJfQkBDR1tUVjcMGlURHBAPABEKQxsdF1MVBAYHBxAbEBwHRRcRFxoMHQZSHANBGxoLQwcQExdFDhoYF1lPEBMQDUEbEk4XBxBSG0VcVExOCwoUFgBFCRUHTgobBlIcEg9UOk4ICgwBUwQPEFQgQxkUHgYAElQbCEMYHBYHDUEQKwZPTwYdU1dBOlQKPAdVGlNYQUZUIEMLW1BfRUNGRFdUXkBAUV9BVi0BFk8WHQYLFREQTgsOGRRTCgdUHRpZTwEaFkUREQYdChwBFx0RQR8RFxBPAhsHDQ4BAE4XBxBSBQQNAREdQ0dBUhc7U1RfTi1PEVtfRQ4GVBoLClUCFhcSHQcaBgEBUgUAAgAbHBBPAhsHDQ4BAE4XBxBSFQoUBlQeEQAfFxARCBsaHUNHR1I9RQVdT04LCgcXUwcOABxOBAYDF1MRCRFUHQICEFIdEAwWERxNTyEaFkUNFQ0LEU8dEwBFAxsABllPQVIXO1NUX05RTztSF0tDWFRMUVdNQUZdVVZOTkE2GgdTCQQSAE4MGgFSEkURBhsEBgwBGxwLW1QjMDJDVSUtLk1UIzA1TxQcF0UVHBFODBoBAgYRQQQGAQkKFgYaCg9UIzAsTxQAFkUHGwEcQwtVClMBQRkVGhEGFhcAS0NYVExSWE1ARlJYRlZUQ00sHQZFDAEYGgofGRsWAUEWDU4LTxocEABBABsBQwATBhYLW1QRDwAHVRoWBAVTB04VChYGHBcSVBwPFQpVBRoBFRxUCjwHVU9TAUFbVAZPTwYdUwQNGFQGBg4RAVMRDhMRGgsKB1IbCg0QVFxDIVUWUwsUGRYLERxZUh0KFVRGTi1PEVIbS0NYVExQXkFFRFJXVk5OQTYaB1MEBRARCkMNHBMAABJUAAFDGx0XUxUTGx4LABscHR0WWlQABgZPBRMDABNTB04CAxlfEhEVERoaCgAbUh8EGBEGTgsOBlIdCg8RVEYCARFSBw0EVBEWBh0WGwAAQQcVFxBPBh1aS0NYVExQXkFERFBTVk5OQTYaB1MEBRARCkMbHRdTKQANERwtAAcfVBZBRlQKQx8UABIIBAARHBBUVQYbAEERDAsRDBwBFkUABx8dQwkaAFMRCRFUDxcbEBwHDA4aVAICFhAAUwQNGxoLTU1ZUlFQU0BGVltfV0hTRzgbAU4AAAAcBwAFVBVOBQoQFl4DDgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsRTx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0XAAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOARoaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwARBBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4AFREGHUMbGh1dRxw='
-)
-_COUNT_SOLUTION = (
-    'MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFAEWFltUQE4bT0BDQTtTVElOUkNFRktJVENCQGk/EAAADBIAEQAXTwMXEBEOBgdUQwoUERtFDhJUGgsKVRpTWEFMVAYGDhEBUw0AB1QgQ1JVQENRWVQfCxocVRMdAUFGRFpbTwMTHxAEB1QBBU8CGxcRCVQQMQtPSFJGVFNUW05bT0hSRVFbfkZOG09HQkddQQxUWFdPDVJLRVxURk4tTxFSTkVTWERXVENER0FLayAbGgIDT1JHRQUqRk5IT0dSPUUFVElOUENERkZJVkZMQkMKDRMQEQ0NVA9DHAETHQEABhBODw4MFwFCElRATgcxR1JYRVNUEE4HMBMUUxIIABxOBzATFFNYQTpUU0NdRUZLRUkWHQ8QCgZSEhYIEBFHTQ=='
-)
+_COUNT = "UkVAW1RdTQ=="
+_COUNT_MISTAKES = "GlZFXVJfQkBDR1tUVjcMGlURHBAPABEKQxsdF1MVBAYHBxAbEBwHRRcRFxoMHQZSHANBGxoLQwcQExdFDhoYF1lPEBMQDUEbEk4XBxBSG0VcVExOCwoUFgBFCRUHTgobBlIcEg9UOk4ICgwBUwQPEFQgQxkUHgYAElQbCEMYHBYHDUEQKwZPTwYdU1dBOlQKPAdVGlNYQUZUIEMLW1BfRUNGRFdUXkBAUV9BVi0BFk8WHQYLFREQTgsOGRRTCgdUHRpZTwEaFkUREQYdChwBFx0RQR8RFxBPAhsHDQ4BAE4XBxBSBQQNAREdQ0dBUhc7U1RfTi1PEVtfRQ4GVBoLClUCFhcSHQcaBgEBUgUAAgAbHBBPAhsHDQ4BAE4XBxBSFQoUBlQeEQAfFxARCBsaHUNHR1I9RQVdT04LCgcXUwcOABxOBAYDF1MRCRFUHQICEFIdEAwWERxNTyEaFkUNFQ0LEU8dEwBFAxsABllPQVIXO1NUX05RTztSF0tDWFRMUVdNQUZdVVZOTkE2GgdTCQQSAE4MGgFSEkURBhsEBgwBGxwLW1QjMDJDVSUtLk1UIzA1TxQcF0UVHBFODBoBAgYRQQQGAQkKFgYaCg9UIzAsTxQAFkUHGwEcQwtVClMBQRkVGhEGFhcAS0NYVExSWE1ARlJYRlZUQ00sHQZFDAEYGgofGRsWAUEWDU4LTxocEABBABsBQwATBhYLW1QRDwAHVRoWBAVTB04VChYGHBcSVBwPFQpVBRoBFRxUCjwHVU9TAUFbVAZPTwYdUwQNGFQGBg4RAVMRDhMRGgsKB1IbCg0QVFxDIVUWUwsUGRYLERxZUh0KFVRGTi1PEVIbS0NYVExQXkFFRFJXVk5OQTYaB1MEBRARCkMNHBMAABJUAAFDGx0XUxUTGx4LABscHR0WWlQABgZPBRMDABNTB04CAxlfEhEVERoaCgAbUh8EGBEGTgsOBlIdCg8RVEYCARFSBw0EVBEWBh0WGwAAQQcVFxBPBh1aS0NYVExQXkFERFBTVk5OQTYaB1MEBRARCkMbHRdTKQANERwtAAcfVBZBRlQKQx8UABIIBAARHBBUVQYbAEERDAsRDBwBFkUABx8dQwkaAFMRCRFUDxcbEBwHDA4aVAICFhAAUwQNGxoLTU1ZUlFQU0BGVltfV0hTRzgbAU4AAAAcBwAFVBVOBQoQFl4DDgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsRTx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0XAAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOARoaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwARBBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4AFREGHUMbGh1dRxw="
+_COUNT_SOLUTION = "MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFAEWFltUQE4bT0BDQTtTVElOUkNFRktJVENCQGk/EAAADBIAEQAXTwMXEBEOBgdUQwoUERtFDhJUGgsKVRpTWEFMVAYGDhEBUw0AB1QgQ1JVQENRWVQfCxocVRMdAUFGRFpbTwMTHxAEB1QBBU8CGxcRCVQQMQtPSFJGVFNUW05bT0hSRVFbfkZOG09HQkddQQxUWFdPDVJLRVxURk4tTxFSTkVTWERXVENER0FLayAbGgIDT1JHRQUqRk5IT0dSPUUFVElOUENERkZJVkZMQkMKDRMQEQ0NVA9DHAETHQEABhBODw4MFwFCElRATgcxR1JYRVNUEE4HMBMUUxIIABxOBzATFFNYQTpUU0NdRUZLRUkWHQ8QCgZSEhYIEBFHTQ=="
 
 
 @exercise(
@@ -37,9 +44,18 @@ _COUNT_SOLUTION = (
 )
 def _check_count(answer) -> str:
     return check_number(
-        answer, _COUNT, _COUNT_MISTAKES, what="parameter count",
-        right="Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without biases.",
-        otherwise="{value:,.0f} is not it. Count the projections and the persistent keys and values separately, then add.",
+        answer,
+        _COUNT,
+        _COUNT_MISTAKES,
+        what="parameter count",
+        right=(
+            "Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without"
+            " biases."
+        ),
+        otherwise=(
+            "{value:,.0f} is not it. Count the projections and the persistent keys and values"
+            " separately, then add."
+        ),
     )
 
 
@@ -72,22 +88,31 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
     mem = torch.softmax(scores[..., length:], dim=-1)
     unscaled = torch.cat([scores[..., :length], scores[..., length:] * d_h**0.5], dim=-1)
     return {
-        "The persistent vectors got no weight: the causal mask reached them. Extend the mask with N columns "
-        "of True (always visible) for the memory.": soft(scores, torch.cat([mask, never], dim=-1)),
-        "The causal mask was built over all L + N keys (causal_mask(L, L + N) aligns the last query with the "
-        "last persistent key, so queries see future tokens and lose memory slots). Mask the L context columns "
-        "only and leave the N persistent columns visible.": soft(scores, causal_mask(length, length + n)),
-        "You took one softmax over the context and another over the memory (each sums to 1, the row sums to 2). "
-        "Take ONE softmax over the L + N scores together.": torch.cat([ctx, mem], dim=-1),
-        "You averaged a softmax over the context and one over the memory. The paper takes one joint softmax, "
-        "so the split between context and memory is learned per query.": torch.cat([ctx, mem], dim=-1) / 2,
-        "The mask polarity is inverted: True means 'may attend', so fill the context scores where mask is False.":
-            soft(scores, torch.cat([~mask, always], dim=-1)),
-        "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N scores the same way.":
-            soft(unscaled, torch.cat([mask, always], dim=-1)),
-        "The scores are not scaled: divide every score by sqrt(d_h).": soft(scores * d_h**0.5, torch.cat([mask, always], dim=-1)),
-        "The persistent keys came first: put the context's L columns first, then the N persistent ones.":
-            soft(torch.cat([scores[..., length:], scores[..., :length]], dim=-1), torch.cat([always, mask], dim=-1)),
+        "The persistent vectors got no weight: the causal mask reached them. Extend the mask with N columns of True (always visible) for the memory.": soft(
+            scores, torch.cat([mask, never], dim=-1)
+        ),
+        "The causal mask was built over all L + N keys (causal_mask(L, L + N) aligns the last query with the last persistent key, so queries see future tokens and lose memory slots). Mask the L context columns only and leave the N persistent columns visible.": soft(
+            scores, causal_mask(length, length + n)
+        ),
+        "You took one softmax over the context and another over the memory (each sums to 1, the row sums to 2). Take ONE softmax over the L + N scores together.": torch.cat(
+            [ctx, mem], dim=-1
+        ),
+        "You averaged a softmax over the context and one over the memory. The paper takes one joint softmax, so the split between context and memory is learned per query.": (
+            torch.cat([ctx, mem], dim=-1) / 2
+        ),
+        "The mask polarity is inverted: True means 'may attend', so fill the context scores where mask is False.": soft(
+            scores, torch.cat([~mask, always], dim=-1)
+        ),
+        "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N scores the same way.": soft(
+            unscaled, torch.cat([mask, always], dim=-1)
+        ),
+        "The scores are not scaled: divide every score by sqrt(d_h).": soft(
+            scores * d_h**0.5, torch.cat([mask, always], dim=-1)
+        ),
+        "The persistent keys came first: put the context's L columns first, then the N persistent ones.": soft(
+            torch.cat([scores[..., length:], scores[..., :length]], dim=-1),
+            torch.cat([always, mask], dim=-1),
+        ),
         SOFTMAX_DIM: _over_queries(query, key, value, memory_key, memory_value, mask),
     }
 
@@ -119,7 +144,12 @@ def _head_outputs(fn, *args):
 def _check_persistent_head(fn) -> str:
     cases = [
         ("One head, L = 5, N = 3, d_h = 4, causal mask", (5, 4), 3, causal_mask(5)),
-        ("A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask", (2, 3, 6, 8), 4, causal_mask(6)),
+        (
+            "A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask",
+            (2, 3, 6, 8),
+            4,
+            causal_mask(6),
+        ),
     ]
     g = torch.Generator().manual_seed(7)
     random_mask = torch.rand(6, 6, generator=g) > 0.5
@@ -128,22 +158,33 @@ def _check_persistent_head(fn) -> str:
     for seed, (case, shape, n, mask) in enumerate(cases):
         *batch, length, d_h = shape
         query, key, value = (_random(*shape, seed=10 * seed + k) for k in range(3))
-        memory_key, memory_value = _random(*batch, n, d_h, seed=10 * seed + 3), _random(*batch, n, d_h, seed=10 * seed + 4)
+        memory_key, memory_value = (
+            _random(*batch, n, d_h, seed=10 * seed + 3),
+            _random(*batch, n, d_h, seed=10 * seed + 4),
+        )
         args = (query, key, value, memory_key, memory_value, mask)
         expected_out, expected_w = _persistent_head_solution(*args)
         output, weights = _head_outputs(fn, *args)
-        expect_tensor(weights, expected_w.shape, f"{case}: the weights (context columns, then memory columns)")
+        expect_tensor(
+            weights, expected_w.shape, f"{case}: the weights (context columns, then memory columns)"
+        )
         expect_tensor(output, expected_out.shape, f"{case}: the output")
         if matches(weights, expected_w):
             if not matches(output, expected_out):
-                raise Mistake(f"{case}: the weights are right but not the output: weights @ cat([value, memory_value]).")
+                raise Mistake(
+                    f"{case}: the weights are right but not the output: weights @ cat([value,"
+                    " memory_value])."
+                )
             continue
         raise Mistake(
             f"{case}: "
             + diagnose(
                 weights,
                 _head_mistakes(*args),
-                default="your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with only the context masked.",
+                default=(
+                    "your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with"
+                    " only the context masked."
+                ),
             )
         )
     # nothing visible in the context: the memory alone must take all the weight, without NaN
@@ -154,10 +195,13 @@ def _check_persistent_head(fn) -> str:
     expected = scaled_dot_product_attention(query, memory_key, memory_value)
     if not (matches(weights[..., 4:], expected[1]) and matches(output, expected[0])):
         raise Mistake(
-            "With every context key masked, each query should attend to the persistent vectors alone "
-            "(they are never masked): your result differs."
+            "With every context key masked, each query should attend to the persistent vectors"
+            " alone (they are never masked): your result differs."
         )
-    return "Your head matches the all-attention layer: one softmax, the memory never masked, any batch shape."
+    return (
+        "Your head matches the all-attention layer: one softmax, the memory never masked, any batch"
+        " shape."
+    )
 
 
 # -- 3. an FFN's weights as keys and values -------------------------------------------------------
@@ -192,39 +236,44 @@ def _check_ffn(fn) -> str:
     for name, t in (("keys", keys), ("values", values)):
         if isinstance(t, torch.Tensor) and t.shape == (d_model, d_ff):
             raise Mistake(
-                f"Your {name} have shape (d_model, d_ff) = {tuple(t.shape)}: one {name[:-1]} per hidden unit means "
-                f"d_ff rows of width d_model. Transpose."
+                f"Your {name} have shape (d_model, d_ff) = {tuple(t.shape)}: one {name[:-1]} per"
+                " hidden unit means d_ff rows of width d_model. Transpose."
             )
     expect_tensor(keys, (d_ff, d_model), "The keys (one per hidden unit)")
     expect_tensor(values, (d_ff, d_model), "The values (one per hidden unit)")
     expected, _ = ffn_as_attention(x, w1, w2)
     got, _ = scaled_dot_product_attention(x, keys.to(x.dtype), values.to(x.dtype), scale=1.0)
     if matches(got, expected):
-        return "Right: keys = rows of W1, values = columns of W2; attention over them is W2 softmax(W1 x)."
+        return (
+            "Right: keys = rows of W1, values = columns of W2; attention over them is W2"
+            " softmax(W1 x)."
+        )
     raise Mistake(
         diagnose(
             keys,
             {
-                "Your keys are the columns of W2: keys and values are swapped. The scores come from W1.": w2.T,
-                "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys are the rows of W1 as they are.":
-                    w1 / d_model**0.5,
+                "Your keys are the columns of W2: keys and values are swapped. The scores come from W1.": (
+                    w2.T
+                ),
+                "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys are the rows of W1 as they are.": (
+                    w1 / d_model**0.5
+                ),
             },
             default="Attention with your keys and values (scale 1) does not give W2 softmax(W1 x).",
         )
         if not matches(keys, w1)
-        else "Your keys are right, your values are not: value i is column i of W2 (W2.T as a tensor)."
+        else (
+            "Your keys are right, your values are not: value i is column i of W2 (W2.T as a"
+            " tensor)."
+        )
     )
 
 
 # -- 4. predict: the multiply-adds of the persistent memory ------------------------------------------
 
 _MACS = "UERAVlZYQw=="
-_MACS_MISTAKES = (
-    "GlZMXVtXQ0JLR1tUVjcMGlUVEhMEVBEYBh0MUhsAABBUGgsKVRQGCQ1UAwcHGx1SF19BERUNC08dFxIBRgdUIEMEEAsARQAaEE4VDhkHFhZBFQYLQwsqGlNYQRBUQUMHVQUaAQRYVB0MTwEaFkUJVBwLAgsGUgcKBhEABgYdVREcFhVURk4tTxFcUUlBVkFcV11NSlFfQVYgBgIbVRsARRUcEU4QDBoAFhZBFRgBDQpVWgJFT1QfTgUAB1I9RQoRDR1DBhtSFgQCHFQGBg4RSFMrQRBUBw1PFB4fTFtUFQoHTwEaFkUWER0JCxsQFlMWFBlUAQVPARoWRS9UAg8PGhABX0UAGhsaCwoHUj1FBVpWQkNNREFCVVZGVlRDTSEaEhFBHQdODAEQUhsAABBOThcHEAAWRQAGEU4LT0hSS0UJERUKEENVFxIGCVQDBxcHVRsHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BBQ1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcHGx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBFAFQQARdPBQAcARQXAE4MCVUWLA1BSVRYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsRTxgHHxEIBBgXTg4RFlpfQQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NCA=="
-)
-_MACS_SOLUTION = (
-    "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwHVR8GCRUdBAIaQhQWFxZBXDpOBzAdW19FABoQThcHEFIEAAgTHBoGC1UBBghBGxJOLU8DEx8QBAdUAQVPAhsXEQl+EDELT108UwE+HF1AQykaAFMNQRwRDwccT1JBRQlUOk4HMB1STkVTVDpOB09IUkFFGVRFXlFbVQpTUFBGVFNDXllCR11NQUNYQwIAHgcMERgNQwILEQFTFQQGVBoMBBAcXW9rNRpOJSk7UgQMFRxUCjwJE1JORS9USU5SX0dGUwYOBwAdQzgqQ1MdQVwQTgcwExRaRQAaEE40MEdSG0VJECsIBU8RW0lFU1QQTgcwExRfRRUcEU4QDhgXXUU2HBUaQwscFBUAEwd+BxBPARoWRRIbEhoODg1SHBMEBlQGQyFVT1NdTUVNXEMcFh0BABJUBAsRTwEdGAAPVFwPDU8zND1FAAQEAgoKBlISRTMRODtDGxpSFzoHElRTQ15ZQkFRQQEaBxccXFISCwV+AAYGTxYdAxxBGxJOFwcQUh4ADBsGF0MGGwYcRQQCERwaTxcTBwYJUwdOCAoMAVMEDxBUGAIDABcASw=="
-)
+_MACS_MISTAKES = "GlZMXVtXQ0JLR1tUVjcMGlUVEhMEVBEYBh0MUhsAABBUGgsKVRQGCQ1UAwcHGx1SF19BERUNC08dFxIBRgdUIEMEEAsARQAaEE4VDhkHFhZBFQYLQwsqGlNYQRBUQUMHVQUaAQRYVB0MTwEaFkUJVBwLAgsGUgcKBhEABgYdVREcFhVURk4tTxFcUUlBVkFcV11NSlFfQVYgBgIbVRsARRUcEU4QDBoAFhZBFRgBDQpVWgJFT1QfTgUAB1I9RQoRDR1DBhtSFgQCHFQGBg4RSFMrQRBUBw1PFB4fTFtUFQoHTwEaFkUWER0JCxsQFlMWFBlUAQVPARoWRS9UAg8PGhABX0UAGhsaCwoHUj1FBVpWQkNNREFCVVZGVlRDTSEaEhFBHQdODAEQUhsAABBOThcHEAAWRQAGEU4LT0hSS0UJERUKEENVFxIGCVQDBxcHVRsHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BBQ1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcHGx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBFAFQQARdPBQAcARQXAE4MCVUWLA1BSVRYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsRTxgHHxEIBBgXTg4RFlpfQQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NCA=="
+_MACS_SOLUTION = "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwHVR8GCRUdBAIaQhQWFxZBXDpOBzAdW19FABoQThcHEFIEAAgTHBoGC1UBBghBGxJOLU8DEx8QBAdUAQVPAhsXEQl+EDELT108UwE+HF1AQykaAFMNQRwRDwccT1JBRQlUOk4HMB1STkVTVDpOB09IUkFFGVRFXlFbVQpTUFBGVFNDXllCR11NQUNYQwIAHgcMERgNQwILEQFTFQQGVBoMBBAcXW9rNRpOJSk7UgQMFRxUCjwJE1JORS9USU5SX0dGUwYOBwAdQzgqQ1MdQVwQTgcwExRaRQAaEE40MEdSG0VJECsIBU8RW0lFU1QQTgcwExRfRRUcEU4QDhgXXUU2HBUaQwscFBUAEwd+BxBPARoWRRIbEhoODg1SHBMEBlQGQyFVT1NdTUVNXEMcFh0BABJUBAsRTwEdGAAPVFwPDU8zND1FAAQEAgoKBlISRTMRODtDGxpSFzoHElRTQ15ZQkFRQQEaBxccXFISCwV+AAYGTxYdAxxBGxJOFwcQUh4ADBsGF0MGGwYcRQQCERwaTxcTBwYJUwdOCAoMAVMEDxBUGAIDABcASw=="
 
 
 @exercise(
@@ -238,21 +287,25 @@ _MACS_SOLUTION = (
 )
 def _check_macs(answer) -> str:
     return check_number(
-        answer, _MACS, _MACS_MISTAKES, what="number of multiply-adds",
-        right="Right: 2 N d, exactly an FFN's 2 d d_ff when N = d_ff. The softmax over h N scores is what costs more.",
-        otherwise="{value:,.0f} is not it. Count one head's scores and weighted sum, then the heads.",
+        answer,
+        _MACS,
+        _MACS_MISTAKES,
+        what="number of multiply-adds",
+        right=(
+            "Right: 2 N d, exactly an FFN's 2 d d_ff when N = d_ff. The softmax over h N scores is"
+            " what costs more."
+        ),
+        otherwise=(
+            "{value:,.0f} is not it. Count one head's scores and weighted sum, then the heads."
+        ),
     )
 
 
 # -- 5. find the bug: a memory that is never read ----------------------------------------------------
 
 _BUG = "Vg=="
-_BUG_MISTAKES = (
-    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OL08WHR0RBAwAThMABhsHDA4aB04CARFSPUUREQYdChwBFx0RQQIRDRcABwFdR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMbHRdTFQQGBwcQGxAcB0UKEQ0dQw4HF1MEEQQRAAcKEVISAxURBk4XBxBSEAoPABEWF0gGXFFJQVZBTFlPVz4aCwRUQU4KHFUAGgIJAE5OFwcQUgMAEwcdHRcKGwZTEwAYAQsQTxQAFkUABAQLDQsQFlMMD1QABgZPBhMeAEEbBgoGHVUTAEUVHBFOCAoMAV1HTVRWWEFVVVA/DA8RVFhDBgZSAQwGHABUQwoDFwEcQQcXAREKVRsARRIXFQIGC1UQCkVQWwcfERtdFiwNSFpWQkNNTVBJRUM4HQAGT01SGhZBBh0JCxtPUgcNBFQdABUGBhsRCQRUHwsaHFUVFhFBWR0ABU8XFxUKExFUGgsKVQEcAxUZFRZNTVlSUVxDTlRMLwYbF1NcQR0HThEGEhoHX0E7OitDHBoUBwgADFQBFQoHUhAKDwARFhdPFBwXRQwRGQERFlUGHAIEABwLEUFXXlNHUERWVENNORsdAEFFRE4KHFUAGgIJAE5OFwcQUgQACBMcGhBPGgQWF0E4VEVDIVUZFhwSVAAHDgoGUgcNBFQ4TkhPO1IFBA0BER1NTQg="
-)
-_BUG_SOLUTION = (
-    "LR0aC0NYW1IHChMXHEAMARABWylNVDhOSE87W10REx0YRkpPHhcWFRJUFwEPGhgcUwZBEhscQx0aBVMRQRsaAhpPAhoWC0EXVFJeTwFJUxEJEVQeBh0GGwARBBoATgAAGQceCxJ+FRwGTzlSXUtBOFRFQyFVX1NUTVQVAg9PFxcKCg8QVAsVCgcLUxcOA1hOEABVBhsAQRkRAwwdDFIaFkEZFR0IChFSFQoTVBEYBh0MUgIQBAYNTgIBEVIdABcRBk4RChQWXW81HBFOAA4AARIJQRkVHQhPGAcAEUEXGxgGHVUGGwBBFxsAFwoNBlMGDhgBAw0cVR0dCRhPVBoLClU8UwgEGRscGk8WHR8QDBoHTgIdEFIFDBIdFgIGTwEdUwQNGE5kaU9VUlMTCAcdDA8KVU9TEQ4GFwZNDBQGWz4VGwYNC0EaHBYWSThYTi9DVRYHHBERSRoMHRYaXQcOGxhHTRsHGx9NSFhUGgwdFhpdCg8RB0YvQ1U8X0UFAA0eBlIBHQEGCVoWAQwDXC9fRQUdGVNOXlw="
-)
+_BUG_MISTAKES = "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OL08WHR0RBAwAThMABhsHDA4aB04CARFSPUUREQYdChwBFx0RQQIRDRcABwFdR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMbHRdTFQQGBwcQGxAcB0UKEQ0dQw4HF1MEEQQRAAcKEVISAxURBk4XBxBSEAoPABEWF0gGXFFJQVZBTFlPVz4aCwRUQU4KHFUAGgIJAE5OFwcQUgMAEwcdHRcKGwZTEwAYAQsQTxQAFkUABAQLDQsQFlMMD1QABgZPBhMeAEEbBgoGHVUTAEUVHBFOCAoMAV1HTVRWWEFVVVA/DA8RVFhDBgZSAQwGHABUQwoDFwEcQQcXAREKVRsARRIXFQIGC1UQCkVQWwcfERtdFiwNSFpWQkNNTVBJRUM4HQAGT01SGhZBBh0JCxtPUgcNBFQdABUGBhsRCQRUHwsaHFUVFhFBWR0ABU8XFxUKExFUGgsKVQEcAxUZFRZNTVlSUVxDTlRMLwYbF1NcQR0HThEGEhoHX0E7OitDHBoUBwgADFQBFQoHUhAKDwARFhdPFBwXRQwRGQERFlUGHAIEABwLEUFXXlNHUERWVENNORsdAEFFRE4KHFUAGgIJAE5OFwcQUgQACBMcGhBPGgQWF0E4VEVDIVUZFhwSVAAHDgoGUgcNBFQ4TkhPO1IFBA0BER1NTQg="
+_BUG_SOLUTION = "LR0aC0NYW1IHChMXHEAMARABWylNVDhOSE87W10REx0YRkpPHhcWFRJUFwEPGhgcUwZBEhscQx0aBVMRQRsaAhpPAhoWC0EXVFJeTwFJUxEJEVQeBh0GGwARBBoATgAAGQceCxJ+FRwGTzlSXUtBOFRFQyFVX1NUTVQVAg9PFxcKCg8QVAsVCgcLUxcOA1hOEABVBhsAQRkRAwwdDFIaFkEZFR0IChFSFQoTVBEYBh0MUgIQBAYNTgIBEVIdABcRBk4RChQWXW81HBFOAA4AARIJQRkVHQhPGAcAEUEXGxgGHVUGGwBBFxsAFwoNBlMGDhgBAw0cVR0dCRhPVBoLClU8UwgEGRscGk8WHR8QDBoHTgIdEFIFDBIdFgIGTwEdUwQNGE5kaU9VUlMTCAcdDA8KVU9TEQ4GFwZNDBQGWz4VGwYNC0EaHBYWSThYTi9DVRYHHBERSRoMHRYaXQcOGxhHTRsHGx9NSFhUGgwdFhpdCg8RB0YvQ1U8X0UFAA0eBlIBHQEGCVoWAQwDXC9fRQUdGVNOXlw="
 
 
 @exercise(
@@ -266,7 +319,16 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"), _BUG, _BUG_MISTAKES, what="line number",
-        right="Right: the causal mask covers the context columns only; the persistent columns are visible to every query.",
-        otherwise="Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the wrong line.",
+        integer(answer, "line number"),
+        _BUG,
+        _BUG_MISTAKES,
+        what="line number",
+        right=(
+            "Right: the causal mask covers the context columns only; the persistent columns are"
+            " visible to every query."
+        ),
+        otherwise=(
+            "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the"
+            " wrong line."
+        ),
     )

@@ -11,6 +11,7 @@
 triton is imported only when a kernel exercise is checked or launched (:func:`_triton`), so the
 package imports without it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,16 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ._core import (
-    Mistake, NotAttempted, call, check_number, diagnose, exercise, expect_tensor, integer, matches,
+    Mistake,
+    NotAttempted,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    integer,
+    matches,
 )
-
 
 # -- 1. the key blocks a causal query block must visit ----------------------------------------
 
@@ -44,7 +52,17 @@ def _key_blocks_solution(query_block, block_m, block_n, query_len, key_len):
     return list(range(last_key // block_n + 1))
 
 
-def _blocks(query_block, block_m, block_n, query_len, key_len, *, top_left=False, floor=False, everything=False) -> List[int]:
+def _blocks(
+    query_block,
+    block_m,
+    block_n,
+    query_len,
+    key_len,
+    *,
+    top_left=False,
+    floor=False,
+    everything=False,
+) -> List[int]:
     """The known wrong answers, computed as a learner would."""
     if everything:
         return list(range(math.ceil(key_len / block_n)))
@@ -54,8 +72,16 @@ def _blocks(query_block, block_m, block_n, query_len, key_len, *, top_left=False
 
 
 _CASES = [  # (query_block, block_m, block_n, L, S): L = S, L < S (a cache), L > S, partial blocks
-    (0, 16, 16, 64, 64), (2, 16, 16, 64, 64), (1, 16, 32, 50, 50), (0, 32, 16, 40, 100), (1, 32, 16, 40, 100),
-    (3, 16, 16, 70, 37), (0, 16, 16, 70, 37), (2, 64, 32, 200, 200), (4, 16, 64, 77, 300), (1, 16, 16, 20, 20),
+    (0, 16, 16, 64, 64),
+    (2, 16, 16, 64, 64),
+    (1, 16, 32, 50, 50),
+    (0, 32, 16, 40, 100),
+    (1, 32, 16, 40, 100),
+    (3, 16, 16, 70, 37),
+    (0, 16, 16, 70, 37),
+    (2, 64, 32, 200, 200),
+    (4, 16, 64, 77, 300),
+    (1, 16, 16, 20, 20),
     (2, 16, 16, 33, 33),  # a last block of one query, whose last key (32) opens a new key block
     (1, 16, 16, 47, 16),  # L > S: the block's last query sees exactly one key, key 0
 ]
@@ -65,8 +91,10 @@ def _as_list(result) -> List[int]:
     """The block indices from a list, range, tuple, tensor or array of integers, else a Mistake."""
     kind = type(result).__name__
     if isinstance(result, torch.Tensor) and result.dtype == torch.bool:
-        raise Mistake("You returned a boolean tensor (which blocks are visible?): return the indices of the visible blocks, "
-                      "e.g. torch.nonzero(visible).flatten().")
+        raise Mistake(
+            "You returned a boolean tensor (which blocks are visible?): return the indices of the"
+            " visible blocks, e.g. torch.nonzero(visible).flatten()."
+        )
     if isinstance(result, torch.Tensor) and result.is_complex():
         raise Mistake(f"Return the key-block indices as integers, got a {result.dtype} tensor.")
 
@@ -84,7 +112,9 @@ def _as_list(result) -> List[int]:
             result = result.detach().cpu().reshape(-1).tolist()
         blocks = [index(b) for b in result]
     except Exception:  # noqa: BLE001 - anything else the learner returned: a hostile object, a meta or sparse tensor
-        raise Mistake(f"Return the key-block indices as a list or range of integers, got {kind}.") from None
+        raise Mistake(
+            f"Return the key-block indices as a list or range of integers, got {kind}."
+        ) from None
     return sorted(blocks)
 
 
@@ -107,30 +137,39 @@ def _check_key_blocks(fn) -> str:
             continue
         where = "query block {}, block_m={}, block_n={}, L={}, S={}".format(*case)
         if not expected:
-            raise Mistake(f"At {where} every query of the block comes before the first key (L > S and the last query "
-                          f"aligned with the last key): the block visits no key block at all, got {got}.")
+            raise Mistake(
+                f"At {where} every query of the block comes before the first key (L > S and the"
+                " last query aligned with the last key): the block visits no key block at all, got"
+                f" {got}."
+            )
         if got == _blocks(*case, everything=True):
-            raise Mistake(f"At {where} you visit every key block: blocks entirely above the diagonal hold only masked "
-                          f"scores. Stop at the block of the last key the block's last query may see.")
+            raise Mistake(
+                f"At {where} you visit every key block: blocks entirely above the diagonal hold"
+                " only masked scores. Stop at the block of the last key the block's last query may"
+                " see."
+            )
         if got == _blocks(*case, top_left=True):
-            raise Mistake(f"At {where} you aligned the causal mask top left (j <= i): the package aligns the last query "
-                          f"with the last key, j <= i + (S - L).")
+            raise Mistake(
+                f"At {where} you aligned the causal mask top left (j <= i): the package aligns the"
+                " last query with the last key, j <= i + (S - L)."
+            )
         if got == _blocks(*case, floor=True):
-            raise Mistake(f"At {where} you dropped the last key block, which is only partly visible: round up "
-                          f"(it still holds keys the block's queries may see).")
+            raise Mistake(
+                f"At {where} you dropped the last key block, which is only partly visible: round up"
+                " (it still holds keys the block's queries may see)."
+            )
         raise Mistake(f"At {where} the blocks should be {expected}, got {got}.")
-    return "Right: the kernel's loop runs over exactly these blocks (attncourse.kernels.tiles.key_block_range)."
+    return (
+        "Right: the kernel's loop runs over exactly these blocks"
+        " (attncourse.kernels.tiles.key_block_range)."
+    )
 
 
 # -- 2. the tiles an adaptive-span head skips --------------------------------------------------
 
 _SKIPPED = "UENDXg=="
-_SKIPPED_MISTAKES = (
-    "GlZHX1NNT1JRMQkVAE4KHFUGGwBBGgEDAQoHUhwDQQAdAgYcVQYbAEEcEQ8HTxYdHhUUABEdWE8BGhZFBAwRHAAGBhdTBBIfB04LAAJSHgQPDVQBBU8BGhZFAhUBHQIDVQYaCQQHVAcXTwYZGhUSWlZCQ01GRUtTQ05UTDoAAFIQChQaAAsHTwEaFkUSHx0eEwoRUgcMDREHTgIIFBsdFhVUAAYGTwIaHAkEVAcfFg4HF1MKB1RCWkMXVURHRRUdGAsQVVUTUwYAAQcPD08eFwELBBhUAAYZEABTEwgHHRoQTwEaFkUVHRgLEE8UEBwTBFQABgZPERsSAg4aFQJDDhsLBAQYWFQdDE8WHQYLFVQVCQIGGwEHRRUcEU4ADgABEglBAB0CBhxVWkVRQV5UWFZPWlJBRVxURl5bX1xcUUlBVkVWUF9XSFNHOBsBTg8KEwZTChQAVBoLClUAEggRTlQFBhYGUgYVQQAbTgcGBgYSCwIRVA0GBhlaCUVKVCZHQ0JVQ1NYQUZFX0McARsfCUEcFRgGTxRSBAAIExwaT08GHVMRCRFUGQoBER0ERQgHVDlDUlURFgwNXA5OSE8nW1NYQUZFXE9PGx0HRRtUSU5SV0VcUUlBVkVZVV9XSFNHOBsBTgQOAxdTABcRBhdDHgAXARxBFhgBAARVERYMDVwjTkxPQ0ZaRUpURU4ICgxSEQkOFx8dWU8BGhZFBx0GHRdPBAcWFxhUFgIMDB4BUw0AAhFOBQoCFwFFChENHUMNEBQcFwRUAAYGAllSEgsFVAAGBk8HEx0CBFQHGgIdAQFTBBVUAAYGTxceHAYKVBwBDwscHBRFChENTg4ODVpDSUFCQE4RT1hSJEVKVEVHTU0I"
-)
-_SKIPPED_SOLUTION = (
-    "NRwRThQGGxYcEkEdB040T0hSEAAIGFwUQ0RVIFpFXFQXCwoDXUNLVUFfVF1RRlVPU1dQRk5OCAoMAVMEFVQQBxAbFBwQAEFEWkBRXkRcUzQUEQYXQw0ZHRAOQQZURhIaEAAaABJUQloRT1tcU1NVBlRFQ1lGW1MLBBEQHUMbHRdTDgQNB04FHRofUwgADFxeT09DRgFFTFRGX1JGVQcDRRUbVFhXHVVZU1NSWFQaCw4BUhoWQQAcC0MEEAtTBw0bFwUQTxMeHAoTXBkPG0dFXlNTVQZUQ0NdRENaRU5UQlpKT1tcUxdPVDIBEU8HUk1YQUBYTlVbB1JeRVNFRU5eT0NGWxdBWVRaSk9eUkdQTVQHAUMNGR0QDhJUBk5OT0FSXUtBBk5OVk8BGx8AEk9UCAwdVQBTWEFEWE5SQ1VAX0VSTlQcQ0RVQ1MRCBgRHUNHRFJYRVNUX05QT15SR0VcVEVeSkFVOx1FABgYTlJfVVlTU1FUXk5WT0hSQFRRVAAHDwoGXlMEBhUdABAbVURHRUtUQltDQFVAU1hBRkRWU08THQFFERgVBw1PFhMGFgAYVA8XGxAcBwwOGk5OFwcQUhsAABBUHQgGBQFTVFZDRE4XBhkXAEVJTEFLSkFVJRoRCVQABgZPBRMQDgATEVRDGxweFjoMFQRGV19MRF9FVURNWE9PQ0ZfRVdAWE4ADgABEglcIAYbBkZbAQYISV1UQ0MbHB4WOgwVBEZXX0xEX0VVRE1YT09DRl9FV0BYThQGGxYcElxGRVxKQQYHHk1IWg=="
-)
+_SKIPPED_MISTAKES = "GlZHX1NNT1JRMQkVAE4KHFUGGwBBGgEDAQoHUhwDQQAdAgYcVQYbAEEcEQ8HTxYdHhUUABEdWE8BGhZFBAwRHAAGBhdTBBIfB04LAAJSHgQPDVQBBU8BGhZFAhUBHQIDVQYaCQQHVAcXTwYZGhUSWlZCQ01GRUtTQ05UTDoAAFIQChQaAAsHTwEaFkUSHx0eEwoRUgcMDREHTgIIFBsdFhVUAAYGTwIaHAkEVAcfFg4HF1MKB1RCWkMXVURHRRUdGAsQVVUTUwYAAQcPD08eFwELBBhUAAYZEABTEwgHHRoQTwEaFkUVHRgLEE8UEBwTBFQABgZPERsSAg4aFQJDDhsLBAQYWFQdDE8WHQYLFVQVCQIGGwEHRRUcEU4ADgABEglBAB0CBhxVWkVRQV5UWFZPWlJBRVxURl5bX1xcUUlBVkVWUF9XSFNHOBsBTg8KEwZTChQAVBoLClUAEggRTlQFBhYGUgYVQQAbTgcGBgYSCwIRVA0GBhlaCUVKVCZHQ0JVQ1NYQUZFX0McARsfCUEcFRgGTxRSBAAIExwaT08GHVMRCRFUGQoBER0ERQgHVDlDUlURFgwNXA5OSE8nW1NYQUZFXE9PGx0HRRtUSU5SV0VcUUlBVkVZVV9XSFNHOBsBTgQOAxdTABcRBhdDHgAXARxBFhgBAARVERYMDVwjTkxPQ0ZaRUpURU4ICgxSEQkOFx8dWU8BGhZFBx0GHRdPBAcWFxhUFgIMDB4BUw0AAhFOBQoCFwFFChENHUMNEBQcFwRUAAYGAllSEgsFVAAGBk8HEx0CBFQHGgIdAQFTBBVUAAYGTxceHAYKVBwBDwscHBRFChENTg4ODVpDSUFCQE4RT1hSJEVKVEVHTU0I"
+_SKIPPED_SOLUTION = "NRwRThQGGxYcEkEdB040T0hSEAAIGFwUQ0RVIFpFXFQXCwoDXUNLVUFfVF1RRlVPU1dQRk5OCAoMAVMEFVQQBxAbFBwQAEFEWkBRXkRcUzQUEQYXQw0ZHRAOQQZURhIaEAAaABJUQloRT1tcU1NVBlRFQ1lGW1MLBBEQHUMbHRdTDgQNB04FHRofUwgADFxeT09DRgFFTFRGX1JGVQcDRRUbVFhXHVVZU1NSWFQaCw4BUhoWQQAcC0MEEAtTBw0bFwUQTxMeHAoTXBkPG0dFXlNTVQZUQ0NdRENaRU5UQlpKT1tcUxdPVDIBEU8HUk1YQUBYTlVbB1JeRVNFRU5eT0NGWxdBWVRaSk9eUkdQTVQHAUMNGR0QDhJUBk5OT0FSXUtBBk5OVk8BGx8AEk9UCAwdVQBTWEFEWE5SQ1VAX0VSTlQcQ0RVQ1MRCBgRHUNHRFJYRVNUX05QT15SR0VcVEVeSkFVOx1FABgYTlJfVVlTU1FUXk5WT0hSQFRRVAAHDwoGXlMEBhUdABAbVURHRUtUQltDQFVAU1hBRkRWU08THQFFERgVBw1PFhMGFgAYVA8XGxAcBwwOGk5OFwcQUhsAABBUHQgGBQFTVFZDRE4XBhkXAEVJTEFLSkFVJRoRCVQABgZPBRMQDgATEVRDGxweFjoMFQRGV19MRF9FVURNWE9PQ0ZfRVdAWE4ADgABEglcIAYbBkZbAQYISV1UQ0MbHB4WOgwVBEZXX0xEX0VVRE1YT09DRl9FV0BYThQGGxYcElxGRVxKQQYHHk1IWg=="
 
 
 @exercise(
@@ -146,9 +185,18 @@ _SKIPPED_SOLUTION = (
 )
 def _check_skipped(answer) -> str:
     return check_number(
-        answer, _SKIPPED, _SKIPPED_MISTAKES, what="number of tiles",
-        right="Right: this head does about a seventh of the causal work, and its programs finish that much sooner.",
-        otherwise="{value:g} is not it. Count the key blocks of each query block from the window W = ceil(z + R).",
+        answer,
+        _SKIPPED,
+        _SKIPPED_MISTAKES,
+        what="number of tiles",
+        right=(
+            "Right: this head does about a seventh of the causal work, and its programs finish that"
+            " much sooner."
+        ),
+        otherwise=(
+            "{value:g} is not it. Count the key blocks of each query block from the window W ="
+            " ceil(z + R)."
+        ),
     )
 
 
@@ -513,7 +561,7 @@ def run_masked_softmax(
         or x.dtype not in (torch.float32, torch.float16)
     ):
         raise TypeError(
-            f"x should be a 2-D float32 or float16 tensor (R, C), got "
+            "x should be a 2-D float32 or float16 tensor (R, C), got "
             f"{type(x).__name__ if not isinstance(x, torch.Tensor) else (tuple(x.shape), x.dtype)}"
         )
     if (
@@ -571,33 +619,31 @@ def _softmax_mistakes(
     ]  # masked lanes loaded as 0 count in the sum
     inverted = x.double().masked_fill(keep, float("-inf"))
     return {
-        "the lengths are ignored: each row's softmax runs over all n_cols columns. Mask the "
-        "columns "
-        "cols >= LENGTHS[row] (load LENGTHS + row first).": _masked_softmax_reference(
+        "the lengths are ignored: each row's softmax runs over all n_cols columns. Mask the columns cols >= LENGTHS[row] (load LENGTHS + row first).": _masked_softmax_reference(
             x, lengths, cols < x.size(1) + 0 * lengths[:, None]
         ),
-        "the mask is inverted: you kept the columns at or past the length and dropped the real "
-        "ones. "
-        "Keep cols < length.": _masked_softmax_reference(x, lengths, ~keep),
-        "the mask is inverted (and the rows with no column left give NaN): keep cols < "
-        "length.": torch.softmax(
-            inverted, -1
+        "the mask is inverted: you kept the columns at or past the length and dropped the real ones. Keep cols < length.": _masked_softmax_reference(
+            x, lengths, ~keep
         ),
-        "the mask is off by one: cols <= length keeps one column too many; keep cols < "
-        "length.": _masked_softmax_reference(
-            x, lengths, cols <= lengths[:, None]
+        "the mask is inverted (and the rows with no column left give NaN): keep cols < length.": (
+            torch.softmax(inverted, -1)
         ),
-        "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load them as "
-        "float('-inf'), or zero their exponentials with tl.where, so that they get no "
-        "weight.": zero_lanes,
+        "the mask is off by one: cols <= length keeps one column too many; keep cols < length.": (
+            _masked_softmax_reference(x, lengths, cols <= lengths[:, None])
+        ),
+        "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load them as float('-inf'), or zero their exponentials with tl.where, so that they get no weight.": (
+            zero_lanes
+        ),
     }
 
 
 _SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, shift)
     ("full rows, 16 columns, BLOCK 16", 4, 16, [16, 16, 16, 16], 16, None, None, 2.0, 0.0),
     (
-        "ragged lengths [37, 5, 1, 20, 36, 12] over 37 columns, BLOCK 64, X rows 48 apart and Y "
-        "rows 40 apart",
+        (
+            "ragged lengths [37, 5, 1, 20, 36, 12] over 37 columns, BLOCK 64, X rows 48 apart and Y"
+            " rows 40 apart"
+        ),
         6,
         37,
         [37, 5, 1, 20, 36, 12],
@@ -715,8 +761,19 @@ def _check_masked_softmax(kernel) -> str:
 # -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
 
 
-def online_softmax_kernel(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def online_softmax_kernel(
+    S,
+    V,
+    O,
+    n_rows,
+    n_keys,
+    stride_s,
+    stride_v,
+    stride_o,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # this program's rows of S and O
     dims = tl.arange(0, D)
     m = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running maximum
@@ -724,18 +781,23 @@ def online_softmax_kernel(S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o,
     acc = tl.zeros((BLOCK_M, D), tl.float32)  # running sum of exp(s - m) v
     for start in range(0, n_keys, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
-        s = tl.load(S + rows[:, None] * stride_s + keys[None, :],
-                    mask=(rows[:, None] < n_rows) & (keys[None, :] < n_keys), other=float("-inf"))
-        v = tl.load(V + keys[:, None] * stride_v + dims[None, :],
-                    mask=keys[:, None] < n_keys, other=0.0)
+        s = tl.load(
+            S + rows[:, None] * stride_s + keys[None, :],
+            mask=(rows[:, None] < n_rows) & (keys[None, :] < n_keys),
+            other=float("-inf"),
+        )
+        v = tl.load(
+            V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0
+        )
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)  # rescales what was summed with the old maximum
         p = tl.exp(s - m_new[:, None])
         l = alpha * l + tl.sum(p, axis=1)
         acc = alpha[:, None] * acc + tl.dot(p, v)
         m = m_new
-    tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None],
-             mask=rows[:, None] < n_rows)
+    tl.store(
+        O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_rows
+    )
 
 
 def _online_run(
@@ -856,8 +918,10 @@ def _online_emulation(
 # (what, n_rows, n_keys, D, BLOCK_M, BLOCK_N, (stride_s, stride_v, stride_o), scale)
 _ONLINE_CASES = [
     (
-        "40 rows, 50 keys (a ragged last tile of 18), D=16, BLOCK_M=16, BLOCK_N=32, S rows 56 "
-        "apart, V 24, O 20",
+        (
+            "40 rows, 50 keys (a ragged last tile of 18), D=16, BLOCK_M=16, BLOCK_N=32, S rows 56 "
+            "apart, V 24, O 20"
+        ),
         40,
         50,
         16,
@@ -877,9 +941,10 @@ _ONLINE_CASES = [
         3.0,
     ),
     (
-        "large scores (the first key tile near +100, the last near -100, one row near -300), 16 "
-        "rows, 48 keys, "
-        "BLOCK_M=BLOCK_N=16",
+        (
+            "large scores (the first key tile near +100, the last near -100, one row near -300), 16"
+            " rows, 48 keys, BLOCK_M=BLOCK_N=16"
+        ),
         16,
         48,
         16,
@@ -942,22 +1007,18 @@ def _check_online_softmax(kernel) -> str:
         if matches(out, expected, atol=atol, rtol=1e-3):
             continue
         mistakes = {
-            "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
-            "exp(m - m_new), "
-            "so that what earlier tiles added moves to the new maximum too.": _online_emulation(
+            "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = exp(m - m_new), so that what earlier tiles added moves to the new maximum too.": _online_emulation(
                 scores, value, block_n, rescale_acc=False
             ),
-            "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
-            "accumulator.": _online_emulation(
+            "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the accumulator.": _online_emulation(
                 scores, value, block_n, rescale_sum=False
             ),
-            "the output is not divided by the running sum: store acc / l[:, "
-            "None].": _online_emulation(
-                scores, value, block_n, normalise=False
+            "the output is not divided by the running sum: store acc / l[:, None].": (
+                _online_emulation(scores, value, block_n, normalise=False)
             ),
-            "the padding keys of the ragged last tile get a weight: their scores were loaded as "
-            "0. Load them "
-            "with other=float('-inf').": _online_emulation(scores, value, block_n, pad_zero=True),
+            "the padding keys of the ragged last tile get a weight: their scores were loaded as 0. Load them with other=float('-inf').": _online_emulation(
+                scores, value, block_n, pad_zero=True
+            ),
         }
         message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
         if message:
@@ -1045,11 +1106,15 @@ def _check_find_the_bug(answer) -> str:
         _BUG,
         _BUG_MISTAKES,
         what="line number",
-        right="Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
-        "key, and the first "
-        "query of a square block has none left.",
-        otherwise="Line {value:g} is right. Run the kernel on a small square case and compare "
-        "with the causal mask.",
+        right=(
+            "Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
+            "key, and the first "
+            "query of a square block has none left."
+        ),
+        otherwise=(
+            "Line {value:g} is right. Run the kernel on a small square case and compare "
+            "with the causal mask."
+        ),
     )
 
 
@@ -1082,22 +1147,18 @@ def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[tor
 
     unscaled_p = torch.exp(raw - lse[..., None])
     return {
-        "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. The softmax's "
-        "Jacobian "
-        "subtracts each row's weighted mean of dP.": grads(p * dp),
+        "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. The softmax's Jacobian subtracts each row's weighted mean of dP.": grads(
+            p * dp
+        ),
         "the sign of D is flipped: dS = P * (dP - D).": grads(p * (dp + d)),
         "dS = dP - D lacks the factor P: dS = P * (dP - D).": grads(dp - d),
-        "D sums over the wrong dimension: D_i = sum over the head dimension of dO_i * O_i, one "
-        "number per "
-        "query (keepdim=True, so it broadcasts over the keys).": grads(
+        "D sums over the wrong dimension: D_i = sum over the head dimension of dO_i * O_i, one number per query (keepdim=True, so it broadcasts over the keys).": grads(
             p * (dp - (dout * out).sum(-2, keepdim=True).sum(-1, keepdim=True))
         ),
-        "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = dS^T "
-        "Q / sqrt(d_k).": grads(
+        "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = dS^T Q / sqrt(d_k).": grads(
             p * (dp - d), 1.0
         ),
-        "P was recomputed without the scale: P = exp(Q K^T / sqrt(d_k) - lse), the scores the "
-        "forward saw.": (
+        "P was recomputed without the scale: P = exp(Q K^T / sqrt(d_k) - lse), the scores the forward saw.": (
             lambda pp: (
                 (pp * (dout @ value.transpose(-2, -1) - d)) @ key * scale,
                 (pp * (dout @ value.transpose(-2, -1) - d)).transpose(-2, -1) @ query * scale,
@@ -1161,8 +1222,7 @@ def _check_backward(fn) -> str:
         ]
         if wrong == ["dv"]:
             raise Mistake(
-                f"With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights "
-                "transposed."
+                f"With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights transposed."
             )
         if "dv" not in wrong:
             raise Mistake(

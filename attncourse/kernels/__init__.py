@@ -5,13 +5,27 @@
 (``pip install attncourse[gpu]``). The kernel functions are importable from here too; they
 import triton on first use, so ``import attncourse.kernels`` works without it.
 """
+
 from __future__ import annotations
 
 from .tiles import key_block_range, query_block_range, span_tile_maps, span_windows, tile_map
 
-_FLASH = ("flash_attention", "flash_attention_forward", "adaptive_span_flash_attention", "softmax_rows", "interpreting")
+_FLASH = (
+    "flash_attention",
+    "flash_attention_forward",
+    "adaptive_span_flash_attention",
+    "softmax_rows",
+    "interpreting",
+)
 
-__all__ = ["key_block_range", "query_block_range", "tile_map", "span_tile_maps", "span_windows", *_FLASH]
+__all__ = [
+    "key_block_range",
+    "query_block_range",
+    "tile_map",
+    "span_tile_maps",
+    "span_windows",
+    *_FLASH,
+]
 
 
 def __getattr__(name: str):

@@ -189,8 +189,8 @@ class _StubDriver:
         from triton.backends.compiler import GPUTarget
 
         self.target = GPUTarget("cuda", target.arch, 32)
-        self.device = (
-            f"attncourse-compile-{target.name}"  # its own key in each kernel's per-device caches
+        self.device = (  # its own key in each kernel's per-device caches
+            f"attncourse-compile-{target.name}"
         )
 
     def is_active(self) -> bool:
@@ -752,7 +752,7 @@ def compile_matrix(
 
     ids = {key: f"{key[0]}/{key[1][:12]}" for key in jobs}
     kernels = {
-        ids[key]: (r.summary() if isinstance(r, CompileResult) else {"error": r})
+        ids[key]: r.summary() if isinstance(r, CompileResult) else {"error": r}
         for key, r in results.items()
     }
     seconds = {ids[key]: r.seconds for key, r in results.items() if isinstance(r, CompileResult)}
@@ -844,8 +844,10 @@ def compile_table(
     """
     results = load_results() if results is None else results
     lines = [
-        "| GPU (target) | kernel | tile, warps, stages | shared memory per block | registers | "
-        "spilled bytes per thread | `tl.dot` became |",
+        (
+            "| GPU (target) | kernel | tile, warps, stages | shared memory per block | registers | "
+            "spilled bytes per thread | `tl.dot` became |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for name, target in results["targets"].items():
@@ -953,9 +955,11 @@ def exceeding(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any
 def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
     """:func:`target_summary` as a Markdown table, one line per target."""
     lines = [
-        "| GPU (target) | requests compiled | fit in shared memory | largest block | "
-        "float16/bfloat16 without spills | most spilled per thread | "
-        "`tl.dot` in float16 / float32 |",
+        (
+            "| GPU (target) | requests compiled | fit in shared memory | largest block | "
+            "float16/bfloat16 without spills | most spilled per thread | "
+            "`tl.dot` in float16 / float32 |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for t in target_summary(results):
@@ -1056,10 +1060,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import triton
 
     report = {
-        "what": "compiler output for chapter 10's kernels, not timings: shared memory per "
-        "block, registers and spilled bytes per thread, tensor-core instructions, per target, "
-        "compiled without a GPU "
-        "by python -m attncourse.kernels.compile",
+        "what": (
+            "compiler output for chapter 10's kernels, not timings: shared memory per "
+            "block, registers and spilled bytes per thread, tensor-core instructions, per target, "
+            "compiled without a GPU "
+            "by python -m attncourse.kernels.compile"
+        ),
         "triton": triton.__version__,
         "torch": torch.__version__.split("+")[0],
         "subset": bool(args.subset),

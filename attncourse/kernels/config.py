@@ -81,7 +81,10 @@ def _check_capability(capability: object) -> Tuple[int, int]:
 def _describe(capability: Tuple[int, int], device_name: Optional[str]) -> str:
     known = TARGETS.get(capability, ("a GPU",))[0]
     name = device_name or known
-    return f"{name} (compute capability {capability[0]}.{capability[1]}, sm_{capability[0]}{capability[1]})"
+    return (
+        f"{name} (compute capability {capability[0]}.{capability[1]},"
+        f" sm_{capability[0]}{capability[1]})"
+    )
 
 
 def shared_memory_per_block(capability: Tuple[int, int]) -> int:
@@ -92,7 +95,7 @@ def shared_memory_per_block(capability: Tuple[int, int]) -> int:
     capability = _check_capability(capability)
     if capability < (7, 5):
         raise ValueError(
-            f"the course's kernels need compute capability 7.5 or later (a T4 or newer), "
+            "the course's kernels need compute capability 7.5 or later (a T4 or newer), "
             f"got {_describe(capability, None)}"
         )
     if capability in TARGETS:
@@ -160,7 +163,7 @@ def launch_config(
     shared = shared_memory_per_block(capability)  # refuses capabilities before 7.5
     if dtype == torch.bfloat16 and not supports_bfloat16(capability):
         raise ValueError(
-            f"bfloat16 needs compute capability 8.0 or later (A100, L4, H100); "
+            "bfloat16 needs compute capability 8.0 or later (A100, L4, H100); "
             f"{_describe(capability, device_name)} has none: use float16 or float32"
         )
     d = block_d(head_dim)
@@ -180,7 +183,9 @@ def launch_config(
             return LaunchConfig(16, 32, 4, 1) if backward_dkdv else LaunchConfig(32, 32, 4, 1)
         # elsewhere 8 warps share the accumulators among twice the registers
         return LaunchConfig(32, 64, 8, stages) if backward_dkdv else LaunchConfig(64, 32, 8, stages)
-    if kernel == "backward_dkdv_span":  # the span's gradient too: smaller tiles keep it in registers
+    if (
+        kernel == "backward_dkdv_span"
+    ):  # the span's gradient too: smaller tiles keep it in registers
         return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile

@@ -13,6 +13,7 @@ Conventions (those of the package): a causal mask aligns the last query with the
 zero to the keys at distance ``0 <= i - j < W`` with ``W = ceil(z + R)``
 (:func:`attncourse.adaptive_span.span_window`).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,13 @@ __all__ = ["key_block_range", "query_block_range", "tile_map", "span_tile_maps",
 
 
 def key_block_range(
-    query_start: int, block_m: int, block_n: int, key_len: int, query_len: int, *, causal: bool = False,
+    query_start: int,
+    block_m: int,
+    block_n: int,
+    key_len: int,
+    query_len: int,
+    *,
+    causal: bool = False,
     window: Optional[int] = None,
 ) -> Tuple[int, int]:
     """The keys ``[lo, hi)`` the program of queries ``query_start .. query_start + block_m - 1`` visits.
@@ -42,7 +49,12 @@ def key_block_range(
         causal: bottom-right causal mask.
         window: ``W`` of an adaptive span (implies causal); keys at distance ``>= W`` are skipped.
     """
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("key_len", key_len), ("query_len", query_len)):
+    for name, value in (
+        ("block_m", block_m),
+        ("block_n", block_n),
+        ("key_len", key_len),
+        ("query_len", query_len),
+    ):
         require_positive_int(name, value)
     require_non_negative_int("query_start", query_start)
     hi = key_len
@@ -51,24 +63,39 @@ def key_block_range(
         hi = min(key_len, query_start + block_m + key_len - query_len)  # last query's last key + 1
     if window is not None:
         require_positive_int("window", window)
-        lo = max(0, query_start - window + 1) // block_n * block_n  # first query's first key, rounded down
+        lo = (
+            max(0, query_start - window + 1) // block_n * block_n
+        )  # first query's first key, rounded down
     return lo, max(hi, 0)
 
 
 def query_block_range(
-    key_start: int, block_m: int, block_n: int, key_len: int, query_len: int, *, causal: bool = False,
+    key_start: int,
+    block_m: int,
+    block_n: int,
+    key_len: int,
+    query_len: int,
+    *,
+    causal: bool = False,
     window: Optional[int] = None,
 ) -> Tuple[int, int]:
     """The queries ``[lo, hi)`` the ``dK``/``dV`` program of keys ``key_start .. key_start + block_n - 1`` visits.
 
     The mirror image of :func:`key_block_range`: ``lo`` is a multiple of ``block_m``.
     """
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("key_len", key_len), ("query_len", query_len)):
+    for name, value in (
+        ("block_m", block_m),
+        ("block_n", block_n),
+        ("key_len", key_len),
+        ("query_len", query_len),
+    ):
         require_positive_int(name, value)
     require_non_negative_int("key_start", key_start)
     lo, hi = 0, query_len
     if causal or window is not None:
-        lo = max(0, key_start - (key_len - query_len)) // block_m * block_m  # first query that sees key_start
+        lo = (
+            max(0, key_start - (key_len - query_len)) // block_m * block_m
+        )  # first query that sees key_start
     if window is not None:
         require_positive_int("window", window)
         hi = min(query_len, key_start + block_n + window - 1)  # last key's farthest query + 1
@@ -76,15 +103,23 @@ def query_block_range(
 
 
 def tile_map(
-    query_len: int, key_len: int, block_m: int, block_n: int, *, causal: bool = False, window: Optional[int] = None
+    query_len: int,
+    key_len: int,
+    block_m: int,
+    block_n: int,
+    *,
+    causal: bool = False,
+    window: Optional[int] = None,
 ) -> Tensor:
     """``(ceil(L / block_m), ceil(S / block_n))`` boolean: ``True`` where the forward kernel computes the tile."""
     rows, cols = math.ceil(query_len / block_m), math.ceil(key_len / block_n)
     visited = torch.zeros(rows, cols, dtype=torch.bool)
     for r in range(rows):
-        lo, hi = key_block_range(r * block_m, block_m, block_n, key_len, query_len, causal=causal, window=window)
+        lo, hi = key_block_range(
+            r * block_m, block_m, block_n, key_len, query_len, causal=causal, window=window
+        )
         if hi > lo:
-            visited[r, lo // block_n: math.ceil(hi / block_n)] = True
+            visited[r, lo // block_n : math.ceil(hi / block_n)] = True
     return visited
 
 

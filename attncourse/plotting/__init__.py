@@ -7,6 +7,7 @@
 Every public function of the three is importable from here, ``from attncourse.plotting import
 heatmap``, as the chapters do. The library (``attncourse`` itself) never imports this package.
 """
+
 from .diagrams import (
     block_stages,
     draw_attention_schematic,
@@ -24,9 +25,21 @@ from .measurements import plot_decode_times, plot_roofline, plot_span_time
 from .weights import heatmap, plot_attention, plot_heads
 
 __all__ = [
-    "heatmap", "plot_attention", "plot_heads",
-    "draw_attention_schematic", "draw_head_split", "draw_mask_schematic", "draw_encoder_decoder", "block_stages",
-    "plot_transformer_blocks", "draw_kv_cache", "plot_tile_schedule", "plot_span_cells", "plot_persistent_memory",
+    "heatmap",
+    "plot_attention",
+    "plot_heads",
+    "draw_attention_schematic",
+    "draw_head_split",
+    "draw_mask_schematic",
+    "draw_encoder_decoder",
+    "block_stages",
+    "plot_transformer_blocks",
+    "draw_kv_cache",
+    "plot_tile_schedule",
+    "plot_span_cells",
+    "plot_persistent_memory",
     "plot_tile_maps",
-    "plot_decode_times", "plot_span_time", "plot_roofline",
+    "plot_decode_times",
+    "plot_span_time",
+    "plot_roofline",
 ]

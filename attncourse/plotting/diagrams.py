@@ -4,6 +4,7 @@ Scaled dot-product attention, the head split, masks, the encoder-decoder, Transf
 (chapters 1-5), the KV cache (6), tile schedules (7, 10), adaptive span's computed cells (8) and
 all-attention's persistent memory (9).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -22,16 +23,32 @@ from ..efficient import tile_schedule
 from ..kv_cache import KVCache
 from ..masks import causal_mask, combine_masks, padding_mask
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from ..transformer import Seq2SeqTransformer
 from .weights import ArrayLike
 
 __all__ = [
-    "draw_attention_schematic", "draw_head_split", "draw_mask_schematic", "draw_encoder_decoder", "block_stages",
-    "plot_transformer_blocks", "draw_kv_cache", "plot_tile_schedule", "plot_span_cells", "plot_persistent_memory",
+    "draw_attention_schematic",
+    "draw_head_split",
+    "draw_mask_schematic",
+    "draw_encoder_decoder",
+    "block_stages",
+    "plot_transformer_blocks",
+    "draw_kv_cache",
+    "plot_tile_schedule",
+    "plot_span_cells",
+    "plot_persistent_memory",
     "plot_tile_maps",
 ]
 
-_HEAD_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+_HEAD_COLOURS = (
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+)
 
 
 def _new_axes(ax: Optional[Axes], size: tuple) -> Axes:
@@ -42,8 +59,19 @@ def _new_axes(ax: Optional[Axes], size: tuple) -> Axes:
     return ax
 
 
-def _grid(ax: Axes, x: float, y: float, rows: int, cols: int, *, cell: float = 0.3, colours=None, label: str = "",
-          shape: Optional[tuple] = None, hatch=None) -> tuple:
+def _grid(
+    ax: Axes,
+    x: float,
+    y: float,
+    rows: int,
+    cols: int,
+    *,
+    cell: float = 0.3,
+    colours=None,
+    label: str = "",
+    shape: Optional[tuple] = None,
+    hatch=None,
+) -> tuple:
     """Draw a ``rows x cols`` matrix of cells with its top-left corner at ``(x, y)``; returns its (left, right, top, bottom).
 
     ``colours`` is one colour, or a function ``(i, j) -> colour``; ``shape`` is written under the matrix.
@@ -53,22 +81,56 @@ def _grid(ax: Axes, x: float, y: float, rows: int, cols: int, *, cell: float = 0
     for i in range(rows):
         for j in range(cols):
             colour = colours(i, j) if callable(colours) else (colours or "#dddddd")
-            ax.add_patch(Rectangle((x + j * cell, y - (i + 1) * cell), cell, cell, facecolor=colour, edgecolor="white", linewidth=1))
+            ax.add_patch(
+                Rectangle(
+                    (x + j * cell, y - (i + 1) * cell),
+                    cell,
+                    cell,
+                    facecolor=colour,
+                    edgecolor="white",
+                    linewidth=1,
+                )
+            )
     right, bottom = x + cols * cell, y - rows * cell
     if label:
         ax.text((x + right) / 2, y + 0.12, label, ha="center", va="bottom", fontsize=9)
     if shape is not None:
-        ax.text((x + right) / 2, bottom - 0.12, fmt_shape(shape), ha="center", va="top", fontsize=8, color="#444444")
+        ax.text(
+            (x + right) / 2,
+            bottom - 0.12,
+            fmt_shape(shape),
+            ha="center",
+            va="top",
+            fontsize=8,
+            color="#444444",
+        )
     return x, right, y, bottom
 
 
-def _arrow(ax: Axes, start: tuple, end: tuple, text: str = "", *, colour: str = "#333333", rad: float = 0.0) -> None:
-    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color=colour, lw=1.2, connectionstyle=f"arc3,rad={rad}"))
+def _arrow(
+    ax: Axes, start: tuple, end: tuple, text: str = "", *, colour: str = "#333333", rad: float = 0.0
+) -> None:
+    ax.annotate(
+        "",
+        xy=end,
+        xytext=start,
+        arrowprops=dict(arrowstyle="->", color=colour, lw=1.2, connectionstyle=f"arc3,rad={rad}"),
+    )
     if text:
-        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.1, text, ha="center", va="bottom", fontsize=8, color=colour)
+        ax.text(
+            (start[0] + end[0]) / 2,
+            (start[1] + end[1]) / 2 + 0.1,
+            text,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color=colour,
+        )
 
 
-def draw_attention_schematic(L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2, *, ax: Optional[Axes] = None) -> Axes:
+def draw_attention_schematic(
+    L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2, *, ax: Optional[Axes] = None
+) -> Axes:
     """Scaled dot-product attention as matrices: ``Q, K, V -> scores -> softmax -> weights @ V``.
 
     The shapes written under each matrix come from running
@@ -84,7 +146,9 @@ def draw_attention_schematic(L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2,
     """
     for name, value in (("L", L), ("S", S), ("d_k", d_k), ("d_v", d_v)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 12:
-            raise ValueError(f"{name} must be an int from 1 to 12 (a drawing, not a computation), got {value!r}")
+            raise ValueError(
+                f"{name} must be an int from 1 to 12 (a drawing, not a computation), got {value!r}"
+            )
     q, k, v = torch.zeros(L, d_k), torch.zeros(S, d_k), torch.zeros(S, d_v)
     output, weights = scaled_dot_product_attention(q, k, v)
     scores = q @ k.transpose(-2, -1)
@@ -95,18 +159,46 @@ def draw_attention_schematic(L: int = 3, S: int = 5, d_k: int = 4, d_v: int = 2,
     kx = _grid(ax, 0, -L * c - 0.8, S, d_k, cell=c, colours=blue, label="K", shape=k.shape)
     vx = _grid(ax, 0, -(L + S) * c - 1.6, S, d_v, cell=c, colours=green, label="V", shape=v.shape)
     x1 = max(qx[1], kx[1]) + 1.1
-    sx = _grid(ax, x1, 0, *scores.shape, cell=c, colours=grey, label="scores\n$QK^\\top/\\sqrt{d_k}$ + mask", shape=scores.shape)
+    sx = _grid(
+        ax,
+        x1,
+        0,
+        *scores.shape,
+        cell=c,
+        colours=grey,
+        label="scores\n$QK^\\top/\\sqrt{d_k}$ + mask",
+        shape=scores.shape,
+    )
     x2 = sx[1] + 1.4
-    wx = _grid(ax, x2, 0, *weights.shape, cell=c, colours=lambda i, j: orange if (i + j) % 2 else "#fdd0a2",
-               label="weights\nsoftmax of each row", shape=weights.shape)
+    wx = _grid(
+        ax,
+        x2,
+        0,
+        *weights.shape,
+        cell=c,
+        colours=lambda i, j: orange if (i + j) % 2 else "#fdd0a2",
+        label="weights\nsoftmax of each row",
+        shape=weights.shape,
+    )
     x3 = wx[1] + 1.4
-    ox = _grid(ax, x3, 0, *output.shape, cell=c, colours=green, label="output\nweights @ V", shape=output.shape)
+    ox = _grid(
+        ax,
+        x3,
+        0,
+        *output.shape,
+        cell=c,
+        colours=green,
+        label="output\nweights @ V",
+        shape=output.shape,
+    )
     _arrow(ax, (qx[1] + 0.05, -L * c / 2), (sx[0] - 0.05, -L * c / 2))
     _arrow(ax, (kx[1] + 0.05, (kx[2] + kx[3]) / 2), (sx[0] - 0.05, sx[3] + 0.05), "$K^\\top$")
     _arrow(ax, (sx[1] + 0.05, -L * c / 2), (wx[0] - 0.05, -L * c / 2), "softmax")
     _arrow(ax, (wx[1] + 0.05, -L * c / 2), (ox[0] - 0.05, -L * c / 2), "@ V")
     _arrow(ax, (vx[1] + 0.05, (vx[2] + vx[3]) / 2), (ox[0] + 0.1, ox[3] - 0.35), "values")
-    ax.text(x2 + S * c / 2, wx[3] - 0.6, "each row sums to 1", ha="center", fontsize=8, style="italic")
+    ax.text(
+        x2 + S * c / 2, wx[3] - 0.6, "each row sums to 1", ha="center", fontsize=8, style="italic"
+    )
     ax.set_xlim(-0.3, ox[1] + 0.4)
     ax.set_ylim(vx[3] - 0.5, 0.9)
     return ax
@@ -125,10 +217,15 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
         The axes drawn on.
     """
     if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}")
+        raise TypeError(
+            f"layer must be an attncourse MultiHeadAttention, got {type(layer).__name__}"
+        )
     h, E = layer.num_heads, layer.embed_dim
     if h > len(_HEAD_COLOURS) or E > 24 or not 1 <= length <= 8:
-        raise ValueError(f"too large to draw: num_heads={h} (at most {len(_HEAD_COLOURS)}), embed_dim={E} (at most 24), length={length} (1 to 8)")
+        raise ValueError(
+            f"too large to draw: num_heads={h} (at most {len(_HEAD_COLOURS)}), embed_dim={E} (at"
+            f" most 24), length={length} (1 to 8)"
+        )
     param = next(layer.parameters())
     x = torch.zeros(1, length, E, dtype=param.dtype, device=param.device)
     projected = layer.q_proj(x)  # (1, L, E)
@@ -142,40 +239,112 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
     c = 0.22
     L = length
     xg = _grid(ax, 0, 0, L, E, cell=c, colours="#d9d9d9", label="X", shape=tuple(x.shape[1:]))
-    pg = _grid(ax, xg[1] + 1.0, 0, L, E, cell=c, colours=lambda i, j: head_of(j), label="$XW^Q$ (one projection)", shape=tuple(projected.shape[1:]))
+    pg = _grid(
+        ax,
+        xg[1] + 1.0,
+        0,
+        L,
+        E,
+        cell=c,
+        colours=lambda i, j: head_of(j),
+        label="$XW^Q$ (one projection)",
+        shape=tuple(projected.shape[1:]),
+    )
     _arrow(ax, (xg[1] + 0.05, -L * c / 2), (pg[0] - 0.05, -L * c / 2), "$W^Q$")
     x0 = pg[1] + 1.2
     tops = []
     for i in range(h):
         top = -i * (L * c + 0.55)
-        g = _grid(ax, x0, top, L, d, cell=c, colours=_HEAD_COLOURS[i], shape=tuple(heads.shape[2:]) if i == h - 1 else None)
-        ax.text(x0 - 0.1, top - L * c / 2, f"head {i}", ha="right", va="center", fontsize=8, color=_HEAD_COLOURS[i])
+        g = _grid(
+            ax,
+            x0,
+            top,
+            L,
+            d,
+            cell=c,
+            colours=_HEAD_COLOURS[i],
+            shape=tuple(heads.shape[2:]) if i == h - 1 else None,
+        )
+        ax.text(
+            x0 - 0.1,
+            top - L * c / 2,
+            f"head {i}",
+            ha="right",
+            va="center",
+            fontsize=8,
+            color=_HEAD_COLOURS[i],
+        )
         tops.append(g)
     ax.text(x0 + d * c / 2, 0.12, "split_heads", ha="center", va="bottom", fontsize=9)
     _arrow(ax, (pg[1] + 0.05, -L * c / 2), (x0 - 0.75, -L * c / 2))
     x1 = x0 + d * c + 1.1
     for i, g in enumerate(tops):
         a = _grid(ax, x1, g[2], L, d, cell=c, colours=_HEAD_COLOURS[i])
-        _arrow(ax, (g[1] + 0.05, (g[2] + g[3]) / 2), (a[0] - 0.05, (g[2] + g[3]) / 2), "attention" if i == 0 else "")
+        _arrow(
+            ax,
+            (g[1] + 0.05, (g[2] + g[3]) / 2),
+            (a[0] - 0.05, (g[2] + g[3]) / 2),
+            "attention" if i == 0 else "",
+        )
     ax.text(x1 + d * c / 2, 0.12, "$\\mathrm{head}_i$", ha="center", va="bottom", fontsize=9)
     x2 = x1 + d * c + 1.2
-    cg = _grid(ax, x2, 0, L, concat.size(-1), cell=c, colours=lambda i, j: head_of(j), label="Concat", shape=tuple(concat.shape[1:]))
+    cg = _grid(
+        ax,
+        x2,
+        0,
+        L,
+        concat.size(-1),
+        cell=c,
+        colours=lambda i, j: head_of(j),
+        label="Concat",
+        shape=tuple(concat.shape[1:]),
+    )
     _arrow(ax, (x1 + d * c + 0.05, -L * c / 2), (cg[0] - 0.05, -L * c / 2))
-    og = _grid(ax, x2, cg[3] - 0.75, w_o.size(0), w_o.size(1), cell=c * 0.6, colours=lambda i, j: head_of(i),
-               shape=tuple(w_o.shape))
+    og = _grid(
+        ax,
+        x2,
+        cg[3] - 0.75,
+        w_o.size(0),
+        w_o.size(1),
+        cell=c * 0.6,
+        colours=lambda i, j: head_of(i),
+        shape=tuple(w_o.shape),
+    )
     ax.text(og[0] - 0.1, (og[2] + og[3]) / 2, "$W^O$", ha="right", va="center", fontsize=9)
     x3 = max(cg[1], og[1]) + 1.2
-    outg = _grid(ax, x3, 0, L, output.size(-1), cell=c, colours="#bcbddc", label="output: heads mixed", shape=tuple(output.shape[1:]))
+    outg = _grid(
+        ax,
+        x3,
+        0,
+        L,
+        output.size(-1),
+        cell=c,
+        colours="#bcbddc",
+        label="output: heads mixed",
+        shape=tuple(output.shape[1:]),
+    )
     _arrow(ax, (cg[1] + 0.05, -L * c / 2), (outg[0] - 0.05, -L * c / 2), "@ $W^O$")
-    ax.text(x0, tops[-1][3] - 0.45, f"h = {h} heads of d_k = {d} = {E} / {h}; weights {fmt_shape(weights.shape)}",
-            ha="left", va="top", fontsize=8, color="#444444")
+    ax.text(
+        x0,
+        tops[-1][3] - 0.45,
+        f"h = {h} heads of d_k = {d} = {E} / {h}; weights {fmt_shape(weights.shape)}",
+        ha="left",
+        va="top",
+        fontsize=8,
+        color="#444444",
+    )
     ax.set_xlim(-0.3, outg[1] + 0.3)
     ax.set_ylim(min(tops[-1][3], og[3]) - 0.9, 0.7)
     return ax
 
 
-def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[Sequence[Sequence[str]]] = None, *,
-                        ax: Optional[Axes] = None) -> Axes:
+def draw_mask_schematic(
+    lengths: Sequence[int],
+    max_len: int,
+    tokens: Optional[Sequence[Sequence[str]]] = None,
+    *,
+    ax: Optional[Axes] = None,
+) -> Axes:
     """How a decoder's mask is built for a padded batch: for each sequence, the key padding row
     broadcast over the queries, AND the causal triangle, = the mask (dark: may attend).
 
@@ -191,8 +360,12 @@ def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[S
         The axes drawn on.
     """
     if not 1 <= max_len <= 10 or not 1 <= len(lengths) <= 4:
-        raise ValueError(f"too large to draw: max_len={max_len} (1 to 10), {len(lengths)} sequences (1 to 4)")
-    if tokens is not None and (len(tokens) != len(lengths) or any(len(t) != max_len for t in tokens)):
+        raise ValueError(
+            f"too large to draw: max_len={max_len} (1 to 10), {len(lengths)} sequences (1 to 4)"
+        )
+    if tokens is not None and (
+        len(tokens) != len(lengths) or any(len(t) != max_len for t in tokens)
+    ):
         raise ValueError(f"tokens must be {len(lengths)} lists of {max_len} labels")
     keep = padding_mask(torch.as_tensor(list(lengths)), max_len)  # (B, S)
     causal = causal_mask(max_len)  # (L, S)
@@ -204,21 +377,68 @@ def draw_mask_schematic(lengths: Sequence[int], max_len: int, tokens: Optional[S
     for b in range(len(lengths)):
         top = -b * (n * c + 0.9)
         grids = [
-            _grid(ax, 0, top, n, n, cell=c, colours=lambda i, j, b=b: dark if keep[b, j] else pad,
-                  label=f"sequence {b + 1}: keys kept" if b == 0 else f"sequence {b + 1}"),
-            _grid(ax, n * c + 0.9, top, n, n, cell=c, colours=lambda i, j: dark if causal[i, j] else light, label="causal" if b == 0 else ""),
-            _grid(ax, 2 * (n * c + 0.9), top, n, n, cell=c, colours=lambda i, j, b=b: dark if combined[b, i, j] else light,
-                  label="mask: may attend" if b == 0 else ""),
+            _grid(
+                ax,
+                0,
+                top,
+                n,
+                n,
+                cell=c,
+                colours=lambda i, j, b=b: dark if keep[b, j] else pad,
+                label=f"sequence {b + 1}: keys kept" if b == 0 else f"sequence {b + 1}",
+            ),
+            _grid(
+                ax,
+                n * c + 0.9,
+                top,
+                n,
+                n,
+                cell=c,
+                colours=lambda i, j: dark if causal[i, j] else light,
+                label="causal" if b == 0 else "",
+            ),
+            _grid(
+                ax,
+                2 * (n * c + 0.9),
+                top,
+                n,
+                n,
+                cell=c,
+                colours=lambda i, j, b=b: dark if combined[b, i, j] else light,
+                label="mask: may attend" if b == 0 else "",
+            ),
         ]
         middle = top - n * c / 2
         ax.text(n * c + 0.45, middle, "AND", ha="center", va="center", fontsize=9)
         ax.text(2 * n * c + 1.35, middle, "=", ha="center", va="center", fontsize=12)
-        ax.text(grids[2][1] + 0.15, middle, f"length {int(lengths[b])}: {int(combined[b].sum())} pairs", ha="left", va="center", fontsize=8)
+        ax.text(
+            grids[2][1] + 0.15,
+            middle,
+            f"length {int(lengths[b])}: {int(combined[b].sum())} pairs",
+            ha="left",
+            va="center",
+            fontsize=8,
+        )
         if tokens is not None:
             for j, word in enumerate(tokens[b]):
-                ax.text(j * c + c / 2, top - n * c - 0.05, word, ha="right", va="top", fontsize=7, rotation=60)
-    ax.text(0, -len(lengths) * (n * c + 0.9) + 0.35, "rows: queries, columns: keys; orange: padded keys, hidden from every query",
-            ha="left", va="top", fontsize=8, color="#444444")
+                ax.text(
+                    j * c + c / 2,
+                    top - n * c - 0.05,
+                    word,
+                    ha="right",
+                    va="top",
+                    fontsize=7,
+                    rotation=60,
+                )
+    ax.text(
+        0,
+        -len(lengths) * (n * c + 0.9) + 0.35,
+        "rows: queries, columns: keys; orange: padded keys, hidden from every query",
+        ha="left",
+        va="top",
+        fontsize=8,
+        color="#444444",
+    )
     ax.set_xlim(-0.3, 3 * n * c + 2.0 + 1.6)
     ax.set_ylim(-len(lengths) * (n * c + 0.9) + 0.05, 0.6)
     return ax
@@ -237,7 +457,9 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
     """
     from matplotlib.patches import FancyBboxPatch
 
-    blocks = list(getattr(model, "encoder", None) or []) + list(getattr(model, "decoder", None) or [])
+    blocks = list(getattr(model, "encoder", None) or []) + list(
+        getattr(model, "decoder", None) or []
+    )
     if not blocks or not all(hasattr(b, "cross_attn") and hasattr(b, "ffn") for b in blocks):
         raise TypeError(
             "model must be an encoder-decoder with .encoder and .decoder blocks "
@@ -246,11 +468,17 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
     ax = _new_axes(ax, (8, 1.6 + 1.9 * max(len(model.encoder), len(model.decoder))))
 
     def box(x, y, w, h, text, colour):
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.03", facecolor=colour, edgecolor="#555555"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, y), w, h, boxstyle="round,pad=0.03", facecolor=colour, edgecolor="#555555"
+            )
+        )
         ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
 
     def sublayers(block):
-        names = [("self-attention" if block.cross_attn is not None else "self-attention", "#c6dbef")]
+        names = [
+            ("self-attention" if block.cross_attn is not None else "self-attention", "#c6dbef")
+        ]
         if block.cross_attn is not None:
             names = [("masked self-attention", "#c6dbef"), ("cross-attention", "#fdd0a2")]
         if block.ffn is not None:
@@ -267,8 +495,14 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
         for name, colour in sublayers(block):
             box(enc_x, y, width, height, name, colour)
             y += height + 0.08
-        ax.text(enc_x - 0.1, (y0 + y) / 2, f"encoder\nblock {n}", ha="right", va="center", fontsize=8)
-        _arrow(ax, (enc_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02), (enc_x + width / 2, y0 - 0.02))
+        ax.text(
+            enc_x - 0.1, (y0 + y) / 2, f"encoder\nblock {n}", ha="right", va="center", fontsize=8
+        )
+        _arrow(
+            ax,
+            (enc_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02),
+            (enc_x + width / 2, y0 - 0.02),
+        )
         y += gap
     memory_y = y - gap + 0.05
     box(enc_x, y, width, height, "memory (B, S, d_model)", "#e5f5e0")
@@ -280,13 +514,46 @@ def draw_encoder_decoder(model, *, ax: Optional[Axes] = None) -> Axes:
         for name, colour in sublayers(block):
             box(dec_x, y, width, height, name, colour)
             if name == "cross-attention":
-                ax.annotate("", xy=(dec_x - 0.03, y + height / 2), xytext=memory_point,
-                            arrowprops=dict(arrowstyle="->", color="#d94801", lw=1.4, connectionstyle="arc3,rad=-0.15"))
-                ax.text(dec_x - 0.35, y + height / 2 + 0.05, "K, V", ha="right", va="bottom", fontsize=8, color="#d94801")
-                ax.text(dec_x + width + 0.05, y + height / 2, "Q: from below", ha="left", va="center", fontsize=7, color="#555555")
+                ax.annotate(
+                    "",
+                    xy=(dec_x - 0.03, y + height / 2),
+                    xytext=memory_point,
+                    arrowprops=dict(
+                        arrowstyle="->", color="#d94801", lw=1.4, connectionstyle="arc3,rad=-0.15"
+                    ),
+                )
+                ax.text(
+                    dec_x - 0.35,
+                    y + height / 2 + 0.05,
+                    "K, V",
+                    ha="right",
+                    va="bottom",
+                    fontsize=8,
+                    color="#d94801",
+                )
+                ax.text(
+                    dec_x + width + 0.05,
+                    y + height / 2,
+                    "Q: from below",
+                    ha="left",
+                    va="center",
+                    fontsize=7,
+                    color="#555555",
+                )
             y += height + 0.08
-        ax.text(dec_x + width + 0.05, y0 - 0.02, f"decoder block {n}", ha="left", va="bottom", fontsize=8)
-        _arrow(ax, (dec_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02), (dec_x + width / 2, y0 - 0.02))
+        ax.text(
+            dec_x + width + 0.05,
+            y0 - 0.02,
+            f"decoder block {n}",
+            ha="left",
+            va="bottom",
+            fontsize=8,
+        )
+        _arrow(
+            ax,
+            (dec_x + width / 2, y0 - (0.4 if n == 0 else gap) + 0.02),
+            (dec_x + width / 2, y0 - 0.02),
+        )
         y += gap
     box(dec_x, y, width, height, "linear: logits (B, L, vocab)", "#e5f5e0")
     _arrow(ax, (dec_x + width / 2, y - gap + 0.02), (dec_x + width / 2, y - 0.02))
@@ -327,10 +594,18 @@ def plot_transformer_blocks(blocks: Sequence, titles: Sequence[str]) -> Figure:
     """
     if len(blocks) != len(titles) or not blocks:
         raise ValueError(f"give one title per block: {len(blocks)} blocks, {len(titles)} titles")
-    colours = {"LayerNorm": "#f2d7a6", "dropout": "#e0e0e0", "+": "white", "input": "white", "output": "white"}
+    colours = {
+        "LayerNorm": "#f2d7a6",
+        "dropout": "#e0e0e0",
+        "+": "white",
+        "input": "white",
+        "output": "white",
+    }
     stage_lists = [block_stages(b) for b in blocks]
     height = max(len(s) for s in stage_lists)
-    fig, axes = plt.subplots(1, len(blocks), figsize=(3.4 * len(blocks), 0.55 * height + 0.6), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(blocks), figsize=(3.4 * len(blocks), 0.55 * height + 0.6), squeeze=False
+    )
     for ax, stages, title in zip(axes[0], stage_lists, titles):
         ax.set_xlim(0, 3)
         ax.set_ylim(-0.7, len(stages) - 0.3)
@@ -344,14 +619,25 @@ def plot_transformer_blocks(blocks: Sequence, titles: Sequence[str]) -> Figure:
                 ax.text(1.2, y, label, ha="center", va="center", fontsize=10, style="italic")
             else:
                 face = colours.get(label, "#b9d3ee")
-                ax.add_patch(plt.Rectangle((1.2 - width / 2, y - 0.3), width, 0.6, facecolor=face, edgecolor="black"))
+                ax.add_patch(
+                    plt.Rectangle(
+                        (1.2 - width / 2, y - 0.3), width, 0.6, facecolor=face, edgecolor="black"
+                    )
+                )
                 ax.text(1.2, y, label, ha="center", va="center", fontsize=14 if is_plus else 9)
             if y > 0:
-                ax.annotate("", xy=(1.2, y - 0.3), xytext=(1.2, y - 0.7), arrowprops=dict(arrowstyle="->"))
+                ax.annotate(
+                    "", xy=(1.2, y - 0.3), xytext=(1.2, y - 0.7), arrowprops=dict(arrowstyle="->")
+                )
             if is_plus:  # the skip connection: from just above the stage `back` below, round the side, into "+"
                 start = y - back + 0.5
                 ax.plot([1.2, 2.45, 2.45], [start, start, y], color="tab:red", lw=1.2)
-                ax.annotate("", xy=(1.2 + width / 2, y), xytext=(2.45, y), arrowprops=dict(arrowstyle="->", color="tab:red"))
+                ax.annotate(
+                    "",
+                    xy=(1.2 + width / 2, y),
+                    xytext=(2.45, y),
+                    arrowprops=dict(arrowstyle="->", color="tab:red"),
+                )
         ax.plot([], [], color="tab:red", label="residual")
     axes[0][0].legend(loc="lower left", fontsize=8, frameon=False)
     fig.tight_layout()
@@ -361,7 +647,10 @@ def plot_transformer_blocks(blocks: Sequence, titles: Sequence[str]) -> Figure:
 def _is_pre(stages: Sequence[str]) -> bool:
     return len(stages) > 1 and stages[1] == "LayerNorm"
 
-def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int] = None, ax: Optional[Axes] = None) -> Axes:
+
+def draw_kv_cache(
+    num_tokens: int, *, prompt_len: int = 1, window: Optional[int] = None, ax: Optional[Axes] = None
+) -> Axes:
     """The KV cache during decoding, one row per step: which position each cache slot holds.
 
     The picture is drawn from a real :class:`attncourse.kv_cache.KVCache` fed with
@@ -381,23 +670,33 @@ def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int]
         zeros = torch.zeros(1, 1, size, 1)
         cache.update(zeros, zeros)
         held = cache.positions.tolist()
-        written = [s for s, p in enumerate(held) if before is None or s >= len(before) or int(before[s]) != p]
+        written = [
+            s
+            for s, p in enumerate(held)
+            if before is None or s >= len(before) or int(before[s]) != p
+        ]
         rows.append((held, written))
     slots = max(len(held) for held, _ in rows)
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.0 + 0.5 * slots, 0.8 + 0.45 * len(rows)), layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(1.0 + 0.5 * slots, 0.8 + 0.45 * len(rows)), layout="constrained"
+        )
     for r, (held, written) in enumerate(rows):
         for slot, position in enumerate(held):
             if position < 0:
                 colour, label = "white", ""
             else:
                 colour, label = ("#f4a259" if slot in written else "#9ecae1"), str(position)
-            ax.add_patch(Rectangle((slot, r), 1, 1, facecolor=colour, edgecolor="#555555", linewidth=0.8))
+            ax.add_patch(
+                Rectangle((slot, r), 1, 1, facecolor=colour, edgecolor="#555555", linewidth=0.8)
+            )
             ax.text(slot + 0.5, r + 0.5, label, ha="center", va="center", fontsize=8)
     ax.set_xlim(0, slots)
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([s + 0.5 for s in range(slots)], [str(s) for s in range(slots)])
-    ax.set_yticks([r + 0.5 for r in range(len(rows))], ["prompt"] + [f"step {r}" for r in range(1, len(rows))])
+    ax.set_yticks(
+        [r + 0.5 for r in range(len(rows))], ["prompt"] + [f"step {r}" for r in range(1, len(rows))]
+    )
     ax.set_xlabel("cache slot")
     ax.set_title("rolling buffer, window W = %d" % window if window else "full KV cache")
     ax.set_aspect("equal")
@@ -405,7 +704,13 @@ def draw_kv_cache(num_tokens: int, *, prompt_len: int = 1, window: Optional[int]
 
 
 def plot_tile_schedule(
-    seq_q: int, seq_k: int, *, causal: bool = True, block_size: int = 1024, query_block_size: int = 256, ax: Optional[Axes] = None
+    seq_q: int,
+    seq_k: int,
+    *,
+    causal: bool = True,
+    block_size: int = 1024,
+    query_block_size: int = 256,
+    ax: Optional[Axes] = None,
 ) -> Axes:
     """The score tiles :func:`attncourse.efficient.tiled_attention` computes, drawn on the ``(L, S)`` grid.
 
@@ -415,17 +720,36 @@ def plot_tile_schedule(
     """
     from matplotlib.patches import Rectangle
 
-    tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=block_size, query_block_size=query_block_size)
+    tiles = tile_schedule(
+        seq_q, seq_k, causal=causal, block_size=block_size, query_block_size=query_block_size
+    )
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 5.5 * seq_q / seq_k + 0.8), layout="constrained")
     for order, (q0, q1, k0, k1, crosses) in enumerate(tiles):
         colour = "tab:orange" if crosses else "tab:blue"
-        ax.add_patch(Rectangle((k0, q0), k1 - k0, q1 - q0, facecolor=colour, alpha=0.35, edgecolor="black", linewidth=0.8))
+        ax.add_patch(
+            Rectangle(
+                (k0, q0),
+                k1 - k0,
+                q1 - q0,
+                facecolor=colour,
+                alpha=0.35,
+                edgecolor="black",
+                linewidth=0.8,
+            )
+        )
         if len(tiles) <= 80:
             ax.text((k0 + k1) / 2, (q0 + q1) / 2, str(order), ha="center", va="center", fontsize=7)
     if causal:
         offset = seq_k - seq_q
-        ax.plot([max(0, offset), seq_k], [max(0, -offset), seq_q], color="black", linestyle="--", linewidth=1, label="causal diagonal")
+        ax.plot(
+            [max(0, offset), seq_k],
+            [max(0, -offset), seq_q],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="causal diagonal",
+        )
     ax.set_xlim(0, seq_k)
     ax.set_ylim(seq_q, 0)
     ax.set_aspect("equal")
@@ -435,8 +759,15 @@ def plot_tile_schedule(
     ax.set_title(f"{len(tiles)} tiles, {computed / (seq_q * seq_k):.1%} of the L x S scores")
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor="tab:blue", alpha=0.35, edgecolor="black", label="all visible"),
-               Patch(facecolor="tab:orange", alpha=0.35, edgecolor="black", label="crosses the diagonal: masked")]
+    handles = [
+        Patch(facecolor="tab:blue", alpha=0.35, edgecolor="black", label="all visible"),
+        Patch(
+            facecolor="tab:orange",
+            alpha=0.35,
+            edgecolor="black",
+            label="crosses the diagonal: masked",
+        ),
+    ]
     ax.legend(handles=handles, loc="upper right", fontsize=8)
     return ax
 
@@ -454,18 +785,32 @@ def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: 
 
     spans_t = torch.as_tensor(list(spans), dtype=torch.float64)
     if spans_t.dim() != 1 or spans_t.numel() == 0:
-        raise ValueError(f"spans must be a non-empty 1-D sequence, got shape {fmt_shape(spans_t.shape)}")
+        raise ValueError(
+            f"spans must be a non-empty 1-D sequence, got shape {fmt_shape(spans_t.shape)}"
+        )
     window = span_window(spans_t, ramp)
     num_blocks, per_block, keys = block_plan(length, min(window, length), block)
     heads = spans_t.numel()
-    fig, axes = plt.subplots(1, heads + 1, figsize=(3.2 * (heads + 1), 3.3), layout="constrained",
-                             gridspec_kw={"width_ratios": [1.4] + [1] * heads})
+    fig, axes = plt.subplots(
+        1,
+        heads + 1,
+        figsize=(3.2 * (heads + 1), 3.3),
+        layout="constrained",
+        gridspec_kw={"width_ratios": [1.4] + [1] * heads},
+    )
     x = torch.linspace(0, float(window) + 4, 400, dtype=torch.float64)
     for h in range(heads):
-        axes[0].plot(x, soft_span_mask(x, spans_t[h], ramp), label=f"head {h}: z = {spans_t[h].item():g}")
+        axes[0].plot(
+            x, soft_span_mask(x, spans_t[h], ramp), label=f"head {h}: z = {spans_t[h].item():g}"
+        )
     axes[0].axvline(window, color="black", linestyle="--", linewidth=1)
     axes[0].text(window, 1.04, f" W = {window}", fontsize=8, va="bottom")
-    axes[0].set(xlabel="distance x (positions back)", ylabel="$m_z(x)$", ylim=(-0.05, 1.15), title=f"soft masks, R = {ramp:g}")
+    axes[0].set(
+        xlabel="distance x (positions back)",
+        ylabel="$m_z(x)$",
+        ylim=(-0.05, 1.15),
+        title=f"soft masks, R = {ramp:g}",
+    )
     axes[0].legend(fontsize=7)
     rows = torch.arange(length)[:, None]
     cols = torch.arange(length)[None, :]
@@ -475,14 +820,24 @@ def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: 
     else:  # the plain computation: every score
         computed = torch.ones(length, length, dtype=torch.bool)
     distance = (rows - cols).double()
-    cmap = ListedColormap(["white", "0.85"] + [plt.get_cmap("viridis")(v) for v in np.linspace(0.15, 1, 64)])
+    cmap = ListedColormap(
+        ["white", "0.85"] + [plt.get_cmap("viridis")(v) for v in np.linspace(0.15, 1, 64)]
+    )
     for h in range(heads):
         mask = soft_span_mask(distance, spans_t[h], ramp) * (distance >= 0)
         image = np.where(computed.numpy(), 1 + mask.numpy() * 64, 0)
         axes[h + 1].imshow(image, cmap=cmap, vmin=0, vmax=65, interpolation="nearest")
-        axes[h + 1].set(title=f"head {h}: z = {spans_t[h].item():g}", xlabel="key", ylabel="query" if h == 0 else None)
-    fig.suptitle(f"grey and coloured: the {computed_cells(length, window, block=block):,} scores per head the trimmed layer computes "
-                 f"(of {length * length:,}); colour: the head's mask; white: never computed", fontsize=9)
+        axes[h + 1].set(
+            title=f"head {h}: z = {spans_t[h].item():g}",
+            xlabel="key",
+            ylabel="query" if h == 0 else None,
+        )
+    fig.suptitle(
+        f"grey and coloured: the {computed_cells(length, window, block=block):,} scores per head"
+        f" the trimmed layer computes (of {length * length:,}); colour: the head's mask; white:"
+        " never computed",
+        fontsize=9,
+    )
     return fig
 
 
@@ -501,10 +856,16 @@ def plot_persistent_memory(length: int, num_persistent: int, *, ax: Optional[Axe
     kind[:, :length] = visible[:, :length] * 1.0
     kind[:, length:] = visible[:, length:] * 2.0
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.55 * (length + num_persistent) + 1.5, 0.55 * length + 1.4), layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(0.55 * (length + num_persistent) + 1.5, 0.55 * length + 1.4),
+            layout="constrained",
+        )
     ax.imshow(kind, cmap=ListedColormap(["white", "#9ecae1", "#a1d99b"]), vmin=0, vmax=2)
-    ax.set_xticks(range(length + num_persistent),
-                  [f"$k_{{{j + 1}}}$" for j in range(length)] + [f"$M^K_{{{n + 1}}}$" for n in range(num_persistent)])
+    ax.set_xticks(
+        range(length + num_persistent),
+        [f"$k_{{{j + 1}}}$" for j in range(length)]
+        + [f"$M^K_{{{n + 1}}}$" for n in range(num_persistent)],
+    )
     ax.set_yticks(range(length), [f"$q_{{{t + 1}}}$" for t in range(length)])
     ax.set_xticks(np.arange(-0.5, length + num_persistent), minor=True)
     ax.set_yticks(np.arange(-0.5, length), minor=True)
@@ -514,11 +875,20 @@ def plot_persistent_memory(length: int, num_persistent: int, *, ax: Optional[Axe
     ax.set_xlabel("keys (and values): the context's, then the persistent memory's")
     ax.set_title("one softmax per row over context and memory", fontsize=10, pad=22)
     ax.text(length / 2 - 0.5, -0.65, "context: causal", ha="center", va="bottom", fontsize=9)
-    ax.text(length + num_persistent / 2 - 0.5, -0.65, f"memory: N = {num_persistent}, always visible", ha="center", va="bottom", fontsize=9)
+    ax.text(
+        length + num_persistent / 2 - 0.5,
+        -0.65,
+        f"memory: N = {num_persistent}, always visible",
+        ha="center",
+        va="bottom",
+        fontsize=9,
+    )
     return ax
 
 
-def plot_tile_maps(maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, suptitle: Optional[str] = None) -> Figure:
+def plot_tile_maps(
+    maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, suptitle: Optional[str] = None
+) -> Figure:
     """Which tiles a blocked kernel computes: one panel per head, a dark square per computed tile.
 
     Args:
@@ -529,13 +899,17 @@ def plot_tile_maps(maps: ArrayLike, titles: Optional[Sequence[str]] = None, *, s
     """
     maps = np.asarray(maps.detach().cpu() if isinstance(maps, torch.Tensor) else maps)
     if maps.ndim != 3:
-        raise ValueError(f"maps must be (H, query blocks, key blocks), got shape {fmt_shape(maps.shape)}")
+        raise ValueError(
+            f"maps must be (H, query blocks, key blocks), got shape {fmt_shape(maps.shape)}"
+        )
     heads = maps.shape[0]
     if titles is None:
         titles = [f"head {h}: {int(maps[h].sum())} tiles" for h in range(heads)]
     if len(titles) != heads:
         raise ValueError(f"got {len(titles)} titles for {heads} maps")
-    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.9), layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(
+        1, heads, figsize=(2.6 * heads, 2.9), layout="constrained", squeeze=False
+    )
     for h, ax in enumerate(axes[0]):
         ax.imshow(maps[h].astype(float), cmap="Greys", vmin=0, vmax=1.25, interpolation="nearest")
         ax.set_xticks(np.arange(-0.5, maps.shape[2], 1), minor=True)

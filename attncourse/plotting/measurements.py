@@ -1,4 +1,5 @@
 """Measured figures: decoding times (chapter 6), adaptive span's time (chapter 8), the roofline (chapter 10)."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -20,9 +21,25 @@ def plot_decode_times(rows: Sequence[dict], *, ax: Optional[Axes] = None) -> Axe
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
     contexts = [r["context"] for r in rows]
-    ax.loglog(contexts, [1e3 * r["uncached_s"] for r in rows], "-o", color="tab:red", label="no cache (recompute the context)", base=2)
-    ax.loglog(contexts, [1e3 * r["cached_s"] for r in rows], "-s", color="tab:blue", label="KV cache (one new position)", base=2)
-    ax.set(xlabel="context length (tokens)", ylabel="time per token (ms)", title="one decoding step")
+    ax.loglog(
+        contexts,
+        [1e3 * r["uncached_s"] for r in rows],
+        "-o",
+        color="tab:red",
+        label="no cache (recompute the context)",
+        base=2,
+    )
+    ax.loglog(
+        contexts,
+        [1e3 * r["cached_s"] for r in rows],
+        "-s",
+        color="tab:blue",
+        label="KV cache (one new position)",
+        base=2,
+    )
+    ax.set(
+        xlabel="context length (tokens)", ylabel="time per token (ms)", title="one decoding step"
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return ax
@@ -39,8 +56,14 @@ def plot_span_time(result: dict) -> Figure:
     fig, (ax_time, ax_cells) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
     for r in rows:
         ax_time.plot([r["span"]] * len(r["times"]), r["times"], ".", color="tab:grey", alpha=0.6)
-    ax_time.loglog(spans, [r["seconds"] for r in rows], "-o", color="tab:blue", base=2, label="median")
-    ax_time.set(xlabel="span z (all heads)", ylabel="time (s)", title=f"forward wall time, L = {result['length']}")
+    ax_time.loglog(
+        spans, [r["seconds"] for r in rows], "-o", color="tab:blue", base=2, label="median"
+    )
+    ax_time.set(
+        xlabel="span z (all heads)",
+        ylabel="time (s)",
+        title=f"forward wall time, L = {result['length']}",
+    )
     ax_time.legend()
     ax_cells.loglog(spans, [r["cells"] for r in rows], "-o", color="tab:orange", base=2)
     ax_cells.set(xlabel="span z (all heads)", ylabel="scores computed", title="scores computed")
@@ -49,7 +72,9 @@ def plot_span_time(result: dict) -> Figure:
     return fig
 
 
-def plot_roofline(machines: dict, points: dict, *, intensity_range: Sequence[float] = (1.0, 4096.0)) -> Figure:
+def plot_roofline(
+    machines: dict, points: dict, *, intensity_range: Sequence[float] = (1.0, 4096.0)
+) -> Figure:
     """The roofline of each machine and where some computations sit on it (log-log).
 
     Args:
@@ -64,12 +89,24 @@ def plot_roofline(machines: dict, points: dict, *, intensity_range: Sequence[flo
     x = np.geomspace(lo, hi, 200)
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     for name, (peak, bandwidth) in machines.items():
-        line, = ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e12, label=f"{name} (ridge at {peak / bandwidth:.0f} FLOP/B)")
+        (line,) = ax.loglog(
+            x,
+            np.minimum(peak, x * bandwidth) / 1e12,
+            label=f"{name} (ridge at {peak / bandwidth:.0f} FLOP/B)",
+        )
         ax.axvline(peak / bandwidth, color=line.get_color(), linestyle=":", linewidth=1)
     for k, (label, intensity) in enumerate(points.items()):
-        ax.axvline(intensity, color=f"C{k + len(machines)}", linestyle="--", label=f"{label}: {intensity:.0f} FLOP/B")
-    ax.set(xlabel="arithmetic intensity (FLOPs per byte of memory traffic)", ylabel="attainable TFLOP/s",
-           title="roofline: min(peak, intensity x bandwidth)")
+        ax.axvline(
+            intensity,
+            color=f"C{k + len(machines)}",
+            linestyle="--",
+            label=f"{label}: {intensity:.0f} FLOP/B",
+        )
+    ax.set(
+        xlabel="arithmetic intensity (FLOPs per byte of memory traffic)",
+        ylabel="attainable TFLOP/s",
+        title="roofline: min(peak, intensity x bandwidth)",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig

@@ -1,4 +1,5 @@
 """Attention weights as heat maps, with token labels (every chapter)."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
@@ -23,7 +24,9 @@ def _as_matrix(values: ArrayLike, name: str) -> np.ndarray:
     if matrix.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix (L, S), got shape {fmt_shape(matrix.shape)}")
     if matrix.size == 0:
-        raise ValueError(f"{name} must have at least one row and one column, got shape {fmt_shape(matrix.shape)}")
+        raise ValueError(
+            f"{name} must have at least one row and one column, got shape {fmt_shape(matrix.shape)}"
+        )
     return matrix
 
 
@@ -71,7 +74,12 @@ def heatmap(
         _, ax = plt.subplots(figsize=(1.0 + 0.55 * cols, 0.8 + 0.5 * rows), layout="constrained")
     colours = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")
     image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(cols), key_labels if key_labels is not None else range(cols), rotation=45 if key_labels else 0, ha="right" if key_labels else "center")
+    ax.set_xticks(
+        range(cols),
+        key_labels if key_labels is not None else range(cols),
+        rotation=45 if key_labels else 0,
+        ha="right" if key_labels else "center",
+    )
     ax.set_yticks(range(rows), query_labels if query_labels is not None else range(rows))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -84,14 +92,25 @@ def heatmap(
         middle = (low + high) / 2
         for (i, j), v in np.ndenumerate(values):
             text = f"{v:.2f}" if np.isfinite(v) else ("-inf" if v < 0 else str(v))
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if not np.isfinite(v) or v > middle else "white")
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if not np.isfinite(v) or v > middle else "white",
+            )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return ax
 
 
 def plot_attention(
-    weights: ArrayLike, query_labels: Optional[Sequence[str]] = None, key_labels: Optional[Sequence[str]] = None, **kwargs
+    weights: ArrayLike,
+    query_labels: Optional[Sequence[str]] = None,
+    key_labels: Optional[Sequence[str]] = None,
+    **kwargs,
 ) -> Axes:
     """Heat map of attention weights ``(L, S)`` on the fixed colour range ``[0, 1]``; see :func:`heatmap`."""
     kwargs.setdefault("vmin", 0.0)
@@ -127,7 +146,10 @@ def plot_heads(
     """
     if isinstance(matrices, (torch.Tensor, np.ndarray)):
         if matrices.ndim != 3:
-            raise ValueError(f"matrices must be (H, L, S) or a list of (L, S), got shape {fmt_shape(matrices.shape)}")
+            raise ValueError(
+                "matrices must be (H, L, S) or a list of (L, S), got shape"
+                f" {fmt_shape(matrices.shape)}"
+            )
         panels = [matrices[h] for h in range(matrices.shape[0])]
     else:
         panels = list(matrices)
@@ -148,7 +170,11 @@ def plot_heads(
     nrows = -(-len(panels) // ncols)
     rows, cols = panels[0].shape
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(ncols * (1.2 + 0.45 * cols), nrows * (1.0 + 0.42 * rows)), layout="constrained", squeeze=False
+        nrows,
+        ncols,
+        figsize=(ncols * (1.2 + 0.45 * cols), nrows * (1.0 + 0.42 * rows)),
+        layout="constrained",
+        squeeze=False,
     )
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
