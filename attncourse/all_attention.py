@@ -223,7 +223,8 @@ class AllAttentionBlock(nn.Module):
         self.self_weights: Optional[Tensor] = None
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-        """``x``: ``(B, L, d_model)``; ``mask``: the context mask (the causal one in a language model). Returns ``(B, L, d_model)``."""
+        """``x``: ``(B, L, d_model)``; ``mask``: the context mask (the causal one in a language
+        model). Returns ``(B, L, d_model)``."""
         attended, weights = self.attn(x, mask)
         self.self_weights = weights.detach()
         return self.norm(x + attended)

@@ -213,7 +213,8 @@ def from_ignore_mask(mask: Tensor) -> Tensor:
 
 
 def to_ignore_mask(mask: Tensor) -> Tensor:
-    """Convert a mask in this package's convention to ``nn.MultiheadAttention``'s (the inverse of :func:`from_ignore_mask`)."""
+    """Convert a mask in this package's convention to ``nn.MultiheadAttention``'s (the inverse
+    of :func:`from_ignore_mask`)."""
     return from_ignore_mask(mask)
 
 
@@ -242,7 +243,8 @@ def to_boolean(mask: Tensor) -> Tensor:
 def from_multihead_masks(
     attn_mask: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None, *, num_heads: int
 ) -> Optional[Tensor]:
-    """Convert the masks of ``nn.MultiheadAttention`` into one mask for :class:`attncourse.multihead.MultiHeadAttention`.
+    """Convert the masks of ``nn.MultiheadAttention`` into one mask for
+    :class:`attncourse.multihead.MultiHeadAttention`.
 
     Args:
         attn_mask: torch's ``attn_mask``: ``(L, S)`` or ``(B * num_heads, L, S)`` (row

@@ -264,7 +264,8 @@ class MultiHeadAttention(nn.Module):
         :func:`attncourse.masks.from_multihead_masks` before passing them here.
         The layer gets ``module``'s dropout probability: it equals ``module`` in ``eval()``
         mode, and in training mode it draws the same dropout mask from the same random
-        state (when torch is asked for the weights, ``need_weights=True``). Not supported (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
+        state (when torch is asked for the weights, ``need_weights=True``). Not supported
+        (``ValueError``): ``add_bias_kv`` and ``add_zero_attn``.
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(

@@ -131,7 +131,8 @@ def train(
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor, *, start: int = 0) -> Tensor:
-    """Mean cross-entropy of predicting ``tokens[:, t + 1]`` from ``logits[:, t]``, for targets at positions ``>= start``.
+    """Mean cross-entropy of predicting ``tokens[:, t + 1]`` from ``logits[:, t]``, for targets
+    at positions ``>= start``.
 
     Args:
         logits: ``(B, L, V)`` next-token logits of a causal model.

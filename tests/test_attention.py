@@ -225,7 +225,8 @@ def test_bad_input_names_the_argument_and_shapes(args, kwargs, error, words):
 
 
 def test_the_sources_key_padding_mask_shape_is_rejected_not_broadcast():
-    """A (B, S) mask against (B, L, S) scores with B == L would broadcast silently in torch; here it needs its L axis."""
+    """A (B, S) mask against (B, L, S) scores with B == L would broadcast silently in torch;
+    here it needs its L axis."""
     q3, k3, v3 = randn(3, 3, 4), randn(3, 5, 4), randn(3, 5, 2)
     with pytest.raises(ValueError, match="at least 2|does not broadcast"):
         scaled_dot_product_attention(q3, k3, v3, torch.ones(3, 5, dtype=torch.bool)[0])

@@ -2,7 +2,8 @@
 
 A local HTTP server serves ``_build/html`` on 127.0.0.1; Playwright drives the system's
 Chromium (Debian's ``chromium`` package) through every page reachable from ``index.html``,
-every page of ``_toc.yml`` and every other HTML file of the build. On each page: no console error, no page error, no failed
+every page of ``_toc.yml`` and every other HTML file of the build. On each page: no console
+error, no page error, no failed
 request, no request to any host but the local server (the book must work offline); every
 internal link resolves (the file exists and its ``#fragment`` is an id on the target page);
 every image loads; the math is typeset by MathJax. On each chapter (notebook) page: the
@@ -158,10 +159,12 @@ class LocalServer:
 # Page-side helpers, put in front of each script below: the main content of a page, and its
 # solutions (the <details> that ``solution(...)`` prints, and sphinx-exercise's solution blocks).
 HELPERS_JS = r"""
-const bookMain = () => document.querySelector("article.bd-article") || document.querySelector("article, main") || document.body;
+const bookMain = () => document.querySelector("article.bd-article") ||
+document.querySelector("article, main") || document.body;
 const solutions = () => [...bookMain().querySelectorAll("details, div.solution")].filter((el) =>
   el.tagName !== "DETAILS" || /^\s*solution/i.test((el.querySelector(":scope > summary") || {}).innerText || ""));
-const solutionHead = (el) => el.tagName === "DETAILS" ? el.querySelector(":scope > summary") : el.querySelector(".admonition-title");
+const solutionHead = (el) => el.tagName === "DETAILS" ? el.querySelector(":scope > summary") :
+el.querySelector(".admonition-title");
 """
 
 
@@ -175,7 +178,8 @@ def page_js(body: str) -> str:
 COLLECT_JS = page_js(r"""
 () => {
   const main = bookMain();
-  const outsideCode = (node) => !node.parentElement.closest("pre, code, kbd, script, style, mjx-container, .highlight, .math");
+  const outsideCode = (node) =>
+    !node.parentElement.closest("pre, code, kbd, script, style, mjx-container, .highlight, .math");
   const rawTex = /\\(?:[A-Za-z]+|[()\[\]])|\$\$|\$[^$\s][^$\n]*\$/;
   const residual = (el) => {
     // Text of a math element left outside MathJax's output (an equation number excepted).
@@ -204,7 +208,8 @@ COLLECT_JS = page_js(r"""
     ids: [...document.querySelectorAll("[id]")].map((e) => e.id)
       .concat([...document.querySelectorAll("a[name]")].map((e) => e.name)),
     links: [...document.querySelectorAll("a[href]")].map((a) => ({href: a.href, raw: a.getAttribute("href")})),
-    images: [...document.images].map((i) => ({src: i.currentSrc || i.src, complete: i.complete, width: i.naturalWidth})),
+    images: [...document.images].map((i) => ({src: i.currentSrc || i.src, complete: i.complete,
+    width: i.naturalWidth})),
     math: [...document.querySelectorAll(".math")].map((e) => ({
       typeset: e.querySelector("mjx-container") !== null,
       error: e.querySelector("mjx-merror, [data-mjx-error]") !== null,
@@ -717,7 +722,8 @@ BROKEN_PAGE = """<!doctype html><html><head><title>broken</title></head><body><m
 </article></main></body></html>"""
 
 FIGURES_PAGE = """<!doctype html><html><body><main><article>
-<figure><img src="_images/a.png" alt="Attention weights of head 1"><figcaption>Head 1 attends to the diagonal.</figcaption></figure>
+<figure><img src="_images/a.png" alt="Attention weights of head 1">
+<figcaption>Head 1 attends to the diagonal.</figcaption></figure>
 <figure><img src="_images/b.png" alt="_images/b.png"><figcaption>Caption.</figcaption></figure>
 <figure><img src="_images/c.png" alt="Loss curve"><figcaption> </figcaption></figure>
 <div><img src="_images/d.png" alt="Heat map"></div>

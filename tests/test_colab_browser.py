@@ -49,10 +49,12 @@ async () => {
     mathjax: (window.MathJax && MathJax.version) || null,
     typeset: document.querySelectorAll("mjx-container").length,
     // A TeX error, or a macro MathJax does not know (its noundefined package shows it in red).
-    errors: document.querySelectorAll("mjx-merror, [data-mjx-error], mjx-container mjx-mtext[style*='color: red']").length,
+    errors: document.querySelectorAll(
+      "mjx-merror, [data-mjx-error], mjx-container mjx-mtext[style*='color: red']").length,
     text: text,
     exercises: [...document.querySelectorAll("h3")].map((h) => h.innerText.trim()).filter((t) => /^Exercise /.test(t)),
-    figures: [...document.querySelectorAll("p")].map((p) => p.innerText.trim()).filter((t) => /^Figure \d+(\.\d+)*\. /.test(t)).length,
+    figures: [...document.querySelectorAll("p")].map((p) => p.innerText.trim()).filter((t) =>
+    /^Figure \d+(\.\d+)*\. /.test(t)).length,
     blockquotes: document.querySelectorAll("blockquote").length,
   };
 }
@@ -138,7 +140,8 @@ def expected_exercises(doc: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, browser):  # noqa: F811 - the fixture imported above
-    """Every generated notebook rendered, and the book's first chapter as it is plus a bad macro (the counter-example)."""
+    """Every generated notebook rendered, and the book's first chapter as it is plus a bad
+    macro (the counter-example)."""
     folder = tmp_path_factory.mktemp("colab-html")
     shutil.copytree(mathjax_folder(), folder / "mathjax")
     for doc in CHAPTERS:

@@ -1,4 +1,5 @@
-"""Every notebook of the Colab edition starts in a fresh Colab-like runtime, installing the package with its own first cell.
+"""Every notebook of the Colab edition starts in a fresh Colab-like runtime, installing the
+package with its own first cell.
 
 The notebooks run are those a Colab user opens: ``notebooks/<name>.ipynb``, generated from
 ``book/`` by ``tools/colab_edition.py`` (``tests/test_colab_edition.py`` keeps them in step
@@ -176,7 +177,8 @@ def say(capsys, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def runtime():
-    """A fresh venv with only the runtime packages, a ``python3`` kernelspec running it, and a clean copy of the checkout.
+    """A fresh venv with only the runtime packages, a ``python3`` kernelspec running it, and a
+    clean copy of the checkout.
 
     All in one temporary folder, removed afterwards (the venv takes more than 1 GB).
     """

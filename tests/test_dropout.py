@@ -171,7 +171,7 @@ def test_block_layouts_follow_their_formulas():
     mask = causal_mask(5)
     for norm_first in (False, True):
         block = TransformerBlock(16, 4, 32, norm_first=norm_first).double().eval()
-        attn = lambda h: block.self_attn(h, h, h, mask)[0]  # noqa: E731
+        attn = lambda h, block=block: block.self_attn(h, h, h, mask)[0]  # noqa: E731
         if norm_first:
             h = x + attn(block.norm1(x))
             expected = h + block.ffn(block.norm3(h))

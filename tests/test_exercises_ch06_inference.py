@@ -132,7 +132,6 @@ def step_no_mask(query, new_key, new_value, past_key, past_value):
 
 
 def step_forgets_to_append(query, new_key, new_value, past_key, past_value):
-    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
     return (
         step_explicit_mask(query, new_key, new_value, past_key, past_value)[0],
         past_key,

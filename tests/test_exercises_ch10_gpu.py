@@ -436,7 +436,7 @@ def _online_variant(**change):
             "overflowed",
         ),
         ({"m_new = tl.maximum(m, tl.max(s, axis=1))": "m_new = tl.max(s, axis=1)"}, "overflowed"),
-        ({'other=float("-inf"))': "other=0.0)"}, "loaded as 0"),
+        ({'other=float("-inf"),\n        )': "other=0.0,\n        )"}, "loaded as 0"),
         (
             {
                 "mask=(rows[:, None] < n_rows) & (keys[None, :] < n_keys)": (
@@ -446,7 +446,7 @@ def _online_variant(**change):
             "S[0, 50]",
         ),
         ({"mask=keys[:, None] < n_keys, other=0.0": "mask=None"}, "read V at row 50"),
-        ({"mask=rows[:, None] < n_rows)": "mask=None)"}, "wrote O at row 40"),
+        ({"mask=rows[:, None] < n_rows\n": "mask=None\n"}, "wrote O at row 40"),
         ({"rows[:, None] * stride_s": "rows[:, None] * n_keys"}, "read S["),
         ({"keys[:, None] * stride_v": "keys[:, None] * D"}, "read V[0, 16]"),
     ],

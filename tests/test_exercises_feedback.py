@@ -45,7 +45,7 @@ def _spy_number_exercises():
             continue
         seen = []
 
-        def spy(answer, concealed_answer, concealed_mistakes, **kwargs):
+        def spy(answer, concealed_answer, concealed_mistakes, seen=seen, **kwargs):
             rel = kwargs.get("rel_tol", 0.0)
             mrel = kwargs.get("mistake_rel_tol")
             mistakes = [(float(k), v) for k, v in json.loads(reveal(concealed_mistakes)).items()]
@@ -259,7 +259,7 @@ def _choice_exercises():
             continue
         seen = []
 
-        def spy(answer, choices, what="answer"):
+        def spy(answer, choices, what="answer", seen=seen):
             seen.append(tuple(choices))
             return _core.choice(answer, choices, what)
 

@@ -807,7 +807,7 @@ def _number_exercises():
             continue
         seen = []
 
-        def spy(answer, concealed_answer, concealed_mistakes, **kwargs):
+        def spy(answer, concealed_answer, concealed_mistakes, seen=seen, **kwargs):
             seen.append((float(reveal(concealed_answer)), kwargs.get("rel_tol", 0.0)))
             return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
 

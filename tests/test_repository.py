@@ -180,7 +180,8 @@ def test_install_url_override_is_documented():
 PLOTTING_CALL = re.compile(
     r"\b(plot_attention|plot_heads|heatmap|draw_\w+|plot_transformer_blocks)\s*\(|\bplt\.\w+\s*\(|\.(plot|imshow|bar|hist|scatter|subplots)\s*\(|\bfigure\s*\("
 )
-# Calls that make a new figure; ``heatmap``, ``plot_attention`` and the ``draw_*`` schematics make one only without ``ax=``.
+# Calls that make a new figure; ``heatmap``, ``plot_attention`` and the ``draw_*``
+# schematics make one only without ``ax=``.
 NEW_FIGURE_CALL = re.compile(
     r"\b(plt\.subplots|plt\.figure|plot_heads|benchmark\.plot|plot_attention|heatmap|draw_\w+|plot_transformer_blocks)\s*\("
 )

@@ -49,7 +49,7 @@ def rows() -> list[tuple[str, str, str, str]]:
 def table() -> str:
     """The Markdown table of the exercise index."""
     lines = []
-    for label, title, ident, chapter in rows():
+    for label, title, ident, _chapter in rows():
         cell = title.replace("|", "\\|")  # a bar would end the table's cell
         lines.append(
             f"| {{numref}}`{label}` | {cell} | `{ident}` |"

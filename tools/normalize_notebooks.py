@@ -58,15 +58,32 @@ def setup_source() -> str:
     ``importlib.invalidate_caches()`` lets the next cell import the package just installed.
     """
     url, branch = repository()
+    # In ruff format's layout (the chapters' 80 columns), so that `ruff format book` leaves it.
     return (
         f"{SETUP_MARKER}: install the course package only if it is missing.\n"
         f"# To install it from elsewhere (a fork, a local checkout), set {INSTALL_URL_VARIABLE} to"
         " a pip URL.\n"
-        "import importlib.util, os, subprocess, sys\n"
+        "import importlib.util\n"
+        "import os\n"
+        "import subprocess\n"
+        "import sys\n"
+        "\n"
         'if importlib.util.find_spec("attncourse") is None:\n'
-        f'    url = os.environ.get("{INSTALL_URL_VARIABLE}", "git+{url}@{branch}")\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"attncourse @'
-        ' {url}"], check=True)\n'
+        "    url = os.environ.get(\n"
+        f'        "{INSTALL_URL_VARIABLE}",\n'
+        f'        "git+{url}@{branch}",\n'
+        "    )\n"
+        "    subprocess.run(\n"
+        "        [\n"
+        "            sys.executable,\n"
+        '            "-m",\n'
+        '            "pip",\n'
+        '            "install",\n'
+        '            "--quiet",\n'
+        '            f"attncourse @ {url}",\n'
+        "        ],\n"
+        "        check=True,\n"
+        "    )\n"
         "    importlib.invalidate_caches()"
     )
 

@@ -108,7 +108,8 @@ def build_layer(
     device: str = "cpu",
     seed: int = 0,
 ) -> Dict[str, object]:
-    """A self-attention layer (``"ours"`` or ``"torch"``, with the same weights) and its input ``(batch, length, embed_dim)``."""
+    """A self-attention layer (``"ours"`` or ``"torch"``, with the same weights) and its input
+    ``(batch, length, embed_dim)``."""
     torch.manual_seed(seed)
     reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True).to(device).eval()
     x = torch.randn(batch, length, embed_dim, device=device)

@@ -67,7 +67,8 @@ def meminfo_gib(field: str) -> Optional[float]:
 
 
 def write_result(result: Dict[str, object], folder, name: str):
-    """Write ``result`` as JSON to ``folder / name`` (a ``str`` or ``pathlib.Path`` folder, created if missing); return the path."""
+    """Write ``result`` as JSON to ``folder / name`` (a ``str`` or ``pathlib.Path`` folder,
+    created if missing); return the path."""
     path = Path(folder) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
@@ -75,5 +76,6 @@ def write_result(result: Dict[str, object], folder, name: str):
 
 
 def read_result(name: str, folder=None) -> Dict[str, object]:
-    """The JSON result ``name`` from ``folder`` (a ``str`` or ``pathlib.Path``), by default from the committed :data:`RESULTS`."""
+    """The JSON result ``name`` from ``folder`` (a ``str`` or ``pathlib.Path``), by default
+    from the committed :data:`RESULTS`."""
     return json.loads((Path(folder or RESULTS) / name).read_text())

@@ -120,7 +120,8 @@ def build_gpu(
 def _naive_bytes(
     batch: int, num_heads: int, length: int, dtype: torch.dtype, backward: bool
 ) -> int:
-    """About the naive version's peak: scores and weights in the input dtype (and float32 softmax), twice with the backward."""
+    """About the naive version's peak: scores and weights in the input dtype (and float32
+    softmax), twice with the backward."""
     return batch * num_heads * length * length * (dtype.itemsize * 2 + 4) * (2 if backward else 1)
 
 
@@ -295,7 +296,8 @@ def targets(
 
 
 def gpu_file_name(gpu: str) -> str:
-    """``gpu_benchmark_<gpu>.json`` with the GPU's name made safe for a file name (``NVIDIA H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3``)."""
+    """``gpu_benchmark_<gpu>.json`` with the GPU's name made safe for a file name (``NVIDIA
+    H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3``)."""
     slug = re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") or "unknown"
     return f"gpu_benchmark_{slug}.json"
 

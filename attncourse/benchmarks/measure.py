@@ -179,7 +179,8 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     ``target`` names a function ``"module:function"`` that builds its inputs and returns a
     dict with the zero-argument callable to measure under ``"fn"`` and optionally a
     ``"warmup"`` callable (the same computation on tiny inputs). A fresh Python process
-    imports it, builds the inputs, runs the warm-up (thread pools, lazy buffers), records ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is
+    imports it, builds the inputs, runs the warm-up (thread pools, lazy buffers), records
+    ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is
     the result. On Linux from ``/proc/self/status``; on macOS and Windows from the
     system's peak counters (see ``_memory_now_and_peak``).
 

@@ -64,7 +64,8 @@ class CharTokenizer:
         return len(self.chars)
 
     def encode(self, text: str) -> Tensor:
-        """``text`` of ``L`` characters -> ``(L,)`` int64 ids; a character outside the vocabulary is a ``ValueError``."""
+        """``text`` of ``L`` characters -> ``(L,)`` int64 ids; a character outside the vocabulary
+        is a ``ValueError``."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         try:

@@ -803,7 +803,8 @@ def _short_repr(value: Any, limit: int = 80) -> str:
 def expect_tensor(
     value: Any, shape: Sequence[int], what: str, *, dtype: Optional[torch.dtype] = None
 ) -> Tensor:
-    """Check that ``value`` is a (real, dense) tensor of ``shape`` (and ``dtype`` if given), else raise a :class:`Mistake`."""
+    """Check that ``value`` is a (real, dense) tensor of ``shape`` (and ``dtype`` if given),
+    else raise a :class:`Mistake`."""
     if not isinstance(value, Tensor):
         raise Mistake(f"{what} should be a torch.Tensor, got {type(value).__name__}.")
     if tuple(value.shape) != tuple(shape):

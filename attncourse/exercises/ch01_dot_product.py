@@ -34,7 +34,8 @@ def _scores_solution(query, key):
     name="scaled_scores",
 )
 def _check_scores(fn) -> str:
-    # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25, so each wrong scale shows
+    # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25,
+    # so each wrong scale shows
     query, key = _random(4, 9, seed=1), _random(5, 9, seed=2)
     expected = query @ key.T / 3
     out = call(fn, query, key)
@@ -86,12 +87,15 @@ def _check_scores(fn) -> str:
             diagnose(
                 out,
                 {
-                    f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. d_k is the LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1].": (
-                        raw / 2
-                    ),
-                    f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k is the LAST dimension: query.size(-1).": (
-                        raw / 2**0.5
-                    ),
+                    (
+                        f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the "
+                        "number of heads here. d_k is the LAST dimension: query.size(-1) "
+                        "(or query.shape[-1]), not query.shape[1]."
+                    ): (raw / 2),
+                    (
+                        f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the "
+                        "batch size here. d_k is the LAST dimension: query.size(-1)."
+                    ): (raw / 2**0.5),
                     f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": (
                         raw / 3**0.5
                     ),
@@ -142,9 +146,10 @@ def _variants(query, key, value, mask=None):
         return scores.masked_fill(~keep, float("-inf")) if keep is not None else scores
 
     out = {
-        "The softmax runs over the wrong dimension: each row (one query) must sum to 1 over the keys, so use dim=-1.": finish(
-            masked(raw / d_k**0.5, mask), dim=-2
-        ),
+        (
+            "The softmax runs over the wrong dimension: each row (one query) must "
+            "sum to 1 over the keys, so use dim=-1."
+        ): finish(masked(raw / d_k**0.5, mask), dim=-2),
         "The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": finish(
             masked(raw, mask)
         ),
@@ -282,9 +287,10 @@ def _check_attention(fn) -> str:
                 torch.softmax(scaled, -1) @ v,
                 torch.softmax(scaled, -1),
             ),
-            "A float mask is added to the scores, whatever its values; only a boolean mask means True/False.": scaled_dot_product_attention(
-                q, k, v, torch.isfinite(bias)
-            ),
+            (
+                "A float mask is added to the scores, whatever its values; only a "
+                "boolean mask means True/False."
+            ): scaled_dot_product_attention(q, k, v, torch.isfinite(bias)),
             "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(
                 q, k, v
             ),
@@ -327,8 +333,21 @@ def _check_attention(fn) -> str:
 # -- 3. the variance of a dot product --------------------------------------------------------
 
 _VARIANCE = "V0A="
-_VARIANCE_MISTAKES = "GlZMTFlPVyYbBBVUHR1DGx0XUxYVFRoKAh0RUhcAFx0VGgoAG1IcA0EFKBtTXxdFGEtBIBwLQxkUABoEDxcRTgocVRsHFkEHBRsCHRBcUUlBVkVMWU9XJhsEFVQdHUMbHRdTEwAGHQ8NDBBSEgMVEQZOBwYDGxcMDxNUDBpPBgMBEUkQKwVKVVUGGwBBBQELEBscHR1FAAcfHUMOFx0GEUEAHAtDHRQFUwEOAFQeEQARBxART1ZYTkFbRUtFR1tUVjoLDgFSBAoUGBBOAQpVFiwOQQcFGwIdEBZdRSQVFwZDABNSBw0EVBAxCE8FABwBFBcAHUMeKhtTDj4dVAYCHFUEEhcIFRoNBk9EXlMEDxBUGgsKVQQSFwgVGg0GHFUdFUUIGhALEwobFhYLFVQACxECBlISAQVaVkJDTUVQSUVDLhEcDE8cAVMRCRFUAwYOG1IcA0EFKBtTXxdFGElBGhsaQwYBAVMTAAYdDw0MEFxRGA=="
-_VARIANCE_SOLUTION = "ELbDBUNSVQMsVEEfK19DRFVcXUtBX1QfPFlBUhg6V0BaTiYOFhpTFRMbEBsAG1UDLAxBHysHQwATUgcSDlQdAAcKBRcdAQQaAEJDFRAAHEgMERUAT08AHBoRTAIVHAoOGxEWRQ8BGQwGHQZSGwQSVBkLAgFVQlMEDxBUGAIdHBMdBgRUMTUSMBwsQThBMS8FPAYrQC5FXFRFQEM7HRdTU1VUBBwMCwARBxZBFQYLQwYbFhYVBBoQCw0bWVIACkEAHAsKHVUEEhcIFRoNBhxVExcBW1QiDxFHBLDEDkhUSU4HMB5STkVXQFhOAk8GBhILBRUGCkMLEAQaBBUdGwBDABNSS0tBMB0YCgscHBRFAw1UHRIdAVoXOgpdVFNDV1UQAQwPEwdOFwcQUgUEEx0VAAAKVRASBgpUAAFDXllSBA0AABEYBh1VFiwOQR0HQA=="
+_VARIANCE_MISTAKES = (
+    "GlZMTFlPVyYbBBVUHR1DGx0XUxYVFRoKAh0RUhcAFx0VGgoAG1IcA0EFKBtTXxdFGEtBIBwLQxkUABoEDxcRTgocVR"
+    "sHFkEHBRsCHRBcUUlBVkVMWU9XJhsEFVQdHUMbHRdTEwAGHQ8NDBBSEgMVEQZOBwYDGxcMDxNUDBpPBgMBEUkQKwVK"
+    "VVUGGwBBBQELEBscHR1FAAcfHUMOFx0GEUEAHAtDHRQFUwEOAFQeEQARBxART1ZYTkFbRUtFR1tUVjoLDgFSBAoUGB"
+    "BOAQpVFiwOQQcFGwIdEBZdRSQVFwZDABNSBw0EVBAxCE8FABwBFBcAHUMeKhtTDj4dVAYCHFUEEhcIFRoNBk9EXlME"
+    "DxBUGgsKVQQSFwgVGg0GHFUdFUUIGhALEwobFhYLFVQACxECBlISAQVaVkJDTUVQSUVDLhEcDE8cAVMRCRFUAwYOG1"
+    "IcA0EFKBtTXxdFGElBGhsaQwYBAVMTAAYdDw0MEFxRGA=="
+)
+_VARIANCE_SOLUTION = (
+    "ELbDBUNSVQMsVEEfK19DRFVcXUtBX1QfPFlBUhg6V0BaTiYOFhpTFRMbEBsAG1UDLAxBHysHQwATUgcSDlQdAAcKBR"
+    "cdAQQaAEJDFRAAHEgMERUAT08AHBoRTAIVHAoOGxEWRQ8BGQwGHQZSGwQSVBkLAgFVQlMEDxBUGAIdHBMdBgRUMTUS"
+    "MBwsQThBMS8FPAYrQC5FXFRFQEM7HRdTU1VUBBwMCwARBxZBFQYLQwYbFhYVBBoQCw0bWVIACkEAHAsKHVUEEhcIFR"
+    "oNBhxVExcBW1QiDxFHBLDEDkhUSU4HMB5STkVXQFhOAk8GBhILBRUGCkMLEAQaBBUdGwBDABNSS0tBMB0YCgscHBRF"
+    "Aw1UHRIdAVoXOgpdVFNDV1UQAQwPEwdOFwcQUgUEEx0VAAAKVRASBgpUAAFDXllSBA0AABEYBh1VFiwOQR0HQA=="
+)
 
 
 @exercise(
@@ -404,9 +423,11 @@ def _check_fixed_masked_attention(fn) -> str:
             diagnose(
                 out,
                 {
-                    "This is still the given code: the weights are masked after the softmax, so each row sums to less than 1. Fill the masked scores with -inf, then take the softmax.": (
-                        after @ v
-                    ),
+                    (
+                        "This is still the given code: the weights are masked after the softmax, "
+                        "so each row sums to less than 1. Fill the masked scores with -inf, then "
+                        "take the softmax."
+                    ): (after @ v),
                     "The mask polarity is inverted: True means 'may attend', so fill the scores where mask is False.": (
                         torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v
                     ),

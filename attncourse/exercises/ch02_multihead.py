@@ -37,12 +37,17 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
     batch, length, width = x.shape
     head_dim = width // num_heads
     return {
-        "You reshaped (B, L, E) straight to (B, h, L, head_dim) with view/reshape, without a transpose: that cuts the flattened rows into blocks that mix positions. View as (B, L, h, head_dim) first, then transpose(1, 2).": x.reshape(
-            batch, num_heads, length, head_dim
-        ),
-        "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). Head i owns the contiguous columns i*head_dim ... (i+1)*head_dim - 1: view as (B, L, h, head_dim).": (
-            x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)
-        ),
+        (
+            "You reshaped (B, L, E) straight to (B, h, L, head_dim) with "
+            "view/reshape, without a transpose: that cuts the flattened rows into "
+            "blocks that mix positions. View as (B, L, h, head_dim) first, then "
+            "transpose(1, 2)."
+        ): x.reshape(batch, num_heads, length, head_dim),
+        (
+            "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). "
+            "Head i owns the contiguous columns i*head_dim ... (i+1)*head_dim - 1: "
+            "view as (B, L, h, head_dim)."
+        ): (x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)),
     }
 
 
@@ -124,21 +129,27 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     no_transpose = lambda t: t.reshape(t.size(0), num_heads, t.size(1), head_dim)
     merge_no_transpose = lambda h: h.reshape(h.size(0), h.size(2), -1)
     return {
-        "The output projection W^O is missing: the heads are concatenated but never mixed. Multiply the concatenation by w_o.T.": run(
-            good, head_dim**-0.5, merge_heads, out_proj=False
-        ),
+        (
+            "The output projection W^O is missing: the heads are concatenated but "
+            "never mixed. Multiply the concatenation by w_o.T."
+        ): run(good, head_dim**-0.5, merge_heads, out_proj=False),
         "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, 1/sqrt(head_dim).": run(
             good, E**-0.5, merge_heads
         ),
-        "The heads were split with view/reshape to (B, h, L, head_dim) without a transpose, which mixes positions. View as (B, L, h, head_dim), then transpose(1, 2).": run(
-            no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)
-        ),
-        "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): transpose(1, 2) back first.": run(
-            good, head_dim**-0.5, merge_no_transpose
-        ),
-        "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale uses the width of a head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1)).": run(
-            good, x_q.size(1) ** -0.5, merge_heads
-        ),
+        (
+            "The heads were split with view/reshape to (B, h, L, head_dim) without a "
+            "transpose, which mixes positions. View as (B, L, h, head_dim), then "
+            "transpose(1, 2)."
+        ): run(no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)),
+        (
+            "The heads are merged with reshape(B, L, E) straight from (B, h, L, "
+            "head_dim): transpose(1, 2) back first."
+        ): run(good, head_dim**-0.5, merge_no_transpose),
+        (
+            "The scores are scaled by 1/sqrt(L), the number of positions "
+            "(q.size(-2)); the scale uses the width of a head, 1/sqrt(head_dim) = "
+            "1/sqrt(q.size(-1))."
+        ): run(good, x_q.size(1) ** -0.5, merge_heads),
         "This is single-head attention over the whole width: split the projections into num_heads heads.": run(
             lambda t: t.unsqueeze(1), E**-0.5, merge_heads
         ),
@@ -299,12 +310,16 @@ def _check_merge(fn) -> str:
                 diagnose(
                     out,
                     {
-                        "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions together, so row t mixes pieces of several positions. Transpose to (B, L, h, d) first, then reshape.": heads.reshape(
-                            B, L, h * d
-                        ),
-                        "The columns are interleaved (column j*h + i holds head i's feature j): concatenate whole heads, head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1)).": (
-                            heads.permute(0, 2, 3, 1).reshape(B, L, h * d)
-                        ),
+                        (
+                            "This is still the given code: a reshape of (B, h, L, d) keeps head 0's "
+                            "positions together, so row t mixes pieces of several positions. "
+                            "Transpose to (B, L, h, d) first, then reshape."
+                        ): heads.reshape(B, L, h * d),
+                        (
+                            "The columns are interleaved (column j*h + i holds head i's feature j): "
+                            "concatenate whole heads, head 0's d columns first (transpose(1, 2), not "
+                            "permute(0, 2, 3, 1))."
+                        ): (heads.permute(0, 2, 3, 1).reshape(B, L, h * d)),
                         "The heads are concatenated in reverse order.": (
                             heads.flip(1).transpose(1, 2).reshape(B, L, h * d)
                         ),

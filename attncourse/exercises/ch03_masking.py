@@ -89,9 +89,10 @@ def _check_padding(fn) -> str:
                         "Off by one: position j is real when j < length; you dropped the last real token.": (
                             positions < lengths[:, None] - 1
                         ),
-                        "Your padding is at the front: this batch is padded at the end, so the first lengths[b] positions are real.": (
-                            positions >= max_len - lengths[:, None]
-                        ),
+                        (
+                            "Your padding is at the front: this batch is padded at the end, so the "
+                            "first lengths[b] positions are real."
+                        ): (positions >= max_len - lengths[:, None]),
                     },
                     atol=0,
                     default=(
@@ -155,15 +156,17 @@ def _check_causal(fn) -> str:
                 "The polarity is inverted: True must mark the keys a query MAY attend to (the past and itself).": (
                     ~expected
                 ),
-                "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, not j < i).": torch.tril(
-                    ones, diagonal=shift - 1
-                ),
+                (
+                    "Off by one: a query may attend to its own position too (keep the "
+                    "diagonal: j <= i, not j < i)."
+                ): torch.tril(ones, diagonal=shift - 1),
                 "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i.": torch.tril(
                     ones, diagonal=shift + 1
                 ),
-                "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are queries and the True entries sit at j <= i.": torch.triu(
-                    ones, diagonal=shift
-                ),
+                (
+                    "Upper instead of lower triangle: a query may see the keys BEFORE it, so "
+                    "rows are queries and the True entries sit at j <= i."
+                ): torch.triu(ones, diagonal=shift),
             }
             if shift:
                 mistakes[
@@ -247,16 +250,21 @@ def _check_attention_mask(fn) -> str:
                 continue
             causal_part = tri if causal else torch.ones(max_len, max_len, dtype=torch.bool)
             mistakes = {
-                "The padding is applied to the queries (rows) instead of the keys (columns): the real tokens still attend to the pads. Use pad[:, None, :], not pad[:, :, None].": (
-                    causal_part & pad[:, :, None]
-                ),
-                "You masked the pads as both queries and keys: a padded query's row is then empty (all False), which gives NaN with -inf. Mask the keys only; the outputs at padded queries are simply ignored later.": (
-                    expected & pad[:, :, None]
-                ),
+                (
+                    "The padding is applied to the queries (rows) instead of the keys "
+                    "(columns): the real tokens still attend to the pads. Use pad[:, None, "
+                    ":], not pad[:, :, None]."
+                ): (causal_part & pad[:, :, None]),
+                (
+                    "You masked the pads as both queries and keys: a padded query's row is "
+                    "then empty (all False), which gives NaN with -inf. Mask the keys only; "
+                    "the outputs at padded queries are simply ignored later."
+                ): (expected & pad[:, :, None]),
                 "The polarity is inverted: True must mark what a query MAY attend to.": ~expected,
-                "The padding is missing: the pads of the shorter sequences are still visible as keys.": causal_part.expand(
-                    B, -1, -1
-                ),
+                (
+                    "The padding is missing: the pads of the shorter sequences are still "
+                    "visible as keys."
+                ): causal_part.expand(B, -1, -1),
             }
             if causal:
                 mistakes[
@@ -374,10 +382,15 @@ def _check_padded_scores(fn) -> str:
             continue
         if B == h and L == S:
             wrong = {
-                "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which broadcasts as (1, B, 1, S) and lines the batch up with the heads. Use keep[:, None, None, :], shape (B, 1, 1, S).": torch.softmax(
-                    scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1
-                ),
-                "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives in the keys, the last dimension.": (
+                (
+                    "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which "
+                    "broadcasts as (1, B, 1, S) and lines the batch up with the heads. Use "
+                    "keep[:, None, None, :], shape (B, 1, 1, S)."
+                ): torch.softmax(scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1),
+                (
+                    "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives "
+                    "in the keys, the last dimension."
+                ): (
                     torch.softmax(
                         scores.masked_fill(keep[:, None, :, None] == 0, float("-inf")), -1
                     ).nan_to_num(0.0)

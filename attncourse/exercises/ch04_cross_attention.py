@@ -49,21 +49,25 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
         return torch.softmax(scores, dim=dim)
 
     out = {
-        "The scores are scaled by sqrt of the source's width (the sources' sqrt(d_2)); the dot products are between vectors of width d_k = w_k.shape[1], so divide by sqrt(d_k).": soft(
-            (raw / d_source**0.5).masked_fill(keys, float("-inf"))
-        ),
+        (
+            "The scores are scaled by sqrt of the source's width (the sources' "
+            "sqrt(d_2)); the dot products are between vectors of width d_k = "
+            "w_k.shape[1], so divide by sqrt(d_k)."
+        ): soft((raw / d_source**0.5).masked_fill(keys, float("-inf"))),
         "The scores are not scaled: divide Q K^T by sqrt(d_k).": soft(
             raw.masked_fill(keys, float("-inf"))
         ),
         "The padding mask is ignored: a padded source position must get zero weight.": soft(
             raw / d_k**0.5
         ),
-        "The mask polarity is inverted: source_mask is True at real tokens, so fill the scores where it is False.": soft(
-            (raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))
-        ),
-        "The softmax runs over the target positions: each query's weights must sum to 1 over the source (dim=-1).": soft(
-            (raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2
-        ),
+        (
+            "The mask polarity is inverted: source_mask is True at real tokens, so "
+            "fill the scores where it is False."
+        ): soft((raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))),
+        (
+            "The softmax runs over the target positions: each query's weights must "
+            "sum to 1 over the source (dim=-1)."
+        ): soft((raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2),
     }
     transposed = raw.transpose(-2, -1) / d_k**0.5  # (B, S, L): key @ query^T
     if target.size(1) == source.size(1):  # with L == S the transposed weights have the right shape

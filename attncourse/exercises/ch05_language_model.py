@@ -28,8 +28,27 @@ def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch
 # -- 1. the initial loss (predict a number) ------------------------------------------------------
 
 _LOSS = "VVpFWlBeRkZEV1dHTV9WXEY="
-_LOSS_MISTAKES = "GlZBQFpYQkBEXFhGR1paVkxDREdbVFY6Cw4BUhoWQRgbCVFHQ0FaSUEAHAtDAxoBAEUIGlQMChsGSVM1GCAbHAAHUgFTBhMbBx1OChsGAQoRDVQbEAoGUgcNBFQaDxcaBxMfRQ0bEw8RBgEaHklBBxtOFwcQUhILEgMRHEMGBlIaC0EaFRoQQVdeU0dXR1ZUQ01DQVMMElQABgZPAx0QBAMBGA8RFlUBGh8EVCJVQxsdF1MJDgcHTgwJVRNTEA8dEgERAlUVBgASB1QHEE8BGhZFDRsTDxEGARoeRQ4SVBoLClUcBggDEQZODAlVERsKCBcRHU1NWVJRUU9FQ1pQV0JARVxZTUFYUFhXSFNHV0FUBxBPARoWRRcbFw8BGhkTARxBGxJOFwcQUgYWFBUYThcGGwteNgkVHwsQHxATAQBBEh0CBlRVERwQDwBUGgsKVRYaFhUdGg0XTxYaEhcAFwALERxVHRVFFRwdHUMbEAoHRUkAGwVNGRoREgc+Bx0UBkZbUF9FQ0RaXlJaTUVAVVBBTFlQX0RHS1JTVk5OQV5aREBFCAdUGgsKVQIBCgMVFgcPBgELUxEJEVQbDQYTHQEIQRkbCgYDVRUaEwQHVBoLClUAGgIJAFQNCw4HExARBAZPThcHEFIfChIHVAcQTxgbHRASVB0aEE8ZHRQEEx0ABg5BV15TR1JaR11TX0FFSlRTQ0ReUlZMRlFfQVYgBgIbVRsARRUcEU4GAQEAHBUYVBsIQxsdF1MGCRUGDwAbEABTAxMRBRsGARYbFhZBXAAGBk8AHBoCExUZTgEOBhcfDA8RXUJDGx0XUwkOBwdODAlVE1MIDhARAkMbHRMHRQkVB04PChQAHRFBABwLQwkHFwIQBBoXBwYcTlISEUEdGgcXBhQeGhYAAB0BDU8cBlMNAAdUAgYOBxwHRQ8bAAYKARJcUUlBVkVAVFZMQUdVVEBNWlZcQEpCUkNOVEw3BxQGUwwSVBgBBF5FWkVWSE9UGgsKVREBChIHWQsNGwcdAxxBAQcLEE8BGhZFDxUAGxEOGVIfCgYVBgcXBxhcURg="
-_LOSS_SOLUTION = "NRwRThYBAQASDA8REE4OABEXH0VJDhEcDE8aBwcVFABUAgIWEABaRQYdAgsQTxAEFhcYVBsABk8aFFMRCRFUOENSVURARQIcFRwCDAEXARZBABwLQxwUHxZFDRsTBxdDVQEcbxIbEhoODg1SFAwXEQdOBg4WGlMVExsWDwEGGRsHHEFFW1hQTxQcF0UVHBFOAB0aAQBIBBoAHAwfDFIcA0EVGhdDGxQAFAAVVB0dQ0IZHFtUTkJHR0NSVR4dRVdHVFNDW1tDR1ZBGhUaEGVdR11cVkNUDAobBltdRSBUGAEQHFUFFgkNVBUMDBkQUh8LQSJUDxdPBgYWFUFEVAMGDhsBUxEJEVQHDQYBGxIJQRgbCQobBlISFwRUFwENCRwWFgsVGA1OFB0aHBRL"
+_LOSS_MISTAKES = (
+    "GlZBQFpYQkBEXFhGR1paVkxDREdbVFY6Cw4BUhoWQRgbCVFHQ0FaSUEAHAtDAxoBAEUIGlQMChsGSVM1GCAbHAAHUg"
+    "FTBhMbBx1OChsGAQoRDVQbEAoGUgcNBFQaDxcaBxMfRQ0bEw8RBgEaHklBBxtOFwcQUhILEgMRHEMGBlIaC0EaFRoQ"
+    "QVdeU0dXR1ZUQ01DQVMMElQABgZPAx0QBAMBGA8RFlUBGh8EVCJVQxsdF1MJDgcHTgwJVRNTEA8dEgERAlUVBgASB1"
+    "QHEE8BGhZFDRsTDxEGARoeRQ4SVBoLClUcBggDEQZODAlVERsKCBcRHU1NWVJRUU9FQ1pQV0JARVxZTUFYUFhXSFNH"
+    "V0FUBxBPARoWRRcbFw8BGhkTARxBGxJOFwcQUgYWFBUYThcGGwteNgkVHwsQHxATAQBBEh0CBlRVERwQDwBUGgsKVR"
+    "YaFhUdGg0XTxYaEhcAFwALERxVHRVFFRwdHUMbEAoHRUkAGwVNGRoREgc+Bx0UBkZbUF9FQ0RaXlJaTUVAVVBBTFlQ"
+    "X0RHS1JTVk5OQV5aREBFCAdUGgsKVQIBCgMVFgcPBgELUxEJEVQbDQYTHQEIQRkbCgYDVRUaEwQHVBoLClUAGgIJAF"
+    "QNCw4HExARBAZPThcHEFIfChIHVAcQTxgbHRASVB0aEE8ZHRQEEx0ABg5BV15TR1JaR11TX0FFSlRTQ0ReUlZMRlFf"
+    "QVYgBgIbVRsARRUcEU4GAQEAHBUYVBsIQxsdF1MGCRUGDwAbEABTAxMRBRsGARYbFhZBXAAGBk8AHBoCExUZTgEOBh"
+    "cfDA8RXUJDGx0XUwkOBwdODAlVE1MIDhARAkMbHRMHRQkVB04PChQAHRFBABwLQwkHFwIQBBoXBwYcTlISEUEdGgcX"
+    "BhQeGhYAAB0BDU8cBlMNAAdUAgYOBxwHRQ8bAAYKARJcUUlBVkVAVFZMQUdVVEBNWlZcQEpCUkNOVEw3BxQGUwwSVB"
+    "gBBF5FWkVWSE9UGgsKVREBChIHWQsNGwcdAxxBAQcLEE8BGhZFDxUAGxEOGVIfCgYVBgcXBxhcURg="
+)
+_LOSS_SOLUTION = (
+    "NRwRThYBAQASDA8REE4OABEXH0VJDhEcDE8aBwcVFABUAgIWEABaRQYdAgsQTxAEFhcYVBsABk8aFFMRCRFUOENSVU"
+    "RARQIcFRwCDAEXARZBABwLQxwUHxZFDRsTBxdDVQEcbxIbEhoODg1SFAwXEQdOBg4WGlMVExsWDwEGGRsHHEFFW1hQ"
+    "TxQcF0UVHBFOAB0aAQBIBBoAHAwfDFIcA0EVGhdDGxQAFAAVVB0dQ0IZHFtUTkJHR0NSVR4dRVdHVFNDW1tDR1ZBGh"
+    "UaEGVdR11cVkNUDAobBltdRSBUGAEQHFUFFgkNVBUMDBkQUh8LQSJUDxdPBgYWFUFEVAMGDhsBUxEJEVQHDQYBGxIJ"
+    "QRgbCQobBlISFwRUFwENCRwWFgsVGA1OFB0aHBRL"
+)
 
 
 @exercise(
@@ -89,13 +108,20 @@ def _sinusoidal_variants(length, d_model):
         "Sine and cosine are swapped: the even features (0, 2, 4, ...) are sines, the odd ones cosines.": interleave(
             angle.cos(), angle.sin()
         ),
-        "The sines fill the first half and the cosines the second (a concatenation, as tensor2tensor does): the paper interleaves them, PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos.": torch.cat(
-            [angle.sin(), angle.cos()], dim=-1
-        ),
-        "The frequencies are wrong: the exponent is 2i / d_model, where 2i is the even feature index (0, 2, 4, ...), so use arange(0, d_model, 2) / d_model.": interleave(
-            half.sin(), half.cos()
-        ),
-        "You multiplied the position by 10000^(2i/d) instead of dividing: the wavelengths grow from 2*pi to 10000 * 2*pi.": interleave(
+        (
+            "The sines fill the first half and the cosines the second (a "
+            "concatenation, as tensor2tensor does): the paper interleaves them, "
+            "PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos."
+        ): torch.cat([angle.sin(), angle.cos()], dim=-1),
+        (
+            "The frequencies are wrong: the exponent is 2i / d_model, where 2i is "
+            "the even feature index (0, 2, 4, ...), so use arange(0, d_model, 2) / "
+            "d_model."
+        ): interleave(half.sin(), half.cos()),
+        (
+            "You multiplied the position by 10000^(2i/d) instead of dividing: the "
+            "wavelengths grow from 2*pi to 10000 * 2*pi."
+        ): interleave(
             (pos * 10000.0 ** (i / d_model)).sin(), (pos * 10000.0 ** (i / d_model)).cos()
         ),
         "The positions start at 1; they start at 0 (the first row is sin 0 = 0, cos 0 = 1).": (
@@ -164,9 +190,11 @@ def _rope_variants(x, positions):
         "You rotate the wrong way (by -m*theta): the second component is x1 sin + x2 cos, the first x1 cos - x2 sin.": (
             torch.stack([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).flatten(-2)
         ),
-        "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA layout); this exercise follows the paper and pairs neighbours (2i, 2i + 1).": torch.cat(
-            [h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1
-        ),
+        (
+            "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA "
+            "layout); this exercise follows the paper and pairs neighbours (2i, 2i + "
+            "1)."
+        ): torch.cat([h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1),
         "The frequencies are wrong: theta_i = 10000^(-2i/d) for i = 0 .. d/2 - 1.": (
             torch.stack(
                 [
@@ -176,9 +204,10 @@ def _rope_variants(x, positions):
                 dim=-1,
             ).flatten(-2)
         ),
-        "You added the rotation (x + cos/sin terms) instead of rotating: RoPE multiplies each pair by a rotation matrix.": (
-            x + torch.stack([cos, sin], dim=-1).flatten(-2)
-        ),
+        (
+            "You added the rotation (x + cos/sin terms) instead of rotating: RoPE "
+            "multiplies each pair by a rotation matrix."
+        ): (x + torch.stack([cos, sin], dim=-1).flatten(-2)),
     }
 
 
@@ -250,20 +279,29 @@ def _top_k_variants(logits, k, temperature):
     probs = torch.softmax(logits / temperature, dim=-1)
     kth_k1 = torch.topk(logits, k + 1, dim=-1).values[..., -1:] if k + 1 <= logits.size(-1) else kth
     return {
-        "The probabilities outside the top k were set to zero after the softmax, without renormalising: the kept ones must sum to 1 (mask the logits with -inf, then softmax).": (
-            probs * (logits >= kth)
-        ),
-        "The temperature multiplies the logits; divide them by it (a low temperature sharpens the distribution).": torch.softmax(
-            (logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1
-        ),
+        (
+            "The probabilities outside the top k were set to zero after the softmax, "
+            "without renormalising: the kept ones must sum to 1 (mask the logits "
+            "with -inf, then softmax)."
+        ): (probs * (logits >= kth)),
+        (
+            "The temperature multiplies the logits; divide them by it (a low "
+            "temperature sharpens the distribution)."
+        ): torch.softmax((logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1),
         "The temperature is ignored.": torch.softmax(
             logits.masked_fill(logits < kth, float("-inf")), dim=-1
         ),
-        "You kept k + 1 tokens: keep the logits >= the k-th largest (topk(...).values[..., -1:] is the k-th).": torch.softmax(
+        (
+            "You kept k + 1 tokens: keep the logits >= the k-th largest "
+            "(topk(...).values[..., -1:] is the k-th)."
+        ): torch.softmax(
             (logits / temperature).masked_fill(logits < kth_k1, float("-inf")), dim=-1
         ),
         "top-k is missing: every token keeps some probability.": probs,
-        "You kept k - 1 tokens: keep every logit >= the k-th largest (topk(...).values[..., -1:] is the k-th, and it stays).": (
+        (
+            "You kept k - 1 tokens: keep every logit >= the k-th largest "
+            "(topk(...).values[..., -1:] is the k-th, and it stays)."
+        ): (
             torch.softmax((logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1)
             if k > 1
             else None
@@ -356,12 +394,15 @@ def _check_shifted_loss(fn) -> str:
         diagnose(
             out,
             {
-                "The loss is still unshifted: logits[:, t] are compared with tokens[:, t], the token the model already sees. Compare them with tokens[:, t + 1].": ce(
-                    logits.reshape(-1, v), tokens.reshape(-1)
-                ),
-                "Shifted the wrong way: logits[:, 1:] against tokens[:, :-1] asks each position for the token before it. Use logits[:, :-1] and tokens[:, 1:].": ce(
-                    logits[:, 1:].reshape(-1, v), tokens[:, :-1].reshape(-1)
-                ),
+                (
+                    "The loss is still unshifted: logits[:, t] are compared with tokens[:, "
+                    "t], the token the model already sees. Compare them with tokens[:, t + "
+                    "1]."
+                ): ce(logits.reshape(-1, v), tokens.reshape(-1)),
+                (
+                    "Shifted the wrong way: logits[:, 1:] against tokens[:, :-1] asks each "
+                    "position for the token before it. Use logits[:, :-1] and tokens[:, 1:]."
+                ): ce(logits[:, 1:].reshape(-1, v), tokens[:, :-1].reshape(-1)),
                 "The loss is summed; take the mean over the predicted positions.": ce(
                     logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1), reduction="sum"
                 ),
@@ -386,7 +427,14 @@ _TEMP_MISTAKES = (
     "VOEwoHERYLFRUTC1lPEhsFAEEAHAtDCQcTEBEIGxpODAlVFgEEFgdUGgsOAVISFwRUAAEIChtSQ0lBFVQAFgIXFwFFAxEAGQYKG1JDRQAaEE5S"
     "QVcP"
 )
-_TEMP_SOLUTION = "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGhQHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsTAxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQTHRwcB01JEAYPFBxVT05FUV1aCA8AFAZbTE8ZEQ8NR1xcGhEEGVxHSk9VUlBFABYbGxdPRVxFUFl+MAcVBhEbHQJBABwLQwMaFRoRElQWF0M7VU9TVU9BVB0SGhQAFhZBABwLQx8HHREEAx0YBxcGEAFTBwQSGxwGTwcXHQoTGRUCChwcHBRfQURaXFZPWlJbVU9GQU5IT0VcQ1xBX1ReTV9BW1NYQURaWFZXWw=="
+_TEMP_SOLUTION = (
+    "DRsTBxccVU9TEQ4GFwZNAxoVWxEOBhcGTRsQHAAKE1wvXk1aWVJDS1JYVF5NXShbWl5BBAYBARxVT1MRDgYXBk0cGh"
+    "QHCAAMXAIMCBwGAEVOVERAVkNVX0JMaxAGDxQcVU9TEQ4GFwZNAgAeBwwPGxkHAgNdAgEKAwdYTlFfKkJDVU1UBgsT"
+    "AxQRFggEGgBTNx0AF19FBhEaCxEOAR0BWBUbBg0LQTIXHQATFQABEUdcXB4EDwEVAjwcEBcXTVFdXWQTHRwcB01JEA"
+    "YPFBxVT05FUV1aCA8AFAZbTE8ZEQ8NR1xcGhEEGVxHSk9VUlBFABYbGxdPRVxFUFl+MAcVBhEbHQJBABwLQwMaFRoR"
+    "ElQWF0M7VU9TVU9BVB0SGhQAFhZBABwLQx8HHREEAx0YBxcGEAFTBwQSGxwGTwcXHQoTGRUCChwcHBRfQURaXFZPWl"
+    "JbVU9GQU5IT0VcQ1xBX1ReTV9BW1NYQURaWFZXWw=="
+)
 
 
 @exercise(

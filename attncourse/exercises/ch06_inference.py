@@ -48,7 +48,12 @@ _CACHE_BYTES_MISTAKES = (
     "UlVKQlxTVFtOVVtVT1NUU0xUGQoLEFxRSUFWRV5UXEJGQl1TQERAU01PUlExCRUATgocVRcaAgkAVBoKAhABUxEJEVQPDRwCFwFfQRYdGhBPHB"
     "wAEQQVEE4MCVUQChEEB0tOIk8XFB8KAABFWEMKGRceAA8AVBoCBBABU1dBFg0aBhxVWkJTQRYdGhBGW1AO"
 )
-_CACHE_BYTES_SOLUTION = "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABhsHDA4aB04bT0dSERwVEQdkXk9EXkBRU1hFWVRDR0pDRQMNAAsQT0hSQktTQVQpCi1VAhYXQQcRHxYKGxEWSUEbBk5QXUVSOAwjVAQLEU8BHRgAD1p+OQobHVIeEA0AHUMLChQWUwQVABEAFwYaHFNNV0BUJUw5VRoWBAUHXU4KG1UFHBANEFQMBk9NUgcMDBEHTgIcVR8GBglYVF9TTzIbMUUREQZOV19MRF4RDh8RAEMcEAMGAA8XEUA="
+_CACHE_BYTES_SOLUTION = (
+    "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABh"
+    "sHDA4aB04bT0dSERwVEQdkXk9EXkBRU1hFWVRDR0pDRQMNAAsQT0hSQktTQVQpCi1VAhYXQQcRHxYKGxEWSUEbBk5Q"
+    "XUVSOAwjVAQLEU8BHRgAD1p+OQobHVIeEA0AHUMLChQWUwQVABEAFwYaHFNNV0BUJUw5VRoWBAUHXU4KG1UFHBANEF"
+    "QMBk9NUgcMDBEHTgIcVR8GBglYVF9TTzIbMUUREQZOV19MRF4RDh8RAEMcEAMGAA8XEUA="
+)
 
 
 @exercise(
@@ -120,9 +125,11 @@ def _check_repeat_kv(fn) -> str:
             diagnose(
                 out,
                 {
-                    "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole block): query head i must read K/V head i // n_rep, so repeat each head in place (repeat_interleave).": x.repeat(
-                        1, 4, 1, 1
-                    ),
+                    (
+                        "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles "
+                        "the whole block): query head i must read K/V head i // n_rep, so repeat "
+                        "each head in place (repeat_interleave)."
+                    ): x.repeat(1, 4, 1, 1),
                 },
                 default="Your output differs from repeating each K/V head n_rep times in place.",
                 atol=0,
@@ -230,18 +237,28 @@ def _check_cached_step(fn) -> str:
             diagnose(
                 output,
                 {
-                    f"{case}: the output is still the buggy one. is_causal=True aligns the top left corner, so the first new query sees only the first cached key; use the bottom-right mask causal_mask(L, S).": _buggy_top_left(
-                        q, k, v, past_k, past_v
-                    )[0],
-                    f"{case}: the queries attend to the old keys only: attend over the appended key and value (past and new rows), not over the past ones.": (
-                        old_only
-                    ),
-                    f"{case}: your mask hides each new query's own key (a diagonal one too low, such as tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included.": scaled_dot_product_attention(
+                    (
+                        f"{case}: the output is still the buggy one. is_causal=True aligns "
+                        "the top left corner, so the first new query sees only the first "
+                        "cached key; use the bottom-right mask causal_mask(L, S)."
+                    ): _buggy_top_left(q, k, v, past_k, past_v)[0],
+                    (
+                        f"{case}: the queries attend to the old keys only: attend over "
+                        "the appended key and value (past and new rows), not over the "
+                        "past ones."
+                    ): (old_only),
+                    (
+                        f"{case}: your mask hides each new query's own key (a diagonal "
+                        "one too low, such as tril(S - L - 1)): query t sees the keys "
+                        "up to its own position, S - L + t, included."
+                    ): scaled_dot_product_attention(
                         q, key, value, _own_key_hidden(length, key.size(-2))
                     )[0],
-                    f"{case}: the new queries see each other's future: with several new positions, query t may see keys up to its own position only (causal_mask(L, S)).": scaled_dot_product_attention(
-                        q, key, value
-                    )[0],
+                    (
+                        f"{case}: the new queries see each other's future: with several "
+                        "new positions, query t may see keys up to its own position only "
+                        "(causal_mask(L, S))."
+                    ): scaled_dot_product_attention(q, key, value)[0],
                 },
                 default=(
                     f"{case}: your output differs from attention over the cached and new keys under"
@@ -473,9 +490,10 @@ def _check_mqa_gap(answer) -> str:
         "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 (multi-query attention).": (
             _loss(_converted(model, 2), tokens) - before if all(h % 2 == 0 for h in heads) else None
         ),
-        "That is the gap of keeping the first head of each group; the exercise asks for the mean of the group's heads.": (
-            _loss(_converted(model, 1, "first"), tokens) - before
-        ),
+        (
+            "That is the gap of keeping the first head of each group; the exercise "
+            "asks for the mean of the group's heads."
+        ): (_loss(_converted(model, 1, "first"), tokens) - before),
     }
     # stated tolerance: 2 % or 0.001 nats, and always closer to the right gap than to a known mistake's
     distances = [abs(value - true_gap) for value in known.values() if value is not None]

@@ -34,12 +34,15 @@ def _mask_solution(distance, span, ramp):
 
 def _mask_mistakes(distance, span, ramp):
     return {
-        "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at z. The mask must stay 1 up to distance z and reach 0 only at z + R: m = clamp((R + z - x) / R, 0, 1).": (
-            ((span - distance) / ramp).clamp(0, 1)
-        ),
-        "The distance has the wrong sign: the mask must fall as the key gets farther back (larger x), so x enters with a minus sign.": (
-            ((ramp + span + distance) / ramp).clamp(0, 1)
-        ),
+        (
+            "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at "
+            "z. The mask must stay 1 up to distance z and reach 0 only at z + R: m = "
+            "clamp((R + z - x) / R, 0, 1)."
+        ): (((span - distance) / ramp).clamp(0, 1)),
+        (
+            "The distance has the wrong sign: the mask must fall as the key gets "
+            "farther back (larger x), so x enters with a minus sign."
+        ): (((ramp + span + distance) / ramp).clamp(0, 1)),
         "You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span.": (
             ((ramp + span - distance) / span).clamp(0, 1)
         ),
@@ -52,9 +55,10 @@ def _mask_mistakes(distance, span, ramp):
         "Your mask goes below 0: clamp it from below as well (max(..., 0)).": (
             ((ramp + span - distance) / ramp).clamp(max=1)
         ),
-        "This is a hard mask (1 up to z, 0 beyond): it has no gradient with respect to z. Use the linear ramp of width R.": (
-            (distance <= span).to(torch.float64)
-        ),
+        (
+            "This is a hard mask (1 up to z, 0 beyond): it has no gradient with "
+            "respect to z. Use the linear ramp of width R."
+        ): ((distance <= span).to(torch.float64)),
     }
 
 
@@ -215,15 +219,20 @@ def _weights_mistakes(scores, span, ramp):
     flipped_w = probs * flipped
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
-        "The weights are not renormalised: after multiplying the probabilities by the mask, divide each row by its sum.": (
-            probs * mask
-        ),
-        "Every past key kept its full weight, so the span limits nothing: either the mask is not applied, or the distance has the wrong sign (j - i gives every past key mask 1). For query i and key j the distance is i - j, and the weights are probs * m_z(i - j), renormalised.": (
-            flipped_w / flipped_w.sum(-1, keepdim=True)
-        ),
-        "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then renormalise.": torch.softmax(
-            (scores * mask).masked_fill(~causal, float("-inf")), -1
-        ),
+        (
+            "The weights are not renormalised: after multiplying the probabilities "
+            "by the mask, divide each row by its sum."
+        ): (probs * mask),
+        (
+            "Every past key kept its full weight, so the span limits nothing: either "
+            "the mask is not applied, or the distance has the wrong sign (j - i "
+            "gives every past key mask 1). For query i and key j the distance is i - "
+            "j, and the weights are probs * m_z(i - j), renormalised."
+        ): (flipped_w / flipped_w.sum(-1, keepdim=True)),
+        (
+            "You put the mask on the scores (softmax(scores * m)): mask the "
+            "probabilities, then renormalise."
+        ): torch.softmax((scores * mask).masked_fill(~causal, float("-inf")), -1),
         "You added the mask to the scores (softmax(scores + m)): the mask multiplies the probabilities.": torch.softmax(
             (scores + mask).masked_fill(~causal, float("-inf")), -1
         ),
@@ -294,7 +303,15 @@ _CELLS_MISTAKES = (
     "HgAXAQwEB1QZChsdUiRFXFRBWEMEEAsARQMREgERClUbBxZBGwMAQ15DSFMRCRFUBQYWBlIRAAcbBgtDGx0XUwcNGxcFQw4HF1MyQVlUX0NSVU"
     "dGRUkAHAtDCRwAABFBBQELERZVHRVFFRwRTgEDGhEYRQ0bGwUQTxcTEA5BI1RDQ15VAhwWCAAdAQ0cVRMHRQwbBxpKQVcP"
 )
-_CELLS_SOLUTION = "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHVIJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwPABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFFGVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVVdTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4MARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
+_CELLS_SOLUTION = (
+    "NRwRTg8AGxUWFhVUHAsCC1UBFhESVAAGBk8CGx0BDgNUAQVPARoWRRYcGwIGTxkTCgATTlQ5Q1JVERYMDVwZDxswHV"
+    "IJOglUX04xRlVPUwYEHRhGV19VWVNUV11UU0NaQ3gXDBIAFQAACgZSW1VBWlpOVlpcXFM0FBEGBwYcVRUcRQgaVAwP"
+    "ABYZAEUOElRfVU9dQUFFAxgbDQgcVRQcF0E4VFNDWkRAWl5BERUNC08XHhwGClQdHUMMGh8DBBMREE4UBgEaeQwVB1"
+    "QBFAFVQ0VFChENHUMOGxZTEQkRVDlDQlVDU1hBQUFOAQoTHQEAQQAcCw5VVUVCRQoRDR1NZX8iFhdBHBEPB1VVQUFF"
+    "GVRFWEMXVUVCRVxUR1hPXEBAUxYCGwYLEFRVFBwXQUBUBgYOEQFJRVBAQUJXX01SAwATVAcLEhoQHBAATVRFXU1WVV"
+    "dTCgdUAAYGTwAcBxcIGRkLB2VBUgtFVEVGMFFPSFJCSVFATEJWWENcUyYJERcFWU8ZEwoAE1oXCw8DBlISAxURBk4M"
+    "ARBSFQoTAxUcB08FEwAWQRsSTgJPXUNfRVRFRkJDC1xSGgsRAQBA"
+)
 
 
 @exercise(
@@ -326,8 +343,25 @@ def _check_cells(answer) -> str:
 # -- 5. find the bug: the sources' distance ---------------------------------------------------------
 
 _BUG = "Vw=="
-_BUG_MISTAKES = "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OFwcQUh0QDBYRHEMAE1IDChIdAAcMAQZcUUlBVkBMWU9XPhoLBFRATgocVQAaAgkATk4KTxwcFwAZEQdOFwcQUgIQBAYdCxBPXQAcEhJdWkxPT1dHUV9BVjgHDQpVR1MMElQGBwQHAUhTD0EdGgoGFxABUxEJEVQFBhYGUlsGDhgBAw0cXFxRSUFWQ0xZT1c+GgsEVENOChxVABoCCQBOThcHEFIACgcAVAMCHB5SHjobXAxHQ1JVER8EDARcRjFPXlIJRUxUDEdDQFUgX0VRWFRfSkFXXlNHWVZOTkEjHBwWRVlUHR1DHRwVGxFbVAAGBk8WEwYWABhUHQwJAR8SHUEbEk4XBxBSAAYOBhEdT08BGhZFBwEAGxEKVR8SFgoREE4UBgEaU0gIGhJAQUNVUEpHW1RWIgoBEFJKRQgHVBwKCB0GSUUVHBFOEw4FFwFFDAEYGgofGRsWFkEAHAtDHwcdEQQDHRgHFwYQAVNNDxsAThcHEFIABg4GER1KTxcLUxEJEVQDAhweXFFJQVZFXkFVVVA/DA8RVF9TTxwBUxcIExwaWU8BGhZFDBUHBQYLVQIBCgMVFgcPBgEbFhZBFQYLQx0QHBwXDBUYBxAKEVIHCkEHAQNDGxpSQktDCQ=="
-_BUG_SOLUTION = "LR0aC0NZW1InDQRUEAcQGxQcEABBGxJOCAoMUhlFBwYbA0MeABcBHEEdVAcQTx0dBEUHFQZOIS42OVMRCRFUBQYWVRsAX0EMVFNDBlVfUw9BXEROBQAHUgcNBFQFGwYdDFUAbw4DGk4TAAYbBwwOGlhOEwAGGwcMFxFUCAwdVQYbAEEEFR0XRltSJAwVHFQKChwBEx0GBFRJTglPWFIaRQQCERwaTwUTABFBHxEXQwcUAVMEQRoRCQIbHAQWRQUdBxoCARYXX28SG1RGMU9eUglFTFQMR0NAVSBTW0FFVA8NC1UGGwBBFxgPDh9VFRoTBAdUBxdPGBMADkFFTk4XBxBSABUAGlQCCgIcBgBFDxsABgoBElIaC0EAHAtDHxQBB0lBFRoKQwAbHgpvBwEAGxEKVRkWHBJUXA8PHRATFxxBBhEDDBkQFlMHGFQABgZPFhMGFgAYVB0MCQEfEh1IVBUcBk8HEx4VBBBaTiobVRsARRUcEU4QAAAAEAASU1QIAhoZBl1va1RUTkMLHAEHBA8XEU5eTxxSXkUL"
+_BUG_MISTAKES = (
+    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OFwcQUh0QDBYRHEMAE1IDChIdAAcMAQZcUUlBVkBMWU9XPhoLBFRATgocVQ"
+    "AaAgkATk4KTxwcFwAZEQdOFwcQUgIQBAYdCxBPXQAcEhJdWkxPT1dHUV9BVjgHDQpVR1MMElQGBwQHAUhTD0EdGgoG"
+    "FxABUxEJEVQFBhYGUlsGDhgBAw0cXFxRSUFWQ0xZT1c+GgsEVENOChxVABoCCQBOThcHEFIACgcAVAMCHB5SHjobXA"
+    "xHQ1JVER8EDARcRjFPXlIJRUxUDEdDQFUgX0VRWFRfSkFXXlNHWVZOTkEjHBwWRVlUHR1DHRwVGxFbVAAGBk8WEwYW"
+    "ABhUHQwJAR8SHUEbEk4XBxBSAAYOBhEdT08BGhZFBwEAGxEKVR8SFgoREE4UBgEaU0gIGhJAQUNVUEpHW1RWIgoBEF"
+    "JKRQgHVBwKCB0GSUUVHBFOEw4FFwFFDAEYGgofGRsWFkEAHAtDHwcdEQQDHRgHFwYQAVNNDxsAThcHEFIABg4GER1K"
+    "TxcLUxEJEVQDAhweXFFJQVZFXkFVVVA/DA8RVF9TTxwBUxcIExwaWU8BGhZFDBUHBQYLVQIBCgMVFgcPBgEbFhZBFQ"
+    "YLQx0QHBwXDBUYBxAKEVIHCkEHAQNDGxpSQktDCQ=="
+)
+_BUG_SOLUTION = (
+    "LR0aC0NZW1InDQRUEAcQGxQcEABBGxJOCAoMUhlFBwYbA0MeABcBHEEdVAcQTx0dBEUHFQZOIS42OVMRCRFUBQYWVR"
+    "sAX0EMVFNDBlVfUw9BXEROBQAHUgcNBFQFGwYdDFUAbw4DGk4TAAYbBwwOGlhOEwAGGwcMFxFUCAwdVQYbAEEEFR0X"
+    "RltSJAwVHFQKChwBEx0GBFRJTglPWFIaRQQCERwaTwUTABFBHxEXQwcUAVMEQRoRCQIbHAQWRQUdBxoCARYXX28SG1"
+    "RGMU9eUglFTFQMR0NAVSBTW0FFVA8NC1UGGwBBFxgPDh9VFRoTBAdUBxdPGBMADkFFTk4XBxBSABUAGlQCCgIcBgBF"
+    "DxsABgoBElIaC0EAHAtDHxQBB0lBFRoKQwAbHgpvBwEAGxEKVRkWHBJUXA8PHRATFxxBBhEDDBkQFlMHGFQABgZPFh"
+    "MGFgAYVB0MCQEfEh1IVBUcBk8HEx4VBBBaTiobVRsARRUcEU4QAAAAEAASU1QIAhoZBl1va1RUTkMLHAEHBA8XEU5e"
+    "TxxSXkUL"
+)
 
 
 @exercise(

@@ -168,8 +168,29 @@ def _check_key_blocks(fn) -> str:
 # -- 2. the tiles an adaptive-span head skips --------------------------------------------------
 
 _SKIPPED = "UENDXg=="
-_SKIPPED_MISTAKES = "GlZHX1NNT1JRMQkVAE4KHFUGGwBBGgEDAQoHUhwDQQAdAgYcVQYbAEEcEQ8HTxYdHhUUABEdWE8BGhZFBAwRHAAGBhdTBBIfB04LAAJSHgQPDVQBBU8BGhZFAhUBHQIDVQYaCQQHVAcXTwYZGhUSWlZCQ01GRUtTQ05UTDoAAFIQChQaAAsHTwEaFkUSHx0eEwoRUgcMDREHTgIIFBsdFhVUAAYGTwIaHAkEVAcfFg4HF1MKB1RCWkMXVURHRRUdGAsQVVUTUwYAAQcPD08eFwELBBhUAAYZEABTEwgHHRoQTwEaFkUVHRgLEE8UEBwTBFQABgZPERsSAg4aFQJDDhsLBAQYWFQdDE8WHQYLFVQVCQIGGwEHRRUcEU4ADgABEglBAB0CBhxVWkVRQV5UWFZPWlJBRVxURl5bX1xcUUlBVkVWUF9XSFNHOBsBTg8KEwZTChQAVBoLClUAEggRTlQFBhYGUgYVQQAbTgcGBgYSCwIRVA0GBhlaCUVKVCZHQ0JVQ1NYQUZFX0McARsfCUEcFRgGTxRSBAAIExwaT08GHVMRCRFUGQoBER0ERQgHVDlDUlURFgwNXA5OSE8nW1NYQUZFXE9PGx0HRRtUSU5SV0VcUUlBVkVZVV9XSFNHOBsBTgQOAxdTABcRBhdDHgAXARxBFhgBAARVERYMDVwjTkxPQ0ZaRUpURU4ICgxSEQkOFx8dWU8BGhZFBx0GHRdPBAcWFxhUFgIMDB4BUw0AAhFOBQoCFwFFChENHUMNEBQcFwRUAAYGAllSEgsFVAAGBk8HEx0CBFQHGgIdAQFTBBVUAAYGTxceHAYKVBwBDwscHBRFChENTg4ODVpDSUFCQE4RT1hSJEVKVEVHTU0I"
-_SKIPPED_SOLUTION = "NRwRThQGGxYcEkEdB040T0hSEAAIGFwUQ0RVIFpFXFQXCwoDXUNLVUFfVF1RRlVPU1dQRk5OCAoMAVMEFVQQBxAbFBwQAEFEWkBRXkRcUzQUEQYXQw0ZHRAOQQZURhIaEAAaABJUQloRT1tcU1NVBlRFQ1lGW1MLBBEQHUMbHRdTDgQNB04FHRofUwgADFxeT09DRgFFTFRGX1JGVQcDRRUbVFhXHVVZU1NSWFQaCw4BUhoWQQAcC0MEEAtTBw0bFwUQTxMeHAoTXBkPG0dFXlNTVQZUQ0NdRENaRU5UQlpKT1tcUxdPVDIBEU8HUk1YQUBYTlVbB1JeRVNFRU5eT0NGWxdBWVRaSk9eUkdQTVQHAUMNGR0QDhJUBk5OT0FSXUtBBk5OVk8BGx8AEk9UCAwdVQBTWEFEWE5SQ1VAX0VSTlQcQ0RVQ1MRCBgRHUNHRFJYRVNUX05QT15SR0VcVEVeSkFVOx1FABgYTlJfVVlTU1FUXk5WT0hSQFRRVAAHDwoGXlMEBhUdABAbVURHRUtUQltDQFVAU1hBRkRWU08THQFFERgVBw1PFhMGFgAYVA8XGxAcBwwOGk5OFwcQUhsAABBUHQgGBQFTVFZDRE4XBhkXAEVJTEFLSkFVJRoRCVQABgZPBRMQDgATEVRDGxweFjoMFQRGV19MRF9FVURNWE9PQ0ZfRVdAWE4ADgABEglcIAYbBkZbAQYISV1UQ0MbHB4WOgwVBEZXX0xEX0VVRE1YT09DRl9FV0BYThQGGxYcElxGRVxKQQYHHk1IWg=="
+_SKIPPED_MISTAKES = (
+    "GlZHX1NNT1JRMQkVAE4KHFUGGwBBGgEDAQoHUhwDQQAdAgYcVQYbAEEcEQ8HTxYdHhUUABEdWE8BGhZFBAwRHAAGBh"
+    "dTBBIfB04LAAJSHgQPDVQBBU8BGhZFAhUBHQIDVQYaCQQHVAcXTwYZGhUSWlZCQ01GRUtTQ05UTDoAAFIQChQaAAsH"
+    "TwEaFkUSHx0eEwoRUgcMDREHTgIIFBsdFhVUAAYGTwIaHAkEVAcfFg4HF1MKB1RCWkMXVURHRRUdGAsQVVUTUwYAAQ"
+    "cPD08eFwELBBhUAAYZEABTEwgHHRoQTwEaFkUVHRgLEE8UEBwTBFQABgZPERsSAg4aFQJDDhsLBAQYWFQdDE8WHQYL"
+    "FVQVCQIGGwEHRRUcEU4ADgABEglBAB0CBhxVWkVRQV5UWFZPWlJBRVxURl5bX1xcUUlBVkVWUF9XSFNHOBsBTg8KEw"
+    "ZTChQAVBoLClUAEggRTlQFBhYGUgYVQQAbTgcGBgYSCwIRVA0GBhlaCUVKVCZHQ0JVQ1NYQUZFX0McARsfCUEcFRgG"
+    "TxRSBAAIExwaT08GHVMRCRFUGQoBER0ERQgHVDlDUlURFgwNXA5OSE8nW1NYQUZFXE9PGx0HRRtUSU5SV0VcUUlBVk"
+    "VZVV9XSFNHOBsBTgQOAxdTABcRBhdDHgAXARxBFhgBAARVERYMDVwjTkxPQ0ZaRUpURU4ICgxSEQkOFx8dWU8BGhZF"
+    "Bx0GHRdPBAcWFxhUFgIMDB4BUw0AAhFOBQoCFwFFChENHUMNEBQcFwRUAAYGAllSEgsFVAAGBk8HEx0CBFQHGgIdAQ"
+    "FTBBVUAAYGTxceHAYKVBwBDwscHBRFChENTg4ODVpDSUFCQE4RT1hSJEVKVEVHTU0I"
+)
+_SKIPPED_SOLUTION = (
+    "NRwRThQGGxYcEkEdB040T0hSEAAIGFwUQ0RVIFpFXFQXCwoDXUNLVUFfVF1RRlVPU1dQRk5OCAoMAVMEFVQQBxAbFB"
+    "wQAEFEWkBRXkRcUzQUEQYXQw0ZHRAOQQZURhIaEAAaABJUQloRT1tcU1NVBlRFQ1lGW1MLBBEQHUMbHRdTDgQNB04F"
+    "HRofUwgADFxeT09DRgFFTFRGX1JGVQcDRRUbVFhXHVVZU1NSWFQaCw4BUhoWQQAcC0MEEAtTBw0bFwUQTxMeHAoTXB"
+    "kPG0dFXlNTVQZUQ0NdRENaRU5UQlpKT1tcUxdPVDIBEU8HUk1YQUBYTlVbB1JeRVNFRU5eT0NGWxdBWVRaSk9eUkdQ"
+    "TVQHAUMNGR0QDhJUBk5OT0FSXUtBBk5OVk8BGx8AEk9UCAwdVQBTWEFEWE5SQ1VAX0VSTlQcQ0RVQ1MRCBgRHUNHRF"
+    "JYRVNUX05QT15SR0VcVEVeSkFVOx1FABgYTlJfVVlTU1FUXk5WT0hSQFRRVAAHDwoGXlMEBhUdABAbVURHRUtUQltD"
+    "QFVAU1hBRkRWU08THQFFERgVBw1PFhMGFgAYVA8XGxAcBwwOGk5OFwcQUhsAABBUHQgGBQFTVFZDRE4XBhkXAEVJTE"
+    "FLSkFVJRoRCVQABgZPBRMQDgATEVRDGxweFjoMFQRGV19MRF9FVURNWE9PQ0ZfRVdAWE4ADgABEglcIAYbBkZbAQYI"
+    "SV1UQ0MbHB4WOgwVBEZXX0xEX0VVRE1YT09DRl9FV0BYThQGGxYcElxGRVxKQQYHHk1IWg=="
+)
 
 
 @exercise(
@@ -619,21 +640,26 @@ def _softmax_mistakes(
     ]  # masked lanes loaded as 0 count in the sum
     inverted = x.double().masked_fill(keep, float("-inf"))
     return {
-        "the lengths are ignored: each row's softmax runs over all n_cols columns. Mask the columns cols >= LENGTHS[row] (load LENGTHS + row first).": _masked_softmax_reference(
-            x, lengths, cols < x.size(1) + 0 * lengths[:, None]
-        ),
-        "the mask is inverted: you kept the columns at or past the length and dropped the real ones. Keep cols < length.": _masked_softmax_reference(
-            x, lengths, ~keep
-        ),
+        (
+            "the lengths are ignored: each row's softmax runs over all n_cols "
+            "columns. Mask the columns cols >= LENGTHS[row] (load LENGTHS + row "
+            "first)."
+        ): _masked_softmax_reference(x, lengths, cols < x.size(1) + 0 * lengths[:, None]),
+        (
+            "the mask is inverted: you kept the columns at or past the length and "
+            "dropped the real ones. Keep cols < length."
+        ): _masked_softmax_reference(x, lengths, ~keep),
         "the mask is inverted (and the rows with no column left give NaN): keep cols < length.": (
             torch.softmax(inverted, -1)
         ),
         "the mask is off by one: cols <= length keeps one column too many; keep cols < length.": (
             _masked_softmax_reference(x, lengths, cols <= lengths[:, None])
         ),
-        "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load them as float('-inf'), or zero their exponentials with tl.where, so that they get no weight.": (
-            zero_lanes
-        ),
+        (
+            "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > "
+            "0). Load them as float('-inf'), or zero their exponentials with "
+            "tl.where, so that they get no weight."
+        ): (zero_lanes),
     }
 
 
@@ -687,21 +713,19 @@ def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with that
         mask and
         other=float("-inf"), subtract its maximum before tl.exp, and divide by the sum. A row of
-        length 0
-        has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0) and give
-        it zeros.
-        Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
+        length 0 has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0)
+        and give it zeros. Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
     """,
     solution=masked_softmax_kernel,
 )
 def _check_masked_softmax(kernel) -> str:
     runnable, device = _prepare(kernel)
-    for index, (what, rows, cols, lengths, block, stride_x, stride_y, _, _) in enumerate(
+    for index, (what, _rows, cols, lengths, block, stride_x, stride_y, _, _) in enumerate(
         _SOFTMAX_CASES
     ):
         x, lens = _softmax_inputs(index)
 
-        def launch(x, lengths):
+        def launch(x, lengths, block=block, stride_x=stride_x, stride_y=stride_y):
             return _softmax_run(
                 runnable, device, x.to(device), lengths.to(device), block, stride_x, stride_y
             )
@@ -980,18 +1004,19 @@ def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         the mask (rows < n_rows) & (keys < n_keys) and other=float("-inf"), and the value rows
         keys < n_keys;
         m_new = max(m, max of the tile); alpha = exp(m - m_new); p = exp(s - m_new[:, None]);
-        l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store acc /
-        l[:, None]
-        for the rows < n_rows.
+        l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store
+        acc / l[:, None] for the rows < n_rows.
     """,
     solution=online_softmax_kernel,
 )
 def _check_online_softmax(kernel) -> str:
     runnable, device = _prepare(kernel)
-    for index, (what, n_rows, n_keys, d, block_m, block_n, strides, _) in enumerate(_ONLINE_CASES):
+    for index, (what, _n_rows, _n_keys, _d, block_m, block_n, strides, _) in enumerate(
+        _ONLINE_CASES
+    ):
         scores, value = _online_inputs(index)
 
-        def launch(scores, value):
+        def launch(scores, value, block_m=block_m, block_n=block_n, strides=strides):
             return _online_run(
                 runnable, device, scores.to(device), value.to(device), block_m, block_n, strides
             )
@@ -1007,18 +1032,22 @@ def _check_online_softmax(kernel) -> str:
         if matches(out, expected, atol=atol, rtol=1e-3):
             continue
         mistakes = {
-            "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = exp(m - m_new), so that what earlier tiles added moves to the new maximum too.": _online_emulation(
-                scores, value, block_n, rescale_acc=False
-            ),
-            "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the accumulator.": _online_emulation(
-                scores, value, block_n, rescale_sum=False
-            ),
+            (
+                "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, "
+                "v), alpha = exp(m - m_new), so that what earlier tiles added moves to "
+                "the new maximum too."
+            ): _online_emulation(scores, value, block_n, rescale_acc=False),
+            (
+                "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), "
+                "like the accumulator."
+            ): _online_emulation(scores, value, block_n, rescale_sum=False),
             "the output is not divided by the running sum: store acc / l[:, None].": (
                 _online_emulation(scores, value, block_n, normalise=False)
             ),
-            "the padding keys of the ragged last tile get a weight: their scores were loaded as 0. Load them with other=float('-inf').": _online_emulation(
-                scores, value, block_n, pad_zero=True
-            ),
+            (
+                "the padding keys of the ragged last tile get a weight: their scores "
+                "were loaded as 0. Load them with other=float('-inf')."
+            ): _online_emulation(scores, value, block_n, pad_zero=True),
         }
         message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
         if message:
@@ -1147,14 +1176,17 @@ def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[tor
 
     unscaled_p = torch.exp(raw - lse[..., None])
     return {
-        "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. The softmax's Jacobian subtracts each row's weighted mean of dP.": grads(
-            p * dp
-        ),
+        (
+            "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. "
+            "The softmax's Jacobian subtracts each row's weighted mean of dP."
+        ): grads(p * dp),
         "the sign of D is flipped: dS = P * (dP - D).": grads(p * (dp + d)),
         "dS = dP - D lacks the factor P: dS = P * (dP - D).": grads(dp - d),
-        "D sums over the wrong dimension: D_i = sum over the head dimension of dO_i * O_i, one number per query (keepdim=True, so it broadcasts over the keys).": grads(
-            p * (dp - (dout * out).sum(-2, keepdim=True).sum(-1, keepdim=True))
-        ),
+        (
+            "D sums over the wrong dimension: D_i = sum over the head dimension of "
+            "dO_i * O_i, one number per query (keepdim=True, so it broadcasts over "
+            "the keys)."
+        ): grads(p * (dp - (dout * out).sum(-2, keepdim=True).sum(-1, keepdim=True))),
         "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = dS^T Q / sqrt(d_k).": grads(
             p * (dp - d), 1.0
         ),

@@ -978,9 +978,9 @@ def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
 
 # -- the requests, and the command line ------------------------------------------------------
 
-#: The head sizes of the full matrix, in the order it compiles them: each padded block size
-#: (128, 64, 32, 16; the largest tiles first) and one size that is not a power of two (96), which
-#: the kernels mask.
+#: The head sizes of the full matrix, in the order it compiles them. Each padded block size comes
+#: first (128, 64, 32, 16; the largest tiles first), then one size that is not a power of two
+#: (96), which the kernels mask.
 HEAD_DIMS = (128, 64, 32, 16, 96)
 
 

@@ -1576,7 +1576,7 @@ def compile_specs(
     for name, ((kernel, _, args, constexprs), config) in launches.items():
         signature, attrs, consts = {}, {}, dict(constexprs)
         params = [p for p in kernel.arg_names if p not in constexprs]
-        for i, (param, value) in enumerate(zip(params, args)):
+        for param, value in zip(params, args):
             if isinstance(value, Tensor):
                 signature[param], attrs[(kernel.arg_names.index(param),)] = (
                     "*" + types[value.dtype],

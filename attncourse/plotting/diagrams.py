@@ -72,7 +72,8 @@ def _grid(
     shape: Optional[tuple] = None,
     hatch=None,
 ) -> tuple:
-    """Draw a ``rows x cols`` matrix of cells with its top-left corner at ``(x, y)``; returns its (left, right, top, bottom).
+    """Draw a ``rows x cols`` matrix of cells with its top-left corner at ``(x, y)``; returns
+    its (left, right, top, bottom).
 
     ``colours`` is one colour, or a function ``(i, j) -> colour``; ``shape`` is written under the matrix.
     """
@@ -847,7 +848,8 @@ def plot_persistent_memory(length: int, num_persistent: int, *, ax: Optional[Axe
     A grid of ``L`` query rows by ``L + N`` key columns: the context columns follow the causal
     mask (blue: visible, white: the future), the persistent columns (green) are visible to every
     query, the first included; one softmax runs over each whole row. The same mask
-    :class:`attncourse.all_attention.AllAttention` builds (:func:`attncourse.all_attention.extend_mask` of a causal mask).
+    :class:`attncourse.all_attention.AllAttention` builds
+    (:func:`attncourse.all_attention.extend_mask` of a causal mask).
     """
     from matplotlib.colors import ListedColormap
 
