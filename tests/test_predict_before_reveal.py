@@ -147,6 +147,15 @@ def test_answer_not_shown_above(path, exercise_id, start):
     )
 
 
+# Outputs above a predict exercise that print its number as a different quantity, each checked by
+# hand: chapter 9's parameter-count solution prints the projections' 4 x 512^2 = 1,048,576
+# parameters, which equals the memory-cost exercise's multiply-adds by coincidence; it tells a
+# reader nothing about the persistent memory's cost (and a solution is shown only when opened).
+COINCIDENCES = {
+    ("all-attention/memory-cost", 'solution("all-attention/parameter-count")'),
+}
+
+
 @pytest.mark.parametrize("path, exercise_id, start", CASES, ids=[c[1] for c in CASES])
 def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
     executed = EXECUTED / path.name
@@ -161,6 +170,8 @@ def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
     answer, giveaways = PREDICT_ANSWERS[exercise_id]
     shown = []
     for index, cell in enumerate(cells[: starts[0]]):
+        if (exercise_id, _source(cell).strip()) in COINCIDENCES:
+            continue
         for output in cell.get("outputs", []):
             text = "".join(output.get("text", "")) + "".join(
                 "".join(v) for k, v in output.get("data", {}).items() if k.startswith("text/")
