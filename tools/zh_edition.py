@@ -1,0 +1,462 @@
+"""The Chinese edition (中文版): translations kept as gettext catalogues, pages generated from them.
+
+Every page of the book has a catalogue ``book/locale/zh_CN/LC_MESSAGES/<page>.po`` (the API page
+stays English: it is generated from the docstrings). Its entries are the page's translatable
+units, each the English text as ``msgid`` and its translation as ``msgstr``:
+
+* a notebook's Markdown cell, whole (context ``markdown``);
+* a figure's caption and its image's alt text from a code cell's metadata (contexts
+  ``caption`` and ``alt``); the code cells themselves are never translated;
+* a Markdown page's blocks, the text between blank lines (a fenced code block is one block, and
+  is not translated).
+
+Units without words (an ``exercise-end`` marker, a bare label) are copied as they are.
+
+Commands::
+
+    python tools/zh_edition.py update      # catalogues follow the English (new units added empty,
+                                           # changed ones kept as fuzzy with the old English)
+    python tools/zh_edition.py status      # per page: units, translated, missing, fuzzy, obsolete
+    python tools/zh_edition.py sources OUT [--executed DIR]
+                                           # the Chinese book's sources under OUT
+
+``update`` is gettext's ``msgmerge`` done with babel (a translator's tools, such as Poedit or
+Weblate, read and write the same files). tests/test_zh_edition.py fails when a catalogue falls
+behind its page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+LOCALE = BOOK / "locale" / "zh_CN" / "LC_MESSAGES"
+LANGUAGE = "zh_CN"
+#: Pages that stay English in the Chinese edition (generated from docstrings).
+UNTRANSLATED_PAGES = ("api",)
+
+_FENCE = re.compile(r"^(`{3,}|~{3,}|:{3,})")
+_CODE_FENCE = re.compile(r"^(`{3,}|~{3,})\s*(python|py|bash|console|text|sh)?\s*$")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translatable piece of a page: its English text, its context and where it is."""
+
+    text: str
+    context: str  # "markdown", "caption", "alt", "block"
+    where: str  # "cell <id>" or "line <n>"
+
+
+def pages() -> List[Path]:
+    """The book's pages with a Chinese edition, in the table of contents' order of folders."""
+    found = sorted(BOOK.glob("*.ipynb")) + sorted(BOOK.glob("*.md"))
+    return [p for p in found if p.stem not in UNTRANSLATED_PAGES]
+
+
+def has_words(text: str) -> bool:
+    """Whether ``text`` has prose to translate (outside code, math, labels and MyST syntax)."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    text = re.sub(r"\$[^$\n]*\$", " ", text)
+    text = re.sub(r"`[^`\n]*`", " ", text)
+    text = re.sub(r"^\([\w-]+\)=\s*$", " ", text, flags=re.M)  # labels
+    text = re.sub(r"^\s*:[\w-]+:.*$", " ", text, flags=re.M)  # directive options
+    text = re.sub(r"\{[\w:-]+\}", " ", text)  # role and directive names
+    return re.search(r"[A-Za-z]{2,}", text) is not None
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def notebook_units(path: Path) -> Iterator[Unit]:
+    """The translatable units of a chapter notebook, in order."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        where = f"cell {cell.get('id', '?')}"
+        if cell["cell_type"] == "markdown":
+            text = _source(cell)
+            if has_words(text):
+                yield Unit(text, "markdown", where)
+        elif cell["cell_type"] == "code":
+            meta = cell.get("metadata", {})
+            caption = meta.get("mystnb", {}).get("figure", {}).get("caption")
+            if caption and has_words(caption):
+                yield Unit(caption, "caption", where)
+            alt = meta.get("mystnb", {}).get("image", {}).get("alt")
+            if alt and has_words(alt):
+                yield Unit(alt, "alt", where)
+
+
+def markdown_blocks(text: str) -> List[str]:
+    """A Markdown page split at blank lines, a fenced code block kept whole."""
+    blocks, current, fence = [], [], None
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if fence is None:
+            match = _CODE_FENCE.match(stripped)
+            if match:
+                fence = match.group(1)
+        elif stripped == fence:
+            fence = None
+            current.append(line)
+            continue
+        if fence is None and stripped == "" and current:
+            blocks.append("\n".join(current))
+            current = []
+        elif fence is not None or stripped != "":
+            current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def _is_code_block(block: str) -> bool:
+    return _CODE_FENCE.match(block.split("\n", 1)[0].strip()) is not None
+
+
+def markdown_units(path: Path) -> Iterator[Unit]:
+    """The translatable units of a Markdown page, in order."""
+    text = path.read_text(encoding="utf-8")
+    line = 1
+    for block in markdown_blocks(text):
+        where = f"line {text.count(chr(10), 0, text.find(block)) + 1}" if block else f"line {line}"
+        if not _is_code_block(block) and has_words(block):
+            yield Unit(block, "block", where)
+
+
+def units(path: Path) -> List[Unit]:
+    return list(notebook_units(path) if path.suffix == ".ipynb" else markdown_units(path))
+
+
+def catalogue_path(page: Path) -> Path:
+    return LOCALE / f"{page.stem}.po"
+
+
+def template(page: Path) -> Catalog:
+    """The page's units as an empty catalogue (what ``xgettext`` would write)."""
+    catalog = Catalog(locale=LANGUAGE, project="attncourse", fuzzy=False)
+    for unit in units(page):
+        catalog.add(
+            unit.text,
+            context=unit.context,
+            locations=[(f"book/{page.name}", 0)],
+            auto_comments=[unit.where],
+        )
+    return catalog
+
+
+def load(page: Path) -> Optional[Catalog]:
+    path = catalogue_path(page)
+    if not path.exists():
+        return None
+    with path.open("rb") as handle:
+        return read_po(handle, locale=LANGUAGE)
+
+
+def save(page: Path, catalog: Catalog) -> None:
+    path = catalogue_path(page)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as handle:
+        write_po(handle, catalog, width=0, omit_header=False, include_previous=True)
+
+
+def update(page: Path) -> Catalog:
+    """The page's catalogue merged with its current English (gettext's msgmerge)."""
+    fresh = template(page)
+    catalog = load(page)
+    if catalog is None:
+        catalog = Catalog(locale=LANGUAGE, project="attncourse", fuzzy=False)
+    catalog.update(fresh, no_fuzzy_matching=False, update_header_comment=False)
+    catalog.fuzzy = False
+    save(page, catalog)
+    return catalog
+
+
+@dataclass
+class Status:
+    page: str
+    units: int
+    translated: int
+    missing: List[str]
+    fuzzy: List[str]
+    obsolete: int
+
+
+def status(page: Path) -> Status:
+    """How far the page's catalogue is behind its English."""
+    catalog = load(page) or Catalog(locale=LANGUAGE)
+    todo = units(page)
+    missing, fuzzy, translated = [], [], 0
+    for unit in todo:
+        message = catalog.get(unit.text, context=unit.context)
+        if message is None or not message.string:
+            missing.append(unit.where)
+        elif message.fuzzy:
+            fuzzy.append(unit.where)
+        else:
+            translated += 1
+    return Status(page.name, len(todo), translated, missing, fuzzy, len(catalog.obsolete))
+
+
+def translations(page: Path) -> Dict[tuple, str]:
+    """(context, English) -> Chinese for the page's translated, current units."""
+    catalog = load(page)
+    if catalog is None:
+        return {}
+    return {
+        (m.context, m.id): m.string
+        for m in catalog
+        if m.id and m.string and not m.fuzzy and isinstance(m.id, str)
+    }
+
+
+# -- a plain-text form for translating a page in any editor -----------------------------------
+
+_HEAD = re.compile(r"^<<<< (\d+) (\w+) \| (.*)$")
+
+
+def export(page: Path) -> str:
+    """The page's units with their current translations, in the text form ``import`` reads."""
+    catalog = load(page) or Catalog(locale=LANGUAGE)
+    out = []
+    for i, unit in enumerate(units(page)):
+        message = catalog.get(unit.text, context=unit.context)
+        zh = message.string if message is not None and message.string else ""
+        out.append(f"<<<< {i} {unit.context} | {unit.where}\n{unit.text}\n==== zh\n{zh}\n>>>>\n")
+    return "\n".join(out)
+
+
+def import_text(page: Path, text: str) -> int:
+    """Translations from ``export``'s form into the page's catalogue; returns how many were set."""
+    todo = units(page)
+    catalog = update(page)
+    lines = text.split("\n")
+    count, i = 0, 0
+    while i < len(lines):
+        match = _HEAD.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        index, context = int(match.group(1)), match.group(2)
+        j = lines.index("==== zh", i + 1)
+        k = lines.index(">>>>", j + 1)
+        english = "\n".join(lines[i + 1 : j])
+        zh = "\n".join(lines[j + 1 : k]).strip("\n")
+        unit = todo[index]
+        if unit.context != context or unit.text.strip() != english.strip():
+            raise SystemExit(f"unit {index} of {page.name} is not the English of the page any more")
+        if zh:
+            message = catalog.get(unit.text, context=unit.context)
+            message.string = zh
+            message.flags.discard("fuzzy")
+            message.previous_id = []
+            count += 1
+        i = k + 1
+    save(page, catalog)
+    return count
+
+
+# -- checks of a translation ---------------------------------------------------------------
+
+TERMINOLOGY = ROOT / "book" / "locale" / "zh_CN" / "terminology.tsv"
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
+_CODE = re.compile(r"`[^`\n]+`")
+_ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<body>[^`]*)`")
+_LINK = re.compile(r"\]\((?P<url>[^)\s]+)\)")
+_LABEL = re.compile(r"^\([\w-]+\)=\s*$", re.M)
+_DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\s*\{(?P<name>[\w:-]+)\}", re.M)
+
+
+def terminology() -> List[tuple]:
+    """(english, chinese, [variants to avoid]) per glossary term."""
+    rows = []
+    for line in TERMINOLOGY.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        english, chinese, *rest = line.split("\t")
+        avoid = [w for w in (rest[0] if rest else "").split(",") if w]
+        rows.append((english, chinese, avoid))
+    return rows
+
+
+def _role_target(role: str, body: str) -> str:
+    match = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", body, re.S)
+    return match.group("target") if match else body
+
+
+def _role_text(body: str) -> str:
+    match = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", body, re.S)
+    return match.group("text") if match else body
+
+
+def prose(text: str) -> str:
+    """``text`` without math, code, URLs, labels and MyST syntax: the words a reader reads."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = _MATH.sub(" ", text)
+    text = _ROLE.sub(
+        lambda m: " " if m.group("role") != "term" else _role_text(m.group("body")), text
+    )
+    text = _CODE.sub(" ", text)
+    text = _LINK.sub("]", text)
+    text = re.sub(r"https?://\S+", " ", text)
+    text = _LABEL.sub(" ", text)
+    text = re.sub(r"^\s*:[\w-]+:.*$", " ", text, flags=re.M)
+    text = _DIRECTIVE.sub(" ", text)
+    return text
+
+
+def english_runs(text: str, words: int = 5) -> List[str]:
+    """Runs of ``words`` or more English words in a row in ``text``'s prose."""
+    pattern = r"[A-Za-z][A-Za-z'-]*(?:[ ,]+[A-Za-z][A-Za-z'-]*){%d,}" % (words - 1)
+    return re.findall(pattern, prose(text))
+
+
+def _multiset(pattern: re.Pattern, text: str) -> List[str]:
+    return sorted(m.group(0) for m in pattern.finditer(text))
+
+
+def problems(english: str, chinese: str, page: str = "") -> List[str]:
+    """What is wrong with ``chinese`` as the translation of ``english`` (empty when nothing)."""
+    found = []
+    if not _CJK.search(prose(chinese)):
+        found.append("no Chinese in the translation's prose")
+    for run in english_runs(chinese):
+        found.append(f"untranslated English: {run!r}")
+    for name, pattern in (("math", _MATH), ("inline code", _CODE), ("label", _LABEL)):
+        a, b = _multiset(pattern, english), _multiset(pattern, chinese)
+        if a != b:
+            lost = sorted(set(a) - set(b))[:3]
+            added = sorted(set(b) - set(a))[:3]
+            found.append(f"{name} differs from the English: missing {lost}, added {added}")
+    roles_en = sorted(
+        (m.group("role"), m.group("body") if m.group("role") != "term" else "")
+        for m in _ROLE.finditer(english)
+        if m.group("role") not in ("term", "doc")
+    )
+    roles_zh = sorted(
+        (m.group("role"), m.group("body") if m.group("role") != "term" else "")
+        for m in _ROLE.finditer(chinese)
+        if m.group("role") not in ("term", "doc")
+    )
+    if roles_en != roles_zh:
+        found.append(
+            f"references (numref, cite, eq, ...) differ: {sorted(set(roles_en) ^ set(roles_zh))}"
+        )
+    targets = lambda text, role: sorted(  # noqa: E731
+        _role_target(role, m.group("body")) for m in _ROLE.finditer(text) if m.group("role") == role
+    )
+    for role in ("term", "doc"):
+        if targets(english, role) != targets(chinese, role):
+            found.append(
+                f"{{{role}}} targets differ: {targets(english, role)} vs {targets(chinese, role)}"
+            )
+    urls = lambda text: sorted(m.group("url") for m in _LINK.finditer(text))  # noqa: E731
+    if urls(english) != urls(chinese):
+        found.append("link targets differ from the English")
+    if _multiset(_DIRECTIVE, english) != _multiset(_DIRECTIVE, chinese):
+        found.append("directives differ from the English")
+    found += terminology_problems(english, chinese, page)
+    return found
+
+
+def _mentions(text: str, term: str) -> bool:
+    return (
+        re.search(r"(?<![\w-])" + re.escape(term) + r"(?:s|es)?(?![\w-])", text, re.I) is not None
+    )
+
+
+def terminology_problems(english: str, chinese: str, page: str = "") -> List[str]:
+    found = []
+    english_prose = prose(english)
+    for term, canonical, avoid in terminology():
+        multiword = " " in term or "-" in term
+        if (
+            multiword
+            and _mentions(english_prose, term)
+            and canonical.lower() not in chinese.lower()
+        ):
+            found.append(f"{term!r} is rendered {canonical!r} in this edition")
+        if page != "glossary.md":
+            for variant in avoid:
+                if variant in prose(chinese):
+                    found.append(f"{variant!r} is a variant: this edition writes {canonical!r}")
+    for m in _ROLE.finditer(chinese):
+        if m.group("role") != "term":
+            continue
+        target, text = _role_target("term", m.group("body")), _role_text(m.group("body"))
+        for term, canonical, _ in terminology():
+            if term.lower() == target.lower() and canonical.lower() not in text.lower():
+                found.append(f"{{term}} {m.group(0)!r} should read {canonical!r}")
+    return found
+
+
+def lint(page: Path) -> List[str]:
+    """Every problem of the page's translated units, as 'where: problem' lines."""
+    catalog = load(page) or Catalog(locale=LANGUAGE)
+    out = []
+    for unit in units(page):
+        message = catalog.get(unit.text, context=unit.context)
+        if message is None or not message.string:
+            continue
+        for problem in problems(unit.text, message.string, page.name):
+            out.append(f"{page.name} {unit.where} ({unit.context}): {problem}")
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("update", "status", "lint"):
+        p = sub.add_parser(name)
+        p.add_argument("pages", nargs="*", help="page names (stems); every page when none")
+    p = sub.add_parser("export", help="a page's units as text to translate")
+    p.add_argument("page")
+    p = sub.add_parser("import", help="translations from export's text form")
+    p.add_argument("page")
+    p.add_argument("file")
+    args = parser.parse_args(argv)
+    if args.command in ("export", "import"):
+        page = next(p for p in pages() if p.stem == args.page)
+        if args.command == "export":
+            sys.stdout.write(export(page))
+        else:
+            n = import_text(page, Path(args.file).read_text(encoding="utf-8"))
+            print(f"{n} translations imported into {catalogue_path(page).relative_to(ROOT)}")
+        return 0
+    chosen = [p for p in pages() if not args.pages or p.stem in args.pages]
+    if args.command == "lint":
+        found = [line for page in chosen for line in lint(page)]
+        print("\n".join(found) or "no problems")
+        return 1 if found else 0
+    if args.command == "update":
+        for page in chosen:
+            catalog = update(page)
+            print(f"{catalogue_path(page).relative_to(ROOT)}: {len(catalog)} units")
+        return 0
+    behind = 0
+    for page in chosen:
+        s = status(page)
+        behind += len(s.missing) + len(s.fuzzy) + s.obsolete
+        print(
+            f"{s.page:34} {s.translated:3}/{s.units:3} translated, {len(s.missing)} missing,"
+            f" {len(s.fuzzy)} fuzzy, {s.obsolete} obsolete"
+        )
+    return 1 if behind else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
