@@ -17,7 +17,7 @@ BIN := $(VENV)/bin
 endif
 # The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
 BOOK := _build/html/index.html
-BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py \
+BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py tools/zh_edition.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: book test test-fast book-loaded lock lint colab benchmark clean mutation-checkers \
@@ -34,9 +34,16 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
+# Two editions, one execution: the English build executes every notebook (check(), hint() and
+# solution() also render their output in Chinese, ATTNCOURSE_EXTRA_LANGUAGES); the Chinese
+# sources are then generated from those executed notebooks and the catalogues of book/locale
+# (tools/zh_edition.py) and built without executing anything, into _build/html/zh.
 $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
-	rm -rf _build/html   # no page left over from an earlier build
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	rm -rf _build/html _build/zh   # no page left over from an earlier build
+	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/python tools/zh_edition.py sources _build/zh/src --executed _build/jupyter_execute
+	$(BIN)/jupyter-book build _build/zh/src -W -n --keep-going
+	cp -R _build/zh/src/_build/html _build/html/zh
 	touch $@
 
 book: $(BOOK)
@@ -47,9 +54,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The Colab edition: notebooks/ regenerated from book/ (tests/test_colab_edition.py checks it is in step).
+# The Colab edition: notebooks/ regenerated from book/, and notebooks/zh from book/ and its
+# Chinese catalogues (tests/test_colab_edition.py and tests/test_zh_edition.py check both).
 colab: $(BIN)/.installed
 	$(BIN)/python tools/colab_edition.py
+	$(BIN)/python tools/colab_edition.py --lang zh
 
 test: $(BIN)/.installed $(BOOK)
 	$(BIN)/python -m pytest

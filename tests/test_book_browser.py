@@ -38,6 +38,7 @@ import yaml
 from project_tools import ROOT, normalize
 
 SITE = ROOT / "_build" / "html"
+CHINESE = "zh/"  # the Chinese edition's folder on the site
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 REQUIRED = os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1"
 
@@ -109,11 +110,15 @@ def repository() -> tuple[str, str, str]:
     return org, repo, branch
 
 
-def expected_colab_url(doc: str) -> str:
-    """The chapter's Colab edition (``notebooks/<name>.ipynb``), which Colab can render, on the branch."""
+def expected_colab_url(doc: str, chinese: bool = False) -> str:
+    """The chapter's Colab edition (``notebooks/<name>.ipynb``, the Chinese one in
+    ``notebooks/zh/``), which Colab can render, on the branch."""
     org, repo, branch = repository()
     name = doc.rsplit("/", 1)[-1]
-    return f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/notebooks/{name}.ipynb"
+    folder = "notebooks/zh" if chinese else "notebooks"
+    return (
+        f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/{folder}/{name}.ipynb"
+    )
 
 
 def solution_count(doc: str) -> int:
@@ -223,9 +228,54 @@ COLLECT_JS = page_js(r"""
     prose: [...main.querySelectorAll("p")].filter((p) => !p.closest(".cell_output, .output, details, pre, nav, footer"))
       .map((p) => p.innerText).join("\n"),
     solutions: solutions().length,
+    lang: document.documentElement.lang,
+    languageSwitch: (document.querySelector("a.btn-language-switch") || {}).href || null,
   };
 }
 """)
+
+# Chinese characters (CJK Unified Ideographs) in a text.
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# Font families that have Chinese glyphs (Linux's Noto CJK and WenQuanYi, macOS, Windows).
+CJK_FONT = re.compile(
+    r"CJK|Han Sans|Han Serif|Noto Sans SC|Noto Serif SC|PingFang|Hiragino|YaHei|"
+    r"WenQuanYi|Heiti|SimSun|SimHei|Songti|DengXian",
+    re.I,
+)
+
+
+def cjk_fonts(context, page, limit: int = 40) -> dict:
+    """The platform fonts Chromium drew the page's Chinese text with (DevTools protocol):
+    ``{"checked": n, "without": [(text, fonts)]}``, ``without`` listing each element whose
+    Chinese characters were drawn with no font that has Chinese glyphs (boxes, to a reader)."""
+    client = context.new_cdp_session(page)
+    try:
+        client.send("DOM.enable")
+        client.send("CSS.enable")
+        root = client.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+        nodes = client.send(
+            "DOM.querySelectorAll",
+            {
+                "nodeId": root,
+                "selector": "article p, article li, article h1, article h2, article dt",
+            },
+        )["nodeIds"]
+        checked, without = 0, []
+        for node in nodes:
+            if checked >= limit:
+                break
+            text = client.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
+            if not CJK.search(re.sub(r"<[^>]+>", "", text)):
+                continue
+            fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            names = [f["familyName"] for f in fonts]
+            checked += 1
+            if not any(CJK_FONT.search(name) for name in names):
+                without.append((re.sub(r"<[^>]+>", "", text)[:60], names))
+        return {"checked": checked, "without": without}
+    finally:
+        client.detach()
+
 
 # Every image of the main content: its alt text, and the caption of the <figure> holding it.
 FIGURES_JS = page_js(r"""
@@ -276,6 +326,7 @@ class PageReport:
     solutions: list = field(default_factory=list)  # (state before click, state after click)
     screenshot: Path | None = None
     final_url: str = ""  # differs from the page's own URL after a redirect
+    cjk: dict = field(default_factory=dict)  # cjk_fonts() of a page with Chinese text
 
 
 def site_path(url: str, origin: str) -> str | None:
@@ -339,6 +390,8 @@ def visit(
     page = open_page(context, f"{origin}/{quote(path)}", report)
     try:
         report.data = page.evaluate(COLLECT_JS)
+        if CJK.search(report.data["prose"]):
+            report.cjk = cjk_fonts(context, page)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(screenshot), full_page=True)
@@ -525,7 +578,7 @@ def book(context):
         if REQUIRED:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    toc = [f"{f}.html" for f in toc_files()]
+    toc = [f"{prefix}{f}.html" for prefix in ("", CHINESE) for f in toc_files()]
     if SCREENSHOTS.exists():
         shutil.rmtree(SCREENSHOTS)
     with LocalServer(SITE) as server:
@@ -534,7 +587,7 @@ def book(context):
         others = sorted(
             str(p.relative_to(SITE))
             for p in SITE.rglob("*.html")
-            if p.relative_to(SITE).parts[0] != "_static"
+            if "_static" not in p.relative_to(SITE).parts
         )
         reports = crawl(
             context,
@@ -542,7 +595,7 @@ def book(context):
             SITE,
             ["index.html"] + toc + others,
             screenshots={path: screenshot_path(path) for path in toc},
-            chapters={f"{f}.html" for f in chapter_files()},
+            chapters={f"{prefix}{f}.html" for prefix in ("", CHINESE) for f in chapter_files()},
         )
         write_summary(reports, server.origin)
         yield server.origin, reports
@@ -556,6 +609,8 @@ def screenshot_path(page: str) -> Path:
         if stems.count(Path(page).stem) == 1
         else page.removesuffix(".html").replace("/", "__")
     )
+    if page.startswith(CHINESE):
+        name = f"zh__{name}"
     return SCREENSHOTS / f"{name}.png"
 
 
@@ -645,30 +700,29 @@ def test_math_is_typeset_by_mathjax_served_with_the_book(book):
 def test_colab_link_of_each_chapter(book):
     origin, reports = book
     for doc in chapter_files():
-        colab = {
-            link["href"]
-            for link in reports[f"{doc}.html"].data["links"]
-            if link["href"].startswith("https://colab.research.google.com/")
-        }
-        assert colab == {expected_colab_url(doc)}, doc
+        for prefix in ("", CHINESE):
+            colab = {
+                link["href"]
+                for link in reports[f"{prefix}{doc}.html"].data["links"]
+                if link["href"].startswith("https://colab.research.google.com/")
+            }
+            assert colab == {expected_colab_url(doc, chinese=bool(prefix))}, prefix + doc
         assert (ROOT / f"{doc}.ipynb").is_file()
+        assert (ROOT / "notebooks" / "zh" / f"{doc.rsplit('/', 1)[-1]}.ipynb").is_file()
 
 
 def test_solutions_start_collapsed_and_open_on_click(book):
     origin, reports = book
-    for doc in chapter_files():
-        report = reports[f"{doc}.html"]
-        assert len(report.solutions) == solution_count(doc) > 0, doc
-    _assert_none(
-        {f"{doc}.html": solution_problems(reports[f"{doc}.html"]) for doc in chapter_files()}
-    )
+    pages = {f"{prefix}{doc}.html": doc for prefix in ("", CHINESE) for doc in chapter_files()}
+    for page, doc in pages.items():
+        assert len(reports[page].solutions) == solution_count(doc) > 0, page
+    _assert_none({page: solution_problems(reports[page]) for page in pages})
 
 
 def test_figures_have_captions_and_alt_text(book):
     origin, reports = book
-    _assert_none(
-        {f"{doc}.html": figure_problems(reports[f"{doc}.html"].figures) for doc in chapter_files()}
-    )
+    pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in chapter_files()]
+    _assert_none({page: figure_problems(reports[page].figures) for page in pages})
 
 
 def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
@@ -811,3 +865,30 @@ def test_figure_and_solution_checks_on_hand_made_pages(context, tmp_path):
         "'Solution of b' did not open on click",
         "'Solution of c' did not open on click",
     ]
+
+
+def test_every_page_has_a_chinese_edition_and_links_to_it(book):
+    origin, reports = book
+    for doc in toc_files():
+        english, chinese = reports.get(f"{doc}.html"), reports.get(f"{CHINESE}{doc}.html")
+        assert english is not None and chinese is not None, doc
+        assert (english.data["lang"], chinese.data["lang"]) == ("en", "zh-CN"), doc
+        assert site_path(english.data["languageSwitch"], origin) == f"{CHINESE}{doc}.html", doc
+        assert site_path(chinese.data["languageSwitch"], origin) == f"{doc}.html", doc
+        assert screenshot_path(f"{CHINESE}{doc}.html").stat().st_size > 10_000, doc
+
+
+def test_chinese_text_is_drawn_with_a_font_that_has_chinese_glyphs(book):
+    origin, reports = book
+    with_chinese = {path: r for path, r in reports.items() if r.cjk}
+    translated = [f"{CHINESE}{doc}.html" for doc in toc_files() if not doc.endswith("/api")]
+    assert set(translated) <= set(with_chinese), set(translated) - set(with_chinese)
+    assert "book/glossary.html" in with_chinese  # the English glossary gives the Chinese terms
+    for path in translated:
+        assert with_chinese[path].cjk["checked"] >= 3, path
+    _assert_none(
+        {
+            path: [f"{text!r} drawn with {fonts}" for text, fonts in r.cjk["without"]]
+            for path, r in with_chinese.items()
+        }
+    )

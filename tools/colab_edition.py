@@ -54,6 +54,60 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 OUT = ROOT / "notebooks"
 GENERATED_NOTE = "generated from"
+#: Where the site of this edition lives under the published site ("" English, "zh/" Chinese).
+SITE_FOLDER = ""
+
+#: The words the converter writes itself, per edition (the Chinese edition: ``--lang zh``).
+WORDS = {
+    "en": {
+        "Figure": "Figure",
+        "Section": "Section",
+        "Exercise": "Exercise",
+        "Equation": "Equation",
+        "exercise heading": "### Exercise {number}{title}",
+        "title separator": ": ",
+        "solution": "Solution to Exercise {number}",
+        "chapter": "chapter {number}",
+        "a chapter": "a chapter",
+        "banner": "*The Colab edition of [{name}]({page}) of [the book]({site}), "
+        + GENERATED_NOTE
+        + " `{doc}.ipynb` (edit that, not this).*",
+        "caption": "**{label}** {caption}",
+        "label": "{kind} {number}.",
+    },
+    "zh": {
+        "Figure": "图",
+        "Section": "节",
+        "Exercise": "练习",
+        "Equation": "公式",
+        "exercise heading": "### 练习 {number}{title}",
+        "title separator": "：",
+        "solution": "练习 {number} 的解答",
+        "chapter": "第 {number} 章",
+        "a chapter": "一章",
+        "banner": "*[本书]({site}){name}的 Colab 版（[网页版]({page})），由 `{doc}.ipynb` 与其译文"
+        " `book/locale/zh_CN/LC_MESSAGES/{stem}.po` 生成：请修改这两个文件，而不是本文件。*",
+        "caption": "**{label}** {caption}",
+        "label": "{kind} {number}",
+    },
+}
+LANGUAGE = "en"
+
+
+def word(key: str, **values) -> str:
+    """One of the converter's own words in the edition's language."""
+    return WORDS[LANGUAGE][key].format(**values)
+
+
+def configure(language: str, root: Path, out: Path, site_folder: str) -> None:
+    """Convert another edition: its sources under ``root`` (laid out as the repository),
+    written to ``out``, linking to the site under ``site_folder``."""
+    global LANGUAGE, ROOT, BOOK, OUT, SITE_FOLDER
+    LANGUAGE, ROOT, BOOK, OUT, SITE_FOLDER = language, root, root / "book", out, site_folder
+    for value in list(globals().values()):
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()
+
 
 # Admonition directives and the title they show when the directive gives none.
 ADMONITIONS = {
@@ -102,7 +156,7 @@ def site_url() -> str:
 
 def page_url(doc: str, anchor: str = "") -> str:
     """The URL of ``doc`` (``book/glossary``) on the published site, with ``#anchor``."""
-    return site_url() + doc + ".html" + (f"#{anchor}" if anchor else "")
+    return site_url() + SITE_FOLDER + doc + ".html" + (f"#{anchor}" if anchor else "")
 
 
 @cache
@@ -451,12 +505,12 @@ class Converter:
             words = (
                 text.replace("%s", found.number).replace("{number}", found.number)
                 if text
-                else f"{found.kind} {found.number}"
+                else f"{word(found.kind)} {found.number}"
             )
             return f"[{words}]({page_url(found.doc, target.strip())})"
         if name == "ref":
             found = self.find(target.strip())
-            return f"[{text or found.title or found.kind}]({page_url(found.doc, target.strip())})"
+            return f"[{text or found.title or word(found.kind)}]({page_url(found.doc, target.strip())})"
         if name == "doc":
             doc = self.resolve_doc(target.strip())
             return f"[{text or doc_title(doc)}]({page_url(doc)})"
@@ -540,13 +594,18 @@ class Converter:
             if found is None or found.number is None:
                 self.fail(f"an exercise without a :label: of a numbered chapter ({args!r})")
             title = self.inline(args)
-            head = f"### Exercise {found.number}" + (f": {title}" if title else "")
+            separator = word("title separator")
+            head = word(
+                "exercise heading",
+                number=found.number,
+                title=f"{separator}{title}" if title else "",
+            )
             return [head, *([""] + content if content else [])]
         if name in ("exercise-end", "solution-end"):
             return []
         if name in ("solution-start", "solution"):
             found = self.find(args.strip())
-            title = f"Solution to Exercise {found.number}"
+            title = word("solution", number=found.number)
             if name == "solution-start":
                 return [f"#### {title}"]
             return self.quote(title, content)
@@ -560,7 +619,11 @@ class Converter:
             image = f"![{options.get('alt', '')}]({site_url()}_images/{Path(args.strip()).name})"
             if name == "image" or not content:
                 return [image]
-            label = f"**Figure {found.number}.**" if found and found.number else "**Figure.**"
+            label = (
+                f"**{word('label', kind=word('Figure'), number=found.number)}**"
+                if found and found.number
+                else f"**{word('Figure')}.**"
+            )
             return [image, "", f"{label} {' '.join(content)}"]
         self.fail(f"the directive {{{name}}} has no Colab rendering")
         return []
@@ -678,10 +741,9 @@ class Converter:
 
 
 def banner(doc: str, number: int | None) -> str:
-    name = f"chapter {number}" if number is not None else "a chapter"
-    return (
-        f"*The Colab edition of [{name}]({page_url(doc)}) of [the book]({site_url()}), "
-        f"{GENERATED_NOTE} `{doc}.ipynb` (edit that, not this).*"
+    name = word("chapter", number=number) if number is not None else word("a chapter")
+    return word(
+        "banner", name=name, page=page_url(doc), site=site_url(), doc=doc, stem=Path(doc).name
     )
 
 
@@ -698,13 +760,17 @@ def convert(doc: str) -> dict:
             if figure.get("name"):
                 found = converter.chapter.targets[figure["name"]]
                 caption = converter.inline(figure.get("caption", "").strip())
-                label = f"Figure {found.number}." if found.number else "Figure."
+                label = (
+                    word("label", kind=word("Figure"), number=found.number)
+                    if found.number
+                    else f"{word('Figure')}."
+                )
                 cells.append(
                     {
                         "cell_type": "markdown",
                         "id": f"{cell.get('id', 'cell')}-caption",
                         "metadata": {},
-                        "source": f"**{label}** {caption}",
+                        "source": word("caption", label=label, caption=caption),
                     }
                 )
             continue
@@ -754,13 +820,28 @@ def stale() -> list[str]:
     return problems
 
 
+def chinese_edition() -> None:
+    """Switch to the Chinese edition: sources generated by tools/zh_edition.py (no outputs)
+    into a temporary folder, written to notebooks/zh, linking to the site's zh/ pages."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import zh_edition
+
+    root = Path(tempfile.mkdtemp(prefix="attncourse-zh-"))
+    zh_edition.write_sources(root, executed=None, strict=True)
+    configure("zh", root, OUT / "zh", "zh/")
+
+
 def main(argv: list[str]) -> int:
+    if "--lang" in argv and argv[argv.index("--lang") + 1] == "zh":
+        chinese_edition()
     if "--check" in argv:
         problems = stale()
         for problem in problems:
             print(f"{problem} (run python tools/colab_edition.py)")
         return 1 if problems else 0
-    OUT.mkdir(exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
     want = expected()
     for path in OUT.glob("*.ipynb"):
         if path not in want:

@@ -223,6 +223,136 @@ def translations(page: Path) -> Dict[tuple, str]:
     }
 
 
+# -- the Chinese book's sources ---------------------------------------------------------------
+
+#: The site's own words outside the pages: the book's title and the table of contents' captions.
+SITE_WORDS = {
+    "Attention, explained and tested": "注意力机制：讲解与检验",
+    "Chapters": "章节",
+    "Reference": "参考资料",
+}
+#: The line the Chinese set-up cell adds: check(), hint() and solution() then speak Chinese.
+SET_LANGUAGE = 'import attncourse\n\nattncourse.set_language("zh")'
+
+
+class Untranslated(Exception):
+    """A unit of a page has no current translation."""
+
+
+def _translate(table: Dict[tuple, str], context: str, text: str, where: str, strict: bool) -> str:
+    found = table.get((context, text))
+    if found is None:
+        if strict:
+            raise Untranslated(f"{where}: no current translation ({context}): {text[:60]!r}")
+        return text
+    return found
+
+
+def chinese_setup_cell(source: str) -> str:
+    """The set-up cell of a Chinese notebook: the English one, then the language chosen."""
+    return source.rstrip("\n") + "\n\n" + SET_LANGUAGE
+
+
+def _swap_outputs(cell: dict) -> None:
+    """Outputs the English run rendered in Chinese as well (``check``, ``hint``,
+    ``solution`` under ATTNCOURSE_EXTRA_LANGUAGES): the Chinese rendering replaces the English."""
+    for output in cell.get("outputs", []):
+        zh = output.get("metadata", {}).get("attncourse", {}).get("zh")
+        if zh:
+            output["data"] = {**output.get("data", {}), **zh}
+
+
+def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool = True) -> dict:
+    """The Chinese notebook of ``page``: the English cells (with the outputs of the executed
+    copy when given), Markdown, captions and alt texts translated, code byte for byte."""
+    source = json.loads(page.read_text(encoding="utf-8"))
+    notebook = json.loads(executed.read_text(encoding="utf-8")) if executed else source
+    table = translations(page)
+    if [c.get("id") for c in notebook["cells"]] != [c.get("id") for c in source["cells"]]:
+        raise ValueError(f"{executed} is not an execution of {page}: its cells differ")
+    first_code = True
+    for cell, original in zip(notebook["cells"], source["cells"]):
+        where = f"{page.name} cell {cell.get('id', '?')}"
+        if cell["cell_type"] == "markdown":
+            text = _source(original)
+            if has_words(text):
+                cell["source"] = _translate(table, "markdown", text, where, strict)
+            continue
+        if cell["cell_type"] != "code":
+            continue
+        if _source(cell) != _source(original):
+            raise ValueError(f"{where}: the executed code differs from the page's")
+        if first_code:
+            cell["source"] = chinese_setup_cell(_source(original))
+            first_code = False
+        meta = cell.get("metadata", {})
+        figure = meta.get("mystnb", {}).get("figure", {})
+        if figure.get("caption") and has_words(figure["caption"]):
+            figure["caption"] = _translate(table, "caption", figure["caption"], where, strict)
+        image = meta.get("mystnb", {}).get("image", {})
+        if image.get("alt") and has_words(image["alt"]):
+            image["alt"] = _translate(table, "alt", image["alt"], where, strict)
+        _swap_outputs(cell)
+    return notebook
+
+
+def chinese_markdown(page: Path, strict: bool = True) -> str:
+    """The Chinese text of a Markdown page: each block translated, code blocks as they are."""
+    table = translations(page)
+    out = []
+    for block in markdown_blocks(page.read_text(encoding="utf-8")):
+        if _is_code_block(block) or not has_words(block):
+            out.append(block)
+        else:
+            out.append(_translate(table, "block", block, page.name, strict))
+    return "\n\n".join(out) + "\n"
+
+
+def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = True) -> None:
+    """The Chinese book's sources under ``out``: configuration, table of contents, pages.
+
+    With ``executed`` (the English build's ``_build/jupyter_execute``), the notebooks carry the
+    English run's outputs and the Chinese build executes nothing; without it, no outputs (what
+    the Colab edition is generated from).
+    """
+    import shutil
+
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["title"] = SITE_WORDS[config["title"]]
+    config["execute"]["execute_notebooks"] = "off"
+    config["html"]["baseurl"] = config["html"]["baseurl"].rstrip("/") + "/zh/"
+    config["sphinx"]["config"]["language"] = "zh_CN"
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    for part in toc.get("parts", []):
+        part["caption"] = SITE_WORDS[part["caption"]]
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "book").mkdir(parents=True)
+    (out / "tools").mkdir()
+    header = "# Generated by tools/zh_edition.py from the English book: edit that, not this.\n"
+    (out / "_config.yml").write_text(
+        header + yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8"
+    )
+    (out / "_toc.yml").write_text(
+        header + yaml.safe_dump(toc, allow_unicode=True, sort_keys=False), encoding="utf-8"
+    )
+    shutil.copy(ROOT / "tools" / "book_fixes.py", out / "tools" / "book_fixes.py")
+    shutil.copy(ROOT / "pyproject.toml", out / "pyproject.toml")
+    shutil.copy(BOOK / "references.bib", out / "book" / "references.bib")
+    for name in UNTRANSLATED_PAGES:
+        shutil.copy(BOOK / f"{name}.md", out / "book" / f"{name}.md")
+    for page in pages():
+        target = out / "book" / page.name
+        if page.suffix == ".ipynb":
+            run = executed / "book" / page.name if executed else None
+            notebook = chinese_notebook(page, run, strict)
+            target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        else:
+            target.write_text(chinese_markdown(page, strict), encoding="utf-8")
+
+
 # -- a plain-text form for translating a page in any editor -----------------------------------
 
 _HEAD = re.compile(r"^<<<< (\d+) (\w+) \| (.*)$")
@@ -336,8 +466,9 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
         found.append("no Chinese in the translation's prose")
     for run in english_runs(chinese):
         found.append(f"untranslated English: {run!r}")
+    bare_en, bare_zh = _ROLE.sub(" ", english), _ROLE.sub(" ", chinese)
     for name, pattern in (("math", _MATH), ("inline code", _CODE), ("label", _LABEL)):
-        a, b = _multiset(pattern, english), _multiset(pattern, chinese)
+        a, b = _multiset(pattern, bare_en), _multiset(pattern, bare_zh)
         if a != b:
             lost = sorted(set(a) - set(b))[:3]
             added = sorted(set(b) - set(a))[:3]
@@ -425,10 +556,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.add_argument("pages", nargs="*", help="page names (stems); every page when none")
     p = sub.add_parser("export", help="a page's units as text to translate")
     p.add_argument("page")
+    p = sub.add_parser("sources", help="the Chinese book's sources")
+    p.add_argument("out", type=Path)
+    p.add_argument("--executed", type=Path, help="the English build's _build/jupyter_execute")
+    p.add_argument("--allow-missing", action="store_true", help="English where untranslated")
     p = sub.add_parser("import", help="translations from export's text form")
     p.add_argument("page")
     p.add_argument("file")
     args = parser.parse_args(argv)
+    if args.command == "sources":
+        try:
+            write_sources(args.out, args.executed, strict=not args.allow_missing)
+        except Untranslated as error:
+            print(f"{error}\n(python tools/zh_edition.py status lists what is missing)")
+            return 1
+        return 0
     if args.command in ("export", "import"):
         page = next(p for p in pages() if p.stem == args.page)
         if args.command == "export":

@@ -1,0 +1,243 @@
+"""The Chinese edition (中文版) stays in step with the English one.
+
+* every unit of every page has a current translation: none missing, none fuzzy (its English
+  changed since it was translated), no obsolete entry left in a catalogue;
+* a translation keeps the English's math, inline code, labels, references, links and
+  directives, has no untranslated English paragraph, and uses the terminology table's one
+  rendering of each glossary term (no variant outside the glossary);
+* the Chinese notebooks' code is the English code byte for byte (the set-up cell adds the line
+  that chooses the language), and their outputs are the English run's;
+* the Chinese Colab edition (notebooks/zh) is in step with the pages and the catalogues.
+
+The checks themselves are tested on hand-made pages and translations, so that they can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from project_tools import ROOT, tool
+
+zh = tool("zh_edition")
+colab = tool("colab_edition")
+
+PAGES = zh.pages()
+NOTEBOOKS = [p for p in PAGES if p.suffix == ".ipynb"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_every_unit_of_the_page_has_a_current_translation(page):
+    status = zh.status(page)
+    assert not status.missing, f"{page.name}: untranslated units {status.missing}"
+    assert not status.fuzzy, (
+        f"{page.name}: the English of {status.fuzzy} changed since it was translated"
+        " (python tools/zh_edition.py update, then translate the fuzzy entries)"
+    )
+    assert status.obsolete == 0, f"{page.name}: obsolete entries left in its catalogue"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_translations_keep_the_english_code_math_and_terms(page):
+    assert zh.lint(page) == []
+
+
+def test_every_page_but_the_api_has_a_catalogue():
+    catalogues = {p.stem for p in zh.LOCALE.glob("*.po")}
+    assert catalogues == {p.stem for p in PAGES}
+    assert {p.stem for p in PAGES} | set(zh.UNTRANSLATED_PAGES) == {
+        p.stem for p in (ROOT / "book").iterdir() if p.suffix in (".md", ".ipynb")
+    }
+
+
+def test_the_terminology_table_covers_every_glossary_term():
+    colab.configure("en", ROOT, ROOT / "notebooks", "")
+    english_terms = set(colab.glossary())
+    table = {term.lower() for term, _, _ in zh.terminology()}
+    assert english_terms <= table, f"not in terminology.tsv: {sorted(english_terms - table)}"
+    renderings = [chinese for _, chinese, _ in zh.terminology()]
+    duplicated = {c for c in renderings if renderings.count(c) > 1}
+    assert not duplicated, f"one Chinese rendering for two terms: {duplicated}"
+
+
+def test_the_chinese_glossary_lists_each_terms_rendering_as_a_term():
+    text = zh.chinese_markdown(ROOT / "book" / "glossary.md")
+    body = re.search(r"^:{3,}\{glossary\}\n(?P<body>.*?)^:{3,}\s*$", text, re.S | re.M)
+    entries = re.split(r"\n\s*\n(?=\S)", body.group("body"))
+    terms_of = {}
+    for entry in entries:
+        lines = [x.strip() for x in entry.splitlines() if x and not x[0].isspace()]
+        lines = [x for x in lines if not x.startswith(":")]
+        for line in lines:
+            terms_of[line.lower()] = {x.lower() for x in lines}
+    for english, chinese, _ in zh.terminology():
+        assert english.lower() in terms_of, f"{english!r} is not a term of the Chinese glossary"
+        assert chinese.lower() in terms_of[english.lower()], (
+            f"the Chinese glossary's entry for {english!r} does not list {chinese!r} as a term"
+        )
+
+
+@pytest.mark.parametrize("page", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chinese_notebooks_run_the_english_code(page):
+    english = json.loads(page.read_text(encoding="utf-8"))
+    chinese = zh.chinese_notebook(page)
+    assert [c["cell_type"] for c in chinese["cells"]] == [c["cell_type"] for c in english["cells"]]
+    assert [c.get("id") for c in chinese["cells"]] == [c.get("id") for c in english["cells"]]
+    code_en = [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
+    code_zh = [zh._source(c) for c in chinese["cells"] if c["cell_type"] == "code"]
+    assert code_zh[0] == zh.chinese_setup_cell(code_en[0])
+    assert code_zh[1:] == code_en[1:]
+    assert chinese["metadata"] == english["metadata"]
+    translated = [
+        c for c in chinese["cells"] if c["cell_type"] == "markdown" and zh.has_words(zh._source(c))
+    ]
+    assert all(zh._CJK.search(zh._source(c)) for c in translated)
+
+
+def _tiny_book(tmp_path, monkeypatch, markdown: str):
+    """A book of one notebook under tmp_path, the tool pointed at it."""
+    book = tmp_path / "book"
+    book.mkdir()
+    cells = [
+        {"cell_type": "code", "id": "setup", "metadata": {}, "source": "import os", "outputs": []},
+        {"cell_type": "markdown", "id": "m1", "metadata": {}, "source": markdown},
+        {
+            "cell_type": "code",
+            "id": "c1",
+            "metadata": {"mystnb": {"figure": {"caption": "The weights of one head."}}},
+            "source": "print(1)",
+            "outputs": [],
+            "execution_count": None,
+        },
+    ]
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    page = book / "01_tiny.ipynb"
+    page.write_text(json.dumps(notebook))
+    monkeypatch.setattr(zh, "BOOK", book)
+    monkeypatch.setattr(zh, "LOCALE", tmp_path / "locale")
+    return page, notebook
+
+
+def test_a_changed_english_cell_makes_its_translation_stale(tmp_path, monkeypatch):
+    page, notebook = _tiny_book(tmp_path, monkeypatch, "The mask hides the future keys.")
+    zh.update(page)
+    catalog = zh.load(page)
+    for message in catalog:
+        if message.id == "The mask hides the future keys.":
+            message.string = "掩码隐藏未来的键。"
+        elif message.id == "The weights of one head.":
+            message.string = "一个注意力头的权重。"
+    zh.save(page, catalog)
+    assert zh.status(page).missing == [] and zh.status(page).fuzzy == []
+    assert zh.chinese_notebook(page)["cells"][1]["source"] == "掩码隐藏未来的键。"
+
+    notebook["cells"][1]["source"] = "The mask hides the future keys and the pads."
+    page.write_text(json.dumps(notebook))
+    with pytest.raises(zh.Untranslated):
+        zh.chinese_notebook(page)
+    zh.update(page)
+    status = zh.status(page)
+    assert status.fuzzy == ["cell m1"], status  # kept, marked fuzzy, with the old English
+    text = zh.catalogue_path(page).read_text(encoding="utf-8")
+    assert '#| msgid "The mask hides the future keys."' in text  # what the translator sees
+
+
+def test_a_new_english_cell_is_missing_until_translated(tmp_path, monkeypatch):
+    page, notebook = _tiny_book(tmp_path, monkeypatch, "One cell.")
+    notebook["cells"].append(
+        {"cell_type": "markdown", "id": "m2", "metadata": {}, "source": "A second cell of prose."}
+    )
+    page.write_text(json.dumps(notebook))
+    zh.update(page)
+    assert zh.status(page).missing == ["cell m1", "cell c1", "cell m2"]
+
+
+def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
+    tmp_path, monkeypatch
+):
+    page, notebook = _tiny_book(tmp_path, monkeypatch, "Words here.")
+    executed = json.loads(json.dumps(notebook))
+    executed["cells"][2]["outputs"] = [
+        {
+            "output_type": "execute_result",
+            "execution_count": 1,
+            "data": {"text/plain": "passed", "text/html": "<b>passed</b>"},
+            "metadata": {"attncourse": {"zh": {"text/plain": "通过", "text/html": "<b>通过</b>"}}},
+        },
+        {"output_type": "stream", "name": "stdout", "text": "1\n"},
+    ]
+    path = tmp_path / "run" / "book" / page.name
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(executed))
+    chinese = zh.chinese_notebook(page, path, strict=False)
+    outputs = chinese["cells"][2]["outputs"]
+    assert outputs[0]["data"] == {"text/plain": "通过", "text/html": "<b>通过</b>"}
+    assert outputs[1] == {"output_type": "stream", "name": "stdout", "text": "1\n"}
+
+    executed["cells"][2]["source"] = "print(2)"  # not a run of this page
+    path.write_text(json.dumps(executed))
+    with pytest.raises(ValueError, match="executed code differs"):
+        zh.chinese_notebook(page, path, strict=False)
+
+
+@pytest.mark.parametrize(
+    "english, chinese, problem",
+    [
+        ("The scores $QK^\\top$ are scaled.", "分数被缩放。", "math differs"),
+        ("Call `causal_mask(5)` first.", "先调用 `causal_mask(4)`。", "inline code differs"),
+        ("See {numref}`fig-a`.", "见 {numref}`fig-b`。", "references"),
+        ("A {term}`key` matches.", "一个{term}`键 <value>`匹配。", "{term} targets differ"),
+        ("A {term}`key` matches.", "一个{term}`key`匹配。", "should read '键'"),
+        (
+            "The padding mask hides the pads.",
+            "这个 mask 把 pads 隐藏起来。",
+            "'padding mask' is rendered",
+        ),
+        ("The dot product of q and k.", "q 与 k 的点乘。", "'点乘' is a variant"),
+        (
+            "The mask keeps the lower triangle of the scores.",
+            "掩码 keeps the lower triangle of the scores.",
+            "untranslated English",
+        ),
+        ("Only math: $a$ and words.", "$a$", "no Chinese"),
+        ("[the site](https://a.example/x)", "[网站](https://a.example/y)", "link targets"),
+    ],
+)
+def test_the_checks_catch_a_bad_translation(english, chinese, problem):
+    assert any(problem in p for p in zh.problems(english, chinese)), zh.problems(english, chinese)
+
+
+def test_the_checks_accept_a_good_translation():
+    english = (
+        "The {term}`padding mask` of {numref}`fig-a` hides the pads: `keep[:, None, :]` is "
+        "$(B, 1, S)$ ({doc}`chapter 3 <03_masking>`, [torch](https://pytorch.org))."
+    )
+    chinese = (
+        "{numref}`fig-a` 中的{term}`填充掩码 <padding mask>`隐藏填充位置：`keep[:, None, :]` 的形状是"
+        " $(B, 1, S)$（{doc}`第 3 章 <03_masking>`，[torch](https://pytorch.org)）。"
+    )
+    assert zh.problems(english, chinese) == []
+
+
+def test_the_chinese_colab_edition_is_in_step():
+    colab.chinese_edition()
+    try:
+        assert colab.stale() == [], "run: python tools/colab_edition.py --lang zh (or make colab)"
+    finally:
+        colab.configure("en", ROOT, ROOT / "notebooks", "")
+
+
+def test_the_chinese_sources_build_configuration(tmp_path):
+    zh.write_sources(tmp_path / "src")
+    import yaml
+
+    config = yaml.safe_load((tmp_path / "src" / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["language"] == "zh_CN"
+    assert config["execute"]["execute_notebooks"] == "off"
+    assert config["html"]["baseurl"].endswith("/zh/")
+    toc = (tmp_path / "src" / "_toc.yml").read_text(encoding="utf-8")
+    assert "章节" in toc and "Chapters" not in toc
+    assert (tmp_path / "src" / "book" / "api.md").read_text() == (
+        ROOT / "book" / "api.md"
+    ).read_text()
