@@ -529,8 +529,11 @@ def terminology_problems(english: str, chinese: str, page: str = "") -> List[str
         if m.group("role") != "term":
             continue
         target, text = _role_target("term", m.group("body")), _role_text(m.group("body"))
+        renderings = [c.lower() for _, c, _ in terminology()]
         for term, canonical, _ in terminology():
-            if term.lower() == target.lower() and canonical.lower() not in text.lower():
+            if term.lower() != target.lower() or canonical.lower() in text.lower():
+                continue
+            if not any(r in text.lower() for r in renderings):  # an alias's rendering will do
                 found.append(f"{{term}} {m.group(0)!r} should read {canonical!r}")
     return found
 
