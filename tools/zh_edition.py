@@ -450,9 +450,11 @@ def prose(text: str) -> str:
 
 
 def english_runs(text: str, words: int = 5) -> List[str]:
-    """Runs of ``words`` or more English words in a row in ``text``'s prose."""
+    """Runs of ``words`` or more English words in a row in ``text``'s prose, outside quotation
+    marks (an English example sentence, quoted, is part of the Chinese text)."""
     pattern = r"[A-Za-z][A-Za-z'-]*(?:[ ,]+[A-Za-z][A-Za-z'-]*){%d,}" % (words - 1)
-    return re.findall(pattern, prose(text))
+    unquoted = re.sub(r'“[^”]*”|"[^"\n]*"|「[^」]*」', " ", prose(text))
+    return re.findall(pattern, unquoted)
 
 
 def _multiset(pattern: re.Pattern, text: str) -> List[str]:
