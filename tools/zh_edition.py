@@ -436,6 +436,7 @@ def _role_text(body: str) -> str:
 def prose(text: str) -> str:
     """``text`` without math, code, URLs, labels and MyST syntax: the words a reader reads."""
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"(?:^|\n)\n(?: {4}.*(?:\n|$))+", "\n\n", text)  # indented code blocks
     text = _MATH.sub(" ", text)
     text = _ROLE.sub(
         lambda m: " " if m.group("role") != "term" else _role_text(m.group("body")), text
