@@ -452,9 +452,10 @@ def prose(text: str) -> str:
 
 def english_runs(text: str, words: int = 5) -> List[str]:
     """Runs of ``words`` or more English words in a row in ``text``'s prose, outside quotation
-    marks (an English example sentence, quoted, is part of the Chinese text)."""
+    marks and italics (an English example sentence or a paper's title is part of the Chinese text)."""
     pattern = r"[A-Za-z][A-Za-z'-]*(?:[ ,]+[A-Za-z][A-Za-z'-]*){%d,}" % (words - 1)
-    unquoted = re.sub(r'“[^”]*”|"[^"\n]*"|「[^」]*」', " ", prose(text))
+    quoted = r'“[^”]*”|"[^"\n]*"|「[^」]*」|\*[^*\n\u4e00-\u9fff]+\*'  # or an italic title
+    unquoted = re.sub(quoted, " ", prose(text))
     return re.findall(pattern, unquoted)
 
 
