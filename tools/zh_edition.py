@@ -454,9 +454,12 @@ def english_runs(text: str, words: int = 5) -> List[str]:
     """Runs of ``words`` or more English words in a row in ``text``'s prose, outside quotation
     marks and italics (an English example sentence or a paper's title is part of the Chinese text)."""
     pattern = r"[A-Za-z][A-Za-z'-]*(?:[ ,]+[A-Za-z][A-Za-z'-]*){%d,}" % (words - 1)
-    quoted = r'“[^”]*”|"[^"\n]*"|「[^」]*」|\*[^*\n\u4e00-\u9fff]+\*'  # or an italic title
-    unquoted = re.sub(quoted, " ", prose(text))
-    return re.findall(pattern, unquoted)
+    return re.findall(pattern, unquoted(prose(text)))
+
+
+def unquoted(text: str) -> str:
+    """``text`` without what is quoted or in italics (English examples and titles)."""
+    return re.sub(r'“[^”]*”|"[^"\n]*"|「[^」]*」|\*[^*\n\u4e00-\u9fff]+\*', " ", text)
 
 
 def _multiset(pattern: re.Pattern, text: str) -> List[str]:
@@ -516,7 +519,7 @@ def _mentions(text: str, term: str) -> bool:
 
 def terminology_problems(english: str, chinese: str, page: str = "") -> List[str]:
     found = []
-    english_prose = prose(english)
+    english_prose = unquoted(prose(english))
     for term, canonical, avoid in terminology():
         multiword = " " in term or "-" in term
         if (
