@@ -404,7 +404,8 @@ def import_text(page: Path, text: str) -> int:
 TERMINOLOGY = ROOT / "book" / "locale" / "zh_CN" / "terminology.tsv"
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
-_CODE = re.compile(r"`[^`\n]+`")
+_CODE = re.compile(r"`(?:[^`\n]|\n(?!\n))+`")  # a code span may break across lines
+_FENCED = re.compile(r"^(`{3,}|~{3,})(?P<info>[^\n]*)\n.*?^\1\s*$", re.S | re.M)
 _ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<body>[^`]*)`")
 _LINK = re.compile(r"\]\((?P<url>[^)\s]+)\)")
 _LABEL = re.compile(r"^\([\w-]+\)=\s*$", re.M)
@@ -459,7 +460,7 @@ def english_runs(text: str, words: int = 5) -> List[str]:
 
 def unquoted(text: str) -> str:
     """``text`` without what is quoted or in italics (English examples and titles)."""
-    return re.sub(r'“[^”]*”|"[^"\n]*"|「[^」]*」|\*[^*\n\u4e00-\u9fff]+\*', " ", text)
+    return re.sub(r'“[^”]*”|"(?:[^"\n]|\n(?!\n))*"|「[^」]*」|\*[^*\n\u4e00-\u9fff]+\*', " ", text)
 
 
 def _multiset(pattern: re.Pattern, text: str) -> List[str]:
@@ -473,7 +474,13 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
         found.append("no Chinese in the translation's prose")
     for run in english_runs(chinese):
         found.append(f"untranslated English: {run!r}")
-    bare_en, bare_zh = _ROLE.sub(" ", english), _ROLE.sub(" ", chinese)
+    code_blocks = lambda text: sorted(  # noqa: E731 - fenced code, not directives
+        m.group(0) for m in _FENCED.finditer(text) if not m.group("info").startswith("{")
+    )
+    if code_blocks(english) != code_blocks(chinese):
+        found.append("a code block differs from the English")
+    bare_en = _ROLE.sub(" ", _FENCED.sub(" ", english))
+    bare_zh = _ROLE.sub(" ", _FENCED.sub(" ", chinese))
     for name, pattern in (("math", _MATH), ("inline code", _CODE), ("label", _LABEL)):
         a, b = _multiset(pattern, bare_en), _multiset(pattern, bare_zh)
         if a != b:
@@ -483,12 +490,12 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
     roles_en = sorted(
         (m.group("role"), m.group("body") if m.group("role") != "term" else "")
         for m in _ROLE.finditer(english)
-        if m.group("role") not in ("term", "doc")
+        if m.group("role") not in ("term", "doc", "ref")
     )
     roles_zh = sorted(
         (m.group("role"), m.group("body") if m.group("role") != "term" else "")
         for m in _ROLE.finditer(chinese)
-        if m.group("role") not in ("term", "doc")
+        if m.group("role") not in ("term", "doc", "ref")
     )
     if roles_en != roles_zh:
         found.append(
@@ -497,7 +504,7 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
     targets = lambda text, role: sorted(  # noqa: E731
         _role_target(role, m.group("body")) for m in _ROLE.finditer(text) if m.group("role") == role
     )
-    for role in ("term", "doc"):
+    for role in ("term", "doc", "ref"):
         if targets(english, role) != targets(chinese, role):
             found.append(
                 f"{{{role}}} targets differ: {targets(english, role)} vs {targets(chinese, role)}"
