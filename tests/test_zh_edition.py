@@ -5,8 +5,8 @@
 * a translation keeps the English's math, inline code, labels, references, links and
   directives, has no untranslated English paragraph, and uses the terminology table's one
   rendering of each glossary term (no variant outside the glossary);
-* the Chinese notebooks' code is the English code byte for byte (the set-up cell adds the line
-  that chooses the language), and their outputs are the English run's;
+* the Chinese notebooks' code is the English code byte for byte, and their outputs are the
+  English run's;
 * the Chinese Colab edition (notebooks/zh) is in step with the pages and the catalogues.
 
 The checks themselves are tested on hand-made pages and translations, so that they can fail.
@@ -86,8 +86,7 @@ def test_chinese_notebooks_run_the_english_code(page):
     assert [c.get("id") for c in chinese["cells"]] == [c.get("id") for c in english["cells"]]
     code_en = [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
     code_zh = [zh._source(c) for c in chinese["cells"] if c["cell_type"] == "code"]
-    assert code_zh[0] == zh.chinese_setup_cell(code_en[0])
-    assert code_zh[1:] == code_en[1:]
+    assert code_zh == code_en
     assert chinese["metadata"] == english["metadata"]
     translated = [
         c for c in chinese["cells"] if c["cell_type"] == "markdown" and zh.has_words(zh._source(c))

@@ -194,12 +194,15 @@ def term_id(term: str) -> str:
 
 @cache
 def glossary() -> dict[str, str]:
-    """``{term in lower case: anchor}`` of the glossary page (``term-<id>``, as Sphinx writes it)."""
+    """``{term in lower case: anchor}`` of the glossary page (``term-<id>``, as Sphinx writes it).
+
+    Only the English terms: they are what the chapters link to in both editions (the Chinese
+    glossary lists its renderings as further terms, whose ids Sphinx numbers instead)."""
     text = (BOOK / "glossary.md").read_text()
     terms = {}
     for match in re.finditer(r"^:{3,}\{glossary\}\n(?P<body>.*?)^:{3,}\s*$", text, re.S | re.M):
         for line in match.group("body").splitlines():
-            if line and not line[0].isspace() and not line.startswith(":"):
+            if line and not line[0].isspace() and not line.startswith(":") and line.isascii():
                 terms[line.strip().lower()] = term_id(line.strip())
     if len(set(terms.values())) != len(terms):
         raise ConversionError("two glossary terms share an anchor")

@@ -231,8 +231,6 @@ SITE_WORDS = {
     "Chapters": "章节",
     "Reference": "参考资料",
 }
-#: The line the Chinese set-up cell adds: check(), hint() and solution() then speak Chinese.
-SET_LANGUAGE = 'import attncourse\n\nattncourse.set_language("zh")'
 
 
 class Untranslated(Exception):
@@ -248,11 +246,6 @@ def _translate(table: Dict[tuple, str], context: str, text: str, where: str, str
     return found
 
 
-def chinese_setup_cell(source: str) -> str:
-    """The set-up cell of a Chinese notebook: the English one, then the language chosen."""
-    return source.rstrip("\n") + "\n\n" + SET_LANGUAGE
-
-
 def _swap_outputs(cell: dict) -> None:
     """Outputs the English run rendered in Chinese as well (``check``, ``hint``,
     ``solution`` under ATTNCOURSE_EXTRA_LANGUAGES): the Chinese rendering replaces the English."""
@@ -264,13 +257,13 @@ def _swap_outputs(cell: dict) -> None:
 
 def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool = True) -> dict:
     """The Chinese notebook of ``page``: the English cells (with the outputs of the executed
-    copy when given), Markdown, captions and alt texts translated, code byte for byte."""
+    copy when given), Markdown, captions and alt texts translated, every code cell (the set-up
+    cell included) byte for byte."""
     source = json.loads(page.read_text(encoding="utf-8"))
     notebook = json.loads(executed.read_text(encoding="utf-8")) if executed else source
     table = translations(page)
     if [c.get("id") for c in notebook["cells"]] != [c.get("id") for c in source["cells"]]:
         raise ValueError(f"{executed} is not an execution of {page}: its cells differ")
-    first_code = True
     for cell, original in zip(notebook["cells"], source["cells"]):
         where = f"{page.name} cell {cell.get('id', '?')}"
         if cell["cell_type"] == "markdown":
@@ -282,9 +275,6 @@ def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool =
             continue
         if _source(cell) != _source(original):
             raise ValueError(f"{where}: the executed code differs from the page's")
-        if first_code:
-            cell["source"] = chinese_setup_cell(_source(original))
-            first_code = False
         meta = cell.get("metadata", {})
         figure = meta.get("mystnb", {}).get("figure", {})
         if figure.get("caption") and has_words(figure["caption"]):
