@@ -31,7 +31,7 @@ BUILT = ROOT / "_build" / "html"
 # Raw MyST as a reader would see it in rendered text: a role, a colon fence, a directive fence,
 # a directive option, a target label line.
 MYST_TEXT = re.compile(r"\{[a-z][\w:-]*\}`|^:{3,}|:{3,}\{|^`{3,}\{|:label:|^\([\w-]+\)=\s*$", re.M)
-NUMBERED_TEXT = re.compile(r"^(Figure|Section|Exercise) \d+(\.\d+)+$")
+NUMBERED_TEXT = re.compile(r"^(Figure|Section|Exercise|图|节|练习) \d+(\.\d+)+$")  # both editions
 
 
 def parse(markdown: str):
@@ -81,7 +81,9 @@ def markdown_problems(nb: dict) -> list[str]:
                     )
                 fragment = urlsplit(href).fragment
                 text = tokens[position + 1].content if position + 1 < len(tokens) else ""
-                if re.match(r"(fig|ex)-", fragment) or re.match(r"Figure|Section|Exercise", text):
+                if re.match(r"(fig|ex)-", fragment) or re.match(
+                    r"Figure|Section|Exercise|图|节|练习", text
+                ):
                     if not NUMBERED_TEXT.match(text):
                         problems.append(
                             f"{where}: link to {fragment!r} says {text!r}, not its number"

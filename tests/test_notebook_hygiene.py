@@ -8,7 +8,11 @@ import nbformat
 import pytest
 from project_tools import ROOT, normalize
 
-NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = (
+    sorted((ROOT / "book").glob("*.ipynb"))
+    + sorted((ROOT / "notebooks").glob("*.ipynb"))
+    + sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
+)
 
 
 def _set_up_cells(nb: dict) -> list:

@@ -227,6 +227,27 @@ def test_the_chinese_colab_edition_is_in_step():
         colab.configure("en", ROOT, ROOT / "notebooks", "")
 
 
+CHINESE_COLAB = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", CHINESE_COLAB, ids=lambda p: p.stem)
+def test_chinese_colab_notebooks_read_as_commonmark_and_run_the_books_code(path):
+    from test_colab_edition import markdown_problems, myst_fragments
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    english = json.loads((ROOT / "book" / path.name).read_text(encoding="utf-8"))
+    assert markdown_problems(nb) == [] and myst_fragments(nb) == 0
+    code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code == [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
+    text = "\n".join(c["source"] for c in nb["cells"] if c["cell_type"] == "markdown")
+    starts = sum(zh._source(c).count("{exercise-start}") for c in english["cells"])
+    assert len(re.findall(r"^### 练习 \d+\.\d+", text, re.M)) == starts
+    figures = sum(1 for c in english["cells"] if c["metadata"].get("mystnb", {}).get("figure"))
+    assert len(re.findall(r"^\*\*图 \d+\.\d+\*\* \S", text, re.M)) == figures
+    assert f"/zh/book/{path.stem}.html" in text  # the banner links the Chinese page
+    assert zh._CJK.search(text)
+
+
 def test_the_chinese_sources_build_configuration(tmp_path):
     zh.write_sources(tmp_path / "src")
     import yaml
