@@ -268,6 +268,8 @@ def cjk_fonts(context, page, limit: int = 40) -> dict:
             if not CJK.search(re.sub(r"<[^>]+>", "", text)):
                 continue
             fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            if not fonts:  # no text of its own: its words are in child elements (links, code)
+                continue
             names = [f["familyName"] for f in fonts]
             checked += 1
             if not any(CJK_FONT.search(name) for name in names):
