@@ -83,13 +83,24 @@ def _is_int(value: object) -> bool:
     )
 
 
+def _not_a_number(name: str, value: object, kind: str) -> TypeError:
+    """The TypeError for a ``value`` of the wrong type where ``kind`` (a Python number) is due."""
+    if isinstance(value, Tensor) and value.dim() == 0:
+        return TypeError(f"{name} must be {kind}, got a 0-d tensor {value!r}: pass {name}.item()")
+    return TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}")
+
+
 def require_positive_int(name: str, value: object) -> None:
-    if not _is_int(value) or value <= 0:  # type: ignore[operator]
+    if not _is_int(value):
+        raise _not_a_number(name, value, "a positive integer")
+    if value <= 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def require_non_negative_int(name: str, value: object) -> None:
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
+    if not _is_int(value):
+        raise _not_a_number(name, value, "a non-negative integer")
+    if value < 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
@@ -146,12 +157,9 @@ def default_scale(query: Tensor, scale: object, name: str = "query") -> float:
 
 
 def require_positive_number(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _not_a_number(name, value, "a positive finite number")
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 

@@ -18,9 +18,16 @@ from ._checks import (
     fmt_shape,
     require_bool,
     require_floating,
+    require_module,
     require_positive_int,
     require_token_ids,
 )
+
+
+def _require_callable(name: str, value: object, form: str) -> None:
+    if not callable(value):
+        raise TypeError(f"{name} must be a function {form}, got {type(value).__name__}")
+
 
 __all__ = ["train", "next_token_loss", "ProgressBar"]
 
@@ -99,6 +106,8 @@ def train(
 
     Args:
         model: the module to train; left in ``eval()`` mode at the end.
+            A loss that is not finite (NaN or infinite) stops the training with a
+            ``ValueError`` naming the step, before it reaches the parameters.
         get_batch: ``get_batch(step)`` returns the batch for that step (seed it for determinism).
         loss_fn: ``loss_fn(model, batch)`` returns the scalar loss to minimise (add any
             regulariser, such as chapter 8's span penalty, here).
@@ -109,15 +118,37 @@ def train(
         progress: show a progress bar.
         desc: the progress bar's label.
     """
+    require_module("model", model)
+    _require_callable("get_batch", get_batch, "get_batch(step) -> batch")
+    _require_callable("loss_fn", loss_fn, "loss_fn(model, batch) -> scalar tensor")
+    if after_step is not None:
+        _require_callable("after_step", after_step, "after_step(model, step)")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer over the model's parameters, got"
+            f" {type(optimizer).__name__}"
+        )
     require_positive_int("steps", steps)
+    require_bool("progress", progress)
     model.train()
     losses: List[float] = []
-    require_bool("progress", progress)
     bar = ProgressBar(steps, desc, enabled=progress)
     for step in range(steps):
         loss = loss_fn(model, get_batch(step))
+        if not isinstance(loss, Tensor):
+            raise TypeError(
+                f"loss_fn must return a scalar tensor (to call .backward() on), got"
+                f" {type(loss).__name__} at step {step}"
+            )
         if loss.dim() != 0:
             raise ValueError(f"loss_fn must return a scalar, got shape {fmt_shape(loss.shape)}")
+        if not bool(torch.isfinite(loss.detach())):
+            bar.close()
+            raise ValueError(
+                f"loss_fn returned {loss.item()} at step {step}: the training diverged (a"
+                " learning rate too large, a log of 0, a fully masked row?); the parameters"
+                " were not updated with it"
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

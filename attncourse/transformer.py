@@ -365,6 +365,20 @@ class Seq2SeqTransformer(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
+        for name, value in (
+            ("src_vocab", src_vocab),
+            ("tgt_vocab", tgt_vocab),
+            ("d_model", d_model),
+            ("num_layers", num_layers),
+            ("max_len", max_len),
+        ):
+            require_positive_int(name, value)
+        require_non_negative_int("pad_id", pad_id)
+        if pad_id >= min(src_vocab, tgt_vocab):
+            raise ValueError(
+                f"pad_id={pad_id} must be a token id of both vocabularies, below"
+                f" src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            )
         self.pad_id = pad_id
         self.src_embed = _Embedding(src_vocab, d_model, max_len)
         self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len)
@@ -405,6 +419,16 @@ class Seq2SeqTransformer(nn.Module):
                 "src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
                 f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
             )
+        for name, tokens, embed in (
+            ("src", src, self.src_embed),
+            ("tgt_in", tgt_in, self.tgt_embed),
+        ):
+            require_token_ids(name, tokens, embed.tokens.num_embeddings)
+            if tokens.size(1) > embed.max_len:
+                raise ValueError(
+                    f"{name} has length {tokens.size(1)} but the model has max_len={embed.max_len}"
+                    f" ({name} shape {fmt_shape(tokens.shape)})"
+                )
         return self.decode(tgt_in, self.encode(src), src)
 
     @torch.no_grad()

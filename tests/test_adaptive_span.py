@@ -329,11 +329,15 @@ def test_frozen_span_does_not_learn():
 # -- bad input ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ramp", [0, -1.0, float("nan"), float("inf"), True])
-def test_bad_ramp(ramp):
-    with pytest.raises(ValueError, match="ramp"):
+@pytest.mark.parametrize(
+    "ramp, error",
+    [(0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError)]
+    + [(True, TypeError), ("2", TypeError), (torch.tensor(2.0), TypeError)],
+)
+def test_bad_ramp(ramp, error):
+    with pytest.raises(error, match="ramp"):
         soft_span_mask(torch.arange(4), 2.0, ramp)
-    with pytest.raises(ValueError, match="ramp"):
+    with pytest.raises(error, match="ramp"):
         AdaptiveSpan(2, 8, ramp)
 
 

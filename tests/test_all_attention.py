@@ -417,7 +417,7 @@ def test_count_bad_input():
         transformer_layer_parameters(0, 10)
     with pytest.raises(ValueError, match="d_ff must be a non-negative integer"):
         transformer_layer_parameters(8, -1)
-    with pytest.raises(ValueError, match="num_persistent must be a non-negative integer"):
+    with pytest.raises(TypeError, match="num_persistent must be a non-negative integer"):
         all_attention_layer_parameters(8, 2.5)
     with pytest.raises(ValueError, match="d_model must be a positive integer, got 0"):
         all_attention_layer_parameters(0, 4)

@@ -132,8 +132,8 @@ def test_mean_pool_averages_each_group_of_heads():
 def test_num_kv_heads_validation():
     with pytest.raises(ValueError, match=r"num_kv_heads=3.*num_heads=8"):
         MultiHeadAttention(32, 8, num_kv_heads=3)
-    for bad in (0, -2, 2.0, True):
-        with pytest.raises(ValueError, match="num_kv_heads"):
+    for bad, error in ((0, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="num_kv_heads"):
             MultiHeadAttention(32, 8, num_kv_heads=bad)
     assert MultiHeadAttention(32, 8).num_kv_heads == 8
 

@@ -543,9 +543,9 @@ def test_softmax_rows_of_no_rows(kdevice):
         (dict(scale=float("inf")), ValueError, "scale"),
         (dict(scale=float("nan")), ValueError, "scale"),
         (dict(scale=-1.0), ValueError, "scale"),
-        (dict(scale=True), ValueError, "scale"),
-        (dict(block_m=16.0), ValueError, "block_m"),
-        (dict(block_n=True), ValueError, "block_n"),
+        (dict(scale=True), TypeError, "scale"),
+        (dict(block_m=16.0), TypeError, "block_m"),
+        (dict(block_n=True), TypeError, "block_n"),
         (dict(block_n=8), ValueError, "block_n"),
         (dict(lengths=[3]), TypeError, "lengths"),
         (dict(lengths=torch.tensor([True])), TypeError, "lengths"),
@@ -568,7 +568,7 @@ def test_every_argument_is_checked(kdevice, kwargs, error, match):
         ([1, 2], 2.0, TypeError, "span"),
         ([1.0, 2.0], float("inf"), ValueError, "ramp"),
         ([1.0, 2.0], -1.0, ValueError, "ramp"),
-        ([1.0, 2.0], "2", ValueError, "ramp"),
+        ([1.0, 2.0], "2", TypeError, "ramp"),
     ],
 )
 def test_adaptive_span_arguments_are_checked(kdevice, span, ramp, error, match):

@@ -56,7 +56,7 @@ def test_padding_mask_matches_a_loop(lengths, max_len, device):
         (torch.tensor([True, False]), None, TypeError, "integers"),
         (torch.ones(2, 2, dtype=torch.long), None, ValueError, "one-dimensional"),
         ([2, 1], -3, ValueError, "max_len"),
-        ([2, 1], 2.5, ValueError, "max_len"),
+        ([2, 1], 2.5, TypeError, "max_len"),
     ],
 )
 def test_padding_mask_rejects_bad_lengths(lengths, max_len, error, words):
@@ -135,10 +135,20 @@ def test_future_token_changes_no_earlier_output(device):
         assert not torch.allclose(out[:, t:], out2[:, t:])
 
 
-@pytest.mark.parametrize("query_len,key_len", [(-1, 3), (3, -2), (2.0, 3), (True, 2), (3, 1.5)])
-def test_causal_mask_rejects_bad_lengths(query_len, key_len):
-    with pytest.raises(ValueError, match="must be a non-negative integer"):
+@pytest.mark.parametrize(
+    "query_len, key_len, error",
+    [(-1, 3, ValueError), (3, -2, ValueError), (2.0, 3, TypeError), (True, 2, TypeError)]
+    + [(3, 1.5, TypeError), (torch.tensor(3), 3, TypeError)],
+)
+def test_causal_mask_rejects_bad_lengths(query_len, key_len, error):
+    # a wrong value is a ValueError, a wrong type (a float, a bool, a 0-d tensor) a TypeError
+    with pytest.raises(error, match="must be a non-negative integer"):
         causal_mask(query_len, key_len)
+
+
+def test_a_0d_tensor_length_is_refused_with_the_way_out():
+    with pytest.raises(TypeError, match=r"query_len must be .*0-d tensor.*query_len.item\(\)"):
+        causal_mask(torch.tensor(3))
 
 
 @pytest.mark.parametrize("query_len,key_len", [(0, 3), (3, 0), (0, 0)])

@@ -301,7 +301,7 @@ def test_half_precision_on_device(device):
         (lambda: MultiHeadAttention(64, 10), ValueError, "num_heads=10 must divide embed_dim=64"),
         (lambda: MultiHeadAttention(0, 1), ValueError, "embed_dim must be a positive integer"),
         (lambda: MultiHeadAttention(8, 2, kdim=0), ValueError, "kdim must be a positive integer"),
-        (lambda: MultiHeadAttention(8, 2.0), ValueError, "num_heads must be a positive integer"),
+        (lambda: MultiHeadAttention(8, 2.0), TypeError, "num_heads must be a positive integer"),
     ],
 )
 def test_bad_construction(build, error, words):

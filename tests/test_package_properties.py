@@ -30,12 +30,15 @@ from attncourse.adaptive_span import (
 )
 from attncourse.all_attention import AllAttention, AllAttentionBlock, ffn_as_attention
 from attncourse.attention import safe_softmax, scaled_dot_product_attention
+from attncourse.course.lookup_task import lookup_sequences
+from attncourse.course.text import CharTokenizer, train_val_split
+from attncourse.course.toy_translation import alignment_accuracy, number_to_words, split_numbers
 from attncourse.efficient import online_softmax_update, tiled_attention
 from attncourse.kv_cache import KVCache
 from attncourse.multihead import MultiHeadAttention, merge_heads, split_heads
 from attncourse.sampling import generate
-from attncourse.training import next_token_loss
-from attncourse.transformer import CausalLM, FeedForward, TransformerBlock
+from attncourse.training import next_token_loss, train
+from attncourse.transformer import CausalLM, FeedForward, Seq2SeqTransformer, TransformerBlock
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
@@ -395,7 +398,7 @@ BAD = [
     (
         "tiled block float",
         lambda: tiled_attention(Q3, K3, V3, block_size=2.0),
-        ValueError,
+        TypeError,
         ["block_size", "2.0"],
     ),
     (
@@ -433,9 +436,9 @@ BAD = [
         ValueError,
         ["max_len=3", "[1, 4]"],
     ),
-    ("padding max_len float", lambda: M.padding_mask([1, 2], 3.0), ValueError, ["max_len", "3.0"]),
+    ("padding max_len float", lambda: M.padding_mask([1, 2], 3.0), TypeError, ["max_len", "3.0"]),
     ("causal negative", lambda: M.causal_mask(-1), ValueError, ["query_len", "-1"]),
-    ("causal key float", lambda: M.causal_mask(2, 1.5), ValueError, ["key_len", "1.5"]),
+    ("causal key float", lambda: M.causal_mask(2, 1.5), TypeError, ["key_len", "1.5"]),
     (
         "to_additive bool dtype",
         lambda: M.to_additive(torch.ones(2, 2, dtype=torch.bool), torch.bool),
@@ -736,7 +739,7 @@ BAD = [
     (
         "asa window float",
         lambda: adaptive_span_attention(Q4, Q4, Q4, SPAN, 1.0, window=4.0),
-        ValueError,
+        TypeError,
         ["window", "4.0"],
     ),
     (
@@ -871,7 +874,7 @@ BAD = [
     (
         "ASBlock d_ff float",
         lambda: AdaptiveSpanBlock(8, 2, 3.5, 4, 1.0),
-        ValueError,
+        TypeError,
         ["d_ff", "3.5"],
     ),
     ("span_penalty str", lambda: span_penalty("x", 0.1), TypeError, ["model", "str"]),
@@ -1051,6 +1054,86 @@ BAD = [
         ),
         TypeError,
         ["logits", "int64"],
+    ),
+]
+
+
+# The training loop, the encoder-decoder and the course's tasks (a learner calls them too).
+def _trainable():
+    model = torch.nn.Linear(2, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _train(**changes):
+    model, optimizer = _trainable()
+    arguments = dict(
+        model=model,
+        get_batch=lambda step: torch.randn(4, 2),
+        loss_fn=lambda m, batch: m(batch).pow(2).mean(),
+        steps=2,
+        optimizer=optimizer,
+        progress=False,
+    )
+    arguments.update(changes)
+    return lambda: train(**arguments)
+
+
+_SRC, _TGT = torch.randint(1, 5, (2, 4)), torch.randint(1, 6, (2, 3))
+
+
+def _seq2seq(**changes):
+    arguments = dict(d_model=8, num_heads=2, d_ff=16, num_layers=1, max_len=6)
+    arguments.update(changes)
+    return Seq2SeqTransformer(5, 6, **arguments)
+
+
+BAD += [
+    ("train model list", _train(model=[1]), TypeError, ["model", "list"]),
+    ("train get_batch None", _train(get_batch=None), TypeError, ["get_batch", "NoneType"]),
+    ("train loss_fn str", _train(loss_fn="mse"), TypeError, ["loss_fn", "str"]),
+    ("train optimizer None", _train(optimizer=None), TypeError, ["optimizer", "NoneType"]),
+    ("train after_step int", _train(after_step=3), TypeError, ["after_step", "int"]),
+    ("train loss float", _train(loss_fn=lambda m, b: 1.0), TypeError, ["loss_fn", "float"]),
+    (
+        "train loss nan",
+        _train(loss_fn=lambda m, b: m(b).sum() * float("nan")),
+        ValueError,
+        ["loss_fn", "nan", "step 0"],
+    ),
+    ("seq2seq src_vocab 0", lambda: Seq2SeqTransformer(0, 5), ValueError, ["src_vocab", "0"]),
+    ("seq2seq num_layers 0", lambda: _seq2seq(num_layers=0), ValueError, ["num_layers", "0"]),
+    ("seq2seq max_len float", lambda: _seq2seq(max_len=6.0), TypeError, ["max_len", "6.0"]),
+    ("seq2seq pad_id outside", lambda: _seq2seq(pad_id=5), ValueError, ["pad_id=5", "src_vocab=5"]),
+    ("seq2seq pad_id -1", lambda: _seq2seq(pad_id=-1), ValueError, ["pad_id", "-1"]),
+    ("seq2seq src float", lambda: _seq2seq()(_SRC.float(), _TGT), TypeError, ["src", "float32"]),
+    ("seq2seq src ids", lambda: _seq2seq()(_SRC + 9, _TGT), ValueError, ["src", "[0, 5)"]),
+    (
+        "seq2seq tgt_in too long",
+        lambda: _seq2seq()(_SRC, torch.ones(2, 9, dtype=torch.long)),
+        ValueError,
+        ["tgt_in", "max_len=6"],
+    ),
+    ("tokenizer int", lambda: CharTokenizer(123), TypeError, ["text", "int"]),
+    ("split str", lambda: train_val_split(torch.arange(9), "0.1"), TypeError, ["val_fraction"]),
+    ("words float", lambda: number_to_words(3.0), TypeError, ["n", "float"]),
+    ("split_numbers str", lambda: split_numbers("0.2"), TypeError, ["test_fraction", "str"]),
+    (
+        "alignment float",
+        lambda: alignment_accuracy(torch.rand(2, 3, 4), torch.zeros(2, 3)),
+        TypeError,
+        ["alignment", "float32"],
+    ),
+    (
+        "alignment outside the source",
+        lambda: alignment_accuracy(torch.rand(2, 3, 4), torch.full((2, 3), 4)),
+        ValueError,
+        ["alignment", "S=4"],
+    ),
+    (
+        "lookup table float",
+        lambda: lookup_sequences(torch.zeros(4, 4), 2, 5),
+        TypeError,
+        ["table", "float32"],
     ),
 ]
 

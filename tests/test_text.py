@@ -67,8 +67,11 @@ def test_split_is_contiguous_and_disjoint():
     data = torch.arange(1000)
     train, val = train_val_split(data, 0.1)
     assert train.tolist() == list(range(900)) and val.tolist() == list(range(900, 1000))
-    for bad in (0, 1, 1.5, True, "0.1"):
-        with pytest.raises(ValueError, match="val_fraction"):
+    for bad, error in ((0, ValueError), (1, ValueError), (1.5, ValueError)) + (
+        (True, TypeError),
+        ("0.1", TypeError),
+    ):
+        with pytest.raises(error, match="val_fraction"):
             train_val_split(data, bad)
     with pytest.raises(ValueError, match=r"data must have rank 1|\(N,\)"):
         train_val_split(data.view(10, 100))

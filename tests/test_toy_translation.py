@@ -62,9 +62,13 @@ def test_all_numbers_and_split():
     assert split_numbers(0.25, seed=4) != (train, test)
 
 
-@pytest.mark.parametrize("n", [0, 10000, 105, 3.0, True, -4])
-def test_number_to_words_rejects(n):
-    with pytest.raises(ValueError, match="n must"):
+@pytest.mark.parametrize(
+    "n, error",
+    [(0, ValueError), (10000, ValueError), (105, ValueError), (-4, ValueError)]
+    + [(3.0, TypeError), (True, TypeError)],
+)
+def test_number_to_words_rejects(n, error):
+    with pytest.raises(error, match="n must"):
         number_to_words(n)
 
 

@@ -146,7 +146,7 @@ def test_causal_lm_bad_inputs(tokens, error, match):
 def test_causal_lm_bad_sizes():
     with pytest.raises(ValueError, match="vocab_size"):
         CausalLM(0, 8, 10, [])
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(TypeError, match="max_len"):
         CausalLM(5, 8, 2.5, [])
 
 

@@ -70,12 +70,12 @@ def lookup_sequences(
         generator: for reproducible samples.
     """
     require_tensor("table", table)
-    if (
-        table.dim() != 2
-        or table.size(0) != table.size(1)
-        or table.is_floating_point()
-        or table.dtype == torch.bool
-    ):
+    if table.is_floating_point() or table.is_complex() or table.dtype == torch.bool:
+        raise TypeError(
+            f"table must be a square integer tensor (V, V), got {table.dtype}"
+            f" {fmt_shape(table.shape)}"
+        )
+    if table.dim() != 2 or table.size(0) != table.size(1):
         raise ValueError(
             f"table must be a square integer tensor (V, V), got {table.dtype}"
             f" {fmt_shape(table.shape)}"

@@ -50,7 +50,9 @@ class CharTokenizer:
     """
 
     def __init__(self, text: str) -> None:
-        if not isinstance(text, str) or not text:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a non-empty string, got {type(text).__name__}")
+        if not text:
             raise ValueError(
                 f"text must be a non-empty string, got {type(text).__name__} of length"
                 f" {len(text) if isinstance(text, str) else '-'}"
@@ -99,11 +101,12 @@ def train_val_split(data: Tensor, val_fraction: float = 0.1) -> Tuple[Tensor, Te
     """
     require_tensor("data", data)
     require_rank("data", data, 1, "(N,)")
-    if (
-        isinstance(val_fraction, bool)
-        or not isinstance(val_fraction, (int, float))
-        or not 0.0 < val_fraction < 1.0
-    ):
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
+        raise TypeError(
+            f"val_fraction must be a number in (0, 1), got {type(val_fraction).__name__}"
+            f" {val_fraction!r}"
+        )
+    if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
     n_val = round(val_fraction * data.numel())
     if not 0 < n_val < data.numel():

@@ -90,7 +90,9 @@ def number_to_words(n: int) -> Tuple[List[str], List[int]]:
     >>> number_to_words(3241)
     (['three', 'thousand', 'two', 'hundred', 'one', 'and', 'forty'], [0, 2, 6, 4])
     """
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 9999:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an integer in [1, 9999], got {type(n).__name__} {n!r}")
+    if not 1 <= n <= 9999:
         raise ValueError(f"n must be an integer in [1, 9999], got {n!r}")
     digits = [int(c) for c in str(n)]
     if 0 in digits:
@@ -120,6 +122,10 @@ def all_numbers() -> List[int]:
 
 def split_numbers(test_fraction: float = 0.2, *, seed: int = 0) -> Tuple[List[int], List[int]]:
     """Shuffle :func:`all_numbers` with ``seed`` and split it into ``(train, test)``."""
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
+        raise TypeError(
+            f"test_fraction must be a number in (0, 1), got {type(test_fraction).__name__}"
+        )
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
     numbers = all_numbers()
@@ -449,9 +455,18 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
             f"alignment must have shape (N, L) = {fmt_shape(weights.shape[:2])}, got"
             f" {fmt_shape(alignment.shape)}"
         )
+    if alignment.is_floating_point() or alignment.is_complex() or alignment.dtype == torch.bool:
+        raise TypeError(
+            f"alignment must be an integer tensor of source positions, got dtype {alignment.dtype}"
+        )
     counted = alignment >= 0
     if not bool(counted.any()):
         raise ValueError("alignment has no entry >= 0: nothing to score")
+    if int(alignment.max()) >= weights.size(-1):
+        raise ValueError(
+            f"alignment holds source position {int(alignment.max())}, but weights has only"
+            f" S={weights.size(-1)} source positions (weights shape {fmt_shape(weights.shape)})"
+        )
     hits = (weights.argmax(dim=-1) == alignment) & counted
     return hits.sum().item() / counted.sum().item()
 
