@@ -462,8 +462,10 @@ def test_lookup_entropy_is_the_bayes_loss():
 
 def test_lookup_bad_input():
     table = make_table(4)
+    with pytest.raises(TypeError, match="table must be a square integer tensor"):
+        lookup_sequences(table.float(), 2, 5)  # a wrong dtype is a TypeError
     with pytest.raises(ValueError, match="table must be a square integer tensor"):
-        lookup_sequences(table.float(), 2, 5)
+        lookup_sequences(table[:3], 2, 5)  # a wrong shape is a ValueError
     with pytest.raises(ValueError, match="length must be at least 3"):
         lookup_sequences(table, 2, 2)
     with pytest.raises(ValueError, match=r"noise must be a probability in \[0, 1\]"):
