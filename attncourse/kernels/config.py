@@ -35,7 +35,7 @@ __all__ = [
 #: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration;
 #: ``backward_dkdv_span`` is the dK/dV kernel of adaptive span, which also accumulates the
 #: span's gradient and needs more registers.
-KERNELS = ("forward", "backward_dkdv", "backward_dq", "backward_dkdv_span")
+KERNELS = ("forward", "forward_span", "backward_dkdv", "backward_dq", "backward_dkdv_span")
 
 #: The compute capabilities the course compiles for (the compile test's targets), a GPU of
 #: each kind, and the most shared memory one block may use there (bytes, the opt-in maximum).
@@ -151,7 +151,9 @@ def launch_config(
     * On a T4 (64 KiB) at ``d = 128`` the backward takes 16 x 32 (dK/dV) and 32 x 32 (dQ)
       tiles with one stage: larger ones need 70-98 KiB there.
     * Pipelining stages cost a copy of each streamed tile: 2 where shared memory is at most
-      99 KiB, 3 on an A100 or an H100.
+      99 KiB, 3 on an A100 or an H100 (the forward: 2 on an A100, where a third spills).
+    * With 2 stages (sm_86, sm_89) the dK/dV kernel at ``d = 64`` takes 8 warps: with 4 it
+      spills; so does the adaptive-span forward (``forward_span``) before sm_90.
     """
     capability = _check_capability(capability)
     if kernel not in KERNELS:
@@ -176,8 +178,14 @@ def launch_config(
         # the dK/dV kernel holds two float32 accumulators: 8 warps keep them in registers
         warps = 8 if backward_dkdv and not small else 4
         return LaunchConfig(32, 32, warps, 1 if small else 2)
-    if kernel == "forward":
-        return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
+    if kernel in ("forward", "forward_span"):
+        if capability >= (9, 0):
+            return LaunchConfig(64, 64 if d <= 64 else 32, 4, stages)
+        # 2 stages before sm_90: on an A100 a third copy of the K and V tiles spills registers
+        # at d = 32 and d = 96 (8 and 12 bytes per thread, make compile-matrix); the span's
+        # forward holds the soft mask's weights as well and takes 8 warps (4 spill at d = 64)
+        warps = 8 if kernel == "forward_span" and not small else 4
+        return LaunchConfig(64, 64 if d <= 64 else 32, warps, 2)
     if d > 64:  # dK and dV (or dQ) accumulators of 128 columns
         if small:  # within a T4's 64 KiB: smaller tiles, one stage
             return LaunchConfig(16, 32, 4, 1) if backward_dkdv else LaunchConfig(32, 32, 4, 1)
@@ -189,6 +197,10 @@ def launch_config(
         return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile
-        return LaunchConfig(64 if capability >= (9, 0) else 32, 64, 4, stages)
+        if capability >= (9, 0):
+            return LaunchConfig(64, 64, 4, stages)
+        # with 2 stages (sm_86, sm_89) 4 warps spill 4 bytes per thread at d = 64: take 8
+        warps = 8 if d == 64 and stages == 2 and not small else 4
+        return LaunchConfig(32, 64, warps, stages)
     # backward_dq, one program per query block: 64 x 64 where shared memory allows
     return LaunchConfig(64, 64 if shared >= 160 * 1024 else 32, 4, stages)

@@ -1434,7 +1434,7 @@ def _run(launch, config: LaunchConfig) -> None:
 
 def _forward(q, k, v, causal, lengths, spans, windows, ramp, scale, block_m, block_n):
     batch, heads, length, _ = q.shape
-    config = _config(q, "forward", block_m, block_n)
+    config = _config(q, "forward_span" if spans is not None else "forward", block_m, block_n)
     out = torch.empty_like(q)
     lse = torch.empty(batch, heads, length, device=q.device, dtype=torch.float32)
     with _device_guard(q.device):
@@ -1517,8 +1517,10 @@ def compile_specs(
     from triton.backends.compiler import BaseBackend
 
     configs = {
-        name: launch_config(capability, dtype, head_dim, name)
-        for name in ("forward", "backward_dq")
+        "forward": launch_config(
+            capability, dtype, head_dim, "forward_span" if span else "forward"
+        ),
+        "backward_dq": launch_config(capability, dtype, head_dim, "backward_dq"),
     }
     configs["backward_dkdv"] = launch_config(
         capability, dtype, head_dim, "backward_dkdv_span" if span else "backward_dkdv"
