@@ -60,8 +60,10 @@ colab: $(BIN)/.installed
 	$(BIN)/python tools/colab_edition.py
 	$(BIN)/python tools/colab_edition.py --lang zh
 
+# On two workers (pytest-xdist): each test module, and each notebook, stays on one worker
+# (--dist loadscope), the longest first (tests/conftest.py), one torch thread per worker.
 test: $(BIN)/.installed $(BOOK)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadscope
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment
 # (marker `slow`): what the macOS and Windows jobs of the workflow run. A few minutes.
