@@ -23,7 +23,6 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.runtime.default_threads": 4,
     "attncourse.runtime.import_kernels": 4,
     "attncourse.runtime.set_threads": 4,
-    "attncourse.exercises.ch05_language_model.SOFTMAX_DIM": 5,
     "attncourse.plotting.diagrams.block_stages": 5,
     "attncourse.plotting.diagrams.plot_transformer_blocks": 5,
     "attncourse.benchmarks.attention.load_cache": 6,
@@ -109,6 +108,8 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.exercises._core.hint": 1,
     "attncourse.exercises._core.list_exercises": 1,
     "attncourse.exercises._core.solution": 1,
+    "attncourse.exercises._i18n.get_language": 1,
+    "attncourse.exercises._i18n.set_language": 1,
     # chapter 2
     "attncourse.masks.to_additive": 2,
     "attncourse.masks.from_ignore_mask": 2,

@@ -75,3 +75,42 @@ def pytest_collection_modifyitems(config, items):
 # One torch thread per worker: two workers on two cores, not four threads fighting for them.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+
+# -- every check of the checker tests, in Chinese as well ------------------------------------------
+# Each check() a checker test makes is made a second time in Chinese: the two must take the same
+# path (the same messages looked up, in the same order: the same case, the same mistakes named)
+# and every message the Chinese one shows must be translated. So each Chinese message is tested
+# by exactly the cases that test the English one.
+BILINGUAL_MODULES = ("test_exercises_",)
+
+
+@pytest.fixture(autouse=True)
+def _checks_in_chinese_too(request, monkeypatch):
+    if not request.path.name.startswith(BILINGUAL_MODULES):
+        yield
+        return
+    from attncourse.exercises import _core, _i18n
+
+    original = _core._check
+    seen = []
+
+    def bilingual(exercise_id, answer):
+        if _i18n.get_language() != "en":
+            return original(exercise_id, answer)
+        with _i18n.trace() as english:
+            result = original(exercise_id, answer)
+        with _i18n.language("zh"), _i18n.trace() as chinese:
+            translated = original(exercise_id, answer)
+        seen.append((exercise_id, result, translated, english, chinese))
+        return result
+
+    monkeypatch.setattr(_core, "_check", bilingual)
+    yield
+    catalogue = _i18n.catalogue_entries("zh")
+    for exercise_id, result, translated, english, chinese in seen:
+        where = f"{exercise_id}: {result.message[:200]!r}"
+        assert translated.status == result.status, where
+        assert chinese == english, f"{where}: the Chinese check took another path"
+        missing = [m for m in english if not catalogue.get(m)]
+        assert not missing, f"{where}: untranslated messages {missing}"

@@ -86,7 +86,10 @@ def test_chinese_notebooks_run_the_english_code(page):
     assert [c.get("id") for c in chinese["cells"]] == [c.get("id") for c in english["cells"]]
     code_en = [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
     code_zh = [zh._source(c) for c in chinese["cells"] if c["cell_type"] == "code"]
-    assert code_zh == code_en
+    # the set-up cell (the first) also chooses Chinese for check(); every other cell is the same
+    assert code_en[0].startswith(zh.SETUP_MARKER)
+    assert code_zh[0] == code_en[0].rstrip("\n") + zh.SETUP_LANGUAGE
+    assert code_zh[1:] == code_en[1:]
     assert chinese["metadata"] == english["metadata"]
     translated = [
         c for c in chinese["cells"] if c["cell_type"] == "markdown" and zh.has_words(zh._source(c))
@@ -238,7 +241,8 @@ def test_chinese_colab_notebooks_read_as_commonmark_and_run_the_books_code(path)
     english = json.loads((ROOT / "book" / path.name).read_text(encoding="utf-8"))
     assert markdown_problems(nb) == [] and myst_fragments(nb) == 0
     code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code == [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
+    code_en = [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
+    assert code[0] == zh.chinese_setup(code_en[0]) and code[1:] == code_en[1:]
     text = "\n".join(c["source"] for c in nb["cells"] if c["cell_type"] == "markdown")
     starts = sum(zh._source(c).count("{exercise-start}") for c in english["cells"])
     assert len(re.findall(r"^### 练习 \d+\.\d+", text, re.M)) == starts

@@ -179,7 +179,9 @@ def update(page: Path) -> Catalog:
     catalog = load(page)
     if catalog is None:
         catalog = Catalog(locale=LANGUAGE, project="attncourse", fuzzy=False)
+    created = catalog.creation_date  # kept: a merge that changes nothing leaves the file as it was
     catalog.update(fresh, no_fuzzy_matching=False, update_header_comment=False)
+    catalog.creation_date = created
     catalog.fuzzy = False
     save(page, catalog)
     return catalog
@@ -255,10 +257,25 @@ def _swap_outputs(cell: dict) -> None:
             output["data"] = {**output.get("data", {}), **zh}
 
 
+#: The first line of the set-up cell (tools/normalize_notebooks.py writes it).
+SETUP_MARKER = "# Set-up for Colab or any fresh runtime"
+#: What the Chinese notebooks' set-up cell adds to the English one, the only code that differs
+#: between the editions: check(), hint() and solution() answer in Chinese.
+SETUP_LANGUAGE = (
+    "\n\nfrom attncourse.exercises import set_language\n\n"
+    'set_language("zh")  # check()、hint() 和 solution() 用中文作答'
+)
+
+
+def chinese_setup(source: str) -> str:
+    """The Chinese edition's set-up cell: the English one, then the language chosen."""
+    return source.rstrip("\n") + SETUP_LANGUAGE
+
+
 def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool = True) -> dict:
     """The Chinese notebook of ``page``: the English cells (with the outputs of the executed
-    copy when given), Markdown, captions and alt texts translated, every code cell (the set-up
-    cell included) byte for byte."""
+    copy when given), Markdown, captions and alt texts translated, every code cell byte for
+    byte but the set-up cell, which also chooses Chinese for ``check`` (:func:`chinese_setup`)."""
     source = json.loads(page.read_text(encoding="utf-8"))
     notebook = json.loads(executed.read_text(encoding="utf-8")) if executed else source
     table = translations(page)
@@ -282,6 +299,8 @@ def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool =
         image = meta.get("mystnb", {}).get("image", {})
         if image.get("alt") and has_words(image["alt"]):
             image["alt"] = _translate(table, "alt", image["alt"], where, strict)
+        if _source(cell).startswith(SETUP_MARKER):
+            cell["source"] = chinese_setup(_source(cell))
         _swap_outputs(cell)
     return notebook
 

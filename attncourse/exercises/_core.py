@@ -8,7 +8,6 @@ that raises ``NotImplementedError`` (the untouched stub) counts as not attempted
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import decimal
@@ -22,15 +21,20 @@ import signal
 import textwrap
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-NOT_ATTEMPTED = "not attempted yet"
-PASSED = "passed"
-FAILED = "failed"
+from . import _i18n
+from ._concealed import conceal, reveal  # noqa: F401 - conceal: for the chapters and tools
+from ._i18n import N_, _, gettext_concealed
+
+# The status of a Result: English in every language (code compares it); shown translated.
+NOT_ATTEMPTED = N_("not attempted yet")
+PASSED = N_("passed")
+FAILED = N_("failed")
 
 
 class Mistake(Exception):
@@ -43,22 +47,22 @@ class NotAttempted(Exception):
 
 
 #: The not-attempted message of an untouched function stub.
-STUB_FUNCTION = (
+STUB_FUNCTION = N_(
     "Your function still raises NotImplementedError: write its body, then run this cell again."
 )
 #: The not-attempted message of an untouched value stub (``answer = ...``).
-STUB_VALUE = (
-    "Your answer is still the placeholder ... (or None): replace it with your answer, then run this"
-    " cell again."
+STUB_VALUE = N_(
+    "Your answer is still the placeholder ... (or None): replace it with your answer, "
+    "then run this cell again."
 )
 
 
 def stub_field(name: str) -> str:
     """The not-attempted message of a dict answer whose field ``name`` is still ``...``."""
-    return (
-        f"{name} is still the placeholder ...: replace it with your {name}, then run this cell"
-        " again."
-    )
+    return _(
+        "{name} is still the placeholder ...: replace it with your {name}, then run this "
+        "cell again."
+    ).format(name=name)
 
 
 def several(messages: Sequence[str]) -> str:
@@ -69,10 +73,10 @@ def several(messages: Sequence[str]) -> str:
     if len(unique) == 1:
         return unique[0]
     items = "\n".join(f"- {m}" for m in unique)
-    return (
-        f"Your answer is what each of {len(unique)} known mistakes gives; check which one you"
-        f" made:\n{items}"
-    )
+    return _(
+        "Your answer is what each of {len_unique} known mistakes gives; check which one you "
+        "made:\n{items}"
+    ).format(len_unique=len(unique), items=items)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,12 @@ class Result:
     exercise_id: str
     status: str
     message: str
+    #: The same result in other languages (``{"zh": Result}``), when asked for with the
+    #: environment variable ATTNCOURSE_EXTRA_LANGUAGES (the book build: one execution, two
+    #: editions); they travel in the output's metadata (see ``_repr_mimebundle_``).
+    translations: Dict[str, "Result"] = field(default_factory=dict, compare=False, repr=False)
+    #: The language it was graded in: its status is shown in that language, like its message.
+    language: str = field(default_factory=_i18n.get_language, compare=False, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -92,9 +102,15 @@ class Result:
 
     def __str__(self) -> str:
         mark = {PASSED: "✔", FAILED: "✘"}.get(self.status, "…")
-        return f"{mark} {self.exercise_id}: {self.status}\n{self.message}".rstrip()
+        return f"{mark} {self.exercise_id}: {self._status()}\n{self.message}".rstrip()
+
+    def _status(self) -> str:
+        return _i18n.in_language(self.language, lambda: _(self.status))
 
     __repr__ = __str__
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        return _bundle(self)
 
     def _repr_html_(self) -> str:
         colour = {PASSED: "#1b7f3b", FAILED: "#b3261e"}.get(self.status, "#6b6b6b")
@@ -102,8 +118,8 @@ class Result:
         body = html.escape(self.message).replace("\n", "<br>")
         return (
             f'<div style="border-left:4px solid {colour};padding:0.4em 0.8em;margin:0.3em 0">'
-            f'<b style="color:{colour}">{mark} {html.escape(self.exercise_id)}: {self.status}</b>'
-            f"<br>{body}</div>"
+            f'<b style="color:{colour}">{mark} {html.escape(self.exercise_id)}:'
+            f" {html.escape(self._status())}</b><br>{body}</div>"
         )
 
 
@@ -114,19 +130,45 @@ class Reveal:
     label: str
     text: str
     code: bool = False
+    translations: Dict[str, "Reveal"] = field(default_factory=dict, compare=False, repr=False)
+    language: str = field(default_factory=_i18n.get_language, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.label}\n\n{self.text}"
 
     __repr__ = __str__
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        return _bundle(self)
+
     def _repr_html_(self) -> str:
         inner = html.escape(self.text)
         inner = f"<pre>{inner}</pre>" if self.code else inner.replace("\n", "<br>")
         return (
-            f"<details><summary><b>{html.escape(self.label)}</b> (click to"
-            f" show)</summary>{inner}</details>"
+            f"<details><summary><b>{html.escape(self.label)}</b>"
+            f" {html.escape(_i18n.in_language(self.language, lambda: _('(click to show)')))}"
+            f"</summary>{inner}</details>"
         )
+
+
+def _bundle(shown: Any) -> Any:
+    """Jupyter's rendering of a :class:`Result` or :class:`Reveal`: plain text and HTML, and
+    in the output's metadata the renderings in the other languages asked for
+    (``{"attncourse": {"zh": {"text/plain": ..., "text/html": ...}}}``), which the Chinese
+    edition's pages show instead (tools/zh_edition.py)."""
+    data = {"text/plain": str(shown), "text/html": shown._repr_html_()}
+    if not shown.translations:
+        return data
+    other = {
+        code: {"text/plain": str(t), "text/html": t._repr_html_()}
+        for code, t in shown.translations.items()
+    }
+    return data, {"attncourse": other}
+
+
+def _in_other_languages(make: Callable[[], Any]) -> Dict[str, Any]:
+    """``make()`` again in each language of ATTNCOURSE_EXTRA_LANGUAGES (none by default)."""
+    return {code: _i18n.in_language(code, make) for code in _i18n.extra_languages()}
 
 
 @dataclass(frozen=True)
@@ -248,10 +290,19 @@ def check(exercise_id: str, answer: Any) -> Result:
     * every call of the learner's function gets fresh copies of its inputs, so changing them
       in place (``q *= scale``, ``mask.logical_not_()``) is allowed and cannot affect the
       reference the answer is compared with;
+    * with ATTNCOURSE_EXTRA_LANGUAGES set (the book build), the checker runs once more in
+      each language named, and the result carries those renderings (``translations``);
     * the learner's objects are left as they were found: modules'
       training flags, parameters' values and ``requires_grad``, tensors' values, and torch's
       global random state.
     """
+    result = _check(exercise_id, answer)
+    others = _in_other_languages(lambda: _check(exercise_id, answer))
+    return replace(result, translations=others) if others else result
+
+
+def _check(exercise_id: str, answer: Any) -> Result:
+    """:func:`check` in the language spoken now."""
     ex = _get(exercise_id)
     global _CONTEXT
     context, outer = _Context(ex), _CONTEXT
@@ -259,7 +310,7 @@ def check(exercise_id: str, answer: Any) -> Result:
     try:
         try:
             if answer is None or answer is Ellipsis:
-                return Result(exercise_id, NOT_ATTEMPTED, STUB_VALUE)
+                return Result(exercise_id, NOT_ATTEMPTED, _(STUB_VALUE))
             if isinstance(answer, dict):
                 for key, field in answer.items():
                     if field is Ellipsis:
@@ -269,10 +320,14 @@ def check(exercise_id: str, answer: Any) -> Result:
         except NotAttempted as stub:
             if context.timed_out:
                 return Result(exercise_id, FAILED, _timeout_message())
-            return Result(exercise_id, NOT_ATTEMPTED, _text(stub) or STUB_FUNCTION)
+            return Result(exercise_id, NOT_ATTEMPTED, _text(stub) or _(STUB_FUNCTION))
         except Mistake as mistake:
             text = _timeout_message() if context.timed_out else _text(mistake)
-            return Result(exercise_id, FAILED, text + f"\nStuck? Run hint({exercise_id!r}).")
+            return Result(
+                exercise_id,
+                FAILED,
+                text + _("\nStuck? Run hint({exercise_id!r}).").format(exercise_id=exercise_id),
+            )
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: BLE001 - the checker met an answer it did not foresee
@@ -281,12 +336,18 @@ def check(exercise_id: str, answer: Any) -> Result:
             return Result(
                 exercise_id,
                 FAILED,
-                f"{UNGRADABLE} ({type(error).__name__}: {_text(error)}). "
-                "Check that your answer has the form the exercise asks for.",
+                _(
+                    "{UNGRADABLE} ({type_name}: {value}). Check that your answer has the form the "
+                    "exercise asks for."
+                ).format(
+                    UNGRADABLE=_(UNGRADABLE), type_name=type(error).__name__, value=_text(error)
+                ),
             )
         if context.timed_out:  # a checker that swallowed the time-out must not pass the answer
             return Result(exercise_id, FAILED, _timeout_message())
-        return Result(exercise_id, PASSED, note if isinstance(note, str) and note else "Well done.")
+        return Result(
+            exercise_id, PASSED, note if isinstance(note, str) and note else _("Well done.")
+        )
     finally:
         _CONTEXT = outer
 
@@ -339,35 +400,37 @@ class _Preserved:
 
 def hint(exercise_id: str) -> Reveal:
     """A hint for the exercise, collapsed until opened."""
-    return Reveal(f"Hint for {exercise_id}", _get(exercise_id).hint)
+    shown = _hint(exercise_id)
+    others = _in_other_languages(lambda: _hint(exercise_id))
+    return replace(shown, translations=others) if others else shown
+
+
+def _hint(exercise_id: str) -> Reveal:
+    return Reveal(
+        _("Hint for {exercise_id}").format(exercise_id=exercise_id), _(_get(exercise_id).hint)
+    )
 
 
 def solution(exercise_id: str) -> Reveal:
     """The solution of the exercise, collapsed until opened. Try the exercise first."""
+    shown = _solution(exercise_id)
+    others = _in_other_languages(lambda: _solution(exercise_id))
+    return replace(shown, translations=others) if others else shown
+
+
+def _solution(exercise_id: str) -> Reveal:
     ex = _get(exercise_id)
-    return Reveal(f"Solution of {exercise_id}", ex.solution(), code=ex.solution_is_code)
+    text = ex.solution() if ex.solution_is_code else gettext_concealed(ex.solution())
+    return Reveal(
+        _("Solution of {exercise_id}").format(exercise_id=exercise_id),
+        text,
+        code=ex.solution_is_code,
+    )
 
 
 def list_exercises() -> List[Dict[str, str]]:
     """Every registered exercise, as ``{"id": ..., "title": ...}`` in chapter order."""
-    return [{"id": e.exercise_id, "title": e.title} for e in _REGISTRY.values()]
-
-
-# -- concealed answers -------------------------------------------------------------------
-
-_KEY = b"attncourse"
-
-
-def conceal(text: str) -> str:
-    """Encode ``text`` so that it cannot be read in the package source (not encryption)."""
-    raw = text.encode()
-    return base64.b64encode(bytes(b ^ _KEY[i % len(_KEY)] for i, b in enumerate(raw))).decode()
-
-
-def reveal(encoded: str) -> str:
-    """Decode a string made by :func:`conceal`."""
-    raw = base64.b64decode(encoded)
-    return bytes(b ^ _KEY[i % len(_KEY)] for i, b in enumerate(raw)).decode()
+    return [{"id": e.exercise_id, "title": _(e.title)} for e in _REGISTRY.values()]
 
 
 # -- running the learner's code: copies, a time limit, no crash ---------------------------------
@@ -377,15 +440,15 @@ def reveal(encoded: str) -> str:
 TIME_LIMIT_S = 10.0
 
 #: The start of the message of a :class:`Result` for an answer the checker could not grade.
-UNGRADABLE = "Your answer could not be graded"
+UNGRADABLE = N_("Your answer could not be graded")
 
 
 def _timeout_message() -> str:
-    return (
-        f"Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) and was"
-        " stopped. Look for a loop that never ends, a sleep or an input(): the reference takes"
-        " milliseconds."
-    )
+    return _(
+        "Your function ran for more than {TIME_LIMIT_S:g} s (the time limit of one check) "
+        "and was stopped. Look for a loop that never ends, a sleep or an input(): the "
+        "reference takes milliseconds."
+    ).format(TIME_LIMIT_S=TIME_LIMIT_S)
 
 
 class _TimeUp(BaseException):
@@ -467,10 +530,12 @@ def _check_dtype(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> No
     for dtype in (t.dtype for t in _floating_tensors(result, [])):
         if dtype != expected:
             raise Mistake(
-                f"Your function was given {expected} tensors and returned a {dtype} tensor: keep"
-                " the input's dtype (a .float(), .double(), .to(...) or torch.tensor(...,"
-                " dtype=...) changed it; create new tensors with dtype=x.dtype, or compute in"
-                " another dtype and convert back at the end)."
+                _(
+                    "Your function was given {expected} tensors and returned a {dtype} tensor: keep the "
+                    "input's dtype (a .float(), .double(), .to(...) or torch.tensor(..., dtype=...) "
+                    "changed it; create new tensors with dtype=x.dtype, or compute in another dtype and "
+                    "convert back at the end)."
+                ).format(expected=expected, dtype=dtype)
             )
 
 
@@ -550,11 +615,15 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """
     if inspect.isclass(fn):
         raise Mistake(
-            f"Expected a function, got the class {fn.__name__}: pass a function written with def"
-            " (or a lambda)."
+            _(
+                "Expected a function, got the class {fn_name}: pass a function written with def "
+                "(or a lambda)."
+            ).format(fn_name=fn.__name__)
         )
     if not callable(fn):
-        raise Mistake(f"Expected a function, got {type(fn).__name__}.")
+        raise Mistake(
+            _("Expected a function, got {type_name}.").format(type_name=type(fn).__name__)
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -564,8 +633,10 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             signature.bind(*args, **kwargs)
         except TypeError as error:
             raise Mistake(
-                f"Your function cannot be called as fn({_describe_args(args, kwargs)}): {error}. "
-                "Keep the parameters of the stub."
+                _(
+                    "Your function cannot be called as fn({value}): {error}. Keep the parameters of the "
+                    "stub."
+                ).format(value=_describe_args(args, kwargs), error=error)
             ) from None
     memo: Dict[int, Any] = {}
     copied_args = [_copy(a, memo) for a in args]
@@ -589,7 +660,11 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: BLE001 - the learner's code failed (even sys.exit()): report it
-        raise Mistake(f"Your function raised {type(error).__name__}: {_text(error)}") from None
+        raise Mistake(
+            _("Your function raised {type_name}: {value}").format(
+                type_name=type(error).__name__, value=_text(error)
+            )
+        ) from None
     finally:
         if context is not None:
             context.spent += time.perf_counter() - start
@@ -647,8 +722,10 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     for name, helper in forbidden.items():
         if any(obj is helper for obj in reached):
             raise Mistake(
-                f"Your function calls {name}, which this exercise asks you to write yourself: "
-                "compute it with torch operations."
+                _(
+                    "Your function calls {name}, which this exercise asks you to write yourself: compute "
+                    "it with torch operations."
+                ).format(name=name)
             )
 
 
@@ -662,24 +739,30 @@ def _scalar(answer: Any, what: str) -> Any:
     if isinstance(answer, Tensor):
         if answer.numel() != 1:
             raise Mistake(
-                f"The {what} should be a single number, got a tensor of shape"
-                f" {tuple(answer.shape)}."
+                _(
+                    "The {what} should be a single number, got a tensor of shape {answer_shape}."
+                ).format(what=what, answer_shape=tuple(answer.shape))
             )
         if answer.dtype == torch.bool:
-            raise Mistake(f"The {what} should be a number, got a boolean tensor.")
+            raise Mistake(
+                _("The {what} should be a number, got a boolean tensor.").format(what=what)
+            )
         try:
             answer = answer.detach().cpu().reshape(()).item()
         except Exception:  # noqa: BLE001 - a meta or otherwise unreadable tensor
-            raise Mistake(f"The {what} should be a number; its tensor could not be read.") from None
+            raise Mistake(
+                _("The {what} should be a number; its tensor could not be read.").format(what=what)
+            ) from None
     elif type(answer).__module__ == "numpy" and hasattr(answer, "item"):
         size = getattr(answer, "size", 1)
         if size != 1:
             raise Mistake(
-                f"The {what} should be a single number, got an array of shape"
-                f" {getattr(answer, 'shape', '?')}."
+                _("The {what} should be a single number, got an array of shape {value}.").format(
+                    what=what, value=getattr(answer, "shape", "?")
+                )
             )
         if getattr(getattr(answer, "dtype", None), "kind", "") == "b":
-            raise Mistake(f"The {what} should be a number, got a boolean.")
+            raise Mistake(_("The {what} should be a number, got a boolean.").format(what=what))
         try:
             answer = (
                 answer.item()
@@ -687,12 +770,20 @@ def _scalar(answer: Any, what: str) -> Any:
                 else answer.reshape(()).item()
             )
         except Exception:  # noqa: BLE001
-            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+            raise Mistake(
+                _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
+            ) from None
     if isinstance(answer, bool):
-        raise Mistake(f"The {what} should be a number, got a boolean ({answer}).")
+        raise Mistake(
+            _("The {what} should be a number, got a boolean ({answer}).").format(
+                what=what, answer=answer
+            )
+        )
     if isinstance(answer, str):
         raise Mistake(
-            f"The {what} should be a number, got the string {answer[:40]!r}: remove the quotes."
+            _(
+                "The {what} should be a number, got the string {answer!r}: remove the quotes."
+            ).format(what=what, answer=answer[:40])
         )
     if type(answer) in (int, float, complex):
         return answer
@@ -700,94 +791,135 @@ def _scalar(answer: Any, what: str) -> Any:
         try:
             return int(answer)
         except Exception:  # noqa: BLE001
-            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+            raise Mistake(
+                _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
+            ) from None
     if isinstance(answer, (numbers.Real, decimal.Decimal)):
         try:
             return float(answer)
         except Exception:  # noqa: BLE001
-            raise Mistake(f"The {what} should be a number, got {kind}.") from None
+            raise Mistake(
+                _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
+            ) from None
     if isinstance(answer, numbers.Complex):
         return complex(answer)
-    raise Mistake(f"The {what} should be a number, got {kind}.")
+    raise Mistake(_("The {what} should be a number, got {kind}.").format(what=what, kind=kind))
 
 
-def number(answer: Any, what: str = "answer") -> float:
+def number(answer: Any, what: str = N_("answer")) -> float:
     """The learner's answer as a finite float, or a :class:`Mistake` saying why it is not one.
 
     Accepts Python, numpy and torch scalars and one-element arrays or tensors; rejects
     booleans, strings, complex numbers, NaN, infinities and integers too large for a float,
     each with a message that says so.
     """
+    what = _(what) if what == "answer" else what  # a caller's own what comes translated
     value = _scalar(answer, what)
     if isinstance(value, complex):
         if value.imag != 0:
-            raise Mistake(f"The {what} should be a real number, got the complex number {value}.")
+            raise Mistake(
+                _("The {what} should be a real number, got the complex number {value}.").format(
+                    what=what, value=value
+                )
+            )
         raise Mistake(
-            f"The {what} should be a real number, got a complex number ({value}): drop the complex"
-            " type."
+            _(
+                "The {what} should be a real number, got a complex number ({value}): drop the "
+                "complex type."
+            ).format(what=what, value=value)
         )
     try:
         result = float(value)
     except OverflowError:
         raise Mistake(
-            f"The {what} is an integer with {len(str(abs(value)))} digits: far too large to be"
-            " right."
+            _(
+                "The {what} is an integer with {len_value} digits: far too large to be right."
+            ).format(what=what, len_value=len(str(abs(value))))
         ) from None
     if math.isnan(result):
         raise Mistake(
-            f"The {what} is NaN (not a number): something divided 0 by 0 or took inf - inf."
+            _(
+                "The {what} is NaN (not a number): something divided 0 by 0 or took inf - inf."
+            ).format(what=what)
         )
     if math.isinf(result):
         raise Mistake(
-            f"The {what} is infinite ({result}): something overflowed or divided by zero."
+            _("The {what} is infinite ({result}): something overflowed or divided by zero.").format(
+                what=what, result=result
+            )
         )
     return result
 
 
-def integer(answer: Any, what: str = "answer") -> int:
+def integer(answer: Any, what: str = N_("answer")) -> int:
     """The learner's answer as an ``int``: Python, numpy or torch integers, and whole floats
     (``12.0``), are accepted; anything else is a :class:`Mistake` saying why."""
+    what = _(what) if what == "answer" else what
     value = _scalar(answer, what)
     if isinstance(value, int):
         return value
     if isinstance(value, complex):
-        raise Mistake(f"The {what} should be a whole number, got the complex number {value}.")
+        raise Mistake(
+            _("The {what} should be a whole number, got the complex number {value}.").format(
+                what=what, value=value
+            )
+        )
     if not math.isfinite(value):
-        raise Mistake(f"The {what} should be a whole number, got {value}.")
+        raise Mistake(
+            _("The {what} should be a whole number, got {value}.").format(what=what, value=value)
+        )
     if not float(value).is_integer():
-        raise Mistake(f"The {what} should be a whole number, got {value:g}.")
+        raise Mistake(
+            _("The {what} should be a whole number, got {value:g}.").format(what=what, value=value)
+        )
     return int(value)
 
 
-def as_shape(answer: Any, what: str = "The shape") -> tuple:
+def as_shape(answer: Any, what: str = N_("The shape")) -> tuple:
     """A shape given as a ``torch.Size``, a tuple or list of integers (Python, numpy or torch),
     or a 1-D integer array or tensor, as a tuple of Python ints; else a :class:`Mistake`."""
-    message = f"{what} should be a shape, a tuple of integers such as (2, 3)"
+    what = _(what) if what == "The shape" else what  # a caller's own what comes translated
+    message = _("{what} should be a shape, a tuple of integers such as (2, 3)").format(what=what)
     if isinstance(answer, torch.Size):
         return tuple(int(n) for n in answer)
     if isinstance(answer, Tensor) or type(answer).__module__ == "numpy":
         if getattr(answer, "ndim", None) != 1:
             raise Mistake(
-                f"{message}; got {type(answer).__name__} of shape"
-                f" {tuple(getattr(answer, 'shape', ()))}."
+                _("{message}; got {type_name} of shape {value}.").format(
+                    message=message,
+                    type_name=type(answer).__name__,
+                    value=tuple(getattr(answer, "shape", ())),
+                )
             )
         answer = list(answer)
     if not isinstance(answer, (tuple, list)):
-        raise Mistake(f"{message}; got {type(answer).__name__}.")
+        raise Mistake(
+            _("{message}; got {type_name}.").format(
+                message=message, type_name=type(answer).__name__
+            )
+        )
     sizes = []
     for n in answer:
         try:
             size = integer(n, what)
         except Mistake:
-            raise Mistake(f"{message}; got {_short_repr(answer)}.") from None
+            raise Mistake(
+                _("{message}; got {value}.").format(message=message, value=_short_repr(answer))
+            ) from None
         if isinstance(n, float) or (
             type(n).__module__ == "numpy" and getattr(getattr(n, "dtype", None), "kind", "") == "f"
         ):
             raise Mistake(
-                f"{message}; got {_short_repr(answer)}: the sizes must be integers, not floats."
+                _("{message}; got {value}: the sizes must be integers, not floats.").format(
+                    message=message, value=_short_repr(answer)
+                )
             )
         if size < 0:
-            raise Mistake(f"{message}; got {_short_repr(answer)}: sizes are never negative.")
+            raise Mistake(
+                _("{message}; got {value}: sizes are never negative.").format(
+                    message=message, value=_short_repr(answer)
+                )
+            )
         sizes.append(size)
     return tuple(sizes)
 
@@ -806,18 +938,36 @@ def expect_tensor(
     """Check that ``value`` is a (real, dense) tensor of ``shape`` (and ``dtype`` if given),
     else raise a :class:`Mistake`."""
     if not isinstance(value, Tensor):
-        raise Mistake(f"{what} should be a torch.Tensor, got {type(value).__name__}.")
+        raise Mistake(
+            _("{what} should be a torch.Tensor, got {type_name}.").format(
+                what=what, type_name=type(value).__name__
+            )
+        )
     if tuple(value.shape) != tuple(shape):
-        raise Mistake(f"{what} should have shape {tuple(shape)}, got {tuple(value.shape)}.")
+        raise Mistake(
+            _("{what} should have shape {shape}, got {value_shape}.").format(
+                what=what, shape=tuple(shape), value_shape=tuple(value.shape)
+            )
+        )
     if value.is_complex():
-        raise Mistake(f"{what} is complex ({value.dtype}): attention works with real numbers.")
+        raise Mistake(
+            _("{what} is complex ({value_dtype}): attention works with real numbers.").format(
+                what=what, value_dtype=value.dtype
+            )
+        )
     if value.layout != torch.strided or value.is_meta:
         raise Mistake(
-            f"{what} should be an ordinary dense tensor, got layout {value.layout} on"
-            f" {value.device}."
+            _(
+                "{what} should be an ordinary dense tensor, got layout {value_layout} on "
+                "{value_device}."
+            ).format(what=what, value_layout=value.layout, value_device=value.device)
         )
     if dtype is not None and value.dtype != dtype:
-        raise Mistake(f"{what} should have dtype {dtype}, got {value.dtype}.")
+        raise Mistake(
+            _("{what} should have dtype {dtype}, got {value_dtype}.").format(
+                what=what, dtype=dtype, value_dtype=value.dtype
+            )
+        )
     return value
 
 
@@ -851,9 +1001,9 @@ def matches(
 
 
 #: The message of the known mistake "softmax over the wrong dimension" (see :func:`softmax_over`).
-SOFTMAX_DIM = (
-    "The softmax runs over the wrong dimension (dim=-2, the queries): each row, one query, must "
-    "sum to 1 over the keys: softmax(..., dim=-1)."
+SOFTMAX_DIM = N_(
+    "The softmax runs over the wrong dimension (dim=-2, the queries): each row, one "
+    "query, must sum to 1 over the keys: softmax(..., dim=-1)."
 )
 
 
@@ -902,26 +1052,39 @@ def diagnose(
     return several(found) if found else default
 
 
-def choice(answer: Any, choices: Sequence[str], what: str = "answer") -> str:
+def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str:
     """The learner's multiple-choice answer as one of ``choices`` (case, spaces and one pair of
     brackets ignored: ``"B"``, ``" (b) "``), else a :class:`Mistake` that says what is expected.
     The answer is compared with each choice whole, never as a substring."""
+    what = _(what) if what == "answer" else what
     options = ", ".join(f'"{c}"' for c in choices)
-    expected = f"Answer with one of {options}, as a string such as {options.split(', ')[0]}"
+    expected = _("Answer with one of {options}, as a string such as {value}").format(
+        options=options, value=options.split(", ")[0]
+    )
     if not isinstance(answer, str):
-        raise Mistake(f"{expected}; got {type(answer).__name__} {_short_repr(answer, 40)}.")
+        raise Mistake(
+            _("{expected}; got {type_name} {value}.").format(
+                expected=expected, type_name=type(answer).__name__, value=_short_repr(answer, 40)
+            )
+        )
     letter = answer.strip().lower()
     if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", '""', "''"):
         letter = letter[1:-1].strip()
     if letter in [c.lower() for c in choices]:
         return letter
     if not letter:
-        raise Mistake(f"{expected}; your {what} is empty.")
+        raise Mistake(_("{expected}; your {what} is empty.").format(expected=expected, what=what))
     if len(letter) > 1 and all(
         c in [x.lower() for x in choices] for c in letter.replace(",", "").replace(" ", "")
     ):
-        raise Mistake(f"{expected}; you gave several ({answer!r}): exactly one is the answer.")
-    raise Mistake(f"{expected}; got {_short_repr(answer, 40)}.")
+        raise Mistake(
+            _("{expected}; you gave several ({answer!r}): exactly one is the answer.").format(
+                expected=expected, answer=answer
+            )
+        )
+    raise Mistake(
+        _("{expected}; got {value}.").format(expected=expected, value=_short_repr(answer, 40))
+    )
 
 
 def check_number(
@@ -959,5 +1122,5 @@ def check_number(
         if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong)))
     ]
     if found:
-        raise Mistake(several(found))
+        raise Mistake(several([gettext_concealed(message) for message in found]))
     raise Mistake(otherwise.format(value=value))

@@ -8,6 +8,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, forbid, matches
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -41,72 +42,79 @@ def _check_scores(fn) -> str:
     out = call(fn, query, key)
     if isinstance(out, torch.Tensor) and out.shape == (5, 4):
         raise Mistake(
-            "Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries"
-            " first: query @ key^T."
+            _(
+                "Your scores have shape (S, L) = (5, 4): you computed key @ query^T. Put the queries "
+                "first: query @ key^T."
+            )
         )
-    expect_tensor(out, (4, 5), "The scores for query (4, 9) and key (5, 9)")
+    expect_tensor(out, (4, 5), _("The scores for query (4, 9) and key (5, 9)"))
     if not matches(out, expected):
         raise Mistake(
             diagnose(
                 out,
                 {
-                    "Your scores are not scaled: divide Q K^T by sqrt(d_k).": query @ key.T,
-                    "You divided by d_k; the scale is 1 / sqrt(d_k).": query @ key.T / 9,
-                    "You multiplied by sqrt(d_k); divide by it instead.": query @ key.T * 3,
-                    "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1).": (
-                        query @ key.T / math.sqrt(4)
-                    ),
-                    "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1).": (
-                        query @ key.T / math.sqrt(5)
-                    ),
+                    _("Your scores are not scaled: divide Q K^T by sqrt(d_k)."): query @ key.T,
+                    _("You divided by d_k; the scale is 1 / sqrt(d_k)."): query @ key.T / 9,
+                    _("You multiplied by sqrt(d_k); divide by it instead."): query @ key.T * 3,
+                    _(
+                        "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1)."
+                    ): (query @ key.T / math.sqrt(4)),
+                    _(
+                        "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1)."
+                    ): (query @ key.T / math.sqrt(5)),
                 },
                 default=(
-                    "Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9)."
+                    _("Your scores differ from Q K^T / sqrt(d_k) for query (4, 9) and key (5, 9).")
                 ),
             )
         )
     query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
-    advice = (
-        "Right for one matrix, wrong with batch dimensions: transpose only the last two dimensions"
-        " of key (key.transpose(-2, -1), not key.T)."
+    advice = _(
+        "Right for one matrix, wrong with batch dimensions: transpose only the last two "
+        "dimensions of key (key.transpose(-2, -1), not key.T)."
     )
     try:
         out = call(fn, query, key)
         expect_tensor(
             out,
             (2, 4, 3, 6),
-            "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that",
+            _("With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16) give scores that"),
         )
     except Mistake as mistake:
-        raise Mistake(f"{advice}\n({mistake})") from None
+        raise Mistake(_("{advice}\n({mistake})").format(advice=advice, mistake=mistake)) from None
     raw = query @ key.transpose(-2, -1)
     if not matches(out, raw / 4):
         # the transpose is right if the output is the right product, scaled by some other number: blame the scale
-        where = "With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16)"
+        where = _("With batch dimensions, query (2, 4, 3, 16) and key (2, 4, 6, 16)")
         raise Mistake(
             diagnose(
                 out,
                 {
                     (
-                        f"{where}: your scale is 1/sqrt(4), 4 being query.size(1), the "
-                        "number of heads here. d_k is the LAST dimension: query.size(-1) "
-                        "(or query.shape[-1]), not query.shape[1]."
+                        _(
+                            "{where}: your scale is 1/sqrt(4), 4 being query.size(1), the number of heads here. "
+                            "d_k is the LAST dimension: query.size(-1) (or query.shape[-1]), not query.shape[1]."
+                        ).format(where=where)
                     ): (raw / 2),
                     (
-                        f"{where}: your scale is 1/sqrt(2), 2 being query.size(0), the "
-                        "batch size here. d_k is the LAST dimension: query.size(-1)."
+                        _(
+                            "{where}: your scale is 1/sqrt(2), 2 being query.size(0), the batch size here. d_k "
+                            "is the LAST dimension: query.size(-1)."
+                        ).format(where=where)
                     ): (raw / 2**0.5),
-                    f"{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is query.size(-1).": (
-                        raw / 3**0.5
-                    ),
-                    f"{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is query.size(-1).": (
-                        raw / 6**0.5
-                    ),
+                    _(
+                        "{where}: your scale is 1/sqrt(3), 3 being L, the number of queries. d_k is "
+                        "query.size(-1)."
+                    ).format(where=where): (raw / 3**0.5),
+                    _(
+                        "{where}: your scale is 1/sqrt(6), 6 being S, the number of keys. d_k is "
+                        "query.size(-1)."
+                    ).format(where=where): (raw / 6**0.5),
                 },
                 default=advice,
             )
         )
-    return "Your scores match Q K^T / sqrt(d_k), with and without batch dimensions."
+    return _("Your scores match Q K^T / sqrt(d_k), with and without batch dimensions.")
 
 
 # -- 2. the whole attention ----------------------------------------------------------------
@@ -129,7 +137,11 @@ def _attention_solution(query, key, value, mask=None, *, scale=None):
 def _outputs(fn, *args, **kwargs):
     result = call(fn, *args, **kwargs)
     if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(f"Return a pair (output, weights); got {type(result).__name__}.")
+        raise Mistake(
+            _("Return a pair (output, weights); got {type_name}.").format(
+                type_name=type(result).__name__
+            )
+        )
     return result
 
 
@@ -147,16 +159,19 @@ def _variants(query, key, value, mask=None):
 
     out = {
         (
-            "The softmax runs over the wrong dimension: each row (one query) must "
-            "sum to 1 over the keys, so use dim=-1."
+            _(
+                "The softmax runs over the wrong dimension: each row (one query) must sum to 1 over "
+                "the keys, so use dim=-1."
+            )
         ): finish(masked(raw / d_k**0.5, mask), dim=-2),
-        "The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": finish(
+        _("The scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax."): finish(
             masked(raw, mask)
         ),
-        "The scale is 1 / d_k; it should be 1 / sqrt(d_k).": finish(masked(raw / d_k, mask)),
-        "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of queries and keys.": finish(
-            masked(raw / d_v**0.5, mask)
-        ),
+        _("The scale is 1 / d_k; it should be 1 / sqrt(d_k)."): finish(masked(raw / d_k, mask)),
+        _(
+            "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of queries "
+            "and keys."
+        ): finish(masked(raw / d_v**0.5, mask)),
     }
     if mask is not None:
         w = torch.softmax(raw / d_k**0.5, dim=-1)
@@ -190,24 +205,30 @@ def _variants(query, key, value, mask=None):
 def _compare(case: str, got, expected, variants) -> None:
     output, weights = got
     exp_out, exp_w = expected
-    expect_tensor(output, exp_out.shape, f"{case}: the output")
-    expect_tensor(weights, exp_w.shape, f"{case}: the weights")
+    expect_tensor(output, exp_out.shape, _("{case}: the output").format(case=case))
+    expect_tensor(weights, exp_w.shape, _("{case}: the weights").format(case=case))
     if matches(weights, exp_w) and matches(output, exp_out):
         return
     if matches(weights, exp_w):
         raise Mistake(
-            f"{case}: the weights are right but the output is not: the output is weights @ value."
+            _(
+                "{case}: the weights are right but the output is not: the output is weights @ value."
+            ).format(case=case)
         )
-    for message, (_, wrong_weights) in variants.items():
+    for message, (_output, wrong_weights) in variants.items():
         if matches(weights, wrong_weights, equal_nan=True):
-            raise Mistake(f"{case}: {message}")
+            raise Mistake(_("{case}: {message}").format(case=case, message=message))
     if torch.isnan(weights).any() or torch.isnan(output).any():
         raise Mistake(
-            f"{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row whose"
-            " keys are all masked gives softmax(-inf, ..., -inf) = 0/0; give such a row zero"
-            " weights and a zero output."
+            _(
+                "{case}: your result contains NaN: look for inf - inf or 0/0. For instance a row "
+                "whose keys are all masked gives softmax(-inf, ..., -inf) = 0/0; give such a row "
+                "zero weights and a zero output."
+            ).format(case=case)
         )
-    raise Mistake(f"{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).")
+    raise Mistake(
+        _("{case}: your weights differ from softmax(Q K^T / sqrt(d_k) + mask).").format(case=case)
+    )
 
 
 @exercise(
@@ -230,11 +251,13 @@ def _check_attention(fn) -> str:
     got = _outputs(fn, q, k, v)
     if isinstance(got[1], torch.Tensor) and got[1].shape == (6, 4):
         raise Mistake(
-            "Your weights have shape (S, L): you computed key @ query^T. The scores are query @"
-            " key^T, shape (L, S)."
+            _(
+                "Your weights have shape (S, L): you computed key @ query^T. The scores are query @ "
+                "key^T, shape (L, S)."
+            )
         )
     _compare(
-        "Without a mask (L=4, S=6, d_k=8, d_v=5)",
+        _("Without a mask (L=4, S=6, d_k=8, d_v=5)"),
         got,
         scaled_dot_product_attention(q, k, v),
         _variants(q, k, v),
@@ -246,7 +269,7 @@ def _check_attention(fn) -> str:
         _random(2, 3, 7, 6, seed=15),
     )
     _compare(
-        "With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6",
+        _("With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6"),
         _outputs(fn, q, k, v),
         scaled_dot_product_attention(q, k, v),
         _variants(q, k, v),
@@ -256,7 +279,7 @@ def _check_attention(fn) -> str:
     mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
     mask[..., 0] = True  # every row keeps at least one key here
     _compare(
-        "With a boolean mask (B=2, L=5, S=6)",
+        _("With a boolean mask (B=2, L=5, S=6)"),
         _outputs(fn, q, k, v, mask),
         scaled_dot_product_attention(q, k, v, mask),
         _variants(q, k, v, mask),
@@ -264,11 +287,11 @@ def _check_attention(fn) -> str:
 
     additive = torch.zeros(2, 5, 6, dtype=torch.float64).masked_fill(~mask, float("-inf"))
     _compare(
-        "With an additive float mask (0 keeps, -inf removes; B=2, L=5, S=6)",
+        _("With an additive float mask (0 keeps, -inf removes; B=2, L=5, S=6)"),
         _outputs(fn, q, k, v, additive),
         scaled_dot_product_attention(q, k, v, additive),
         {
-            "A float mask is added to the scores; treat only boolean masks as True/False.": (
+            _("A float mask is added to the scores; treat only boolean masks as True/False."): (
                 scaled_dot_product_attention(q, k, v)
             )
         },
@@ -279,39 +302,44 @@ def _check_attention(fn) -> str:
     )  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
     scaled = (q @ k.transpose(-2, -1) + bias) / 8**0.5
     _compare(
-        "With a finite float mask (a bias added to the scaled scores)",
+        _("With a finite float mask (a bias added to the scaled scores)"),
         _outputs(fn, q, k, v, bias),
         scaled_dot_product_attention(q, k, v, bias),
         {
-            "The float mask is added before the scale: add it to the scaled scores, Q K^T * scale + mask.": (
+            _(
+                "The float mask is added before the scale: add it to the scaled scores, Q K^T * "
+                "scale + mask."
+            ): (
                 torch.softmax(scaled, -1) @ v,
                 torch.softmax(scaled, -1),
             ),
             (
-                "A float mask is added to the scores, whatever its values; only a "
-                "boolean mask means True/False."
+                _(
+                    "A float mask is added to the scores, whatever its values; only a boolean mask means "
+                    "True/False."
+                )
             ): scaled_dot_product_attention(q, k, v, torch.isfinite(bias)),
-            "The float mask is ignored: add it to the scaled scores.": scaled_dot_product_attention(
-                q, k, v
-            ),
+            _(
+                "The float mask is ignored: add it to the scaled scores."
+            ): scaled_dot_product_attention(q, k, v),
         },
     )
 
     empty = mask.clone()
     empty[1, 2] = False  # query 2 of the second sequence may attend to nothing
     _compare(
-        "With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)",
+        _("With a fully masked row (B=2, L=5, S=6; query 2 of sequence 1 sees no key)"),
         _outputs(fn, q, k, v, empty),
         scaled_dot_product_attention(q, k, v, empty),
         _variants(q, k, v, empty),
     )
 
     _compare(
-        "With scale=0.5 (B=2, L=5, S=6)",
+        _("With scale=0.5 (B=2, L=5, S=6)"),
         _outputs(fn, q, k, v, scale=0.5),
         scaled_dot_product_attention(q, k, v, scale=0.5),
         {
-            "The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given.": (
+            _("The scale argument is ignored: use it instead of 1 / sqrt(d_k) when it is given."): (
                 scaled_dot_product_attention(q, k, v)
             )
         },
@@ -321,12 +349,14 @@ def _check_attention(fn) -> str:
     output, weights = _outputs(fn, q32, k32, v32)
     if output.dtype != torch.float32 or weights.dtype != torch.float32:
         raise Mistake(
-            f"float32 inputs gave {output.dtype} output and {weights.dtype} weights: keep the"
-            " input's dtype."
+            _(
+                "float32 inputs gave {output_dtype} output and {weights_dtype} weights: keep the "
+                "input's dtype."
+            ).format(output_dtype=output.dtype, weights_dtype=weights.dtype)
         )
-    return (
-        "Your attention matches the reference: batches, L != S, boolean and float masks, fully"
-        " masked rows, scale and dtype."
+    return _(
+        "Your attention matches the reference: batches, L != S, boolean and float masks, "
+        "fully masked rows, scale and dtype."
     )
 
 
@@ -369,11 +399,16 @@ def _check_variance(answer) -> str:
         rel_tol=0.03,
         mistake_rel_tol=0.05,  # estimates pass too
         right=(
-            "Right: the variance grows like d_k, which is why the scores are divided by sqrt(d_k)."
+            _(
+                "Right: the variance grows like d_k, which is why the scores are divided by "
+                "sqrt(d_k)."
+            )
         ),
         otherwise=(
-            "{value:g} is not it. Estimate it numerically with torch.randn, or work it out term by"
-            " term."
+            _(
+                "{value:g} is not it. Estimate it numerically with torch.randn, or work it out term "
+                "by term."
+            )
         ),
     )
 
@@ -402,7 +437,7 @@ def _fixed_masked_attention_solution(query, key, value, mask):
 def _check_fixed_masked_attention(fn) -> str:
     """Property: on random inputs (every row keeps a key), the output equals the package's."""
     generator = torch.Generator().manual_seed(30)
-    for case, shape in (("L=4, S=6", (4, 6)), ("with a batch (2, 3)", (2, 3, 4, 6))):
+    for case, shape in (("L=4, S=6", (4, 6)), (_("with a batch (2, 3)"), (2, 3, 4, 6))):
         *batch, L, S = shape
         q, k, v = (
             _random(*batch, L, 8, seed=31),
@@ -413,7 +448,7 @@ def _check_fixed_masked_attention(fn) -> str:
         mask[..., 0] = True  # every query keeps at least one key
         expected, weights = scaled_dot_product_attention(q, k, v, mask)
         out = call(fn, q, k, v, mask)
-        expect_tensor(out, expected.shape, f"{case}: the output")
+        expect_tensor(out, expected.shape, _("{case}: the output").format(case=case))
         if matches(out, expected):
             continue
         raw = q @ k.transpose(-2, -1) / 8**0.5
@@ -424,37 +459,48 @@ def _check_fixed_masked_attention(fn) -> str:
                 out,
                 {
                     (
-                        "This is still the given code: the weights are masked after the softmax, "
-                        "so each row sums to less than 1. Fill the masked scores with -inf, then "
-                        "take the softmax."
+                        _(
+                            "This is still the given code: the weights are masked after the softmax, so each row "
+                            "sums to less than 1. Fill the masked scores with -inf, then take the softmax."
+                        )
                     ): (after @ v),
-                    "The mask polarity is inverted: True means 'may attend', so fill the scores where mask is False.": (
-                        torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v
-                    ),
-                    "The scale went missing: divide the scores by sqrt(d_k) as the given code did.": (
+                    _(
+                        "The mask polarity is inverted: True means 'may attend', so fill the scores where "
+                        "mask is False."
+                    ): (torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v),
+                    _(
+                        "The scale went missing: divide the scores by sqrt(d_k) as the given code did."
+                    ): (
                         torch.softmax(
                             (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")), -1
                         )
                         @ v
                     ),
-                    "The softmax runs over the queries (dim=-2); each row (one query) must sum to 1 over the keys.": (
+                    _(
+                        "The softmax runs over the queries (dim=-2); each row (one query) must sum to 1 over "
+                        "the keys."
+                    ): (
                         torch.softmax(raw.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v
                     ),
                 },
                 default=(
-                    f"{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at masked"
-                    " keys) V. (Renormalising the masked weights would also be right; "
-                )
-                + (
-                    "yours are not that either.)"
+                    _(
+                        "{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at "
+                        "masked keys) V. (Renormalising the masked weights would also be right; "
+                        "yours are not that either.)"
+                    )
                     if not matches(out, renormalised @ v)
-                    else "check the shapes.)"
-                ),
+                    else _(
+                        "{case}: your output differs from softmax(QK^T / sqrt(d_k) with -inf at "
+                        "masked keys) V. (Renormalising the masked weights would also be right; "
+                        "check the shapes.)"
+                    )
+                ).format(case=case),
             )
         )
-    return (
-        "Right: the mask belongs on the scores, before the softmax; then every row of weights sums"
-        " to 1."
+    return _(
+        "Right: the mask belongs on the scores, before the softmax; then every row of "
+        "weights sums to 1."
     )
 
 
@@ -504,11 +550,15 @@ def _check_gradient_ratio(answer) -> str:
         rel_tol=0.15,
         mistake_rel_tol=0.03,
         right=(
-            "Right: without the scale only about a fifth of the gradient reaches the scores at d_k"
-            " = 512, and the share shrinks further as d_k grows (the chapter's figure)."
+            _(
+                "Right: without the scale only about a fifth of the gradient reaches the scores at "
+                "d_k = 512, and the share shrinks further as d_k grows (the chapter's figure)."
+            )
         ),
         otherwise=(
-            "{value:g} is outside the range a measurement gives (the checker allows 15% for"
-            " sampling noise). Follow the hint step by step, with at least 5,000 queries."
+            _(
+                "{value:g} is outside the range a measurement gives (the checker allows 15% for "
+                "sampling noise). Follow the hint step by step, with at least 5,000 queries."
+            )
         ),
     )

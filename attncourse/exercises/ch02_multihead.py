@@ -17,6 +17,7 @@ from ._core import (
     matches,
     softmax_over,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -38,15 +39,18 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
     head_dim = width // num_heads
     return {
         (
-            "You reshaped (B, L, E) straight to (B, h, L, head_dim) with "
-            "view/reshape, without a transpose: that cuts the flattened rows into "
-            "blocks that mix positions. View as (B, L, h, head_dim) first, then "
-            "transpose(1, 2)."
+            _(
+                "You reshaped (B, L, E) straight to (B, h, L, head_dim) with view/reshape, without a "
+                "transpose: that cuts the flattened rows into blocks that mix positions. View as (B, "
+                "L, h, head_dim) first, then transpose(1, 2)."
+            )
         ): x.reshape(batch, num_heads, length, head_dim),
         (
-            "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). "
-            "Head i owns the contiguous columns i*head_dim ... (i+1)*head_dim - 1: "
-            "view as (B, L, h, head_dim)."
+            _(
+                "Your heads take every h-th column (you viewed as (B, L, head_dim, h)). Head i owns "
+                "the contiguous columns i*head_dim ... (i+1)*head_dim - 1: view as (B, L, h, "
+                "head_dim)."
+            )
         ): (x.view(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)),
     }
 
@@ -76,12 +80,18 @@ def _check_split(fn) -> str:
             head_dim,
         ):
             raise Mistake(
-                f"Your result has shape (B, L, h, head_dim) = {tuple(out.shape)}: the heads are"
-                " split but not moved in front of the positions. Add .transpose(1, 2) to get (B,"
-                " h, L, head_dim)."
+                _(
+                    "Your result has shape (B, L, h, head_dim) = {out_shape}: the heads are split but "
+                    "not moved in front of the positions. Add .transpose(1, 2) to get (B, h, L, "
+                    "head_dim)."
+                ).format(out_shape=tuple(out.shape))
             )
         expect_tensor(
-            out, expected.shape, f"For x of shape {tuple(x.shape)} and h={num_heads}, the result"
+            out,
+            expected.shape,
+            _("For x of shape {x_shape} and h={num_heads}, the result").format(
+                x_shape=tuple(x.shape), num_heads=num_heads
+            ),
         )
         if not matches(out, expected, atol=0):
             raise Mistake(
@@ -90,12 +100,14 @@ def _check_split(fn) -> str:
                     _split_mistakes(x, num_heads),
                     atol=0,
                     default=(
-                        "Right shape, wrong values: head i at position t should be x[:, t,"
-                        " i*head_dim:(i+1)*head_dim]."
+                        _(
+                            "Right shape, wrong values: head i at position t should be x[:, t, "
+                            "i*head_dim:(i+1)*head_dim]."
+                        )
                     ),
                 )
             )
-    return "Right: head i holds columns i*head_dim ... (i+1)*head_dim - 1 of every position."
+    return _("Right: head i holds columns i*head_dim ... (i+1)*head_dim - 1 of every position.")
 
 
 # -- 2. a whole multi-head forward pass ----------------------------------------------------
@@ -130,33 +142,42 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     merge_no_transpose = lambda h: h.reshape(h.size(0), h.size(2), -1)
     return {
         (
-            "The output projection W^O is missing: the heads are concatenated but "
-            "never mixed. Multiply the concatenation by w_o.T."
+            _(
+                "The output projection W^O is missing: the heads are concatenated but never mixed. "
+                "Multiply the concatenation by w_o.T."
+            )
         ): run(good, head_dim**-0.5, merge_heads, out_proj=False),
-        "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, 1/sqrt(head_dim).": run(
-            good, E**-0.5, merge_heads
-        ),
+        _(
+            "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, "
+            "1/sqrt(head_dim)."
+        ): run(good, E**-0.5, merge_heads),
         (
-            "The heads were split with view/reshape to (B, h, L, head_dim) without a "
-            "transpose, which mixes positions. View as (B, L, h, head_dim), then "
-            "transpose(1, 2)."
+            _(
+                "The heads were split with view/reshape to (B, h, L, head_dim) without a transpose, "
+                "which mixes positions. View as (B, L, h, head_dim), then transpose(1, 2)."
+            )
         ): run(no_transpose, head_dim**-0.5, lambda h: h.reshape(h.size(0), h.size(2), -1)),
         (
-            "The heads are merged with reshape(B, L, E) straight from (B, h, L, "
-            "head_dim): transpose(1, 2) back first."
+            _(
+                "The heads are merged with reshape(B, L, E) straight from (B, h, L, head_dim): "
+                "transpose(1, 2) back first."
+            )
         ): run(good, head_dim**-0.5, merge_no_transpose),
         (
-            "The scores are scaled by 1/sqrt(L), the number of positions "
-            "(q.size(-2)); the scale uses the width of a head, 1/sqrt(head_dim) = "
-            "1/sqrt(q.size(-1))."
+            _(
+                "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale "
+                "uses the width of a head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1))."
+            )
         ): run(good, x_q.size(1) ** -0.5, merge_heads),
-        "This is single-head attention over the whole width: split the projections into num_heads heads.": run(
-            lambda t: t.unsqueeze(1), E**-0.5, merge_heads
-        ),
-        "The scores are not scaled: divide each head's scores by sqrt(head_dim) before the softmax.": run(
-            good, 1.0, merge_heads
-        ),
-        SOFTMAX_DIM: _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
+        _(
+            "This is single-head attention over the whole width: split the projections into "
+            "num_heads heads."
+        ): run(lambda t: t.unsqueeze(1), E**-0.5, merge_heads),
+        _(
+            "The scores are not scaled: divide each head's scores by sqrt(head_dim) before the "
+            "softmax."
+        ): run(good, 1.0, merge_heads),
+        _(SOFTMAX_DIM): _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
     }
 
 
@@ -191,28 +212,38 @@ def _check_forward(fn) -> str:
         args = (x_q, x_kv, w_q, w_k, w_v, w_o, num_heads)
         out = call(fn, *args)
         if isinstance(out, tuple):
-            raise Mistake("Return only the output tensor (B, L, E), not a tuple.")
+            raise Mistake(_("Return only the output tensor (B, L, E), not a tuple."))
         expect_tensor(
-            out, (batch, length, E), f"With B={batch}, L={length}, S={source}, E={E}, the output"
+            out,
+            (batch, length, E),
+            _("With B={batch}, L={length}, S={source}, E={E}, the output").format(
+                batch=batch, length=length, source=source, E=E
+            ),
         )
         q, k, v = (split_heads(t, num_heads) for t in (x_q @ w_q.T, x_kv @ w_k.T, x_kv @ w_v.T))
         expected = merge_heads(scaled_dot_product_attention(q, k, v)[0]) @ w_o.T
         if not matches(out, expected):
-            case = (
-                f"With B={batch}, L={length}, S={source}, E={E}, h={num_heads}"
-                f" (head_dim={head_dim})"
+            case = _(
+                "With B={batch}, L={length}, S={source}, E={E}, h={num_heads} (head_dim={head_dim})"
+            ).format(
+                batch=batch,
+                length=length,
+                source=source,
+                E=E,
+                num_heads=num_heads,
+                head_dim=head_dim,
             )
             raise Mistake(
-                f"{case}: "
+                _("{case}: ").format(case=case)
                 + diagnose(
                     out,
                     _forward_variants(*args),
-                    default="your output differs from Concat(head_1, ..., head_h) W^O.",
+                    default=_("your output differs from Concat(head_1, ..., head_h) W^O."),
                 )
             )
-    return (
-        "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and mixed by"
-        " W^O (also with L != S)."
+    return _(
+        "Right: h heads of width E/h, each scaled by 1/sqrt(head_dim), concatenated and "
+        "mixed by W^O (also with L != S)."
     )
 
 
@@ -254,11 +285,13 @@ def _check_count(answer) -> str:
         answer,
         _COUNT,
         _COUNT_MISTAKES,
-        what="parameter count",
-        right="Right: 4 d_model^2 + 4 d_model, whatever the number of heads.",
+        what=_("parameter count"),
+        right=_("Right: 4 d_model^2 + 4 d_model, whatever the number of heads."),
         otherwise=(
-            "{value:g} is not it. Count the weights and biases of the four projections, or check"
-            " with sum(p.numel() ...)."
+            _(
+                "{value:g} is not it. Count the weights and biases of the four projections, or check "
+                "with sum(p.numel() ...)."
+            )
         ),
     )
 
@@ -295,44 +328,62 @@ def _check_merge(fn) -> str:
         except Mistake as mistake:
             if "view" in str(mistake):
                 raise Mistake(
-                    f"{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or"
-                    " .contiguous().view."
+                    _(
+                        "{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or "
+                        ".contiguous().view."
+                    ).format(mistake=mistake)
                 ) from None
             raise
         if isinstance(out, torch.Tensor) and out.shape == (B, L, d):
             raise Mistake(
-                f"Your output has shape (B, L, d) = {(B, L, d)}: the heads were summed or averaged,"
-                " not concatenated."
+                _(
+                    "Your output has shape (B, L, d) = {value}: the heads were summed or averaged, not "
+                    "concatenated."
+                ).format(value=(B, L, d))
             )
-        expect_tensor(out, (B, L, h * d), f"For heads of shape {(B, h, L, d)} the merged output")
+        expect_tensor(
+            out,
+            (B, L, h * d),
+            _("For heads of shape {value} the merged output").format(value=(B, h, L, d)),
+        )
         if not matches(out, x):
             raise Mistake(
                 diagnose(
                     out,
                     {
                         (
-                            "This is still the given code: a reshape of (B, h, L, d) keeps head 0's "
-                            "positions together, so row t mixes pieces of several positions. "
-                            "Transpose to (B, L, h, d) first, then reshape."
+                            _(
+                                "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions "
+                                "together, so row t mixes pieces of several positions. Transpose to (B, L, h, d) "
+                                "first, then reshape."
+                            )
                         ): heads.reshape(B, L, h * d),
                         (
-                            "The columns are interleaved (column j*h + i holds head i's feature j): "
-                            "concatenate whole heads, head 0's d columns first (transpose(1, 2), not "
-                            "permute(0, 2, 3, 1))."
+                            _(
+                                "The columns are interleaved (column j*h + i holds head i's feature j): "
+                                "concatenate "
+                                "whole heads, head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1))."
+                            )
                         ): (heads.permute(0, 2, 3, 1).reshape(B, L, h * d)),
-                        "The heads are concatenated in reverse order.": (
+                        _("The heads are concatenated in reverse order."): (
                             heads.flip(1).transpose(1, 2).reshape(B, L, h * d)
                         ),
                     },
                     default=(
-                        f"For heads {(B, h, L, d)} your output is not Concat(head_1, ..., head_h)"
-                        " per position: merge(split_heads(x, h)) should give x back."
+                        _(
+                            "For heads {value} your output is not Concat(head_1, ..., head_h) per position: "
+                            "merge(split_heads(x, h)) should give x back."
+                        ).format(value=(B, h, L, d))
                     ),
                 )
             )
         if out.dtype != heads.dtype:
-            raise Mistake(f"The output's dtype is {out.dtype}; keep the input's {heads.dtype}.")
-    return "Right: transpose to (B, L, h, d), then reshape: merge undoes split_heads exactly."
+            raise Mistake(
+                _("The output's dtype is {out_dtype}; keep the input's {heads_dtype}.").format(
+                    out_dtype=out.dtype, heads_dtype=heads.dtype
+                )
+            )
+    return _("Right: transpose to (B, L, h, d), then reshape: merge undoes split_heads exactly.")
 
 
 # -- 5. a measured experiment: dropout on the attention weights -----------------------------------
@@ -376,16 +427,20 @@ def _check_dropout_std(answer) -> str:
         answer,
         _DROPOUT_STD,
         _DROPOUT_STD_MISTAKES,
-        what="standard deviation",
+        what=_("standard deviation"),
         rel_tol=0.05,
         mistake_rel_tol=0.03,
         right=(
-            "Right: the rows sum to 1 only on average; a single row's sum has a standard deviation"
-            " of about 0.32 (sqrt(p / ((1 - p) S))): a training-mode output is a noisy copy of the"
-            " eval-mode one."
+            _(
+                "Right: the rows sum to 1 only on average; a single row's sum has a standard "
+                "deviation of about 0.32 (sqrt(p / ((1 - p) S))): a training-mode output is a noisy "
+                "copy of the eval-mode one."
+            )
         ),
         otherwise=(
-            "{value:g} is not what the experiment gives (the checker allows 5% for sampling noise)."
-            " Follow the hint."
+            _(
+                "{value:g} is not what the experiment gives (the checker allows 5% for sampling "
+                "noise). Follow the hint."
+            )
         ),
     )

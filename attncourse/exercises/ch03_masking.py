@@ -6,14 +6,17 @@ import torch
 
 from ..masks import causal_mask, combine_masks, padding_mask
 from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, matches
+from ._i18n import _
 
 
 def _boolean(out, shape, what) -> torch.Tensor:
     expect_tensor(out, shape, what)
     if out.dtype != torch.bool:
         raise Mistake(
-            f"{what} should be boolean (True = may attend), got dtype {out.dtype}. "
-            "A comparison such as positions < lengths already gives booleans."
+            _(
+                "{what} should be boolean (True = may attend), got dtype {out_dtype}. A comparison "
+                "such as positions < lengths already gives booleans."
+            ).format(what=what, out_dtype=out.dtype)
         )
     return out
 
@@ -51,7 +54,9 @@ def _check_padding(fn) -> str:
     for lengths, max_len in cases:
         out = call(fn, lengths, max_len)
         expected = padding_mask(lengths, max_len)
-        what = f"For lengths {lengths.tolist()} and max_len={max_len}, the mask"
+        what = _("For lengths {lengths} and max_len={max_len}, the mask").format(
+            lengths=lengths.tolist(), max_len=max_len
+        )
         if (
             isinstance(out, torch.Tensor)
             and out.shape == expected.shape
@@ -59,8 +64,10 @@ def _check_padding(fn) -> str:
         ):
             if torch.equal(out.bool(), expected):
                 raise Mistake(
-                    f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True ="
-                    " may attend)."
+                    _(
+                        "{what} has the right 1s and 0s but dtype {out_dtype}: return booleans (True = may "
+                        "attend)."
+                    ).format(what=what, out_dtype=out.dtype)
                 )
         longest = int(lengths.max())
         if (
@@ -69,9 +76,10 @@ def _check_padding(fn) -> str:
             and tuple(out.shape) == (lengths.numel(), longest)
         ):
             raise Mistake(
-                f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded to"
-                f" max_len = {max_len}, beyond its longest sequence ({longest}): use"
-                " torch.arange(max_len)."
+                _(
+                    "{what} has shape {out_shape}: max_len is ignored. The batch is padded to max_len = "
+                    "{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len)."
+                ).format(what=what, out_shape=tuple(out.shape), max_len=max_len, longest=longest)
             )
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
@@ -80,28 +88,32 @@ def _check_padding(fn) -> str:
                 diagnose(
                     out,
                     {
-                        "The polarity is inverted: True must mark the real tokens (may attend), False the padding.": (
-                            ~expected
-                        ),
-                        "Off by one: position j is real when j < length, not j <= length.": (
+                        _(
+                            "The polarity is inverted: True must mark the real tokens (may attend), False the "
+                            "padding."
+                        ): (~expected),
+                        _("Off by one: position j is real when j < length, not j <= length."): (
                             positions <= lengths[:, None]
                         ),
-                        "Off by one: position j is real when j < length; you dropped the last real token.": (
-                            positions < lengths[:, None] - 1
-                        ),
+                        _(
+                            "Off by one: position j is real when j < length; you dropped the last real token."
+                        ): (positions < lengths[:, None] - 1),
                         (
-                            "Your padding is at the front: this batch is padded at the end, so the "
-                            "first lengths[b] positions are real."
+                            _(
+                                "Your padding is at the front: this batch is padded at the end, so the first "
+                                "lengths[b] positions are real."
+                            )
                         ): (positions >= max_len - lengths[:, None]),
                     },
                     atol=0,
                     default=(
-                        f"{what} is wrong: expected {expected.int().tolist()}, got"
-                        f" {out.int().tolist()}."
+                        _("{what} is wrong: expected {expected}, got {out}.").format(
+                            what=what, expected=expected.int().tolist(), out=out.int().tolist()
+                        )
                     ),
                 )
             )
-    return "Right: True at the first lengths[b] positions of each row."
+    return _("Right: True at the first lengths[b] positions of each row.")
 
 
 # -- 2. causal mask with a cache ------------------------------------------------------------------
@@ -128,15 +140,19 @@ def _check_causal(fn) -> str:
     for query_len, key_len in [(4, 4), (1, 1), (6, 6), (2, 5), (3, 7), (1, 4)]:
         out = call(fn, query_len, key_len)
         expected = causal_mask(query_len, key_len)
-        what = f"For query_len={query_len}, key_len={key_len}, the mask"
+        what = _("For query_len={query_len}, key_len={key_len}, the mask").format(
+            query_len=query_len, key_len=key_len
+        )
         if (
             isinstance(out, torch.Tensor)
             and out.shape == (key_len, query_len)
             and query_len != key_len
         ):
             raise Mistake(
-                f"{what} has shape (key_len, query_len): the queries are the rows, (query_len,"
-                " key_len)."
+                _(
+                    "{what} has shape (key_len, query_len): the queries are the rows, (query_len, "
+                    "key_len)."
+                ).format(what=what)
             )
         if (
             isinstance(out, torch.Tensor)
@@ -145,27 +161,34 @@ def _check_causal(fn) -> str:
             and torch.equal(out.bool(), expected)
         ):
             raise Mistake(
-                f"{what} has the right 1s and 0s but dtype {out.dtype}: return booleans (True = may"
-                " attend)."
+                _(
+                    "{what} has the right 1s and 0s but dtype {out_dtype}: return booleans (True = may "
+                    "attend)."
+                ).format(what=what, out_dtype=out.dtype)
             )
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
             ones = torch.ones(query_len, key_len, dtype=torch.bool)
             shift = key_len - query_len
             mistakes = {
-                "The polarity is inverted: True must mark the keys a query MAY attend to (the past and itself).": (
-                    ~expected
-                ),
+                _(
+                    "The polarity is inverted: True must mark the keys a query MAY attend to (the past "
+                    "and itself)."
+                ): (~expected),
                 (
-                    "Off by one: a query may attend to its own position too (keep the "
-                    "diagonal: j <= i, not j < i)."
+                    _(
+                        "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, "
+                        "not j < i)."
+                    )
                 ): torch.tril(ones, diagonal=shift - 1),
-                "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i.": torch.tril(
-                    ones, diagonal=shift + 1
-                ),
+                _(
+                    "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i."
+                ): torch.tril(ones, diagonal=shift + 1),
                 (
-                    "Upper instead of lower triangle: a query may see the keys BEFORE it, so "
-                    "rows are queries and the True entries sit at j <= i."
+                    _(
+                        "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are "
+                        "queries and the True entries sit at j <= i."
+                    )
                 ): torch.triu(ones, diagonal=shift),
             }
             if shift:
@@ -180,12 +203,13 @@ def _check_causal(fn) -> str:
                     mistakes,
                     atol=0,
                     default=(
-                        f"{what} is wrong: expected {expected.int().tolist()}, got"
-                        f" {out.int().tolist()}."
+                        _("{what} is wrong: expected {expected}, got {out}.").format(
+                            what=what, expected=expected.int().tolist(), out=out.int().tolist()
+                        )
                     ),
                 )
             )
-    return "Right: the lower triangle, aligned so that the last query sees every key."
+    return _("Right: the lower triangle, aligned so that the last query sees every key.")
 
 
 # -- 3. padding and causal masks together ----------------------------------------------------
@@ -228,7 +252,9 @@ def _check_attention_mask(fn) -> str:
             expected = combine_masks(tri if causal else None, pad[:, None, :]).expand(
                 B, max_len, max_len
             )
-            what = f"For lengths {lengths.tolist()}, max_len={max_len}, causal={causal}, the mask"
+            what = _("For lengths {lengths}, max_len={max_len}, causal={causal}, the mask").format(
+                lengths=lengths.tolist(), max_len=max_len, causal=causal
+            )
             longest = int(lengths.max())
             if (
                 isinstance(out, torch.Tensor)
@@ -236,14 +262,18 @@ def _check_attention_mask(fn) -> str:
                 and out.shape == (B, longest, longest)
             ):
                 raise Mistake(
-                    f"{what} has shape {tuple(out.shape)}: max_len is ignored. The batch is padded"
-                    f" to max_len = {max_len}, beyond its longest sequence ({longest}): use"
-                    " torch.arange(max_len)."
+                    _(
+                        "{what} has shape {out_shape}: max_len is ignored. The batch is padded to max_len = "
+                        "{max_len}, beyond its longest sequence ({longest}): use torch.arange(max_len)."
+                    ).format(
+                        what=what, out_shape=tuple(out.shape), max_len=max_len, longest=longest
+                    )
                 )
             if isinstance(out, torch.Tensor) and out.shape in ((max_len, max_len), (B, max_len)):
                 raise Mistake(
-                    f"{what} has shape {tuple(out.shape)}: it must be (B, L, S) ="
-                    f" {(B, max_len, max_len)}."
+                    _("{what} has shape {out_shape}: it must be (B, L, S) = {value}.").format(
+                        what=what, out_shape=tuple(out.shape), value=(B, max_len, max_len)
+                    )
                 )
             _boolean(out, (B, max_len, max_len), what)
             if torch.equal(out, expected):
@@ -251,19 +281,25 @@ def _check_attention_mask(fn) -> str:
             causal_part = tri if causal else torch.ones(max_len, max_len, dtype=torch.bool)
             mistakes = {
                 (
-                    "The padding is applied to the queries (rows) instead of the keys "
-                    "(columns): the real tokens still attend to the pads. Use pad[:, None, "
-                    ":], not pad[:, :, None]."
+                    _(
+                        "The padding is applied to the queries (rows) instead of the keys (columns): the "
+                        "real tokens still attend to the pads. Use pad[:, None, :], not pad[:, :, None]."
+                    )
                 ): (causal_part & pad[:, :, None]),
                 (
-                    "You masked the pads as both queries and keys: a padded query's row is "
-                    "then empty (all False), which gives NaN with -inf. Mask the keys only; "
-                    "the outputs at padded queries are simply ignored later."
+                    _(
+                        "You masked the pads as both queries and keys: a padded query's row is then empty "
+                        "(all False), which gives NaN with -inf. Mask the keys only; the outputs at padded "
+                        "queries are simply ignored later."
+                    )
                 ): (expected & pad[:, :, None]),
-                "The polarity is inverted: True must mark what a query MAY attend to.": ~expected,
+                _(
+                    "The polarity is inverted: True must mark what a query MAY attend to."
+                ): ~expected,
                 (
-                    "The padding is missing: the pads of the shorter sequences are still "
-                    "visible as keys."
+                    _(
+                        "The padding is missing: the pads of the shorter sequences are still visible as keys."
+                    )
                 ): causal_part.expand(B, -1, -1),
             }
             if causal:
@@ -284,14 +320,15 @@ def _check_attention_mask(fn) -> str:
                     mistakes,
                     atol=0,
                     default=(
-                        f"{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if"
-                        " causal)."
+                        _(
+                            "{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if causal)."
+                        ).format(what=what)
                     ),
                 )
             )
-    return (
-        "Right: key padding for every query, AND the causal triangle for a decoder; shape (B,"
-        " L, S)."
+    return _(
+        "Right: key padding for every query, AND the causal triangle for a decoder; shape "
+        "(B, L, S)."
     )
 
 
@@ -336,10 +373,12 @@ def _check_allowed(answer) -> str:
         _ALLOWED,
         _ALLOWED_MISTAKES,
         what="count",
-        right="Right: the causal triangle of 21, cut by each sequence's padded keys.",
+        right=_("Right: the causal triangle of 21, cut by each sequence's padded keys."),
         otherwise=(
-            "{value:g} is not it. Count query by query as in the hint, or build the mask with the"
-            " package and sum it."
+            _(
+                "{value:g} is not it. Count query by query as in the hint, or build the mask with "
+                "the package and sum it."
+            )
         ),
     )
 
@@ -373,9 +412,9 @@ def _check_padded_scores(fn) -> str:
         lengths[0] = S
         lengths[-1] = 1 if B > 1 else lengths[-1]
         keep = (torch.arange(S)[None, :] < lengths[:, None]).long()  # (B, S), 1 = a real token
-        case = f"B={B}, h={h}, L={L}, S={S}"
+        case = _("B={B}, h={h}, L={L}, S={S}").format(B=B, h=h, L=L, S=S)
         out = call(fn, scores.clone(), keep.clone())
-        expect_tensor(out, scores.shape, f"{case}: the masked scores")
+        expect_tensor(out, scores.shape, _("{case}: the masked scores").format(case=case))
         expected = torch.softmax(_padded_scores_solution(scores, keep), -1)
         got = torch.softmax(out.to(torch.float64), -1)
         if matches(got, expected):
@@ -383,13 +422,17 @@ def _check_padded_scores(fn) -> str:
         if B == h and L == S:
             wrong = {
                 (
-                    "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which "
-                    "broadcasts as (1, B, 1, S) and lines the batch up with the heads. Use "
-                    "keep[:, None, None, :], shape (B, 1, 1, S)."
+                    _(
+                        "This is still the given code: keep.unsqueeze(1) is (B, 1, S), which broadcasts as "
+                        "(1, B, 1, S) and lines the batch up with the heads. Use keep[:, None, None, :], "
+                        "shape (B, 1, 1, S)."
+                    )
                 ): torch.softmax(scores.masked_fill(keep.unsqueeze(1) == 0, float("-inf")), -1),
                 (
-                    "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives "
-                    "in the keys, the last dimension."
+                    _(
+                        "You masked queries instead of keys (shape (B, 1, S, 1)): padding lives in the keys, "
+                        "the last dimension."
+                    )
                 ): (
                     torch.softmax(
                         scores.masked_fill(keep[:, None, :, None] == 0, float("-inf")), -1
@@ -408,10 +451,11 @@ def _check_padded_scores(fn) -> str:
                 got.nan_to_num(0.0),
                 wrong,
                 default=(
-                    f"{case}: the softmax of your scores still puts weight on padded keys, or"
-                    " changes the real ones. Fill only the padded keys, in every head and every"
-                    " query row."
+                    _(
+                        "{case}: the softmax of your scores still puts weight on padded keys, or changes the "
+                        "real ones. Fill only the padded keys, in every head and every query row."
+                    ).format(case=case)
                 ),
             )
         )
-    return "Right: a (B, S) key padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores."
+    return _("Right: a (B, S) key padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores.")

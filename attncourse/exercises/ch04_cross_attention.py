@@ -19,6 +19,7 @@ from ._core import (
     number,
     reveal,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -50,23 +51,29 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
 
     out = {
         (
-            "The scores are scaled by sqrt of the source's width (the sources' "
-            "sqrt(d_2)); the dot products are between vectors of width d_k = "
-            "w_k.shape[1], so divide by sqrt(d_k)."
+            _(
+                "The scores are scaled by sqrt of the source's width (the sources' sqrt(d_2)); the "
+                "dot products are between vectors of width d_k = w_k.shape[1], so divide by "
+                "sqrt(d_k)."
+            )
         ): soft((raw / d_source**0.5).masked_fill(keys, float("-inf"))),
-        "The scores are not scaled: divide Q K^T by sqrt(d_k).": soft(
+        _("The scores are not scaled: divide Q K^T by sqrt(d_k)."): soft(
             raw.masked_fill(keys, float("-inf"))
         ),
-        "The padding mask is ignored: a padded source position must get zero weight.": soft(
+        _("The padding mask is ignored: a padded source position must get zero weight."): soft(
             raw / d_k**0.5
         ),
         (
-            "The mask polarity is inverted: source_mask is True at real tokens, so "
-            "fill the scores where it is False."
+            _(
+                "The mask polarity is inverted: source_mask is True at real tokens, so fill the "
+                "scores where it is False."
+            )
         ): soft((raw / d_k**0.5).masked_fill(source_mask[:, None, :], float("-inf"))),
         (
-            "The softmax runs over the target positions: each query's weights must "
-            "sum to 1 over the source (dim=-1)."
+            _(
+                "The softmax runs over the target positions: each query's weights must sum to 1 over "
+                "the source (dim=-1)."
+            )
         ): soft((raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2),
     }
     transposed = raw.transpose(-2, -1) / d_k**0.5  # (B, S, L): key @ query^T
@@ -91,7 +98,11 @@ def _check_case(case, fn, args, value_mistake_possible):
     expected_out, expected_w = _cross_attention_solution(*args)
     got = call(fn, *args)
     if not isinstance(got, tuple) or len(got) != 2:
-        raise Mistake(f"Return a pair (output, weights); got {type(got).__name__}.")
+        raise Mistake(
+            _("Return a pair (output, weights); got {type_name}.").format(
+                type_name=type(got).__name__
+            )
+        )
     output, weights = got
     if (
         isinstance(weights, torch.Tensor)
@@ -99,47 +110,61 @@ def _check_case(case, fn, args, value_mistake_possible):
         and weights.shape != expected_w.shape
     ):
         raise Mistake(
-            f"{case}: your weights have shape {tuple(weights.shape)}, (B, S, L): queries come from"
-            " the target and keys from the source, so the scores are (target @ w_q) @ (source @"
-            " w_k)^T, of shape (B, L, S)."
+            _(
+                "{case}: your weights have shape {weights_shape}, (B, S, L): queries come from the "
+                "target and keys from the source, so the scores are (target @ w_q) @ (source @ "
+                "w_k)^T, of shape (B, L, S)."
+            ).format(case=case, weights_shape=tuple(weights.shape))
         )
-    expect_tensor(weights, expected_w.shape, f"{case}: the weights (B, L, S)")
+    expect_tensor(weights, expected_w.shape, _("{case}: the weights (B, L, S)").format(case=case))
     if (
         value_mistake_possible
         and matches(output, weights @ (source @ w_k))
         and not matches(output, expected_out)
     ):
         raise Mistake(
-            f"{case}: your values are source @ w_k, the keys (the sources' formula K = V = X_2"
-            " W^K). Values have their own projection: value = source @ w_v."
+            _(
+                "{case}: your values are source @ w_k, the keys (the sources' formula K = V = X_2 "
+                "W^K). Values have their own projection: value = source @ w_v."
+            ).format(case=case)
         )
     if matches(output, weights @ source):
         raise Mistake(
-            f"{case}: your output is weights @ source: the values need their projection, value ="
-            " source @ w_v."
+            _(
+                "{case}: your output is weights @ source: the values need their projection, value = "
+                "source @ w_v."
+            ).format(case=case)
         )
-    expect_tensor(output, expected_out.shape, f"{case}: the output (B, L, d_v)")
+    expect_tensor(output, expected_out.shape, _("{case}: the output (B, L, d_v)").format(case=case))
     if matches(weights, expected_w) and matches(output, expected_out):
         return
     if matches(weights, expected_w):
         if value_mistake_possible and matches(output, weights @ (source @ w_k)):
             raise Mistake(
-                f"{case}: your values are source @ w_k; use their own projection, source @ w_v."
+                _(
+                    "{case}: your values are source @ w_k; use their own projection, source @ w_v."
+                ).format(case=case)
             )
         raise Mistake(
-            f"{case}: the weights are right but the output is not: it is weights @ (source @ w_v)."
+            _(
+                "{case}: the weights are right but the output is not: it is weights @ (source @ w_v)."
+            ).format(case=case)
         )
     for message, wrong in _cross_variants(*args).items():
         if matches(weights, wrong, equal_nan=True):
-            raise Mistake(f"{case}: {message.rstrip()}")
+            raise Mistake(_("{case}: {value}").format(case=case, value=message.rstrip()))
     if torch.isnan(weights).any():
         raise Mistake(
-            f"{case}: your weights contain NaN: did a whole row get masked? Only source (key)"
-            " positions are padding."
+            _(
+                "{case}: your weights contain NaN: did a whole row get masked? Only source (key) "
+                "positions are padding."
+            ).format(case=case)
         )
     raise Mistake(
-        f"{case}: your weights differ from softmax((target W^Q)(source W^K)^T / sqrt(d_k)) with"
-        " padded keys removed."
+        _(
+            "{case}: your weights differ from softmax((target W^Q)(source W^K)^T / sqrt(d_k)) "
+            "with padded keys removed."
+        ).format(case=case)
     )
 
 
@@ -167,7 +192,7 @@ def _check_cross_attention(fn) -> str:
         torch.tensor([[True] * 5, [True, True, True, False, False]]),
     )
     _check_case(
-        "Target length 5, source length 5 (2 padded), d_k = d_v = 4",
+        _("Target length 5, source length 5 (2 padded), d_k = d_v = 4"),
         fn,
         args,
         value_mistake_possible=True,
@@ -183,7 +208,7 @@ def _check_cross_attention(fn) -> str:
         mask,
     )
     _check_case(
-        "Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2",
+        _("Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2"),
         fn,
         args,
         value_mistake_possible=False,
@@ -191,12 +216,14 @@ def _check_cross_attention(fn) -> str:
     output, weights = call(fn, *args)
     if not torch.all(weights[..., ~mask[0]] == 0) or not torch.all(weights[1][:, ~mask[1]] == 0):
         raise Mistake(
-            "Padded source positions must get exactly zero weight: mask with -inf (or a boolean"
-            " masked_fill)."
+            _(
+                "Padded source positions must get exactly zero weight: mask with -inf (or a boolean "
+                "masked_fill)."
+            )
         )
-    return (
-        "Right: queries from the target, keys and values from the source with their own"
-        " projections, padded keys masked."
+    return _(
+        "Right: queries from the target, keys and values from the source with their own "
+        "projections, padded keys masked."
     )
 
 
@@ -245,7 +272,7 @@ _SHAPE_KEYS = ("weights", "output", "key_padding_mask")
 
 
 def _as_shape(value, name):
-    return as_shape(value, f"answer[{name!r}]")
+    return as_shape(value, _("answer[{name!r}]").format(name=name))
 
 
 @exercise(
@@ -263,7 +290,9 @@ def _as_shape(value, name):
 def _check_shapes(answer) -> str:
     if not isinstance(answer, dict) or set(answer) != set(_SHAPE_KEYS):
         raise Mistake(
-            f"Give a dict with exactly the keys {list(_SHAPE_KEYS)}, each mapped to a shape tuple."
+            _(
+                "Give a dict with exactly the keys {_SHAPE_KEYS}, each mapped to a shape tuple."
+            ).format(_SHAPE_KEYS=list(_SHAPE_KEYS))
         )
     expected = {k: tuple(v) for k, v in json.loads(reveal(_SHAPES)).items()}
     mistakes = json.loads(reveal(_SHAPES_MISTAKES))
@@ -274,13 +303,14 @@ def _check_shapes(answer) -> str:
             continue
         known = mistakes[name].get(str(shape))
         wrong.append(
-            f"{name} {shape}: " + (known or "not this shape; count the sizes again from the hint.")
+            _("{name} {shape}: ").format(name=name, shape=shape)
+            + (known or _("not this shape; count the sizes again from the hint."))
         )
     if wrong:
         raise Mistake("\n".join(wrong))
-    return (
-        "Right: the output follows the queries (target), the weights have one column per source"
-        " position."
+    return _(
+        "Right: the output follows the queries (target), the weights have one column per "
+        "source position."
     )
 
 
@@ -322,14 +352,18 @@ def _check_cross_count(answer) -> str:
         answer,
         _CROSS_COUNT,
         _CROSS_COUNT_MISTAKES,
-        what="parameter count",
+        what=_("parameter count"),
         right=(
-            "Right: kdim and vdim change only the input side of W^K and W^V; everything is"
-            " projected to embed_dim."
+            _(
+                "Right: kdim and vdim change only the input side of W^K and W^V; everything is "
+                "projected to embed_dim."
+            )
         ),
         otherwise=(
-            "{value:g} is not it. Count the weights and biases of the four projections, or check"
-            " with sum(p.numel() ...)."
+            _(
+                "{value:g} is not it. Count the weights and biases of the four projections, or check "
+                "with sum(p.numel() ...)."
+            )
         ),
     )
 
@@ -344,7 +378,8 @@ _DIAGONAL_SOLUTION = (
     "sHDA4aVA8PABsXUwMIGhAdQxsdF1MWDgEGDQZPAh0BAUEbEk5RV1BSHANBABwLQwcQHhdIDgEATgcGEhsHFk9UIAYGTwIdAQESVBsIQw5VHAYI"
     "AxEGTgIdEHgABAgQVAcNTxQcUwoTEBEcQ0cBGhwQEhUaChBDVVAHDQ4BBw8NC1deUw0UGhAcBgsGXlNHCQEaChEKEVBfRRQaHRoQQ1VQEgsFVl"
     "hOFwobAVpFFRwVGkMfAAYAbwwbBxpDCxwVGhESU1QZDB0RAVMEFVQbGgsKB1IDChIdAAcMAQZSBw0AGlQaCwpVFhoCCAAHQkMcGlISRQkRFQpD"
-    "AgABB0UTERUKQxsdF1MSDgYQHUMbGlISCQgTGmQXBxAfSUUVHBFOFx0UGx0ABVQZAQcKGVUARQ0VBxpDAxQLFhdBExEaEE8UEBwQFVRNVkZB"
+    "AgABB0UTERUKQxsdF1MSDgYQHUMbGlISCQgTGmQXBxAfSUUVHBFOFx0UGx0ABVQZAQcKGVUARQ0VBxpDAxQLFhdNVB0aEE8dFxIBElQVGAYdFB"
+    "UWAU1UEwsXHFUTEQoUAFRXVUpb"
 )
 
 
@@ -380,29 +415,38 @@ def _check_diagonal_baseline(answer) -> str:
     value = number(answer, "accuracy")
     right, first_word, with_eos = _diagonal_baseline()
     if abs(value - right) <= 0.005:
-        return (
-            f"Right: {right:.1%}. Position alone finds the source word of fewer than a third of the"
-            " digits; the trained cross-attention, which reads the words, finds nearly all of"
-            " them."
-        )
+        return _(
+            "Right: {right:.1%}. Position alone finds the source word of fewer than a third of "
+            "the digits; the trained cross-attention, which reads the words, finds nearly all of "
+            "them."
+        ).format(right=right)
     if abs(value / 100 - right) <= 0.005:
         raise Mistake(
-            "That is the right measurement as a percentage: give it as a fraction between 0 and 1."
+            _(
+                "That is the right measurement as a percentage: give it as a fraction between 0 and "
+                "1."
+            )
         )
     if abs(value - with_eos) <= 0.005:
         raise Mistake(
-            "You counted the end-of-sentence tokens as misses: they have no source word (alignment"
-            " -1) and are not scored; alignment_accuracy skips them."
+            _(
+                "You counted the end-of-sentence tokens as misses: they have no source word "
+                "(alignment -1) and are not scored; alignment_accuracy skips them."
+            )
         )
     if abs(value - first_word) <= 0.005:
         raise Mistake(
-            "That is the accuracy of a head that always picks the first word (argmax of equal or"
-            " zero weights is position 0): put the weight of target position i on source"
-            " position i."
+            _(
+                "That is the accuracy of a head that always picks the first word (argmax of equal or "
+                "zero weights is position 0): put the weight of target position i on source position "
+                "i."
+            )
         )
     raise Mistake(
-        f"{value:g} is not what this head scores on the held-out numbers; follow the hint (the"
-        " checker allows 0.005 around its own measurement)."
+        _(
+            "{value:g} is not what this head scores on the held-out numbers; follow the hint "
+            "(the checker allows 0.005 around its own measurement)."
+        ).format(value=value)
     )
 
 
@@ -440,10 +484,10 @@ _WHICH_BUG_CHOICES = ("a", "b", "c", "d", "e")
     solution=_WHICH_BUG_SOLUTION,
 )
 def _check_which_bug(answer) -> str:
-    letter = choice(answer, _WHICH_BUG_CHOICES, "line letter")
+    letter = choice(answer, _WHICH_BUG_CHOICES, _("line letter"))
     if letter == reveal(_WHICH_BUG):
-        return (
-            "Right: softmax(dim=1) normalises each source column over the target positions; a"
-            " padded column is all -inf there, so it turns into NaN. Use dim=-1, over the keys."
+        return _(
+            "Right: softmax(dim=1) normalises each source column over the target positions; a "
+            "padded column is all -inf there, so it turns into NaN. Use dim=-1, over the keys."
         )
     raise Mistake(json.loads(reveal(_WHICH_BUG_MISTAKES))[letter])

@@ -8,7 +8,6 @@ from ..positions import apply_rope, sinusoidal_encoding
 from ..sampling import next_token_distribution
 from ..training import next_token_loss
 from ._core import (
-    SOFTMAX_DIM,
     Mistake,
     call,
     check_number,
@@ -19,6 +18,7 @@ from ._core import (
     matches,
     softmax_over,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -71,12 +71,16 @@ def _check_initial_loss(answer) -> str:
         rel_tol=1e-3,
         mistake_rel_tol=1e-3,
         right=(
-            "Right: ln V nats. Check it on every new model before training: a much larger first"
-            " loss means confidently wrong initial logits."
+            _(
+                "Right: ln V nats. Check it on every new model before training: a much larger first "
+                "loss means confidently wrong initial logits."
+            )
         ),
         otherwise=(
-            "{value:g} is not it. The model spreads its probability evenly over the V characters;"
-            " the loss is -ln of the probability of the right one."
+            _(
+                "{value:g} is not it. The model spreads its probability evenly over the V "
+                "characters; the loss is -ln of the probability of the right one."
+            )
         ),
     )
 
@@ -105,26 +109,32 @@ def _sinusoidal_variants(length, d_model):
 
     half = pos * 10000.0 ** (-(i / 2) / d_model)  # exponent i / d instead of 2i / d
     return {
-        "Sine and cosine are swapped: the even features (0, 2, 4, ...) are sines, the odd ones cosines.": interleave(
-            angle.cos(), angle.sin()
-        ),
+        _(
+            "Sine and cosine are swapped: the even features (0, 2, 4, ...) are sines, the odd "
+            "ones cosines."
+        ): interleave(angle.cos(), angle.sin()),
         (
-            "The sines fill the first half and the cosines the second (a "
-            "concatenation, as tensor2tensor does): the paper interleaves them, "
-            "PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos."
+            _(
+                "The sines fill the first half and the cosines the second (a concatenation, as "
+                "tensor2tensor does): the paper interleaves them, PE[pos, 2i] = sin, PE[pos, 2i + 1] "
+                "= cos."
+            )
         ): torch.cat([angle.sin(), angle.cos()], dim=-1),
         (
-            "The frequencies are wrong: the exponent is 2i / d_model, where 2i is "
-            "the even feature index (0, 2, 4, ...), so use arange(0, d_model, 2) / "
-            "d_model."
+            _(
+                "The frequencies are wrong: the exponent is 2i / d_model, where 2i is the even "
+                "feature index (0, 2, 4, ...), so use arange(0, d_model, 2) / d_model."
+            )
         ): interleave(half.sin(), half.cos()),
         (
-            "You multiplied the position by 10000^(2i/d) instead of dividing: the "
-            "wavelengths grow from 2*pi to 10000 * 2*pi."
+            _(
+                "You multiplied the position by 10000^(2i/d) instead of dividing: the wavelengths "
+                "grow from 2*pi to 10000 * 2*pi."
+            )
         ): interleave(
             (pos * 10000.0 ** (i / d_model)).sin(), (pos * 10000.0 ** (i / d_model)).cos()
         ),
-        "The positions start at 1; they start at 0 (the first row is sin 0 = 0, cos 0 = 1).": (
+        _("The positions start at 1; they start at 0 (the first row is sin 0 = 0, cos 0 = 1)."): (
             interleave(
                 ((pos + 1) * 10000.0 ** (-i / d_model)).sin(),
                 ((pos + 1) * 10000.0 ** (-i / d_model)).cos(),
@@ -151,7 +161,9 @@ def _check_sinusoidal(fn) -> str:
         out = expect_tensor(
             call(fn, length, d_model),
             (length, d_model),
-            f"The encoding for length={length}, d_model={d_model}",
+            _("The encoding for length={length}, d_model={d_model}").format(
+                length=length, d_model=d_model
+            ),
         )
         if not matches(out, expected):
             raise Mistake(
@@ -159,12 +171,14 @@ def _check_sinusoidal(fn) -> str:
                     out,
                     _sinusoidal_variants(length, d_model),
                     default=(
-                        "Your table differs from PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos,"
-                        f" 2i+1] = cos(...) for length={length}, d_model={d_model}."
+                        _(
+                            "Your table differs from PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = "
+                            "cos(...) for length={length}, d_model={d_model}."
+                        ).format(length=length, d_model=d_model)
                     ),
                 )
             )
-    return "Your encoding matches the paper's formula."
+    return _("Your encoding matches the paper's formula.")
 
 
 # -- 3. RoPE --------------------------------------------------------------------------------------
@@ -187,15 +201,17 @@ def _rope_variants(x, positions):
     x1, x2 = x[..., 0::2], x[..., 1::2]
     h1, h2 = x[..., : d // 2], x[..., d // 2 :]
     return {
-        "You rotate the wrong way (by -m*theta): the second component is x1 sin + x2 cos, the first x1 cos - x2 sin.": (
-            torch.stack([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).flatten(-2)
-        ),
+        _(
+            "You rotate the wrong way (by -m*theta): the second component is x1 sin + x2 cos, "
+            "the first x1 cos - x2 sin."
+        ): (torch.stack([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).flatten(-2)),
         (
-            "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA "
-            "layout); this exercise follows the paper and pairs neighbours (2i, 2i + "
-            "1)."
+            _(
+                "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA layout); this "
+                "exercise follows the paper and pairs neighbours (2i, 2i + 1)."
+            )
         ): torch.cat([h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1),
-        "The frequencies are wrong: theta_i = 10000^(-2i/d) for i = 0 .. d/2 - 1.": (
+        _("The frequencies are wrong: theta_i = 10000^(-2i/d) for i = 0 .. d/2 - 1."): (
             torch.stack(
                 [
                     x1 * (angle / 2).cos() - x2 * (angle / 2).sin(),
@@ -205,8 +221,10 @@ def _rope_variants(x, positions):
             ).flatten(-2)
         ),
         (
-            "You added the rotation (x + cos/sin terms) instead of rotating: RoPE "
-            "multiplies each pair by a rotation matrix."
+            _(
+                "You added the rotation (x + cos/sin terms) instead of rotating: RoPE multiplies "
+                "each pair by a rotation matrix."
+            )
         ): (x + torch.stack([cos, sin], dim=-1).flatten(-2)),
     }
 
@@ -226,26 +244,28 @@ def _rope_variants(x, positions):
 )
 def _check_rope(fn) -> str:
     x, positions = _random(2, 6, 8, seed=30), torch.arange(6)
-    out = expect_tensor(call(fn, x, positions), (2, 6, 8), "apply_rope for x (2, 6, 8)")
+    out = expect_tensor(call(fn, x, positions), (2, 6, 8), _("apply_rope for x (2, 6, 8)"))
     if not matches(out, apply_rope(x, positions)):
         raise Mistake(
             diagnose(
                 out,
                 _rope_variants(x, positions),
-                default="Your rotation differs from RoPE on x (2, 6, 8), positions 0..5.",
+                default=_("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5."),
             )
         )
     x, positions = _random(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
     out = call(fn, x, positions)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake(
-            "Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch"
-            " dimensions: use the positions you are given."
+            _(
+                "Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch "
+                "dimensions: use the positions you are given."
+            )
         )
     x, positions = _random(2, 6, 8, seed=34, dtype=torch.float32), torch.arange(6)
     out = call(fn, x, positions)  # float32 in, float32 out (the dtype rule)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
-        raise Mistake("Right in float64, wrong for a float32 x (2, 6, 8) at positions 0..5.")
+        raise Mistake(_("Right in float64, wrong for a float32 x (2, 6, 8) at positions 0..5."))
     x, positions = (
         _random(1, 4, 16, seed=35),
         torch.tensor([0, 1, 4097, 100000]),
@@ -253,16 +273,18 @@ def _check_rope(fn) -> str:
     out = call(fn, x, positions)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake(
-            "Right for small positions, wrong for x (1, 4, 16) in float64 at positions [0, 1, 4097,"
-            " 100000]: at such positions a theta_i computed in float32 (torch.arange(0, d, 2) / d"
-            " without a dtype) puts the angle m * theta_i off by about 1e-3 rad; compute theta and"
-            " the angles in float64 (or x's dtype)."
+            _(
+                "Right for small positions, wrong for x (1, 4, 16) in float64 at positions [0, 1, "
+                "4097, 100000]: at such positions a theta_i computed in float32 (torch.arange(0, d, "
+                "2) / d without a dtype) puts the angle m * theta_i off by about 1e-3 rad; compute "
+                "theta and the angles in float64 (or x's dtype)."
+            )
         )
     q, k = _random(1, 16, seed=32), _random(1, 16, seed=33)
     score = lambda m, n: (call(fn, q, torch.tensor([m])) @ call(fn, k, torch.tensor([n])).T).item()  # noqa: E731
     if abs(score(7, 2) - score(105, 100)) > 1e-8:
-        raise Mistake("The score of a rotated query and key should depend only on m - n.")
-    return "Your RoPE matches: the score of positions m and n depends only on m - n."
+        raise Mistake(_("The score of a rotated query and key should depend only on m - n."))
+    return _("Your RoPE matches: the score of positions m and n depends only on m - n.")
 
 
 # -- 4. temperature and top-k -----------------------------------------------------------------------
@@ -280,35 +302,44 @@ def _top_k_variants(logits, k, temperature):
     kth_k1 = torch.topk(logits, k + 1, dim=-1).values[..., -1:] if k + 1 <= logits.size(-1) else kth
     return {
         (
-            "The probabilities outside the top k were set to zero after the softmax, "
-            "without renormalising: the kept ones must sum to 1 (mask the logits "
-            "with -inf, then softmax)."
+            _(
+                "The probabilities outside the top k were set to zero after the softmax, without "
+                "renormalising: the kept ones must sum to 1 (mask the logits with -inf, then "
+                "softmax)."
+            )
         ): (probs * (logits >= kth)),
         (
-            "The temperature multiplies the logits; divide them by it (a low "
-            "temperature sharpens the distribution)."
+            _(
+                "The temperature multiplies the logits; divide them by it (a low temperature "
+                "sharpens the distribution)."
+            )
         ): torch.softmax((logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1),
-        "The temperature is ignored.": torch.softmax(
+        _("The temperature is ignored."): torch.softmax(
             logits.masked_fill(logits < kth, float("-inf")), dim=-1
         ),
         (
-            "You kept k + 1 tokens: keep the logits >= the k-th largest "
-            "(topk(...).values[..., -1:] is the k-th)."
+            _(
+                "You kept k + 1 tokens: keep the logits >= the k-th largest (topk(...).values[..., "
+                "-1:] is the k-th)."
+            )
         ): torch.softmax(
             (logits / temperature).masked_fill(logits < kth_k1, float("-inf")), dim=-1
         ),
-        "top-k is missing: every token keeps some probability.": probs,
+        _("top-k is missing: every token keeps some probability."): probs,
         (
-            "You kept k - 1 tokens: keep every logit >= the k-th largest "
-            "(topk(...).values[..., -1:] is the k-th, and it stays)."
+            _(
+                "You kept k - 1 tokens: keep every logit >= the k-th largest (topk(...).values[..., "
+                "-1:] is the k-th, and it stays)."
+            )
         ): (
             torch.softmax((logits / temperature).masked_fill(logits <= kth, float("-inf")), dim=-1)
             if k > 1
             else None
         ),
-        SOFTMAX_DIM.replace("(dim=-2, the queries)", "(not the vocabulary)")
-        .replace("one query", "one position")
-        .replace("over the keys", "over the vocabulary"): _over_rows(logits, k, temperature),
+        _(
+            "The softmax runs over the wrong dimension (not the vocabulary): each row, one "
+            "position, must sum to 1 over the vocabulary: softmax(..., dim=-1)."
+        ): _over_rows(logits, k, temperature),
     }
 
 
@@ -333,7 +364,9 @@ def _check_top_k(fn) -> str:
         logits = _random(*shape, seed=40 + k)
         expected = next_token_distribution(logits, temperature=temperature, top_k=k)
         out = expect_tensor(
-            call(fn, logits, k, temperature), shape, f"The distribution for logits {shape}"
+            call(fn, logits, k, temperature),
+            shape,
+            _("The distribution for logits {shape}").format(shape=shape),
         )
         if not matches(out, expected):
             raise Mistake(
@@ -341,14 +374,16 @@ def _check_top_k(fn) -> str:
                     out,
                     _top_k_variants(logits, k, temperature),
                     default=(
-                        "Your distribution differs from softmax(top-k logits / T) for logits"
-                        f" {shape}, k={k}, T={temperature}."
+                        _(
+                            "Your distribution differs from softmax(top-k logits / T) for logits {shape}, k={k}, "
+                            "T={temperature}."
+                        ).format(shape=shape, k=k, temperature=temperature)
                     ),
                 )
             )
-    return (
-        "Your top-k distribution matches: exactly k tokens keep probability, renormalised,"
-        " sharpened or flattened by T."
+    return _(
+        "Your top-k distribution matches: exactly k tokens keep probability, renormalised, "
+        "sharpened or flattened by T."
     )
 
 
@@ -381,12 +416,12 @@ def _check_shifted_loss(fn) -> str:
     )
     out = call(fn, logits, tokens)
     if not isinstance(out, torch.Tensor) or out.dim() != 0:
-        raise Mistake("Return the mean loss as a scalar tensor.")
+        raise Mistake(_("Return the mean loss as a scalar tensor."))
     expected = next_token_loss(logits, tokens)
     if matches(out, expected):
-        return (
-            "Right: the logits at t are scored on token t + 1; unshifted, the model would only have"
-            " to copy its input."
+        return _(
+            "Right: the logits at t are scored on token t + 1; unshifted, the model would only "
+            "have to copy its input."
         )
     ce = torch.nn.functional.cross_entropy
     v = logits.size(-1)
@@ -395,21 +430,26 @@ def _check_shifted_loss(fn) -> str:
             out,
             {
                 (
-                    "The loss is still unshifted: logits[:, t] are compared with tokens[:, "
-                    "t], the token the model already sees. Compare them with tokens[:, t + "
-                    "1]."
+                    _(
+                        "The loss is still unshifted: logits[:, t] are compared with tokens[:, t], the token "
+                        "the model already sees. Compare them with tokens[:, t + 1]."
+                    )
                 ): ce(logits.reshape(-1, v), tokens.reshape(-1)),
                 (
-                    "Shifted the wrong way: logits[:, 1:] against tokens[:, :-1] asks each "
-                    "position for the token before it. Use logits[:, :-1] and tokens[:, 1:]."
+                    _(
+                        "Shifted the wrong way: logits[:, 1:] against tokens[:, :-1] asks each position for "
+                        "the token before it. Use logits[:, :-1] and tokens[:, 1:]."
+                    )
                 ): ce(logits[:, 1:].reshape(-1, v), tokens[:, :-1].reshape(-1)),
-                "The loss is summed; take the mean over the predicted positions.": ce(
+                _("The loss is summed; take the mean over the predicted positions."): ce(
                     logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1), reduction="sum"
                 ),
             },
             default=(
-                "Your loss differs from the mean cross-entropy of logits[:, :-1] against tokens[:,"
-                " 1:]."
+                _(
+                    "Your loss differs from the mean cross-entropy of logits[:, :-1] against tokens[:, "
+                    "1:]."
+                )
             ),
         )
     )
@@ -459,20 +499,26 @@ def _check_temperature(answer) -> str:
         rel_tol=0.03,
         mistake_rel_tol=0.03,  # 20,000 draws: sd about 0.0034
         right=(
-            f"Right: {fraction:.4f} of your draws are token 0, within the sampling error of 20,000"
-            " draws: temperature 0.5 squares the probabilities and renormalises, so the likeliest"
-            " token gains."
+            _(
+                "Right: {fraction:.4f} of your draws are token 0, within the sampling error of "
+                "20,000 draws: temperature 0.5 squares the probabilities and renormalises, so the "
+                "likeliest token gains."
+            ).format(fraction=fraction)
         ),
         otherwise=(
-            "{value:g} of your draws are token 0, which is not it (20,000 draws should be within"
-            " about 0.01 of the true frequency). Follow the hint: softmax(logits / 0.5), 20,000"
-            " draws, the fraction that are token 0."
+            _(
+                "{value:g} of your draws are token 0, which is not it (20,000 draws should be within "
+                "about 0.01 of the true frequency). Follow the hint: softmax(logits / 0.5), 20,000 "
+                "draws, the fraction that are token 0."
+            )
         ),
     )
     if not bool((draws == 1).any() and (draws == 2).any()):
         raise Mistake(
-            "Tokens 1 and 2 should both appear among 20,000 draws at temperature 0.5: draw from the"
-            " whole distribution."
+            _(
+                "Tokens 1 and 2 should both appear among 20,000 draws at temperature 0.5: draw from "
+                "the whole distribution."
+            )
         )
     return note
 
@@ -481,25 +527,31 @@ def _as_draws(answer) -> torch.Tensor:
     """The learner's 20,000 drawn token ids as a 1-D long tensor, or a Mistake saying why not."""
     if isinstance(answer, (bool, int, float)) or getattr(answer, "ndim", None) == 0:
         raise Mistake(
-            "Pass the 20,000 drawn token ids themselves, not a number: the check counts token 0"
-            " among your draws (a fraction could come from the formula instead of a measurement)."
+            _(
+                "Pass the 20,000 drawn token ids themselves, not a number: the check counts token 0 "
+                "among your draws (a fraction could come from the formula instead of a measurement)."
+            )
         )
     try:
         draws = torch.as_tensor(answer).detach().cpu().reshape(-1)
     except Exception:  # noqa: BLE001 - not array-like
         raise Mistake(
-            f"Pass the drawn token ids as a tensor or a list, got {type(answer).__name__}."
+            _("Pass the drawn token ids as a tensor or a list, got {type_name}.").format(
+                type_name=type(answer).__name__
+            )
         ) from None
     if draws.numel() != 20_000:
-        raise Mistake(f"Draw 20,000 tokens; got {draws.numel()} values.")
+        raise Mistake(_("Draw 20,000 tokens; got {value} values.").format(value=draws.numel()))
     if draws.dtype == torch.bool or draws.is_complex():
-        raise Mistake("The draws should be token ids 0, 1 or 2 (there are three tokens).")
+        raise Mistake(_("The draws should be token ids 0, 1 or 2 (there are three tokens)."))
     if draws.is_floating_point():
         if not bool((draws == draws.round()).all()):
-            raise Mistake("The draws should be token ids (0, 1 or 2), got fractional values.")
+            raise Mistake(_("The draws should be token ids (0, 1 or 2), got fractional values."))
         draws = draws.long()
     if bool(((draws < 0) | (draws > 2)).any()):
-        raise Mistake("The draws should be token ids 0, 1 or 2 (there are three tokens).")
+        raise Mistake(_("The draws should be token ids 0, 1 or 2 (there are three tokens)."))
     if draws.unique().numel() > 1 and bool((draws[1:] >= draws[:-1]).all()):
-        raise Mistake("Your draws are sorted: pass them in the order torch.multinomial drew them.")
+        raise Mistake(
+            _("Your draws are sorted: pass them in the order torch.multinomial drew them.")
+        )
     return draws

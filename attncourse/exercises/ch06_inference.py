@@ -25,6 +25,7 @@ from ._core import (
     several,
     stub_field,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -70,22 +71,28 @@ _CACHE_BYTES_SOLUTION = (
 def _check_cache_bytes(answer) -> str:
     if isinstance(answer, float) and 0 < answer < 1e3:
         raise Mistake(
-            f"{answer:g} looks like GiB or GB; give the size in bytes (an integer such as"
-            " 123456789)."
+            _(
+                "{answer:g} looks like GiB or GB; give the size in bytes (an integer such as "
+                "123456789)."
+            ).format(answer=answer)
         )
     return check_number(
         answer,
         _CACHE_BYTES,
         _CACHE_BYTES_MISTAKES,
-        what="number of bytes",
+        what=_("number of bytes"),
         mistake_rel_tol=1e-6,
         right=(
-            "Right: 1,342,177,280 bytes = 1.25 GiB for one 4096-token sequence (multi-head"
-            " attention would need 8 times as much)."
+            _(
+                "Right: 1,342,177,280 bytes = 1.25 GiB for one 4096-token sequence (multi-head "
+                "attention would need 8 times as much)."
+            )
         ),
         otherwise=(
-            "{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per"
-            " element."
+            _(
+                "{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per "
+                "element."
+            )
         ),
     )
 
@@ -116,30 +123,34 @@ def _check_repeat_kv(fn) -> str:
     out = call(fn, x.clone(), 4)
     if isinstance(out, torch.Tensor) and out.shape == (2, 3, 20, 4):
         raise Mistake(
-            "Your output repeats along the sequence (dim 2): repeat along the head dimension,"
-            " dim=1, to get (B, kv_heads * n_rep, S, head_dim)."
+            _(
+                "Your output repeats along the sequence (dim 2): repeat along the head dimension, "
+                "dim=1, to get (B, kv_heads * n_rep, S, head_dim)."
+            )
         )
-    expect_tensor(out, (2, 12, 5, 4), "For x (2, 3, 5, 4) and n_rep=4 the output")
+    expect_tensor(out, (2, 12, 5, 4), _("For x (2, 3, 5, 4) and n_rep=4 the output"))
     if not matches(out, expected, atol=0, rtol=0):
         raise Mistake(
             diagnose(
                 out,
                 {
                     (
-                        "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles "
-                        "the whole block): query head i must read K/V head i // n_rep, so repeat "
-                        "each head in place (repeat_interleave)."
+                        _(
+                            "Your heads come out in the order 0, 1, 2, 0, 1, 2, ... (x.repeat tiles the whole "
+                            "block): query head i must read K/V head i // n_rep, so repeat each head in place "
+                            "(repeat_interleave)."
+                        )
                     ): x.repeat(1, 4, 1, 1),
                 },
-                default="Your output differs from repeating each K/V head n_rep times in place.",
+                default=_("Your output differs from repeating each K/V head n_rep times in place."),
                 atol=0,
             )
         )
     if not matches(call(fn, x.clone(), 1), x, atol=0, rtol=0):
-        raise Mistake("With n_rep=1 (multi-head attention) the output must equal the input.")
+        raise Mistake(_("With n_rep=1 (multi-head attention) the output must equal the input."))
     y = x.float()
     if call(fn, y, 2).dtype != torch.float32:
-        raise Mistake("Keep the input's dtype.")
+        raise Mistake(_("Keep the input's dtype."))
     # the test that matters: attention with the repeated heads equals torch's grouped-query attention
     q, k, v = (
         _random(2, 6, 5, 4, seed=61),
@@ -149,12 +160,14 @@ def _check_repeat_kv(fn) -> str:
     mine = scaled_dot_product_attention(q, call(fn, k, 3), call(fn, v, 3))[0]
     if not matches(mine, F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
         raise Mistake(
-            "Attention over your repeated heads differs from F.scaled_dot_product_attention(...,"
-            " enable_gqa=True)."
+            _(
+                "Attention over your repeated heads differs from F.scaled_dot_product_attention(..., "
+                "enable_gqa=True)."
+            )
         )
-    return (
-        "Right: attention over your repeated K/V heads equals torch's grouped-query attention"
-        " (enable_gqa=True)."
+    return _(
+        "Right: attention over your repeated K/V heads equals torch's grouped-query "
+        "attention (enable_gqa=True)."
     )
 
 
@@ -213,23 +226,31 @@ def _check_cached_step(fn) -> str:
         result = call(fn, q, k, v, past_k.clone(), past_v.clone())
         if not isinstance(result, tuple) or len(result) != 3:
             raise Mistake(
-                "Return a triple (output, key, value), as the buggy function does; got"
-                f" {type(result).__name__}."
+                _(
+                    "Return a triple (output, key, value), as the buggy function does; got {type_name}."
+                ).format(type_name=type(result).__name__)
             )
         output, new_key, new_value = result
-        case = f"With {length} new quer{'y' if length == 1 else 'ies'} and 5 cached positions"
+        if length == 1:
+            case = _("With 1 new query and 5 cached positions")
+        else:
+            case = _("With {length} new queries and 5 cached positions").format(length=length)
         if isinstance(new_key, torch.Tensor) and new_key.shape == (2, 3, 5, 4):
             raise Mistake(
-                f"{case}: the returned key holds only the 5 old positions: append the new keys to"
-                " the cache."
+                _(
+                    "{case}: the returned key holds only the 5 old positions: append the new keys to the "
+                    "cache."
+                ).format(case=case)
             )
-        expect_tensor(new_key, key.shape, f"{case}: the returned key")
+        expect_tensor(new_key, key.shape, _("{case}: the returned key").format(case=case))
         if not (matches(new_key, key) and matches(new_value, value)):
             raise Mistake(
-                f"{case}: the returned key/value must be the cached rows followed by the new ones"
-                " (torch.cat along dim=-2)."
+                _(
+                    "{case}: the returned key/value must be the cached rows followed by the new ones "
+                    "(torch.cat along dim=-2)."
+                ).format(case=case)
             )
-        expect_tensor(output, expected.shape, f"{case}: the output")
+        expect_tensor(output, expected.shape, _("{case}: the output").format(case=case))
         if matches(output, expected):
             continue
         old_only = scaled_dot_product_attention(q, past_k, past_v)[0]
@@ -238,37 +259,44 @@ def _check_cached_step(fn) -> str:
                 output,
                 {
                     (
-                        f"{case}: the output is still the buggy one. is_causal=True aligns "
-                        "the top left corner, so the first new query sees only the first "
-                        "cached key; use the bottom-right mask causal_mask(L, S)."
+                        _(
+                            "{case}: the output is still the buggy one. is_causal=True aligns the top left "
+                            "corner, so the first new query sees only the first cached key; use the bottom-right "
+                            "mask causal_mask(L, S)."
+                        ).format(case=case)
                     ): _buggy_top_left(q, k, v, past_k, past_v)[0],
                     (
-                        f"{case}: the queries attend to the old keys only: attend over "
-                        "the appended key and value (past and new rows), not over the "
-                        "past ones."
+                        _(
+                            "{case}: the queries attend to the old keys only: attend over the appended key and "
+                            "value (past and new rows), not over the past ones."
+                        ).format(case=case)
                     ): (old_only),
                     (
-                        f"{case}: your mask hides each new query's own key (a diagonal "
-                        "one too low, such as tril(S - L - 1)): query t sees the keys "
-                        "up to its own position, S - L + t, included."
+                        _(
+                            "{case}: your mask hides each new query's own key (a diagonal one too low, such as "
+                            "tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included."
+                        ).format(case=case)
                     ): scaled_dot_product_attention(
                         q, key, value, _own_key_hidden(length, key.size(-2))
                     )[0],
                     (
-                        f"{case}: the new queries see each other's future: with several "
-                        "new positions, query t may see keys up to its own position only "
-                        "(causal_mask(L, S))."
+                        _(
+                            "{case}: the new queries see each other's future: with several new positions, query "
+                            "t may see keys up to its own position only (causal_mask(L, S))."
+                        ).format(case=case)
                     ): scaled_dot_product_attention(q, key, value)[0],
                 },
                 default=(
-                    f"{case}: your output differs from attention over the cached and new keys under"
-                    " causal_mask(L, S)."
+                    _(
+                        "{case}: your output differs from attention over the cached and new keys under "
+                        "causal_mask(L, S)."
+                    ).format(case=case)
                 ),
             )
         )
-    return (
-        "Right: append, then attend with the bottom-right causal mask; one query sees the whole"
-        " cache, a chunk stays causal."
+    return _(
+        "Right: append, then attend with the bottom-right causal mask; one query sees the "
+        "whole cache, a chunk stays causal."
     )
 
 
@@ -293,23 +321,35 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
     for p in range(steps):
         result = call(fn, keys, positions, stream[:, :, p : p + 1].clone(), p)
         if not isinstance(result, tuple) or len(result) != 2:
-            raise Mistake(f"Return a pair (keys, positions); got {type(result).__name__}.")
+            raise Mistake(
+                _("Return a pair (keys, positions); got {type_name}.").format(
+                    type_name=type(result).__name__
+                )
+            )
         keys, positions = result
-        expect_tensor(keys, (1, 2, window, 3), f"After position {p}, the buffer (window {window})")
-        expect_tensor(positions, (window,), f"After position {p}, positions")
+        expect_tensor(
+            keys,
+            (1, 2, window, 3),
+            _("After position {p}, the buffer (window {window})").format(p=p, window=window),
+        )
+        expect_tensor(positions, (window,), _("After position {p}, positions").format(p=p))
         if (
             positions.dtype.is_floating_point
             or positions.dtype.is_complex
             or positions.dtype == torch.bool
         ):
             raise Mistake(
-                f"After position {p}, positions is {positions.dtype}: it must stay an integer"
-                " tensor (slot -> position held, -1 = empty)."
+                _(
+                    "After position {p}, positions is {positions_dtype}: it must stay an integer tensor "
+                    "(slot -> position held, -1 = empty)."
+                ).format(p=p, positions_dtype=positions.dtype)
             )
         if keys.dtype != stream.dtype:
             raise Mistake(
-                f"After position {p}, the buffer is {keys.dtype}, the keys were {stream.dtype}:"
-                " keep the input's dtype."
+                _(
+                    "After position {p}, the buffer is {keys_dtype}, the keys were {stream_dtype}: keep "
+                    "the input's dtype."
+                ).format(p=p, keys_dtype=keys.dtype, stream_dtype=stream.dtype)
             )
     return keys, positions, stream
 
@@ -332,7 +372,7 @@ def _check_rolling_buffer(fn) -> str:
         keys, positions, stream = _run_buffer(fn, window, steps, seed=80 + window)
         held = sorted(int(p) for p in positions if p >= 0)
         expected = list(range(max(0, steps - window), steps))
-        case = f"With W = {window} after {steps} positions"
+        case = _("With W = {window} after {steps} positions").format(window=window, steps=steps)
         if held != expected:
             last = [stream[:, :, p] for p in expected]
             rows_are_last = all(
@@ -341,27 +381,36 @@ def _check_rolling_buffer(fn) -> str:
             )
             if held == list(range(min(window, steps))) and rows_are_last and steps > window:
                 raise Mistake(
-                    f"{case}: the buffer's rows are the last W keys, but positions lists"
-                    f" {positions.tolist()}, the slots: record the position p of the key a slot"
-                    " holds, not the slot p % W."
+                    _(
+                        "{case}: the buffer's rows are the last W keys, but positions lists {positions}, the "
+                        "slots: record the position p of the key a slot holds, not the slot p % W."
+                    ).format(case=case, positions=positions.tolist())
                 )
             if held == list(range(min(window, steps))):
                 raise Mistake(
-                    f"{case}: the buffer still holds positions {held}, the first ones: once it is"
-                    " full, overwrite the oldest (slot p % W)."
+                    _(
+                        "{case}: the buffer still holds positions {held}, the first ones: once it is full, "
+                        "overwrite the oldest (slot p % W)."
+                    ).format(case=case, held=held)
                 )
             if len(set(held)) != len(held):
                 raise Mistake(
-                    f"{case}: positions lists {positions.tolist()}: a position appears twice."
+                    _("{case}: positions lists {positions}: a position appears twice.").format(
+                        case=case, positions=positions.tolist()
+                    )
                 )
             raise Mistake(
-                f"{case}: the buffer holds positions {held}; it should hold the last W, {expected}."
+                _(
+                    "{case}: the buffer holds positions {held}; it should hold the last W, {expected}."
+                ).format(case=case, held=held, expected=expected)
             )
         for slot, p in enumerate(positions.tolist()):
             if p >= 0 and not matches(keys[:, :, slot], stream[:, :, p], atol=0, rtol=0):
                 raise Mistake(
-                    f"{case}: slot {slot} says it holds position {p} but its row is another"
-                    " position's key: write the key where you record its position."
+                    _(
+                        "{case}: slot {slot} says it holds position {p} but its row is another position's "
+                        "key: write the key where you record its position."
+                    ).format(case=case, slot=slot, p=p)
                 )
     # the buffer in use: the newest query over the buffer equals sliding-window attention
     keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
@@ -370,10 +419,10 @@ def _check_rolling_buffer(fn) -> str:
     got = scaled_dot_product_attention(query, keys, keys, mask)[0]
     want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
     if not matches(got, want):
-        raise Mistake("Attention over your buffer differs from attention over the last W keys.")
-    return (
-        "Right: the buffer holds the last W positions, each row with its position; attention over"
-        " it is sliding-window attention."
+        raise Mistake(_("Attention over your buffer differs from attention over the last W keys."))
+    return _(
+        "Right: the buffer holds the last W positions, each row with its position; attention "
+        "over it is sliding-window attention."
     )
 
 
@@ -453,10 +502,10 @@ def _check_mqa_gap(answer) -> str:
         except Mistake:
             pass
         raise Mistake(
-            'Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.'
+            _('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}, not a function.')
         )
     if not isinstance(answer, dict) or not {"model", "tokens", "gap"} <= set(answer):
-        raise Mistake('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}.')
+        raise Mistake(_('Pass a dict {"model": model, "tokens": val_tokens, "gap": gap}.'))
     model, tokens = answer["model"], answer["tokens"]
     if answer["gap"] is None or answer["gap"] is Ellipsis:
         raise NotAttempted(stub_field("gap"))
@@ -466,43 +515,54 @@ def _check_mqa_gap(answer) -> str:
         isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks
     ):
         raise Mistake(
-            "model should be the chapter's CausalLM, whose blocks have a MultiHeadAttention"
-            " self_attn."
+            _(
+                "model should be the chapter's CausalLM, whose blocks have a MultiHeadAttention "
+                "self_attn."
+            )
         )
     if any(b.self_attn.num_kv_heads != b.self_attn.num_heads for b in blocks):
         raise Mistake(
-            "Your model has already been converted (num_kv_heads < num_heads): convert a copy"
-            " (copy.deepcopy) and pass the original."
+            _(
+                "Your model has already been converted (num_kv_heads < num_heads): convert a copy "
+                "(copy.deepcopy) and pass the original."
+            )
         )
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
-        raise Mistake("tokens should be the (B, L) validation tokens you measured on.")
+        raise Mistake(_("tokens should be the (B, L) validation tokens you measured on."))
     before = _loss(model, tokens)
     true_gap = _loss(_converted(model, 1), tokens) - before
     heads = {b.self_attn.num_heads for b in blocks}
     known = {
-        "You gave the loss of the converted model; the gap is that loss minus the original model's.": (
-            before + true_gap
-        ),
-        "Your gap has the wrong sign: converted minus original (a loss that went up is a positive gap).": (
-            -true_gap
-        ),
+        _(
+            "You gave the loss of the converted model; the gap is that loss minus the original "
+            "model's."
+        ): (before + true_gap),
+        _(
+            "Your gap has the wrong sign: converted minus original (a loss that went up is a "
+            "positive gap)."
+        ): (-true_gap),
         # defined only where every layer's heads split into 2 groups
-        "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 (multi-query attention).": (
+        _(
+            "That is the gap of 2 K/V heads, not 1: pool every layer down to num_kv_heads=1 "
+            "(multi-query attention)."
+        ): (
             _loss(_converted(model, 2), tokens) - before if all(h % 2 == 0 for h in heads) else None
         ),
         (
-            "That is the gap of keeping the first head of each group; the exercise "
-            "asks for the mean of the group's heads."
+            _(
+                "That is the gap of keeping the first head of each group; the exercise asks for the "
+                "mean of the group's heads."
+            )
         ): (_loss(_converted(model, 1, "first"), tokens) - before),
     }
     # stated tolerance: 2 % or 0.001 nats, and always closer to the right gap than to a known mistake's
     distances = [abs(value - true_gap) for value in known.values() if value is not None]
     tolerance = min([max(0.02 * abs(true_gap), 1e-3)] + [d / 2 for d in distances if d > 0])
     if abs(gap - true_gap) <= tolerance:
-        return (
-            f"Right: mean-pooling every layer to one K/V head costs {true_gap:.3f} nats on these"
-            " tokens (checked within 2 %)."
-        )
+        return _(
+            "Right: mean-pooling every layer to one K/V head costs {true_gap:.3f} nats on these "
+            "tokens (checked within 2 %)."
+        ).format(true_gap=true_gap)
     found = [
         message
         for message, value in known.items()
@@ -512,6 +572,8 @@ def _check_mqa_gap(answer) -> str:
     if found:
         raise Mistake(several(found))
     raise Mistake(
-        f"Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you measure"
-        " in eval() mode on the same tokens?"
+        _(
+            "Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you "
+            "measure in eval() mode on the same tokens?"
+        ).format(gap=gap)
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ._core import Mistake, call, check_number, diagnose, exercise, integer, matches
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -34,42 +35,56 @@ def _update_mistakes(running_max, running_sum, acc, scores, value):
     w_old = torch.exp(scores - running_max[:, None])
     return {
         (
-            "The running sum is not rescaled: multiply the old sum by exp(old_max - "
-            "new_max) before adding the new block."
+            _(
+                "The running sum is not rescaled: multiply the old sum by exp(old_max - new_max) "
+                "before adding the new block."
+            )
         ): (
             new_max,
             running_sum + w_new.sum(-1),
             acc * correction[:, None] + w_new @ value,
         ),
-        "The accumulated values are not rescaled: multiply acc by exp(old_max - new_max) too, like the sum.": (
+        _(
+            "The accumulated values are not rescaled: multiply acc by exp(old_max - new_max) "
+            "too, like the sum."
+        ): (
             new_max,
             running_sum * correction + w_new.sum(-1),
             acc + w_new @ value,
         ),
         (
-            "Neither the sum nor acc is rescaled: what was summed against the old "
-            "max must be multiplied by exp(old_max - new_max)."
+            _(
+                "Neither the sum nor acc is rescaled: what was summed against the old max must be "
+                "multiplied by exp(old_max - new_max)."
+            )
         ): (
             new_max,
             running_sum + w_new.sum(-1),
             acc + w_new @ value,
         ),
         (
-            "You exponentiated the new scores with the OLD maximum: update the "
-            "running max first, then compute exp(scores - new_max)."
+            _(
+                "You exponentiated the new scores with the OLD maximum: update the running max "
+                "first, then compute exp(scores - new_max)."
+            )
         ): (
             new_max,
             running_sum * correction + w_old.sum(-1),
             acc * correction[:, None] + w_old @ value,
         ),
-        "The correction factor is inverted: it is exp(old_max - new_max) (at most 1), not exp(new_max - old_max).": (
+        _(
+            "The correction factor is inverted: it is exp(old_max - new_max) (at most 1), not "
+            "exp(new_max - old_max)."
+        ): (
             new_max,
             running_sum / correction + w_new.sum(-1),
             acc / correction[:, None] + w_new @ value,
         ),
         (
-            "The running max is the max of the new block only: it must be the max "
-            "over every block so far, max(old_max, block max)."
+            _(
+                "The running max is the max of the new block only: it must be the max over every "
+                "block so far, max(old_max, block max)."
+            )
         ): (
             scores.amax(-1),
             running_sum * torch.exp(running_max - scores.amax(-1))
@@ -88,7 +103,9 @@ def _triple(fn, *args):
         or not all(isinstance(t, torch.Tensor) for t in result)
     ):
         raise Mistake(
-            f"Return three tensors (new_max, new_sum, new_acc); got {type(result).__name__}."
+            _("Return three tensors (new_max, new_sum, new_acc); got {type_name}.").format(
+                type_name=type(result).__name__
+            )
         )
     return result
 
@@ -128,15 +145,20 @@ def _check_online_update(fn) -> str:
     names = ("new_max", "new_sum", "new_acc")
     for name, g, e in zip(names, got, expected):
         if tuple(g.shape) != tuple(e.shape):
-            raise Mistake(f"{name} should have shape {tuple(e.shape)}, got {tuple(g.shape)}.")
+            raise Mistake(
+                _("{name} should have shape {e_shape}, got {g_shape}.").format(
+                    name=name, e_shape=tuple(e.shape), g_shape=tuple(g.shape)
+                )
+            )
     if not all(matches(g, e) for g, e in zip(got, expected)):
         for message, wrong in _update_mistakes(*state, scores, value).items():
             if all(matches(g, w, equal_nan=True) for g, w in zip(got, wrong)):
                 raise Mistake(message)
         wrong_part = [n for n, g, e in zip(names, got, expected) if not matches(g, e)]
         raise Mistake(
-            f"After one update from a running state, {', '.join(wrong_part)} differ from the exact"
-            " update."
+            _(
+                "After one update from a running state, {value} differ from the exact update."
+            ).format(value=", ".join(wrong_part))
         )
 
     # fold a whole row of scores block by block, starting from the empty state: acc / sum must be softmax @ V
@@ -156,23 +178,27 @@ def _check_online_update(fn) -> str:
     if not matches(out, reference):
         if not bool(torch.isfinite(out).all()):
             raise Mistake(
-                "Folding blocks from the empty state (max = -inf, sum = 0) gives inf or NaN:"
-                " subtract the max before exponentiating, and make sure exp(old_max - new_max) = 0"
-                " when old_max is -inf."
+                _(
+                    "Folding blocks from the empty state (max = -inf, sum = 0) gives inf or NaN: "
+                    "subtract the max before exponentiating, and make sure exp(old_max - new_max) = 0 "
+                    "when old_max is -inf."
+                )
             )
         raise Mistake(
             diagnose(
                 out,
                 {},
                 default=(
-                    "One update is right but folding 4 blocks from the empty state is not"
-                    " softmax(scores) @ value."
+                    _(
+                        "One update is right but folding 4 blocks from the empty state is not "
+                        "softmax(scores) @ value."
+                    )
                 ),
             )
         )
-    return (
-        "Right: folding the blocks one by one gives exactly softmax(scores) @ value, without ever"
-        " holding a whole row."
+    return _(
+        "Right: folding the blocks one by one gives exactly softmax(scores) @ value, without "
+        "ever holding a whole row."
     )
 
 
@@ -232,16 +258,20 @@ def _check_flops(answer) -> str:
         answer,
         _FLOPS,
         _FLOPS_MISTAKES,
-        what="FLOP count",
+        what=_("FLOP count"),
         rel_tol=1e-3,
         mistake_rel_tol=5e-4,  # softmax counted: +0.16 %
         right=(
-            "Right: the projections (8 L E^2) are 60 % of it here, the attention products (4 L^2 E)"
-            " 40 %: L < 2E."
+            _(
+                "Right: the projections (8 L E^2) are 60 % of it here, the attention products (4 L^2 "
+                "E) 40 %: L < 2E."
+            )
         ),
         otherwise=(
-            "{value:.4g} is not it. Count the four projections and the two attention products, 2"
-            " FLOPs per multiply-add."
+            _(
+                "{value:.4g} is not it. Count the four projections and the two attention products, 2 "
+                "FLOPs per multiply-add."
+            )
         ),
     )
 
@@ -291,14 +321,18 @@ def _check_cells(answer) -> str:
         answer,
         _CELLS,
         _CELLS_MISTAKES,
-        what="number of scores",
+        what=_("number of scores"),
         right=(
-            "Right: 53 % of L^2, a little more than the causal half, because the diagonal squares"
-            " are computed in full."
+            _(
+                "Right: 53 % of L^2, a little more than the causal half, because the diagonal "
+                "squares are computed in full."
+            )
         ),
         otherwise=(
-            "{value:,.0f} is not it. Count query block by query block: which keys can its queries"
-            " see at most?"
+            _(
+                "{value:,.0f} is not it. Count query block by query block: which keys can its "
+                "queries see at most?"
+            )
         ),
     )
 
@@ -347,17 +381,21 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"),
+        integer(answer, _("line number")),
         _BUG,
         _BUG_MISTAKES,
-        what="line number",
+        what=_("line number"),
         right=(
-            "Right: acc must be rescaled by c like the sum l; otherwise earlier blocks keep the old"
-            " shift."
+            _(
+                "Right: acc must be rescaled by c like the sum l; otherwise earlier blocks keep the "
+                "old shift."
+            )
         ),
         otherwise=(
-            "Line {value:g} is outside the function's body (lines 3 to 15). Give the number of the"
-            " wrong line."
+            _(
+                "Line {value:g} is outside the function's body (lines 3 to 15). Give the number of "
+                "the wrong line."
+            )
         ),
     )
 
@@ -407,11 +445,15 @@ def _check_ratio(answer) -> str:
         rel_tol=0.01 / 0.5625,
         mistake_rel_tol=0.01,
         right=(
-            "Right (within 0.01): 9/16 of the FLOPs, more than half because the diagonal tiles are"
-            " computed in full."
+            _(
+                "Right (within 0.01): 9/16 of the FLOPs, more than half because the diagonal tiles "
+                "are computed in full."
+            )
         ),
         otherwise=(
-            "{value:.4g} is not within 0.01 of the measured ratio. Count the FLOPs of"
-            " tiled_attention with causal=True and with causal=False, and divide."
+            _(
+                "{value:.4g} is not within 0.01 of the measured ratio. Count the FLOPs of "
+                "tiled_attention with causal=True and with causal=False, and divide."
+            )
         ),
     )

@@ -19,6 +19,7 @@ from ._core import (
     matches,
     softmax_over,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -35,29 +36,36 @@ def _mask_solution(distance, span, ramp):
 def _mask_mistakes(distance, span, ramp):
     return {
         (
-            "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at "
-            "z. The mask must stay 1 up to distance z and reach 0 only at z + R: m = "
-            "clamp((R + z - x) / R, 0, 1)."
+            _(
+                "Your ramp is on the wrong side of z: it falls from 1 at z - R to 0 at z. The mask "
+                "must stay 1 up to distance z and reach 0 only at z + R: m = clamp((R + z - x) / R, "
+                "0, 1)."
+            )
         ): (((span - distance) / ramp).clamp(0, 1)),
         (
-            "The distance has the wrong sign: the mask must fall as the key gets "
-            "farther back (larger x), so x enters with a minus sign."
+            _(
+                "The distance has the wrong sign: the mask must fall as the key gets farther back "
+                "(larger x), so x enters with a minus sign."
+            )
         ): (((ramp + span + distance) / ramp).clamp(0, 1)),
-        "You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span.": (
+        _("You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span."): (
             ((ramp + span - distance) / span).clamp(0, 1)
         ),
-        "This is 1 - x / z, the sources' formula: it has no ramp width R and starts falling at distance 0.": (
-            (1 - distance / span).clamp(0, 1)
-        ),
-        "Your mask goes above 1: clamp it from above as well (min(..., 1)).": (
+        _(
+            "This is 1 - x / z, the sources' formula: it has no ramp width R and starts falling "
+            "at distance 0."
+        ): ((1 - distance / span).clamp(0, 1)),
+        _("Your mask goes above 1: clamp it from above as well (min(..., 1))."): (
             ((ramp + span - distance) / ramp).clamp(min=0)
         ),
-        "Your mask goes below 0: clamp it from below as well (max(..., 0)).": (
+        _("Your mask goes below 0: clamp it from below as well (max(..., 0))."): (
             ((ramp + span - distance) / ramp).clamp(max=1)
         ),
         (
-            "This is a hard mask (1 up to z, 0 beyond): it has no gradient with "
-            "respect to z. Use the linear ramp of width R."
+            _(
+                "This is a hard mask (1 up to z, 0 beyond): it has no gradient with respect to z. "
+                "Use the linear ramp of width R."
+            )
         ): ((distance <= span).to(torch.float64)),
     }
 
@@ -84,7 +92,9 @@ def _check_mask(fn) -> str:
         expect_tensor(
             out,
             expected.shape,
-            f"For span z={span.item():g} and ramp R={ramp:g}, the mask over distances 0..23",
+            _("For span z={span:g} and ramp R={ramp:g}, the mask over distances 0..23").format(
+                span=span.item(), ramp=ramp
+            ),
         )
         if not matches(out, expected):
             raise Mistake(
@@ -92,22 +102,25 @@ def _check_mask(fn) -> str:
                     out,
                     _mask_mistakes(distance, span, ramp),
                     default=(
-                        "Your mask differs from min(max((R + z - x) / R, 0), 1) for"
-                        f" z={span.item():g}, R={ramp:g}; expected {expected[:16].tolist()} for x ="
-                        " 0..15."
+                        _(
+                            "Your mask differs from min(max((R + z - x) / R, 0), 1) for z={span:g}, R={ramp:g}; "
+                            "expected {expected} for x = 0..15."
+                        ).format(span=span.item(), ramp=ramp, expected=expected[:16].tolist())
                     ),
                 )
             )
     spans = torch.tensor([0.0, 3.0, 12.5], dtype=torch.float64)[:, None, None]
     grid = (torch.arange(6)[:, None] - torch.arange(6)[None, :] + 10).to(torch.float64)
     out = call(fn, grid, spans, 2.0)
-    expect_tensor(out, (3, 6, 6), "With spans of shape (3, 1, 1) and distances (6, 6), the mask")
+    expect_tensor(out, (3, 6, 6), _("With spans of shape (3, 1, 1) and distances (6, 6), the mask"))
     if not matches(out, soft_span_mask(grid, spans, 2.0)):
         raise Mistake(
-            "Right for one span, wrong with one span per head: use broadcasting, not a loop or a"
-            " reshape."
+            _(
+                "Right for one span, wrong with one span per head: use broadcasting, not a loop or a "
+                "reshape."
+            )
         )
-    return (
+    return _(
         "Your mask is 1 up to distance z, falls linearly to 0 at z + R, and broadcasts over heads."
     )
 
@@ -144,11 +157,12 @@ def _check_window(fn) -> str:
     for spans, ramp in cases:
         got = call(fn, spans, ramp)
         try:
-            got = integer(got, "number of keys")
+            got = integer(got, _("number of keys"))
         except Mistake as mistake:
             raise Mistake(
-                f"{mistake} Return a whole number of keys (an int). (spans {spans.tolist()}, R ="
-                f" {ramp:g})"
+                _(
+                    "{mistake} Return a whole number of keys (an int). (spans {spans}, R = {ramp:g})"
+                ).format(mistake=mistake, spans=spans.tolist(), ramp=ramp)
             ) from None
         expected = span_window(spans, ramp)
         if got == expected:
@@ -156,37 +170,52 @@ def _check_window(fn) -> str:
         z, mean = float(spans.max()), float(spans.mean())
         known = {
             math.ceil(z): (
-                "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to"
-                " there still count."
+                _(
+                    "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to there "
+                    "still count."
+                )
             ),
             math.floor(z + ramp): (
-                "You rounded down: a non-integer z + R still leaves a non-zero weight at distance"
-                " floor(z + R); use ceil."
+                _(
+                    "You rounded down: a non-integer z + R still leaves a non-zero weight at distance "
+                    "floor(z + R); use ceil."
+                )
             ),
             math.ceil(z + ramp) + 1: (
-                "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys"
-                " (distances 0 .. ceil(z + R) - 1) are enough."
+                _(
+                    "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys "
+                    "(distances 0 .. ceil(z + R) - 1) are enough."
+                )
             ),
             math.ceil(mean + ramp): (
-                "You used the mean span: every head shares the computation, so the longest span"
-                " decides."
+                _(
+                    "You used the mean span: every head shares the computation, so the longest span "
+                    "decides."
+                )
             ),
-            math.ceil(
-                float(spans.min()) + ramp
-            ): "You used the shortest span: the longest head needs its keys too.",
-            math.ceil(z + 2 * ramp): "The ramp counts once: the mask is 0 from distance z + R on.",
+            math.ceil(float(spans.min()) + ramp): _(
+                "You used the shortest span: the longest head needs its keys too."
+            ),
+            math.ceil(z + 2 * ramp): _(
+                "The ramp counts once: the mask is 0 from distance z + R on."
+            ),
         }
         if math.ceil(z) + math.ceil(ramp) != math.ceil(z + ramp):  # then it is one too many
-            known[math.ceil(z) + math.ceil(ramp)] = (
-                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed"
-                " ceil(z + R) by one; round the sum once."
+            known[math.ceil(z) + math.ceil(ramp)] = _(
+                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed "
+                "ceil(z + R) by one; round the sum once."
             )
         message = known.get(got) if got != expected else None
         raise Mistake(
-            (message or f"For spans {spans.tolist()} and ramp {ramp:g} you returned {got}.")
-            + f" (spans {spans.tolist()}, R = {ramp:g})"
+            (
+                message
+                or _("For spans {spans} and ramp {ramp:g} you returned {got}.").format(
+                    spans=spans.tolist(), ramp=ramp, got=got
+                )
+            )
+            + _(" (spans {spans}, R = {ramp:g})").format(spans=spans.tolist(), ramp=ramp)
         )
-    return "Right: W = ceil(max_h z_h + R); one long head keeps the whole layer wide."
+    return _("Right: W = ceil(max_h z_h + R); one long head keeps the whole layer wide.")
 
 
 # -- 3. mask the probabilities and renormalise ---------------------------------------------------------
@@ -220,29 +249,38 @@ def _weights_mistakes(scores, span, ramp):
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
         (
-            "The weights are not renormalised: after multiplying the probabilities "
-            "by the mask, divide each row by its sum."
+            _(
+                "The weights are not renormalised: after multiplying the probabilities by the mask, "
+                "divide each row by its sum."
+            )
         ): (probs * mask),
         (
-            "Every past key kept its full weight, so the span limits nothing: either "
-            "the mask is not applied, or the distance has the wrong sign (j - i "
-            "gives every past key mask 1). For query i and key j the distance is i - "
-            "j, and the weights are probs * m_z(i - j), renormalised."
+            _(
+                "Every past key kept its full weight, so the span limits nothing: either the mask is "
+                "not applied, or the distance has the wrong sign (j - i gives every past key mask "
+                "1). For query i and key j the distance is i - j, and the weights are probs * m_z(i "
+                "- j), renormalised."
+            )
         ): (flipped_w / flipped_w.sum(-1, keepdim=True)),
         (
-            "You put the mask on the scores (softmax(scores * m)): mask the "
-            "probabilities, then renormalise."
+            _(
+                "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then "
+                "renormalise."
+            )
         ): torch.softmax((scores * mask).masked_fill(~causal, float("-inf")), -1),
-        "You added the mask to the scores (softmax(scores + m)): the mask multiplies the probabilities.": torch.softmax(
-            (scores + mask).masked_fill(~causal, float("-inf")), -1
-        ),
-        "The future is not masked: query i may only see keys j <= i (take the softmax over the causal window).": (
-            no_causal / no_causal.sum(-1, keepdim=True)
-        ),
-        "You took the softmax twice: renormalise by dividing by the row sum, not with another softmax.": torch.softmax(
-            (probs * mask).masked_fill(~causal, float("-inf")), -1
-        ),
-        SOFTMAX_DIM: _over_queries(scores, span, ramp),
+        _(
+            "You added the mask to the scores (softmax(scores + m)): the mask multiplies the "
+            "probabilities."
+        ): torch.softmax((scores + mask).masked_fill(~causal, float("-inf")), -1),
+        _(
+            "The future is not masked: query i may only see keys j <= i (take the softmax over "
+            "the causal window)."
+        ): (no_causal / no_causal.sum(-1, keepdim=True)),
+        _(
+            "You took the softmax twice: renormalise by dividing by the row sum, not with "
+            "another softmax."
+        ): torch.softmax((probs * mask).masked_fill(~causal, float("-inf")), -1),
+        _(SOFTMAX_DIM): _over_queries(scores, span, ramp),
     }
 
 
@@ -267,22 +305,24 @@ def _check_weights(fn) -> str:
         scores = _random(10, 10, seed=seed)
         expected = _reference_weights(scores, span, ramp)[0]
         out = call(fn, scores.clone(), span, ramp)
-        expect_tensor(out, (10, 10), "The weights for scores of shape (10, 10)")
+        expect_tensor(out, (10, 10), _("The weights for scores of shape (10, 10)"))
         if not matches(out, expected, atol=1e-6):
             raise Mistake(
                 diagnose(
                     out,
                     _weights_mistakes(scores, span, ramp),
                     default=(
-                        "Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j')"
-                        f" softmax(s)_ij' (span z={span:g}, ramp R={ramp:g})."
+                        _(
+                            "Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j') "
+                            "softmax(s)_ij' (span z={span:g}, ramp R={ramp:g})."
+                        ).format(span=span, ramp=ramp)
                     ),
                     atol=1e-6,
                 )
             )
-    return (
-        "Right: the mask multiplies the causal softmax probabilities, and each row is renormalised"
-        " to sum to 1."
+    return _(
+        "Right: the mask multiplies the causal softmax probabilities, and each row is "
+        "renormalised to sum to 1."
     )
 
 
@@ -329,13 +369,17 @@ def _check_cells(answer) -> str:
         answer,
         _CELLS,
         _CELLS_MISTAKES,
-        what="number of scores",
+        what=_("number of scores"),
         right=(
-            "Right: about 14 % of the untrimmed 4 x 512^2, and the longest head alone decides it."
+            _(
+                "Right: about 14 % of the untrimmed 4 x 512^2, and the longest head alone decides it."
+            )
         ),
         otherwise=(
-            "{value:,.0f} is not it. Find the layer's window W first, then count the keys each"
-            " block of 16 queries is compared with."
+            _(
+                "{value:,.0f} is not it. Find the layer's window W first, then count the keys each "
+                "block of 16 queries is compared with."
+            )
         ),
     )
 
@@ -375,15 +419,20 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"),
+        integer(answer, _("line number")),
         _BUG,
         _BUG_MISTAKES,
-        what="line number",
+        what=_("line number"),
         right=(
-            "Right: the distance is i - j, query minus key; with j - i the past always gets mask 1."
+            _(
+                "Right: the distance is i - j, query minus key; with j - i the past always gets mask "
+                "1."
+            )
         ),
         otherwise=(
-            "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the"
-            " wrong line."
+            _(
+                "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of "
+                "the wrong line."
+            )
         ),
     )

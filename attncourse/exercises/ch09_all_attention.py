@@ -19,6 +19,7 @@ from ._core import (
     matches,
     softmax_over,
 )
+from ._i18n import _
 
 
 def _random(*shape: int, seed: int) -> torch.Tensor:
@@ -72,14 +73,18 @@ def _check_count(answer) -> str:
         answer,
         _COUNT,
         _COUNT_MISTAKES,
-        what="parameter count",
+        what=_("parameter count"),
         right=(
-            "Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer without"
-            " biases."
+            _(
+                "Right: 4 d^2 + 2 N d. With N = d_ff it is exactly the size of a standard layer "
+                "without biases."
+            )
         ),
         otherwise=(
-            "{value:,.0f} is not it. Count the projections and the persistent keys and values"
-            " separately, then add."
+            _(
+                "{value:,.0f} is not it. Count the projections and the persistent keys and values "
+                "separately, then add."
+            )
         ),
     )
 
@@ -114,39 +119,50 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
     unscaled = torch.cat([scores[..., :length], scores[..., length:] * d_h**0.5], dim=-1)
     return {
         (
-            "The persistent vectors got no weight: the causal mask reached them. "
-            "Extend the mask with N columns of True (always visible) for the memory."
+            _(
+                "The persistent vectors got no weight: the causal mask reached them. Extend the mask "
+                "with N columns of True (always visible) for the memory."
+            )
         ): soft(scores, torch.cat([mask, never], dim=-1)),
         (
-            "The causal mask was built over all L + N keys (causal_mask(L, L + N) "
-            "aligns the last query with the last persistent key, so queries see "
-            "future tokens and lose memory slots). Mask the L context columns only "
-            "and leave the N persistent columns visible."
+            _(
+                "The causal mask was built over all L + N keys (causal_mask(L, L + N) aligns the "
+                "last query with the last persistent key, so queries see future tokens and lose "
+                "memory slots). Mask the L context columns only and leave the N persistent columns "
+                "visible."
+            )
         ): soft(scores, causal_mask(length, length + n)),
         (
-            "You took one softmax over the context and another over the memory (each "
-            "sums to 1, the row sums to 2). Take ONE softmax over the L + N scores "
-            "together."
+            _(
+                "You took one softmax over the context and another over the memory (each sums to 1, "
+                "the row sums to 2). Take ONE softmax over the L + N scores together."
+            )
         ): torch.cat([ctx, mem], dim=-1),
         (
-            "You averaged a softmax over the context and one over the memory. The "
-            "paper takes one joint softmax, so the split between context and memory "
-            "is learned per query."
+            _(
+                "You averaged a softmax over the context and one over the memory. The paper takes "
+                "one joint softmax, so the split between context and memory is learned per query."
+            )
         ): (torch.cat([ctx, mem], dim=-1) / 2),
-        "The mask polarity is inverted: True means 'may attend', so fill the context scores where mask is False.": soft(
-            scores, torch.cat([~mask, always], dim=-1)
-        ),
-        "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N scores the same way.": soft(
-            unscaled, torch.cat([mask, always], dim=-1)
-        ),
-        "The scores are not scaled: divide every score by sqrt(d_h).": soft(
+        _(
+            "The mask polarity is inverted: True means 'may attend', so fill the context scores "
+            "where mask is False."
+        ): soft(scores, torch.cat([~mask, always], dim=-1)),
+        _(
+            "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N "
+            "scores the same way."
+        ): soft(unscaled, torch.cat([mask, always], dim=-1)),
+        _("The scores are not scaled: divide every score by sqrt(d_h)."): soft(
             scores * d_h**0.5, torch.cat([mask, always], dim=-1)
         ),
-        "The persistent keys came first: put the context's L columns first, then the N persistent ones.": soft(
+        _(
+            "The persistent keys came first: put the context's L columns first, then the N "
+            "persistent ones."
+        ): soft(
             torch.cat([scores[..., length:], scores[..., :length]], dim=-1),
             torch.cat([always, mask], dim=-1),
         ),
-        SOFTMAX_DIM: _over_queries(query, key, value, memory_key, memory_value, mask),
+        _(SOFTMAX_DIM): _over_queries(query, key, value, memory_key, memory_value, mask),
     }
 
 
@@ -158,7 +174,11 @@ def _over_queries(*args):
 def _head_outputs(fn, *args):
     result = call(fn, *args)
     if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(f"Return a pair (output, weights); got {type(result).__name__}.")
+        raise Mistake(
+            _("Return a pair (output, weights); got {type_name}.").format(
+                type_name=type(result).__name__
+            )
+        )
     return result
 
 
@@ -176,9 +196,9 @@ def _head_outputs(fn, *args):
 )
 def _check_persistent_head(fn) -> str:
     cases = [
-        ("One head, L = 5, N = 3, d_h = 4, causal mask", (5, 4), 3, causal_mask(5)),
+        (_("One head, L = 5, N = 3, d_h = 4, causal mask"), (5, 4), 3, causal_mask(5)),
         (
-            "A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask",
+            _("A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask"),
             (2, 3, 6, 8),
             4,
             causal_mask(6),
@@ -187,7 +207,7 @@ def _check_persistent_head(fn) -> str:
     g = torch.Generator().manual_seed(7)
     random_mask = torch.rand(6, 6, generator=g) > 0.5
     random_mask[:, 0] = True
-    cases.append(("A random boolean mask (L = 6, N = 2)", (6, 8), 2, random_mask))
+    cases.append((_("A random boolean mask (L = 6, N = 2)"), (6, 8), 2, random_mask))
     for seed, (case, shape, n, mask) in enumerate(cases):
         *batch, length, d_h = shape
         query, key, value = (_random(*shape, seed=10 * seed + k) for k in range(3))
@@ -199,24 +219,30 @@ def _check_persistent_head(fn) -> str:
         expected_out, expected_w = _persistent_head_solution(*args)
         output, weights = _head_outputs(fn, *args)
         expect_tensor(
-            weights, expected_w.shape, f"{case}: the weights (context columns, then memory columns)"
+            weights,
+            expected_w.shape,
+            _("{case}: the weights (context columns, then memory columns)").format(case=case),
         )
-        expect_tensor(output, expected_out.shape, f"{case}: the output")
+        expect_tensor(output, expected_out.shape, _("{case}: the output").format(case=case))
         if matches(weights, expected_w):
             if not matches(output, expected_out):
                 raise Mistake(
-                    f"{case}: the weights are right but not the output: weights @ cat([value,"
-                    " memory_value])."
+                    _(
+                        "{case}: the weights are right but not the output: weights @ cat([value, "
+                        "memory_value])."
+                    ).format(case=case)
                 )
             continue
         raise Mistake(
-            f"{case}: "
+            _("{case}: ").format(case=case)
             + diagnose(
                 weights,
                 _head_mistakes(*args),
                 default=(
-                    "your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with"
-                    " only the context masked."
+                    _(
+                        "your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with only "
+                        "the context masked."
+                    )
                 ),
             )
         )
@@ -228,12 +254,14 @@ def _check_persistent_head(fn) -> str:
     expected = scaled_dot_product_attention(query, memory_key, memory_value)
     if not (matches(weights[..., 4:], expected[1]) and matches(output, expected[0])):
         raise Mistake(
-            "With every context key masked, each query should attend to the persistent vectors"
-            " alone (they are never masked): your result differs."
+            _(
+                "With every context key masked, each query should attend to the persistent vectors "
+                "alone (they are never masked): your result differs."
+            )
         )
-    return (
-        "Your head matches the all-attention layer: one softmax, the memory never masked, any batch"
-        " shape."
+    return _(
+        "Your head matches the all-attention layer: one softmax, the memory never masked, "
+        "any batch shape."
     )
 
 
@@ -264,41 +292,54 @@ def _check_ffn(fn) -> str:
     x = _random(7, d_model, seed=52)
     result = call(fn, w1, w2)
     if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(f"Return a pair (keys, values); got {type(result).__name__}.")
+        raise Mistake(
+            _("Return a pair (keys, values); got {type_name}.").format(
+                type_name=type(result).__name__
+            )
+        )
     keys, values = result
     for name, t in (("keys", keys), ("values", values)):
         if isinstance(t, torch.Tensor) and t.shape == (d_model, d_ff):
             raise Mistake(
-                f"Your {name} have shape (d_model, d_ff) = {tuple(t.shape)}: one {name[:-1]} per"
-                " hidden unit means d_ff rows of width d_model. Transpose."
+                _(
+                    "Your {name} have shape (d_model, d_ff) = {t_shape}: one {name2} per hidden unit "
+                    "means d_ff rows of width d_model. Transpose."
+                ).format(name=name, t_shape=tuple(t.shape), name2=name[:-1])
             )
-    expect_tensor(keys, (d_ff, d_model), "The keys (one per hidden unit)")
-    expect_tensor(values, (d_ff, d_model), "The values (one per hidden unit)")
-    expected, _ = ffn_as_attention(x, w1, w2)
-    got, _ = scaled_dot_product_attention(x, keys.to(x.dtype), values.to(x.dtype), scale=1.0)
+    expect_tensor(keys, (d_ff, d_model), _("The keys (one per hidden unit)"))
+    expect_tensor(values, (d_ff, d_model), _("The values (one per hidden unit)"))
+    expected, _weights = ffn_as_attention(x, w1, w2)
+    got, _weights = scaled_dot_product_attention(x, keys.to(x.dtype), values.to(x.dtype), scale=1.0)
     if matches(got, expected):
-        return (
-            "Right: keys = rows of W1, values = columns of W2; attention over them is W2"
-            " softmax(W1 x)."
+        return _(
+            "Right: keys = rows of W1, values = columns of W2; attention over them is W2 "
+            "softmax(W1 x)."
         )
     raise Mistake(
         diagnose(
             keys,
             {
-                "Your keys are the columns of W2: keys and values are swapped. The scores come from W1.": (
-                    w2.T
-                ),
+                _(
+                    "Your keys are the columns of W2: keys and values are swapped. The scores come from "
+                    "W1."
+                ): (w2.T),
                 (
-                    "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys "
-                    "are the rows of W1 as they are."
+                    _(
+                        "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys are the "
+                        "rows of W1 as they are."
+                    )
                 ): (w1 / d_model**0.5),
             },
-            default="Attention with your keys and values (scale 1) does not give W2 softmax(W1 x).",
+            default=_(
+                "Attention with your keys and values (scale 1) does not give W2 softmax(W1 x)."
+            ),
         )
         if not matches(keys, w1)
         else (
-            "Your keys are right, your values are not: value i is column i of W2 (W2.T as a"
-            " tensor)."
+            _(
+                "Your keys are right, your values are not: value i is column i of W2 (W2.T as a "
+                "tensor)."
+            )
         )
     )
 
@@ -342,13 +383,15 @@ def _check_macs(answer) -> str:
         answer,
         _MACS,
         _MACS_MISTAKES,
-        what="number of multiply-adds",
+        what=_("number of multiply-adds"),
         right=(
-            "Right: 2 N d, exactly an FFN's 2 d d_ff when N = d_ff. The softmax over h N scores is"
-            " what costs more."
+            _(
+                "Right: 2 N d, exactly an FFN's 2 d d_ff when N = d_ff. The softmax over h N scores "
+                "is what costs more."
+            )
         ),
         otherwise=(
-            "{value:,.0f} is not it. Count one head's scores and weighted sum, then the heads."
+            _("{value:,.0f} is not it. Count one head's scores and weighted sum, then the heads.")
         ),
     )
 
@@ -388,16 +431,20 @@ _BUG_SOLUTION = (
 )
 def _check_bug(answer) -> str:
     return check_number(
-        integer(answer, "line number"),
+        integer(answer, _("line number")),
         _BUG,
         _BUG_MISTAKES,
-        what="line number",
+        what=_("line number"),
         right=(
-            "Right: the causal mask covers the context columns only; the persistent columns are"
-            " visible to every query."
+            _(
+                "Right: the causal mask covers the context columns only; the persistent columns are "
+                "visible to every query."
+            )
         ),
         otherwise=(
-            "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of the"
-            " wrong line."
+            _(
+                "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of "
+                "the wrong line."
+            )
         ),
     )

@@ -39,6 +39,7 @@ from ._core import (
     integer,
     matches,
 )
+from ._i18n import N_, _
 
 # -- 1. the key blocks a causal query block must visit ----------------------------------------
 
@@ -92,11 +93,17 @@ def _as_list(result) -> List[int]:
     kind = type(result).__name__
     if isinstance(result, torch.Tensor) and result.dtype == torch.bool:
         raise Mistake(
-            "You returned a boolean tensor (which blocks are visible?): return the indices of the"
-            " visible blocks, e.g. torch.nonzero(visible).flatten()."
+            _(
+                "You returned a boolean tensor (which blocks are visible?): return the indices of "
+                "the visible blocks, e.g. torch.nonzero(visible).flatten()."
+            )
         )
     if isinstance(result, torch.Tensor) and result.is_complex():
-        raise Mistake(f"Return the key-block indices as integers, got a {result.dtype} tensor.")
+        raise Mistake(
+            _("Return the key-block indices as integers, got a {result_dtype} tensor.").format(
+                result_dtype=result.dtype
+            )
+        )
 
     def index(b) -> int:
         try:
@@ -113,7 +120,9 @@ def _as_list(result) -> List[int]:
         blocks = [index(b) for b in result]
     except Exception:  # noqa: BLE001 - anything else the learner returned: a hostile object, a meta or sparse tensor
         raise Mistake(
-            f"Return the key-block indices as a list or range of integers, got {kind}."
+            _("Return the key-block indices as a list or range of integers, got {kind}.").format(
+                kind=kind
+            )
         ) from None
     return sorted(blocks)
 
@@ -135,33 +144,43 @@ def _check_key_blocks(fn) -> str:
         expected = _key_blocks_solution(*case)
         if got == expected:
             continue
-        where = "query block {}, block_m={}, block_n={}, L={}, S={}".format(*case)
+        where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
         if not expected:
             raise Mistake(
-                f"At {where} every query of the block comes before the first key (L > S and the"
-                " last query aligned with the last key): the block visits no key block at all, got"
-                f" {got}."
+                _(
+                    "At {where} every query of the block comes before the first key (L > S and the last "
+                    "query aligned with the last key): the block visits no key block at all, got {got}."
+                ).format(where=where, got=got)
             )
         if got == _blocks(*case, everything=True):
             raise Mistake(
-                f"At {where} you visit every key block: blocks entirely above the diagonal hold"
-                " only masked scores. Stop at the block of the last key the block's last query may"
-                " see."
+                _(
+                    "At {where} you visit every key block: blocks entirely above the diagonal hold only "
+                    "masked scores. Stop at the block of the last key the block's last query may see."
+                ).format(where=where)
             )
         if got == _blocks(*case, top_left=True):
             raise Mistake(
-                f"At {where} you aligned the causal mask top left (j <= i): the package aligns the"
-                " last query with the last key, j <= i + (S - L)."
+                _(
+                    "At {where} you aligned the causal mask top left (j <= i): the package aligns the "
+                    "last query with the last key, j <= i + (S - L)."
+                ).format(where=where)
             )
         if got == _blocks(*case, floor=True):
             raise Mistake(
-                f"At {where} you dropped the last key block, which is only partly visible: round up"
-                " (it still holds keys the block's queries may see)."
+                _(
+                    "At {where} you dropped the last key block, which is only partly visible: round up "
+                    "(it still holds keys the block's queries may see)."
+                ).format(where=where)
             )
-        raise Mistake(f"At {where} the blocks should be {expected}, got {got}.")
-    return (
-        "Right: the kernel's loop runs over exactly these blocks"
-        " (attncourse.kernels.tiles.key_block_range)."
+        raise Mistake(
+            _("At {where} the blocks should be {expected}, got {got}.").format(
+                where=where, expected=expected, got=got
+            )
+        )
+    return _(
+        "Right: the kernel's loop runs over exactly these blocks "
+        "(attncourse.kernels.tiles.key_block_range)."
     )
 
 
@@ -209,14 +228,18 @@ def _check_skipped(answer) -> str:
         answer,
         _SKIPPED,
         _SKIPPED_MISTAKES,
-        what="number of tiles",
+        what=_("number of tiles"),
         right=(
-            "Right: this head does about a seventh of the causal work, and its programs finish that"
-            " much sooner."
+            _(
+                "Right: this head does about a seventh of the causal work, and its programs finish "
+                "that much sooner."
+            )
         ),
         otherwise=(
-            "{value:g} is not it. Count the key blocks of each query block from the window W ="
-            " ceil(z + R)."
+            _(
+                "{value:g} is not it. Count the key blocks of each query block from the window W = "
+                "ceil(z + R)."
+            )
         ),
     )
 
@@ -226,10 +249,10 @@ def _check_skipped(answer) -> str:
 # triton.language, bound by _triton() on first use: the kernel solutions below use it
 tl: Any = None
 
-NO_TRITON = (
-    "This exercise runs your kernel with Triton, which is not installed here (triton has Linux "
-    "wheels only; "
-    "Colab has it). Run the chapter in Colab, or on Linux after pip install triton."
+NO_TRITON = N_(
+    "This exercise runs your kernel with Triton, which is not installed here (triton has "
+    "Linux wheels only; Colab has it). Run the chapter in Colab, or on Linux after pip "
+    "install triton."
 )
 
 
@@ -262,10 +285,11 @@ def _triton() -> Tuple[Any, torch.device]:
     if gpu:
         return triton, torch.device("cuda")
     raise RuntimeError(
-        "There is no GPU here, and triton was imported before TRITON_INTERPRET=1 was set, so its "
-        "interpreter is "
-        "off. Restart the runtime and run the chapter's first code cell (it sets "
-        "TRITON_INTERPRET=1) first."
+        _(
+            "There is no GPU here, and triton was imported before TRITON_INTERPRET=1 was set, so "
+            "its interpreter is off. Restart the runtime and run the chapter's first code cell "
+            "(it sets TRITON_INTERPRET=1) first."
+        )
     )
 
 
@@ -277,7 +301,9 @@ def _python_function(kernel: Any) -> Any:
     )  # JITFunction and InterpretedFunction keep the function in .fn
     if not inspect.isfunction(fn):
         raise TypeError(
-            f"kernel should be a function decorated with @triton.jit, got {type(kernel).__name__}"
+            _("kernel should be a function decorated with @triton.jit, got {type_name}").format(
+                type_name=type(kernel).__name__
+            )
         )
     return fn
 
@@ -339,7 +365,7 @@ class _Region:
         size = self.view.element_size()
         start, end = self.buffer.data_ptr(), self.buffer.data_ptr() + self.buffer.numel() * size
         if not start <= address < end:
-            return "outside every tensor"
+            return _("outside every tensor")
         index = (address - self.view.data_ptr()) // size
         row, col = divmod(index, self.stride)
         if (
@@ -349,10 +375,16 @@ class _Region:
         ):
             return None
         if self.view.dim() == 1:
-            return f"{self.name}[{index}], past its {self.cols} elements"
+            return _("{self_name}[{index}], past its {self_cols} elements").format(
+                self_name=self.name, index=index, self_cols=self.cols
+            )
         if 0 <= row < self.rows:
-            return f"{self.name}[{row}, {col}], past its last column ({self.cols} columns)"
-        return f"{self.name} at row {row}, outside its {self.rows} rows"
+            return _(
+                "{self_name}[{row}, {col}], past its last column ({self_cols} columns)"
+            ).format(self_name=self.name, row=row, col=col, self_cols=self.cols)
+        return _("{self_name} at row {row}, outside its {self_rows} rows").format(
+            self_name=self.name, row=row, self_rows=self.rows
+        )
 
 
 def _place(
@@ -419,13 +451,14 @@ def _bounds_checked(regions: List[_Region], device: torch.device):
         if ok.all():
             return
         address = int(addresses[~ok][0])
-        places = [p for p in (r.where(address) for r in regions) if p != "outside every tensor"]
+        places = [p for p in (r.where(address) for r in regions) if p != _("outside every tensor")]
         if writing and any(p is None for p in places):
-            where = "into an input: " + next(r.name for r in regions if r.where(address) is None)
+            name = next(r.name for r in regions if r.where(address) is None)
+            where = _("into an input: {name}").format(name=name)
         else:
-            where = next((p for p in places if p), "outside every tensor")
-        verb = "wrote" if writing else "read"
-        raise _OutOfBounds(f"your kernel {verb} {where}")
+            where = next((p for p in places if p), _("outside every tensor"))
+        message = _("your kernel wrote {where}") if writing else _("your kernel read {where}")
+        raise _OutOfBounds(message.format(where=where))
 
     def checked_load(ptrs, mask, other, *args):
         check(ptrs, mask, False)
@@ -465,9 +498,13 @@ def _launch(
         while cause is not None and not isinstance(cause, _OutOfBounds):
             cause = cause.__cause__
         if cause is not None:
-            return f"{cause} (a load or store without its mask, or a wrong offset or stride)"
+            return _(
+                "{cause} (a load or store without its mask, or a wrong offset or stride)"
+            ).format(cause=cause)
         text = str(error).strip().splitlines()
-        return f"your kernel raised {type(error).__name__}: " + (text[-1] if text else "")
+        return _("your kernel raised {type_name}: ").format(type_name=type(error).__name__) + (
+            text[-1] if text else ""
+        )
     for region in regions:
         start = (region.view.data_ptr() - region.buffer.data_ptr()) // region.view.element_size()
         mask = torch.ones_like(region.buffer, dtype=torch.bool)
@@ -477,10 +514,10 @@ def _launch(
         outside = region.buffer[mask]
         untouched = outside.isnan() if math.isnan(region.fill) else outside == region.fill
         if not bool(untouched.all()):
-            return (
-                f"your kernel wrote outside {region.name} "
-                "(a store without its mask, or a wrong offset or stride)"
-            )
+            return _(
+                "your kernel wrote outside {region_name} (a store without its mask, or a wrong "
+                "offset or stride)"
+            ).format(region_name=region.name)
     return None
 
 
@@ -497,7 +534,9 @@ def _prepare(kernel: Any) -> Tuple[Any, torch.device]:
         return _launchable(kernel, triton, device), device
     except TypeError as error:
         raise Mistake(
-            f"Pass your kernel, the function decorated with @triton.jit ({error})."
+            _("Pass your kernel, the function decorated with @triton.jit ({error}).").format(
+                error=error
+            )
         ) from None
 
 
@@ -510,7 +549,11 @@ def _power_of_two_block(name: str, block: Any, at_least: int) -> int:
         or block < at_least
         or block & (block - 1)
     ):
-        raise ValueError(f"{name} should be a power of two >= {at_least}, got {block!r}")
+        raise ValueError(
+            _("{name} should be a power of two >= {at_least}, got {block!r}").format(
+                name=name, at_least=at_least, block=block
+            )
+        )
     return block
 
 
@@ -582,8 +625,11 @@ def run_masked_softmax(
         or x.dtype not in (torch.float32, torch.float16)
     ):
         raise TypeError(
-            "x should be a 2-D float32 or float16 tensor (R, C), got "
-            f"{type(x).__name__ if not isinstance(x, torch.Tensor) else (tuple(x.shape), x.dtype)}"
+            _("x should be a 2-D float32 or float16 tensor (R, C), got {value}").format(
+                value=type(x).__name__
+                if not isinstance(x, torch.Tensor)
+                else (tuple(x.shape), x.dtype)
+            )
         )
     if (
         not isinstance(lengths, torch.Tensor)
@@ -591,15 +637,21 @@ def run_masked_softmax(
         or lengths.is_floating_point()
     ):
         raise ValueError(
-            f"lengths should be an integer tensor of shape ({x.size(0)},), got "
+            _("lengths should be an integer tensor of shape ({value},), got ").format(
+                value=x.size(0)
+            )
             + (
-                f"{tuple(lengths.shape)}"
+                str(tuple(lengths.shape))
                 if isinstance(lengths, torch.Tensor)
                 else type(lengths).__name__
             )
         )
     if bool((lengths < 0).any()) or bool((lengths > x.size(1)).any()):
-        raise ValueError(f"lengths should lie in 0 .. {x.size(1)}, got {lengths.tolist()}")
+        raise ValueError(
+            _("lengths should lie in 0 .. {value}, got {lengths}").format(
+                value=x.size(1), lengths=lengths.tolist()
+            )
+        )
     block = _power_of_two_block("block", block, x.size(1))
     triton, device = _triton()
     result = _softmax_run(
@@ -641,34 +693,41 @@ def _softmax_mistakes(
     inverted = x.double().masked_fill(keep, float("-inf"))
     return {
         (
-            "the lengths are ignored: each row's softmax runs over all n_cols "
-            "columns. Mask the columns cols >= LENGTHS[row] (load LENGTHS + row "
-            "first)."
+            _(
+                "the lengths are ignored: each row's softmax runs over all n_cols columns. Mask the "
+                "columns cols >= LENGTHS[row] (load LENGTHS + row first)."
+            )
         ): _masked_softmax_reference(x, lengths, cols < x.size(1) + 0 * lengths[:, None]),
         (
-            "the mask is inverted: you kept the columns at or past the length and "
-            "dropped the real ones. Keep cols < length."
+            _(
+                "the mask is inverted: you kept the columns at or past the length and dropped the "
+                "real ones. Keep cols < length."
+            )
         ): _masked_softmax_reference(x, lengths, ~keep),
-        "the mask is inverted (and the rows with no column left give NaN): keep cols < length.": (
-            torch.softmax(inverted, -1)
-        ),
-        "the mask is off by one: cols <= length keeps one column too many; keep cols < length.": (
-            _masked_softmax_reference(x, lengths, cols <= lengths[:, None])
-        ),
+        _(
+            "the mask is inverted (and the rows with no column left give NaN): keep cols < length."
+        ): (torch.softmax(inverted, -1)),
+        _(
+            "the mask is off by one: cols <= length keeps one column too many; keep cols < length."
+        ): (_masked_softmax_reference(x, lengths, cols <= lengths[:, None])),
         (
-            "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > "
-            "0). Load them as float('-inf'), or zero their exponentials with "
-            "tl.where, so that they get no weight."
+            _(
+                "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load "
+                "them as float('-inf'), or zero their exponentials with tl.where, so that they get "
+                "no weight."
+            )
         ): (zero_lanes),
     }
 
 
 _SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, shift)
-    ("full rows, 16 columns, BLOCK 16", 4, 16, [16, 16, 16, 16], 16, None, None, 2.0, 0.0),
+    (N_("full rows, 16 columns, BLOCK 16"), 4, 16, [16, 16, 16, 16], 16, None, None, 2.0, 0.0),
     (
         (
-            "ragged lengths [37, 5, 1, 20, 36, 12] over 37 columns, BLOCK 64, X rows 48 apart and Y"
-            " rows 40 apart"
+            N_(
+                "ragged lengths [37, 5, 1, 20, 36, 12] over 37 columns, BLOCK 64, X rows 48 apart "
+                "and Y rows 40 apart"
+            )
         ),
         6,
         37,
@@ -680,7 +739,7 @@ _SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, sh
         0.0,
     ),
     (
-        "large scores (rows between -260 and +250), 24 columns, BLOCK 32",
+        N_("large scores (rows between -260 and +250), 24 columns, BLOCK 32"),
         4,
         24,
         [24, 24, 10, 17],
@@ -690,12 +749,12 @@ _SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, sh
         50.0,
         0.0,
     ),
-    ("a row of length 0, 10 columns, BLOCK 32", 3, 10, [10, 0, 3], 32, 16, None, 1.0, 0.0),
+    (N_("a row of length 0, 10 columns, BLOCK 32"), 3, 10, [10, 0, 3], 32, 16, None, 1.0, 0.0),
 ]
 
 
 def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    what, rows, cols, lengths, block, _, _, scale, _ = _SOFTMAX_CASES[index]
+    what, rows, cols, lengths, block, _sx, _sy, scale, _x = _SOFTMAX_CASES[index]
     x = scale * torch.randn(rows, cols, generator=torch.Generator().manual_seed(100 + index))
     if (
         index == 2
@@ -720,7 +779,7 @@ def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
 )
 def _check_masked_softmax(kernel) -> str:
     runnable, device = _prepare(kernel)
-    for index, (what, _rows, cols, lengths, block, stride_x, stride_y, _, _) in enumerate(
+    for index, (what, _rows, cols, lengths, block, stride_x, stride_y, _scale, _x) in enumerate(
         _SOFTMAX_CASES
     ):
         x, lens = _softmax_inputs(index)
@@ -732,7 +791,7 @@ def _check_masked_softmax(kernel) -> str:
 
         result = call(launch, x, lens)
         if result["error"]:
-            raise Mistake(f"With {what}: {result['error']}.")
+            raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
         out = result["out"]
         expected = _masked_softmax_reference(x, lens)
         keep = torch.arange(cols) < lens[:, None]
@@ -743,43 +802,51 @@ def _check_masked_softmax(kernel) -> str:
             (out[~keep] == -3.0).all()
         ):
             raise Mistake(
-                f"With {what}: the columns past each row's length still hold what Y held before "
-                "(-3.0 here): store zeros there too (store every cols < n_cols, not only cols < "
-                "length)."
+                _(
+                    "With {what}: the columns past each row's length still hold what Y held before (-3.0 "
+                    "here): store zeros there too (store every cols < n_cols, not only cols < length)."
+                ).format(what=what)
             )
         message = diagnose(out, _softmax_mistakes(x, lens, block), default="", atol=atol)
         if message:
-            raise Mistake(f"With {what}: {message}")
+            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
         if not bool(torch.isfinite(out).all()):
             if index == 2:
                 raise Mistake(
-                    f"With {what}: your output has NaN or inf: tl.exp overflowed. Subtract the "
-                    "row's "
-                    "maximum (over the kept columns) before the exponential."
+                    _(
+                        "With {what}: your output has NaN or inf: tl.exp overflowed. Subtract the row's "
+                        "maximum (over the kept columns) before the exponential."
+                    ).format(what=what)
                 )
             if 0 in lengths:
                 raise Mistake(
-                    f"With {what}: your output has NaN: the row of length 0 computes 0/0 (and "
-                    "-inf - (-inf)). Give a row with no column zeros."
+                    _(
+                        "With {what}: your output has NaN: the row of length 0 computes 0/0 (and -inf - "
+                        "(-inf)). Give a row with no column zeros."
+                    ).format(what=what)
                 )
-            raise Mistake(f"With {what}: your output has NaN or inf where the reference has none.")
+            raise Mistake(
+                _("With {what}: your output has NaN or inf where the reference has none.").format(
+                    what=what
+                )
+            )
         if index == 2 and not bool((out[1] > 0).any()):
             raise Mistake(
-                f"With {what}: the row whose scores are all near -200 came out zero: its "
-                "exponentials "
-                "underflowed. Subtract the row's own maximum, not a constant."
+                _(
+                    "With {what}: the row whose scores are all near -200 came out zero: its exponentials "
+                    "underflowed. Subtract the row's own maximum, not a constant."
+                ).format(what=what)
             )
         raise Mistake(
-            f"With {what}: your output differs from the softmax of each row over its first "
-            "LENGTHS[row] "
-            f"columns (largest difference {(out.double() - expected).abs().max().item():.3g})."
+            _(
+                "With {what}: your output differs from the softmax of each row over its first "
+                "LENGTHS[row] columns (largest difference {value:.3g})."
+            ).format(what=what, value=(out.double() - expected).abs().max().item())
         )
-    return (
-        "Right: masked lanes, ragged lengths, strided rows, large scores and an empty row all "
-        "come out as the "
-        "reference's (your kernel ran "
-        f"{'compiled on the GPU' if device.type == 'cuda' else 'in the interpreter'})."
-    )
+    return _(
+        "Right: masked lanes, ragged lengths, strided rows, large scores and an empty row "
+        "all come out as the reference's (your kernel ran {value})."
+    ).format(value=_("compiled on the GPU") if device.type == "cuda" else _("in the interpreter"))
 
 
 # -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
@@ -878,13 +945,18 @@ def run_online_softmax(
     for name, t in (("scores", scores), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
             raise TypeError(
-                f"{name} should be a 2-D float32 tensor, got "
-                f"{(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__}"
+                _("{name} should be a 2-D float32 tensor, got {value}").format(
+                    name=name,
+                    value=(tuple(t.shape), t.dtype)
+                    if isinstance(t, torch.Tensor)
+                    else type(t).__name__,
+                )
             )
     if value.size(0) != scores.size(1):
         raise ValueError(
-            f"value should have one row per key: scores {tuple(scores.shape)}, value "
-            f"{tuple(value.shape)}"
+            _(
+                "value should have one row per key: scores {scores_shape}, value {value_shape}"
+            ).format(scores_shape=tuple(scores.shape), value_shape=tuple(value.shape))
         )
     _power_of_two_block("value.size(1)", value.size(1), 16)
     block_m, block_n = (
@@ -943,8 +1015,10 @@ def _online_emulation(
 _ONLINE_CASES = [
     (
         (
-            "40 rows, 50 keys (a ragged last tile of 18), D=16, BLOCK_M=16, BLOCK_N=32, S rows 56 "
-            "apart, V 24, O 20"
+            N_(
+                "40 rows, 50 keys (a ragged last tile of 18), D=16, BLOCK_M=16, BLOCK_N=32, S rows "
+                "56 apart, V 24, O 20"
+            )
         ),
         40,
         50,
@@ -955,7 +1029,7 @@ _ONLINE_CASES = [
         2.0,
     ),
     (
-        "20 rows, 70 keys, D=32, BLOCK_M=16, BLOCK_N=64, S rows 72 apart, V 40, O 32",
+        N_("20 rows, 70 keys, D=32, BLOCK_M=16, BLOCK_N=64, S rows 72 apart, V 40, O 32"),
         20,
         70,
         32,
@@ -966,8 +1040,10 @@ _ONLINE_CASES = [
     ),
     (
         (
-            "large scores (the first key tile near +100, the last near -100, one row near -300), 16"
-            " rows, 48 keys, BLOCK_M=BLOCK_N=16"
+            N_(
+                "large scores (the first key tile near +100, the last near -100, one row near -300), "
+                "16 rows, 48 keys, BLOCK_M=BLOCK_N=16"
+            )
         ),
         16,
         48,
@@ -981,7 +1057,7 @@ _ONLINE_CASES = [
 
 
 def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    _, n_rows, n_keys, d, _, _, _, scale = _ONLINE_CASES[index]
+    _what, n_rows, n_keys, d, _bm, _bn, _strides, scale = _ONLINE_CASES[index]
     g = torch.Generator().manual_seed(200 + index)
     scores = scale * torch.randn(n_rows, n_keys, generator=g)
     if index == 2:
@@ -1011,7 +1087,7 @@ def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
 )
 def _check_online_softmax(kernel) -> str:
     runnable, device = _prepare(kernel)
-    for index, (what, _n_rows, _n_keys, _d, block_m, block_n, strides, _) in enumerate(
+    for index, (what, _n_rows, _n_keys, _d, block_m, block_n, strides, _scale) in enumerate(
         _ONLINE_CASES
     ):
         scores, value = _online_inputs(index)
@@ -1023,7 +1099,7 @@ def _check_online_softmax(kernel) -> str:
 
         result = call(launch, scores, value)
         if result["error"]:
-            raise Mistake(f"With {what}: {result['error']}.")
+            raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
         out = result["out"]
         expected = torch.softmax(scores.double(), -1) @ value.double()
         atol = (
@@ -1033,48 +1109,56 @@ def _check_online_softmax(kernel) -> str:
             continue
         mistakes = {
             (
-                "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, "
-                "v), alpha = exp(m - m_new), so that what earlier tiles added moves to "
-                "the new maximum too."
+                _(
+                    "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
+                    "exp(m - m_new), so that what earlier tiles added moves to the new maximum too."
+                )
             ): _online_emulation(scores, value, block_n, rescale_acc=False),
             (
-                "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), "
-                "like the accumulator."
+                _(
+                    "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
+                    "accumulator."
+                )
             ): _online_emulation(scores, value, block_n, rescale_sum=False),
-            "the output is not divided by the running sum: store acc / l[:, None].": (
+            _("the output is not divided by the running sum: store acc / l[:, None]."): (
                 _online_emulation(scores, value, block_n, normalise=False)
             ),
             (
-                "the padding keys of the ragged last tile get a weight: their scores "
-                "were loaded as 0. Load them with other=float('-inf')."
+                _(
+                    "the padding keys of the ragged last tile get a weight: their scores were loaded as "
+                    "0. Load them with other=float('-inf')."
+                )
             ): _online_emulation(scores, value, block_n, pad_zero=True),
         }
         message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
         if message:
-            raise Mistake(f"With {what}: {message}")
+            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
         if index == 2 and not bool(torch.isfinite(out).all()):
             raise Mistake(
-                f"With {what}: your output has NaN or inf: an exponential overflowed. Subtract "
-                "the "
-                "running maximum m_new = max(m, max of the tile), the largest score seen so far, "
-                "in every "
-                "exponential, so that each is at most 1 (the rescale factor exp(m - m_new) too)."
+                _(
+                    "With {what}: your output has NaN or inf: an exponential overflowed. Subtract the "
+                    "running maximum m_new = max(m, max of the tile), the largest score seen so far, in "
+                    "every exponential, so that each is at most 1 (the rescale factor exp(m - m_new) "
+                    "too)."
+                ).format(what=what)
             )
         if not bool(torch.isfinite(out).all()):
             raise Mistake(
-                f"With {what}: your output has NaN or inf where the reference has none: look for "
-                "-inf - (-inf), 0/0, or exp of a score before the maximum is subtracted."
+                _(
+                    "With {what}: your output has NaN or inf where the reference has none: look for -inf "
+                    "- (-inf), 0/0, or exp of a score before the maximum is subtracted."
+                ).format(what=what)
             )
         raise Mistake(
-            f"With {what}: your output differs from softmax(S) @ V (largest difference "
-            f"{(out.double() - expected).abs().max().item():.3g})."
+            _(
+                "With {what}: your output differs from softmax(S) @ V (largest difference "
+                "{value:.3g})."
+            ).format(what=what, value=(out.double() - expected).abs().max().item())
         )
-    return (
+    return _(
         "Right: the running maximum, the rescaled sum and accumulator, and the masks of the "
-        "ragged tiles "
-        "all work (your kernel ran "
-        f"{'compiled on the GPU' if device.type == 'cuda' else 'in the interpreter'})."
-    )
+        "ragged tiles all work (your kernel ran {value})."
+    ).format(value=_("compiled on the GPU") if device.type == "cuda" else _("in the interpreter"))
 
 
 # -- 5. find the bug in a causal softmax kernel ---------------------------------------------------
@@ -1122,27 +1206,34 @@ _BUG_SOLUTION = (
 def _check_find_the_bug(answer) -> str:
     if isinstance(answer, str):
         raise Mistake(
-            f"Give the line number as a number (6, not '6'), got the string {answer[:40]!r}."
+            _("Give the line number as a number (6, not '6'), got the string {answer!r}.").format(
+                answer=answer[:40]
+            )
         )
-    line = integer(answer, "line number")
+    line = integer(answer, _("line number"))
     if not 1 <= line <= 10:
         raise Mistake(
-            f"The listing has lines 1 to 10; {line} is not one of them. Give the number of the "
-            "wrong line."
+            _(
+                "The listing has lines 1 to 10; {line} is not one of them. Give the number of the "
+                "wrong line."
+            ).format(line=line)
         )
     return check_number(
         line,
         _BUG,
         _BUG_MISTAKES,
-        what="line number",
+        what=_("line number"),
         right=(
-            "Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
-            "key, and the first "
-            "query of a square block has none left."
+            _(
+                "Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
+                "key, and the first query of a square block has none left."
+            )
         ),
         otherwise=(
-            "Line {value:g} is right. Run the kernel on a small square case and compare "
-            "with the causal mask."
+            _(
+                "Line {value:g} is right. Run the kernel on a small square case and compare with the "
+                "causal mask."
+            )
         ),
     )
 
@@ -1177,20 +1268,27 @@ def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[tor
     unscaled_p = torch.exp(raw - lse[..., None])
     return {
         (
-            "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. "
-            "The softmax's Jacobian subtracts each row's weighted mean of dP."
+            _(
+                "D is missing: dS = P * (dP - D) with D_i = rowsum(dO * O), not P * dP. The "
+                "softmax's Jacobian subtracts each row's weighted mean of dP."
+            )
         ): grads(p * dp),
-        "the sign of D is flipped: dS = P * (dP - D).": grads(p * (dp + d)),
-        "dS = dP - D lacks the factor P: dS = P * (dP - D).": grads(dp - d),
+        _("the sign of D is flipped: dS = P * (dP - D)."): grads(p * (dp + d)),
+        _("dS = dP - D lacks the factor P: dS = P * (dP - D)."): grads(dp - d),
         (
-            "D sums over the wrong dimension: D_i = sum over the head dimension of "
-            "dO_i * O_i, one number per query (keepdim=True, so it broadcasts over "
-            "the keys)."
+            _(
+                "D sums over the wrong dimension: D_i = sum over the head dimension of dO_i * O_i, "
+                "one number per query (keepdim=True, so it broadcasts over the keys)."
+            )
         ): grads(p * (dp - (dout * out).sum(-2, keepdim=True).sum(-1, keepdim=True))),
-        "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = dS^T Q / sqrt(d_k).": grads(
-            p * (dp - d), 1.0
-        ),
-        "P was recomputed without the scale: P = exp(Q K^T / sqrt(d_k) - lse), the scores the forward saw.": (
+        _(
+            "dQ and dK lack the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k) and dK = "
+            "dS^T Q / sqrt(d_k)."
+        ): grads(p * (dp - d), 1.0),
+        _(
+            "P was recomputed without the scale: P = exp(Q K^T / sqrt(d_k) - lse), the scores "
+            "the forward saw."
+        ): (
             lambda pp: (
                 (pp * (dout @ value.transpose(-2, -1) - d)) @ key * scale,
                 (pp * (dout @ value.transpose(-2, -1) - d)).transpose(-2, -1) @ query * scale,
@@ -1214,9 +1312,9 @@ def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[tor
 )
 def _check_backward(fn) -> str:
     cases = [  # (what, batch, L, S, d_k, d_v)
-        ("L=5, S=7, d_k=8, d_v=6, no batch", (), 5, 7, 8, 6),
-        ("batch (2, 3), L=S=6, d_k=d_v=4", (2, 3), 6, 6, 4, 4),
-        ("batch (2,), L=9, S=4, d_k=16, d_v=3", (2,), 9, 4, 16, 3),
+        (_("L=5, S=7, d_k=8, d_v=6, no batch"), (), 5, 7, 8, 6),
+        (_("batch (2, 3), L=S=6, d_k=d_v=4"), (2, 3), 6, 6, 4, 4),
+        (_("batch (2,), L=9, S=4, d_k=16, d_v=3"), (2,), 9, 4, 16, 3),
     ]
     for index, (what, batch, L, S, d_k, d_v) in enumerate(cases):
         g = torch.Generator().manual_seed(300 + index)
@@ -1234,19 +1332,23 @@ def _check_backward(fn) -> str:
         got = call(fn, query, key, value, out, lse, dout)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Mistake(
-                f"Return the three gradients (dq, dk, dv); got {type(got).__name__}"
-                f"{f' of length {len(got)}' if isinstance(got, (tuple, list)) else ''}."
+                _("Return the three gradients (dq, dk, dv); got {type_name}{value}.").format(
+                    type_name=type(got).__name__,
+                    value=_(" of length {length}").format(length=len(got))
+                    if isinstance(got, (tuple, list))
+                    else "",
+                )
             )
         names = ("dq", "dk", "dv")
         for name, g_, e in zip(names, got, expected):
-            expect_tensor(g_, e.shape, f"With {what}, {name}")
+            expect_tensor(g_, e.shape, _("With {what}, {name}").format(what=what, name=name))
         if all(matches(g_, e, atol=1e-8, rtol=1e-6) for g_, e in zip(got, expected)):
             continue
         for message, wrong in _backward_variants(query, key, value, out, lse, dout).items():
             if all(
                 matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)
             ):
-                raise Mistake(f"With {what}: {message}")
+                raise Mistake(_("With {what}: {message}").format(what=what, message=message))
         wrong = [
             name
             for name, g_, e in zip(names, got, expected)
@@ -1254,17 +1356,23 @@ def _check_backward(fn) -> str:
         ]
         if wrong == ["dv"]:
             raise Mistake(
-                f"With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights transposed."
+                _(
+                    "With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights transposed."
+                ).format(what=what)
             )
         if "dv" not in wrong:
             raise Mistake(
-                f"With {what}: dv is right, {' and '.join(wrong)} not: check dS = P * (dP - D) "
-                "and the "
-                "products dQ = dS K * scale, dK = dS^T Q * scale."
+                _(
+                    "With {what}: dv is right, {value} not: check dS = P * (dP - D) and the products dQ "
+                    "= dS K * scale, dK = dS^T Q * scale."
+                ).format(what=what, value=" and ".join(wrong))
             )
         raise Mistake(
-            f"With {what}: {', '.join(wrong)} differ from autograd's. Recompute P = exp(s - lse) "
-            "first "
-            "and check it against torch.softmax."
+            _(
+                "With {what}: {value} differ from autograd's. Recompute P = exp(s - lse) first and "
+                "check it against torch.softmax."
+            ).format(what=what, value=", ".join(wrong))
         )
-    return "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
+    return _(
+        "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
+    )

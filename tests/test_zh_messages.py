@@ -1,0 +1,184 @@
+"""check(), hint() and solution() in Chinese: the catalogues, the language switch, the book's
+second rendering, and what stays concealed.
+
+Every check() of the checker tests also runs in Chinese (tests/conftest.py,
+``_checks_in_chinese_too``): same path, same mistakes named, every message translated. This
+module tests the rest: that the catalogues hold every message of the source, translated, with
+the English's placeholders and the glossary's terms; that the compiled catalogues the package
+ships are the translators' files; that a learner chooses the language once; that the book's
+single execution carries the Chinese rendering the Chinese pages show; and that nothing the
+English source conceals is readable in the Chinese catalogues.
+"""
+
+from __future__ import annotations
+
+import gettext
+import json
+
+import pytest
+import torch
+from project_tools import tool
+
+from attncourse.exercises import (
+    _core,
+    _i18n,
+    check,
+    get_language,
+    hint,
+    list_exercises,
+    set_language,
+    solution,
+)
+
+messages = tool("zh_messages")
+zh = tool("zh_edition")
+EXERCISES = [e["id"] for e in list_exercises()]
+
+
+@pytest.fixture
+def chinese():
+    before = get_language()
+    set_language("zh")
+    yield
+    set_language(before)
+
+
+def test_every_message_of_the_source_is_translated():
+    counts = messages.status()
+    assert counts["messages"] > 600
+    assert counts["translated"] == counts["messages"], counts
+
+
+def test_translations_keep_placeholders_code_and_terms():
+    assert messages.problems() == []
+
+
+def test_the_shipped_catalogues_are_the_translators_files():
+    for po in (messages.PLAIN, messages.CONCEALED):
+        with po.open("rb") as handle:
+            source = messages.read_po(handle)
+        expected = {m.id: m.string for m in source if m.id and m.string and not m.fuzzy}
+        with po.with_suffix(".mo").open("rb") as handle:
+            compiled = gettext.GNUTranslations(handle)._catalog
+        compiled = {k: v for k, v in compiled.items() if k}
+        assert compiled == expected, f"{po.name}: run python tools/zh_messages.py update"
+
+
+def test_the_placeholder_check_sees_a_lost_or_renamed_field():
+    assert messages.fields("{what} has shape {shape!r}") == ["shape!r:", "what!:"]
+    assert messages.fields("{what} 的形状是 {shape}") != messages.fields(
+        "{what} has shape {shape!r}"
+    )
+    assert messages.english_runs("{what} 应当是 boolean tensor with the right shape") != []
+    assert messages.english_runs("用 torch.arange(max_len) 与 lengths[:, None] 比较") == []
+
+
+def test_the_language_is_chosen_once_and_english_is_the_default():
+    assert _i18n.LANGUAGES["en"] is None
+    before = get_language()
+    try:
+        set_language("zh")
+        assert get_language() == "zh"
+        chinese = check("masking/padding-mask", lambda lengths, max_len: lengths)
+        set_language("en")
+        english = check("masking/padding-mask", lambda lengths, max_len: lengths)
+    finally:
+        set_language(before)
+    assert chinese.status == english.status == "failed"  # the status stays English (code reads it)
+    assert zh._CJK.search(chinese.message) and not zh._CJK.search(english.message)
+    assert "未通过" in str(chinese) and "failed" in str(english)
+
+
+@pytest.mark.parametrize("code", ["zh", "zh_CN", "zh-Hans", "ZH", " en "])
+def test_language_codes_a_reader_may_write(code):
+    with _i18n.language(code):
+        assert get_language() in ("zh", "en")
+
+
+@pytest.mark.parametrize(
+    "code, error", [("fr", ValueError), ("", ValueError), (None, TypeError), (1, TypeError)]
+)
+def test_a_language_without_a_catalogue_is_refused_by_name(code, error):
+    with pytest.raises(error, match="language"):
+        set_language(code)
+    assert get_language() == "en"
+
+
+@pytest.mark.parametrize("exercise_id", EXERCISES)
+def test_hints_titles_and_worked_solutions_in_chinese(exercise_id, chinese):
+    english_hint = _core._get(exercise_id).hint
+    shown = hint(exercise_id)
+    assert zh._CJK.search(shown.text) and shown.text != english_hint
+    assert "提示" in shown.label
+    title = next(e["title"] for e in list_exercises() if e["id"] == exercise_id)
+    assert zh._CJK.search(title)
+    shown = solution(exercise_id)
+    if shown.code:  # a reference implementation: code, the same in both languages
+        assert shown.text == _core._get(exercise_id).solution()
+    else:
+        assert zh._CJK.search(shown.text), shown.text
+
+
+def test_the_books_single_execution_carries_the_chinese_rendering(monkeypatch):
+    monkeypatch.setenv("ATTNCOURSE_EXTRA_LANGUAGES", "zh")
+    result = check("masking/padding-mask", lambda lengths, max_len: lengths)
+    data, metadata = result._repr_mimebundle_()
+    assert "failed" in data["text/plain"]
+    other = metadata["attncourse"]["zh"]
+    assert "未通过" in other["text/plain"] and zh._CJK.search(other["text/html"])
+    assert result.translations["zh"].status == result.status
+    # the Chinese page shows that rendering in place of the English one
+    cell = {"outputs": [{"output_type": "execute_result", "data": data, "metadata": metadata}]}
+    zh._swap_outputs(cell)
+    assert cell["outputs"][0]["data"] == other
+    for reveal in (hint("masking/padding-mask"), solution("multi-head/parameter-count")):
+        data, metadata = reveal._repr_mimebundle_()
+        assert zh._CJK.search(metadata["attncourse"]["zh"]["text/html"])
+    monkeypatch.delenv("ATTNCOURSE_EXTRA_LANGUAGES")
+    assert not isinstance(check("masking/padding-mask", None)._repr_mimebundle_(), tuple)
+
+
+def test_a_second_rendering_leaves_the_learners_objects_as_they_were(monkeypatch):
+    monkeypatch.setenv("ATTNCOURSE_EXTRA_LANGUAGES", "zh")
+    layer = torch.nn.Linear(4, 4).train()
+    before = [p.detach().clone() for p in layer.parameters()]
+    check("multi-head/parameter-count", layer)
+    assert layer.training and all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+
+
+def test_nothing_concealed_is_readable_in_the_catalogues():
+    plain, concealed = messages.messages()
+    assert concealed, "the concealed messages were not found"
+    files = [
+        p.read_bytes()
+        for p in messages.LOCALE.iterdir()
+        if p.suffix in (".po", ".mo") and p.is_file()
+    ]
+    _plain, hidden = messages.catalogues()
+    for english in concealed:
+        chinese = hidden.get(english).string
+        for text in (english, chinese):
+            # long enough to be a giveaway, and not also a plain message of the source
+            if len(text) > 12 and text not in plain:
+                assert not any(text.encode() in f for f in files), text[:60]
+
+
+def test_concealed_answers_in_chinese(chinese):
+    worked = [e for e in EXERCISES if not _core._get(e).solution_is_code]
+    assert worked
+    for exercise_id in worked:
+        english = _core._get(exercise_id).solution()
+        assert solution(exercise_id).text != english
+    # a known wrong value of a numeric exercise is named in Chinese
+    wrong = json.loads(_core.reveal(_core_mistakes("multi-head/parameter-count")))
+    value = float(next(iter(wrong)))
+    result = check("multi-head/parameter-count", value)
+    assert result.status == "failed" and zh._CJK.search(result.message)
+
+
+def _core_mistakes(exercise_id: str) -> str:
+    """The concealed known mistakes of the parameter-count exercise."""
+    from attncourse.exercises import ch02_multihead
+
+    assert exercise_id == "multi-head/parameter-count"
+    return ch02_multihead._COUNT_MISTAKES
