@@ -167,7 +167,8 @@ HELPERS_JS = r"""
 const bookMain = () => document.querySelector("article.bd-article") ||
 document.querySelector("article, main") || document.body;
 const solutions = () => [...bookMain().querySelectorAll("details, div.solution")].filter((el) =>
-  el.tagName !== "DETAILS" || /^\s*solution/i.test((el.querySelector(":scope > summary") || {}).innerText || ""));
+  el.tagName !== "DETAILS" ||
+  /^\s*solution|的参考答案/i.test((el.querySelector(":scope > summary") || {}).innerText || ""));
 const solutionHead = (el) => el.tagName === "DETAILS" ? el.querySelector(":scope > summary") :
 el.querySelector(".admonition-title");
 """
@@ -264,11 +265,17 @@ def cjk_fonts(context, page, limit: int = 40) -> dict:
         for node in nodes:
             if checked >= limit:
                 break
-            text = client.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
-            if not CJK.search(re.sub(r"<[^>]+>", "", text)):
+            # the fonts Chromium reports are those of the element's own text, not its children's:
+            # only Chinese in its own text nodes counts (an API signature's "[源代码]" is a link's)
+            children = client.send("DOM.describeNode", {"nodeId": node, "depth": 1})["node"]
+            own = "".join(
+                c.get("nodeValue", "") for c in children.get("children", []) if c["nodeType"] == 3
+            )
+            if not CJK.search(own):
                 continue
+            text = client.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
             fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
-            if not fonts:  # no text of its own: its words are in child elements (links, code)
+            if not fonts:
                 continue
             names = [f["familyName"] for f in fonts]
             checked += 1

@@ -75,8 +75,10 @@ def _language_switch(app, pagename, templatename, context, doctree) -> None:
         "text": "English" if chinese else "中文",
         "label": "language-switch",
     }
-    buttons = context.setdefault("header_buttons", [])
-    buttons.insert(0, button)
+    # viewcode also renders the source of a library module that a documented name comes from
+    # (a pathlib.Path constant gives _modules/pathlib): only the package's own exist in both
+    if not pagename.startswith("_modules/") or pagename.startswith("_modules/attncourse"):
+        context.setdefault("header_buttons", []).insert(0, button)
     style = f"<style>:root {{ --pst-font-family-base: {FONT_STACK}; }}</style>"
     context["metatags"] = context.get("metatags", "") + style
 
