@@ -204,6 +204,11 @@ def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
         ),
         ("Only math: $a$ and words.", "$a$", "no Chinese"),
         ("[the site](https://a.example/x)", "[网站](https://a.example/y)", "link targets"),
+        (  # ** glued to a Chinese character and opening on a role: printed as asterisks
+            "Their answer is the **{term}`all-attention` layer**: no FFN.",
+            "他们的答案是**{term}`纯注意力 <all-attention>`层**：去掉 FFN。",
+            "bold/italic that renders in the English does not",
+        ),
     ],
 )
 def test_the_checks_catch_a_bad_translation(english, chinese, problem):

@@ -33,7 +33,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
@@ -523,8 +523,27 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
         found.append("link targets differ from the English")
     if _multiset(_DIRECTIVE, english) != _multiset(_DIRECTIVE, chinese):
         found.append("directives differ from the English")
+    if _emphasis(english) != _emphasis(chinese):
+        found.append(
+            f"bold/italic that renders in the English does not in the translation: "
+            f"{_emphasis(english)} vs {_emphasis(chinese)} (CommonMark needs a space or punctuation "
+            "before ** that opens on a role or punctuation, e.g. '是 **{term}`...`**')"
+        )
     found += terminology_problems(english, chinese, page)
     return found
+
+
+def _emphasis(text: str) -> Tuple[int, int]:
+    """``(bold, italic)`` spans as CommonMark renders ``text`` (math and code left out): a
+    ``**`` glued to Chinese characters on one side and punctuation on the other stays literal."""
+    from markdown_it import MarkdownIt
+
+    text = _FENCED.sub(" ", text)
+    text = _MATH.sub("M", text)
+    text = _CODE.sub("C", text)
+    tokens = MarkdownIt("commonmark").parseInline(text)
+    kinds = [t.type for tok in tokens for t in (tok.children or [])]
+    return kinds.count("strong_open"), kinds.count("em_open")
 
 
 def _mentions(text: str, term: str) -> bool:
