@@ -34,14 +34,17 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-# Two editions, one execution: the English build executes every notebook (check(), hint() and
-# solution() also render their output in Chinese, ATTNCOURSE_EXTRA_LANGUAGES); the Chinese
+# Two editions, one execution: every chapter executes once, afresh, two at a time on two cores,
+# into the emptied execution cache (tools/execute_book.py), and the English build takes its
+# outputs from there (check(), hint() and solution() also render their output in Chinese,
+# ATTNCOURSE_EXTRA_LANGUAGES); the Chinese
 # sources are then generated from those executed notebooks and the catalogues of book/locale
 # (tools/zh_edition.py) and built without executing anything, into _build/html/zh.
 $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
-	rm -rf _build/html _build/zh   # no page left over from an earlier build
+	rm -rf _build/html _build/zh _build/.jupyter_cache _build/executed  # nothing left over from an earlier build
+	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/python tools/execute_book.py
 	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/jupyter-book build . -W -n --keep-going
-	$(BIN)/python tools/zh_edition.py sources _build/zh/src --executed _build/jupyter_execute
+	$(BIN)/python tools/zh_edition.py sources _build/zh/src --executed _build/executed
 	$(BIN)/jupyter-book build _build/zh/src -W -n --keep-going
 	cp -R _build/zh/src/_build/html _build/html/zh
 	touch $@

@@ -5,7 +5,7 @@ A predict exercise is one whose statement (title or text, between ``{exercise-st
 against its checker, so the table cannot drift from it) and any value that gives it away
 (a fraction the answer follows from). The test fails when the answer, written any usual way,
 appears in a Markdown cell above the exercise or in the source of a code cell above it; when
-the book has been built (``_build/jupyter_execute``), also in the executed outputs above it.
+the book has been built (``_build/executed``, tools/execute_book.py), also in the executed outputs above it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from attncourse.exercises import check
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
-EXECUTED = ROOT / "_build" / "jupyter_execute" / "book"
+EXECUTED = ROOT / "_build" / "executed" / "book"
 
 #: exercise id -> (the answer, values or formulas (strings, matched as written) that give it away)
 PREDICT_ANSWERS: Dict[str, Tuple[float, Tuple[Union[float, str], ...]]] = {
@@ -165,6 +165,7 @@ def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
             " check outputs"
         )
     cells = json.loads(executed.read_text())["cells"]
+    assert any(cell.get("outputs") for cell in cells), f"{executed} has no outputs: not executed"
     starts = [s for i, s in predict_exercises(cells) if i == exercise_id]
     assert starts, f"{exercise_id} is missing from {executed}: rebuild the book"
     answer, giveaways = PREDICT_ANSWERS[exercise_id]

@@ -320,7 +320,7 @@ def chinese_markdown(page: Path, strict: bool = True) -> str:
 def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = True) -> None:
     """The Chinese book's sources under ``out``: configuration, table of contents, pages.
 
-    With ``executed`` (the English build's ``_build/jupyter_execute``), the notebooks carry the
+    With ``executed`` (``_build/executed``, from tools/execute_book.py), the notebooks carry the
     English run's outputs and the Chinese build executes nothing; without it, no outputs (what
     the Colab edition is generated from).
     """
@@ -603,7 +603,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("page")
     p = sub.add_parser("sources", help="the Chinese book's sources")
     p.add_argument("out", type=Path)
-    p.add_argument("--executed", type=Path, help="the English build's _build/jupyter_execute")
+    p.add_argument(
+        "--executed",
+        type=Path,
+        help="the executed notebooks: _build/executed (tools/execute_book.py)",
+    )
     p.add_argument("--allow-missing", action="store_true", help="English where untranslated")
     p = sub.add_parser("import", help="translations from export's text form")
     p.add_argument("page")
