@@ -27,6 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    _is_int,
+    check_mask,
     check_probability,
     fmt_shape,
     require_bool,
@@ -59,6 +61,14 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` -> ``(..., d_model)``, each position on its own."""
+        require_floating("x", x)
+        require_rank("x", x, 1, "(..., d_model)", at_least=True)
+        require_size("x", x, -1, self.linear1.in_features, "d_model")
+        require_input_like("x", x, self.linear1.weight, "feed-forward layer")
+        return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
+        """:meth:`forward` without the input checks (a block has checked its input)."""
         return self.linear2(torch.relu(self.linear1(x)))
 
 
@@ -107,6 +117,13 @@ class TransformerBlock(nn.Module):
         norm_first: bool = False,
     ) -> None:
         super().__init__()
+        require_positive_int("d_model", d_model)
+        require_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"num_heads={num_heads} must divide d_model={d_model} (each head gets d_model /"
+                " num_heads features)"
+            )
         require_non_negative_int("d_ff", d_ff)
         dropout = _check_dropout(dropout)
         require_bool("cross_attention", cross_attention)
@@ -144,12 +161,27 @@ class TransformerBlock(nn.Module):
         self-attention's :class:`attncourse.kv_cache.KVCache` (chapter 6). Returns ``(B, L, d_model)``.
         """
         _check_hidden("x", x, self.self_attn)
-        if memory is not None:
+        if self.cross_attn is None and (memory is not None or memory_mask is not None):
+            raise ValueError(
+                f"{'memory' if memory is not None else 'memory_mask'} was given but this block"
+                " has no cross-attention"
+            )
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
             _check_hidden("memory", memory, self.self_attn, "(B, S, d_model)")
-        if self.cross_attn is None and memory is not None:
-            raise ValueError("memory was given but this block has no cross-attention")
-        if self.cross_attn is not None and memory is None:
-            raise ValueError("this block has cross-attention: pass memory (B, S, d_model)")
+            if memory.size(0) != x.size(0):
+                raise ValueError(
+                    f"x and memory must have the same batch size, got x {fmt_shape(x.shape)} and"
+                    f" memory {fmt_shape(memory.shape)}"
+                )
+            if memory_mask is not None:
+                check_mask(
+                    memory_mask,
+                    (x.size(0), x.size(1), memory.size(1)),
+                    name="memory_mask",
+                    layout="(B, L, S)",
+                )
 
         def self_attention(h: Tensor) -> Tensor:
             attended, weights = self.self_attn(h, h, h, mask, cache=cache)
@@ -165,7 +197,7 @@ class TransformerBlock(nn.Module):
         if self.cross_attn is not None:
             h = self._sublayer(h, self.norm2, cross_attention)
         if self.ffn is not None:
-            h = self._sublayer(h, self.norm3, self.ffn)
+            h = self._sublayer(h, self.norm3, self.ffn._forward)
         return h
 
 
@@ -205,7 +237,7 @@ class _Embedding(nn.Module):
                 f"tokens has length {tokens.size(1)} at offset {offset} but the model has"
                 f" max_len={self.max_len} (tokens shape {fmt_shape(tokens.shape)})"
             )
-        x = self.tokens(tokens)
+        x = self.tokens(tokens.long())  # int8/int16/uint8 ids are ids too; embedding wants long
         if self.positional == "learned":
             x = x + self.positions(
                 torch.arange(offset, offset + tokens.size(1), device=tokens.device)
@@ -213,6 +245,37 @@ class _Embedding(nn.Module):
         elif self.positional == "sinusoidal":
             x = x + self.table[offset : offset + tokens.size(1)].to(x.dtype)
         return x
+
+
+def _check_blocks(blocks: object, d_model: int) -> list:
+    """``blocks`` as a list of modules; a :class:`TransformerBlock` must have width ``d_model``."""
+    if isinstance(blocks, nn.Module) and not isinstance(blocks, nn.ModuleList):
+        raise TypeError(
+            f"blocks must be a list of modules, got a single {type(blocks).__name__}: pass [block]"
+        )
+    if not isinstance(blocks, (list, tuple, nn.ModuleList)):
+        raise TypeError(f"blocks must be a list of modules, got {type(blocks).__name__}")
+    for i, block in enumerate(blocks):
+        if not isinstance(block, nn.Module):
+            raise TypeError(f"blocks[{i}] must be an nn.Module, got {type(block).__name__}")
+        if isinstance(block, TransformerBlock) and block.self_attn.embed_dim != d_model:
+            raise ValueError(
+                f"blocks[{i}] has width {block.self_attn.embed_dim} but the model's d_model is"
+                f" {d_model}"
+            )
+    return list(blocks)
+
+
+def _check_cached_batch(tokens: Tensor, cache: Sequence[KVCache]) -> None:
+    """``tokens`` continue the cached sequences: the same batch size as the cache holds."""
+    require_tensor("tokens", tokens)
+    stored = cache[0].keys
+    if stored is not None and tokens.dim() >= 1 and tokens.size(0) != stored.size(0):
+        raise ValueError(
+            f"tokens has batch size {tokens.size(0)} but the cache holds {stored.size(0)}"
+            f" sequences (tokens shape {fmt_shape(tokens.shape)}): continue the same batch, or"
+            " start a new cache (new_cache())"
+        )
 
 
 class CausalLM(nn.Module):
@@ -249,7 +312,7 @@ class CausalLM(nn.Module):
         self.max_len = max_len
         self.embed = _Embedding(vocab_size, d_model, max_len, positional)
         self.dropout = nn.Dropout(_check_dropout(dropout))
-        self.blocks = nn.ModuleList(blocks)
+        self.blocks = nn.ModuleList(_check_blocks(blocks, d_model))
         require_bool("final_norm", final_norm)
         self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
@@ -274,6 +337,7 @@ class CausalLM(nn.Module):
         blocks and a final LayerNorm. ``dropout`` is used everywhere (embeddings, attention
         weights, residuals), as nanoGPT does.
         """
+        require_positive_int("num_layers", num_layers)
         blocks = [
             TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first)
             for _ in range(num_layers)
@@ -311,6 +375,7 @@ class CausalLM(nn.Module):
                     f"cache must be a list of {len(self.blocks)} KVCache objects, one per block"
                     " (see new_cache)"
                 )
+            _check_cached_batch(tokens, cache)
             x = self.dropout(self.embed(tokens, offset=cache[0].seen))
             for block, layer_cache in zip(self.blocks, cache):
                 x = block(x, cache=layer_cache)  # the cache supplies the causal mask
@@ -320,6 +385,11 @@ class CausalLM(nn.Module):
 
     def _require_cacheable(self) -> None:
         """A KV cache needs blocks whose ``forward`` takes ``cache=`` (as :class:`TransformerBlock`'s does)."""
+        if len(self.blocks) == 0:
+            raise ValueError(
+                "this model has no blocks, so it has no keys and values to cache: run it without"
+                " cache (generate(..., use_cache=False))"
+            )
         for i, block in enumerate(self.blocks):
             if "cache" not in inspect.signature(block.forward).parameters:
                 raise TypeError(
@@ -330,7 +400,8 @@ class CausalLM(nn.Module):
     def new_cache(self, window: Optional[int] = None) -> List[KVCache]:
         """An empty KV cache per block (``window``: a rolling buffer of that many positions).
 
-        Raises a ``TypeError`` when a block takes no cache (the adaptive-span blocks of chapter 8).
+        Raises a ``TypeError`` when a block takes no cache (the adaptive-span blocks of chapter 8),
+        a ``ValueError`` for a model without blocks.
         """
         self._require_cacheable()
         return [KVCache(window) for _ in self.blocks]
@@ -391,8 +462,24 @@ class Seq2SeqTransformer(nn.Module):
         )
         self.head = nn.Linear(d_model, tgt_vocab)
 
+    def _check_tokens(self, name: str, tokens: object, embed: _Embedding) -> None:
+        """``tokens``: integer ``(B, L)`` ids of ``embed``'s vocabulary, at most its ``max_len`` long."""
+        require_tensor(name, tokens)
+        assert isinstance(tokens, Tensor)
+        require_rank(name, tokens, 2, "(B, L)")
+        require_token_ids(name, tokens, embed.tokens.num_embeddings)
+        if tokens.size(1) > embed.max_len:
+            raise ValueError(
+                f"{name} has length {tokens.size(1)} but the model has max_len={embed.max_len}"
+                f" ({name} shape {fmt_shape(tokens.shape)})"
+            )
+
     def encode(self, src: Tensor) -> Tensor:
         """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
+        self._check_tokens("src", src, self.src_embed)
+        return self._encode(src)
+
+    def _encode(self, src: Tensor) -> Tensor:
         x = self.src_embed(src)
         keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
         for block in self.encoder:
@@ -400,7 +487,20 @@ class Seq2SeqTransformer(nn.Module):
         return x
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
-        """Decoder pass: ``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
+        """Decoder pass: ``(B, L)`` target tokens, the ``(B, S, d_model)`` memory of ``src``
+        ``(B, S)`` -> logits ``(B, L, tgt_vocab)``."""
+        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
+        self._check_tokens("src", src, self.src_embed)
+        require_tensor("memory", memory)
+        if memory.dim() != 3 or memory.shape[:2] != src.shape or src.size(0) != tgt_in.size(0):
+            raise ValueError(
+                "tgt_in (B, L), memory (B, S, d_model) and src (B, S) must agree in B and S, got"
+                f" tgt_in {fmt_shape(tgt_in.shape)}, memory {fmt_shape(memory.shape)} and src"
+                f" {fmt_shape(src.shape)}"
+            )
+        return self._decode(tgt_in, memory, src)
+
+    def _decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         x = self.tgt_embed(tgt_in)
         self_mask = combine_masks(
             causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
@@ -412,48 +512,38 @@ class Seq2SeqTransformer(nn.Module):
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
-        require_tensor("src", src)
-        require_tensor("tgt_in", tgt_in)
-        if src.dim() != 2 or tgt_in.dim() != 2 or src.size(0) != tgt_in.size(0):
+        self._check_tokens("src", src, self.src_embed)
+        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
+        if src.size(0) != tgt_in.size(0):
             raise ValueError(
-                "src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
+                "src (B, S) and tgt_in (B, L) must have the same batch size, "
                 f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
             )
-        for name, tokens, embed in (
-            ("src", src, self.src_embed),
-            ("tgt_in", tgt_in, self.tgt_embed),
-        ):
-            require_token_ids(name, tokens, embed.tokens.num_embeddings)
-            if tokens.size(1) > embed.max_len:
-                raise ValueError(
-                    f"{name} has length {tokens.size(1)} but the model has max_len={embed.max_len}"
-                    f" ({name} shape {fmt_shape(tokens.shape)})"
-                )
-        return self.decode(tgt_in, self.encode(src), src)
+        return self._decode(tgt_in, self._encode(src), src)
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
         """Translate ``src`` ``(B, S)`` greedily, one token at a time; returns ``(B, max_len)`` tokens (BOS excluded).
 
         Each step feeds every token so far back into the decoder (no cache: the toy
-        sequences are short). Tokens after an end-of-sequence token are produced too;
-        cut them off where the task's EOS appears.
+        sequences are short), so ``max_len`` is at most the model's ``max_len``. Tokens after
+        an end-of-sequence token are produced too; cut them off where the task's EOS appears.
         """
-        require_tensor("src", src)
-        require_rank("src", src, 2, "(B, S)")
+        self._check_tokens("src", src, self.src_embed)
         require_positive_int("max_len", max_len)
-        if (
-            isinstance(bos_id, bool)
-            or not isinstance(bos_id, int)
-            or not 0 <= bos_id < self.tgt_embed.tokens.num_embeddings
-        ):
+        if max_len > self.tgt_embed.max_len:
             raise ValueError(
-                f"bos_id must be a target token id in [0, {self.tgt_embed.tokens.num_embeddings}),"
-                f" got {bos_id!r}"
+                f"max_len={max_len} is longer than the model's max_len={self.tgt_embed.max_len}"
+                " (the decoder reads BOS and every token produced so far)"
             )
-        memory = self.encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            logits = self.decode(out, memory, src)
+        vocab = self.tgt_embed.tokens.num_embeddings
+        if not _is_int(bos_id):
+            raise TypeError(f"bos_id must be an integer token id, got {type(bos_id).__name__}")
+        if not 0 <= bos_id < vocab:
+            raise ValueError(f"bos_id must be a target token id in [0, {vocab}), got {bos_id!r}")
+        memory = self._encode(src)
+        out = torch.full((src.size(0), 1), int(bos_id), dtype=torch.long, device=src.device)
+        for _ in range(int(max_len)):
+            logits = self._decode(out, memory, src)
             out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
         return out[:, 1:]

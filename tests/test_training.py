@@ -1,5 +1,6 @@
 """The training loop and the next-token loss."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -101,14 +102,23 @@ def test_next_token_loss_against_a_direct_computation():
 def test_next_token_loss_shape_errors():
     with pytest.raises(ValueError, match=r"\(2, 5, 7\) vs \(2, 4\)"):
         next_token_loss(torch.randn(2, 5, 7), torch.zeros(2, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="disagree"):
+    with pytest.raises(ValueError, match=r"logits must have exactly 3 dimensions .* \(2, 5\)"):
         next_token_loss(torch.randn(2, 5), torch.zeros(2, 5, dtype=torch.long))
 
 
-@pytest.mark.parametrize("start", [5, -1, 1.0])
+@pytest.mark.parametrize("start", [5, -1])
 def test_next_token_loss_rejects_a_bad_start(start):
     with pytest.raises(ValueError, match="start must be an integer in"):
         next_token_loss(torch.randn(2, 5, 7), torch.zeros(2, 5, dtype=torch.long), start=start)
+
+
+def test_next_token_loss_start_is_an_integer():
+    logits, tokens = torch.randn(2, 5, 7), torch.randint(7, (2, 5))
+    with pytest.raises(TypeError, match="start must be an integer, got float"):
+        next_token_loss(logits, tokens, start=1.0)
+    assert next_token_loss(logits, tokens, start=np.int64(2)) == next_token_loss(
+        logits, tokens, start=2
+    )
 
 
 def test_progress_bar_line_shows_as_plain_text_in_a_notebook():

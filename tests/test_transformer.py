@@ -69,7 +69,7 @@ def test_block_without_ffn_and_its_errors():
         block(torch.randn(1, 3, 8), None, torch.randn(1, 4, 8))
     with pytest.raises(ValueError, match="pass memory"):
         TransformerBlock(8, 2, 16, cross_attention=True)(torch.randn(1, 3, 8))
-    with pytest.raises(ValueError, match="num_heads=3 must divide embed_dim=8"):
+    with pytest.raises(ValueError, match="num_heads=3 must divide d_model=8"):
         TransformerBlock(8, 3, 16)
 
 
@@ -249,7 +249,7 @@ def test_seq2seq_bad_inputs():
     src, tgt = torch.tensor([[3, 4, 5]]), torch.tensor([[1, 3]])
     with pytest.raises(ValueError, match="same batch size"):
         model(src.expand(2, 3), tgt)
-    with pytest.raises(ValueError, match=r"got src \(3,\)"):
+    with pytest.raises(ValueError, match=r"src must have exactly 2 dimensions \(B, L\), got shape \(3,\)"):
         model(src[0], tgt)
     with pytest.raises(TypeError, match="integer tensor"):
         model(src.float(), tgt)
