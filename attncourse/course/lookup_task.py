@@ -18,15 +18,22 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from .._checks import fmt_shape, require_non_negative_int, require_positive_int, require_tensor
+from .._checks import (
+    fmt_shape,
+    require_non_negative_int,
+    require_positive_int,
+    require_tensor,
+    require_token_ids,
+)
 from ..all_attention import AllAttentionBlock, count_parameters
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
+from .text import _SEEDS, _check_fraction, _check_seed, _require_float_size, _require_generator
 
 __all__ = [
     "make_table",
@@ -44,12 +51,13 @@ __all__ = [
 def make_table(vocab_size: int, *, generator: Optional[torch.Generator] = None) -> Tensor:
     """A random table ``(V, V)`` of token ids: ``TABLE[a, b]`` follows the pair ``(b, a)``."""
     require_positive_int("vocab_size", vocab_size)
+    _require_generator("generator", generator)
+    vocab_size = int(vocab_size)
     return torch.randint(vocab_size, (vocab_size, vocab_size), generator=generator)
 
 
-def _check_noise(noise: float) -> None:
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise <= 1.0:
-        raise ValueError(f"noise must be a probability in [0, 1], got {noise!r}")
+def _check_noise(noise: object) -> float:
+    return _check_fraction("noise", noise, closed=True, kind="a probability")
 
 
 def lookup_sequences(
@@ -63,7 +71,7 @@ def lookup_sequences(
     """Sample ``(num_sequences, length)`` token sequences of the lookup language.
 
     Args:
-        table: ``(V, V)`` integer table from :func:`make_table`.
+        table: ``(V, V)`` integer table from :func:`make_table`: token ids in ``[0, V)``.
         num_sequences: ``B``.
         length: ``L >= 3``; the first two tokens of each sequence are uniform.
         noise: probability that a token is uniform instead of read from the table.
@@ -80,14 +88,19 @@ def lookup_sequences(
             f"table must be a square integer tensor (V, V), got {table.dtype}"
             f" {fmt_shape(table.shape)}"
         )
+    if table.numel() == 0:
+        raise ValueError(f"table must be non-empty (V >= 1), got shape {fmt_shape(table.shape)}")
+    vocab = table.size(0)
+    require_token_ids("table", table, vocab)
     require_positive_int("num_sequences", num_sequences)
     require_positive_int("length", length)
+    num_sequences, length = int(num_sequences), int(length)
     if length < 3:
         raise ValueError(
             f"length must be at least 3 (two free tokens, then the table), got {length}"
         )
-    _check_noise(noise)
-    vocab = table.size(0)
+    noise = _check_noise(noise)
+    _require_generator("generator", generator)
     tokens = torch.randint(
         vocab, (num_sequences, length), generator=generator
     )  # the noise, and x_0, x_1
@@ -106,7 +119,8 @@ def lookup_entropy(vocab_size: int, noise: float) -> float:
     of that distribution.
     """
     require_positive_int("vocab_size", vocab_size)
-    _check_noise(noise)
+    _require_float_size("vocab_size", vocab_size)
+    vocab_size, noise = int(vocab_size), _check_noise(noise)
     hit, miss = 1 - noise + noise / vocab_size, noise / vocab_size
     entropy = -hit * math.log(hit) if hit > 0 else 0.0
     if miss > 0:
@@ -128,10 +142,21 @@ def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, see
     ``"FFN Transformer"``: 2 standard layers, ``d = 64``, 4 heads, ``d_ff = 256``;
     ``"all-attention"``: 2 all-attention layers, ``d = 64``, 4 heads, ``N = 256`` per head;
     ``"attention-only"``: 6 standard layers without an FFN (``d_ff = 0``).
+
+    The weights are drawn from torch's global CPU generator seeded with ``seed`` inside
+    ``torch.random.fork_rng``: the caller's own random stream goes on as if nothing was drawn.
     """
     if kind not in MODEL_KINDS:
         raise ValueError(f"kind must be one of {MODEL_KINDS}, got {kind!r}")
-    torch.manual_seed(seed)
+    require_positive_int("vocab_size", vocab_size)
+    require_positive_int("length", length)
+    seed = _check_seed("seed", seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        return _new_model(kind, int(vocab_size), int(length))
+
+
+def _new_model(kind: str, vocab_size: int, length: int) -> CausalLM:
     if kind == "FFN Transformer":
         return CausalLM.standard(
             vocab_size, d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=length
@@ -164,6 +189,15 @@ def compare_on_lookup(
     Returns ``{kind: {"test_loss", "parameters", "curve", "seconds"}}``; ``"curve"`` holds the
     training loss of every step.
     """
+    seed, kinds = _check_seed("seed", seed), _check_kinds(kinds)
+    require_positive_int("steps", steps)
+    require_positive_int("batch", batch)
+    batch = int(batch)
+    if 1_000_003 * seed < _SEEDS[0] or 1_000_003 * seed + int(steps) - 1 >= _SEEDS[1]:
+        raise ValueError(
+            f"seed={seed} is too far from 0: the batch of step s is drawn with the seed"
+            f" s + 1_000_003 * seed, which must lie in [-2**63, 2**64) for the {steps} steps"
+        )
     generator = torch.Generator().manual_seed(0)
     table = make_table(vocab_size, generator=generator)
     train_tokens = lookup_sequences(table, 8192, length, noise=noise, generator=generator)
@@ -230,9 +264,7 @@ def time_training_steps(
     require_non_negative_int("warmup", warmup)
     require_positive_int("threads", threads)
     require_positive_int("batch", batch)
-    kinds = list(kinds)
-    if not kinds or any(kind not in MODEL_KINDS for kind in kinds):
-        raise ValueError(f"kinds must be a non-empty selection of {MODEL_KINDS}, got {kinds}")
+    seed, kinds = _check_seed("seed", seed), _check_kinds(kinds)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -271,14 +303,47 @@ def time_training_steps(
     }
 
 
-def load_step_times(path: Optional[str] = None) -> Dict[str, object]:
-    """The committed result of ``python -m attncourse.course.lookup_task --step-times`` (package data)."""
-    return json.loads(Path(path or STEP_TIMES).read_text())
+def _check_kinds(kinds: object) -> List[str]:
+    """``kinds`` as a list: a non-empty selection of :data:`MODEL_KINDS`, each at most once."""
+    if isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable):
+        raise TypeError(
+            f"kinds must be a sequence of model kinds from {MODEL_KINDS}, got"
+            f" {type(kinds).__name__} {kinds!r}"
+        )
+    kinds = list(kinds)
+    if not kinds or any(kind not in MODEL_KINDS for kind in kinds):
+        raise ValueError(f"kinds must be a non-empty selection of {MODEL_KINDS}, got {kinds}")
+    if len(set(kinds)) < len(kinds):
+        raise ValueError(f"kinds must not repeat a model kind, got {kinds}")
+    return kinds
 
 
-def load_seed_results(path: Optional[str] = None) -> Dict[str, object]:
-    """The committed results of ``python -m attncourse.course.lookup_task`` (several seeds, package data)."""
-    return json.loads(Path(path or RESULTS).read_text())
+def load_step_times(path: Union[str, os.PathLike, None] = None) -> Dict[str, object]:
+    """The committed result of ``python -m attncourse.course.lookup_task --step-times`` (package data),
+    or the JSON file ``path``."""
+    return _load_json(path, STEP_TIMES)
+
+
+def load_seed_results(path: Union[str, os.PathLike, None] = None) -> Dict[str, object]:
+    """The committed results of ``python -m attncourse.course.lookup_task`` (several seeds, package data),
+    or the JSON file ``path``."""
+    return _load_json(path, RESULTS)
+
+
+def _load_json(path: object, default: Path) -> Dict[str, object]:
+    """The JSON file ``path`` (``None``: ``default``); a missing file is a FileNotFoundError."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path must be a str or os.PathLike (None: the committed file), got"
+            f" {type(path).__name__} {path!r}"
+        )
+    file = default if path is None else Path(path)
+    if file.is_dir():
+        raise ValueError(f"path must name a JSON file, got the directory {str(path)!r}")
+    try:
+        return json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"path {str(file)!r} does not hold JSON: {err}") from None
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -14,7 +14,8 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import require_positive_int
+from .._checks import check_probability, require_positive_int
+from .text import _check_seed, _require_float_size
 
 __all__ = ["near_far_copy_task", "near_far_entropy"]
 
@@ -42,15 +43,14 @@ def near_far_copy_task(
         ("far", far),
     ):
         require_positive_int(name, value)
+    num_sequences, length, vocab_size, near, far = (
+        int(v) for v in (num_sequences, length, vocab_size, near, far)
+    )
     if not near < far < length:
         raise ValueError(f"need near < far < length, got near={near}, far={far}, length={length}")
-    if vocab_size < 2:
-        raise ValueError(
-            f"vocab_size must be at least 2 (a lower and an upper half), got {vocab_size}"
-        )
-    if not 0 <= noise < 1:
-        raise ValueError(f"noise must be in [0, 1), got {noise!r}")
-    g = torch.Generator().manual_seed(seed)
+    _require_two_halves(vocab_size)
+    noise = check_probability("noise", noise)
+    g = torch.Generator().manual_seed(_check_seed("seed", seed))
     tokens = torch.randint(vocab_size, (num_sequences, length), generator=g)
     replace = torch.rand(num_sequences, length, generator=g) < noise
     random_tokens = torch.randint(vocab_size, (num_sequences, length), generator=g)
@@ -63,11 +63,23 @@ def near_far_copy_task(
 
 
 def near_far_entropy(vocab_size: int = 16, noise: float = 0.1) -> float:
-    """The lowest achievable loss (nats per target): the entropy of the noise around the copied token."""
+    """The lowest achievable loss (nats per target): the entropy of the noise around the copied token.
+
+    ``vocab_size`` and ``noise`` as for :func:`near_far_copy_task` (``vocab_size >= 2``, ``noise``
+    in ``[0, 1)``).
+    """
+    require_positive_int("vocab_size", vocab_size)
+    _require_two_halves(vocab_size)
+    _require_float_size("vocab_size", vocab_size)
+    vocab_size, noise = int(vocab_size), check_probability("noise", noise)
     right = 1 - noise + noise / vocab_size
     other = noise / vocab_size
-    return (
-        -(right * math.log(right) + (vocab_size - 1) * other * math.log(other))
-        if noise > 0
-        else 0.0
-    )
+    spread = (vocab_size - 1) * other * math.log(other) if other > 0 else 0.0
+    return -(right * math.log(right) + spread) if noise > 0 else 0.0
+
+
+def _require_two_halves(vocab_size: int) -> None:
+    if vocab_size < 2:
+        raise ValueError(
+            f"vocab_size must be at least 2 (a lower and an upper half), got {vocab_size}"
+        )

@@ -13,13 +13,22 @@ text comes from and why it may be shipped).
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from importlib import resources
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from .._checks import fmt_shape, require_positive_int, require_rank, require_tensor
+from .._checks import (
+    _is_int,
+    _not_a_number,
+    fmt_shape,
+    require_positive_int,
+    require_rank,
+    require_tensor,
+)
 
 __all__ = ["TEXT_SOURCE", "load_text", "CharTokenizer", "train_val_split", "get_batch"]
 
@@ -78,18 +87,26 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids: Union[Tensor, Sequence[int], Iterable[int]]) -> str:
-        """``(L,)`` ids (a 1-D tensor or a sequence of ints) -> the string of ``L`` characters."""
+        """``(L,)`` ids (a 1-D tensor or a sequence of ints, numpy's too) -> the string of ``L`` characters."""
         if isinstance(ids, Tensor):
-            if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            if ids.dtype not in _INTEGER_DTYPES:
+                raise TypeError(f"ids must be a 1-D integer tensor, got dtype {ids.dtype}")
+            if ids.dim() != 1:
                 raise ValueError(
-                    f"ids must be a 1-D integer tensor, got {ids.dtype} {fmt_shape(ids.shape)}"
+                    f"ids must be a 1-D integer tensor, got shape {fmt_shape(ids.shape)}"
                 )
             ids = ids.tolist()
+        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
+            raise TypeError(
+                f"ids must be a 1-D integer tensor or a sequence of ints, got {type(ids).__name__}"
+            )
         out = []
         for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size:
+            if not _is_int(i):
+                raise TypeError(f"ids must hold integers, got {type(i).__name__} {i!r}")
+            if not 0 <= i < self.vocab_size:
                 raise ValueError(f"ids must be integers in [0, {self.vocab_size}), got {i!r}")
-            out.append(self.chars[i])
+            out.append(self.chars[int(i)])
         return "".join(out)
 
 
@@ -99,16 +116,9 @@ def train_val_split(data: Tensor, val_fraction: float = 0.1) -> Tuple[Tensor, Te
     A contiguous tail (not a random subset of windows), so no validation window overlaps a
     training one; ``n_val = round(val_fraction * N)``.
     """
-    require_tensor("data", data)
-    require_rank("data", data, 1, "(N,)")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
-        raise TypeError(
-            f"val_fraction must be a number in (0, 1), got {type(val_fraction).__name__}"
-            f" {val_fraction!r}"
-        )
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
-    n_val = round(val_fraction * data.numel())
+    _require_ids("data", data)
+    fraction = _check_fraction("val_fraction", val_fraction)
+    n_val = round(fraction * data.numel())
     if not 0 < n_val < data.numel():
         raise ValueError(
             f"val_fraction={val_fraction} leaves an empty part of data {fmt_shape(data.shape)}"
@@ -125,12 +135,73 @@ def get_batch(
     and :func:`attncourse.training.next_token_loss` scores its predictions of the window's own
     next ids (``block_size - 1`` targets per row).
     """
-    require_tensor("data", data)
-    require_rank("data", data, 1, "(N,)")
+    _require_ids("data", data)
     require_positive_int("block_size", block_size)
     require_positive_int("batch_size", batch_size)
+    _require_generator("generator", generator)
+    block_size, batch_size = int(block_size), int(batch_size)
     if block_size > data.numel():
         raise ValueError(f"block_size={block_size} is longer than data {fmt_shape(data.shape)}")
     starts = torch.randint(data.numel() - block_size + 1, (batch_size,), generator=generator)
     offsets = starts[:, None] + torch.arange(block_size)
     return data[offsets.to(data.device)]
+
+
+# -- argument checks the course's modules share (private; the library's own: attncourse._checks) --
+
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_SEEDS = (-(2**63), 2**64)  # what torch.manual_seed and torch.Generator.manual_seed accept
+
+
+def _require_ids(name: str, data: object) -> None:
+    """``data`` is a 1-D integer tensor ``(N,)`` of token ids."""
+    require_tensor(name, data)
+    assert isinstance(data, Tensor)
+    require_rank(name, data, 1, "(N,)")
+    if data.dtype not in _INTEGER_DTYPES:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {data.dtype}")
+
+
+def _require_generator(name: str, generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"{name} must be a torch.Generator or None, got {type(generator).__name__}"
+            f" {generator!r}"
+        )
+
+
+def _check_seed(name: str, seed: object) -> int:
+    """``seed`` as a Python int: a Python or numpy integer (not a bool) torch accepts as a seed."""
+    if not _is_int(seed):
+        raise _not_a_number(name, seed, "an integer")
+    if not _SEEDS[0] <= seed < _SEEDS[1]:  # type: ignore[operator]
+        raise ValueError(f"{name} must be an integer in [-2**63, 2**64) (a torch seed), got {seed}")
+    return int(seed)  # type: ignore[call-overload]
+
+
+def _check_fraction(
+    name: str, value: object, *, closed: bool = False, kind: str = "a number"
+) -> float:
+    """``value`` as a float: a real number (Python or numpy, not a bool) in ``(0, 1)``, or
+    ``[0, 1]`` when ``closed``."""
+    interval = "[0, 1]" if closed else "(0, 1)"
+    if (
+        isinstance(value, bool)
+        or type(value).__name__ == "bool_"
+        or not isinstance(value, numbers.Real)
+    ):
+        raise _not_a_number(name, value, f"{kind} in {interval}")
+    if not (0 <= value <= 1 if closed else 0 < value < 1):  # NaN fails both
+        raise ValueError(f"{name} must be {kind} in {interval}, got {value!r}")
+    return float(value)
+
+
+def _require_float_size(name: str, value: int) -> None:
+    """An integer the formulas turn into a float (a vocabulary size) fits in one."""
+    try:
+        float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{name} is too large to compute with floats (at most about 1.8e308), got an integer"
+            f" of {int(value).bit_length()} bits"
+        ) from None

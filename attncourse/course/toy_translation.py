@@ -26,21 +26,28 @@ cross-attention against the true alignment.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from .._checks import (
+    _is_int,
     fmt_shape,
+    require_floating,
+    require_input_like,
+    require_module,
     require_non_negative_int,
     require_positive_int,
+    require_positive_number,
     require_rank,
     require_tensor,
+    require_token_ids,
 )
 from ..masks import causal_mask, combine_masks
 from ..multihead import MultiHeadAttention
 from ..training import train
+from .text import _INTEGER_DTYPES, _check_fraction, _check_seed
 
 __all__ = [
     "UNITS",
@@ -90,10 +97,11 @@ def number_to_words(n: int) -> Tuple[List[str], List[int]]:
     >>> number_to_words(3241)
     (['three', 'thousand', 'two', 'hundred', 'one', 'and', 'forty'], [0, 2, 6, 4])
     """
-    if isinstance(n, bool) or not isinstance(n, int):
+    if not _is_int(n):
         raise TypeError(f"n must be an integer in [1, 9999], got {type(n).__name__} {n!r}")
     if not 1 <= n <= 9999:
         raise ValueError(f"n must be an integer in [1, 9999], got {n!r}")
+    n = int(n)
     digits = [int(c) for c in str(n)]
     if 0 in digits:
         raise ValueError(
@@ -121,16 +129,16 @@ def all_numbers() -> List[int]:
 
 
 def split_numbers(test_fraction: float = 0.2, *, seed: int = 0) -> Tuple[List[int], List[int]]:
-    """Shuffle :func:`all_numbers` with ``seed`` and split it into ``(train, test)``."""
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
-        raise TypeError(
-            f"test_fraction must be a number in (0, 1), got {type(test_fraction).__name__}"
-        )
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    """Shuffle :func:`all_numbers` with ``seed`` and split it into ``(train, test)``, both non-empty."""
+    fraction, seed = _check_fraction("test_fraction", test_fraction), _check_seed("seed", seed)
     numbers = all_numbers()
+    n_test = round(fraction * len(numbers))
+    if not 0 < n_test < len(numbers):
+        raise ValueError(
+            f"test_fraction={test_fraction!r} leaves an empty part: {n_test} of the"
+            f" {len(numbers)} numbers for the test"
+        )
     order = torch.randperm(len(numbers), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_test = round(test_fraction * len(numbers))
     test = [numbers[i] for i in order[:n_test]]
     train_ = [numbers[i] for i in order[n_test:]]
     return train_, test
@@ -159,8 +167,13 @@ class TranslationData:
     def __len__(self) -> int:
         return len(self.numbers)
 
-    def __getitem__(self, index: Tensor) -> "TranslationData":
-        """Select rows with an index tensor or a slice."""
+    def __getitem__(self, index: Union[int, slice, Sequence[int], Tensor]) -> "TranslationData":
+        """Select rows with an int, a slice, or row numbers (a list, a numpy array or a 1-D integer
+        tensor), or a 1-D bool tensor of length ``N``."""
+        if _is_int(index):
+            index = int(index)
+        elif not isinstance(index, slice):
+            index = _row_index(index)
         picked = torch.arange(len(self))[index].tolist()
         if isinstance(picked, int):
             picked = [picked]
@@ -173,7 +186,14 @@ class TranslationData:
             self.alignment[rows],
         )
 
-    def to(self, device: torch.device) -> "TranslationData":
+    def to(self, device: Union[torch.device, str, int]) -> "TranslationData":
+        """The same batch with its tensors on ``device`` (their dtypes are kept)."""
+        if not (isinstance(device, (torch.device, str)) or _is_int(device)):
+            raise TypeError(
+                "device must be a torch.device, a str such as 'cuda' or a device index, got"
+                f" {type(device).__name__} {device!r}"
+            )
+        device = int(device) if _is_int(device) else device
         return TranslationData(
             self.numbers,
             self.src.to(device),
@@ -184,15 +204,54 @@ class TranslationData:
 
     def source_words(self, i: int) -> List[str]:
         """The words of sentence ``i``, without padding."""
-        return [SRC_VOCAB[t] for t in self.src[i].tolist() if t != PAD]
+        return [SRC_VOCAB[t] for t in self.src[_sentence(i)].tolist() if t != PAD]
 
     def target_tokens(self, i: int) -> List[str]:
         """The tokens sentence ``i``'s decoder must predict (digits and ``<eos>``), without padding."""
-        return [TGT_VOCAB[t] for t in self.tgt_out[i].tolist() if t != PAD]
+        return [TGT_VOCAB[t] for t in self.tgt_out[_sentence(i)].tolist() if t != PAD]
+
+
+def _row_index(index: object) -> Tensor:
+    """``index`` as a 0-d or 1-D integer or bool tensor (a list or numpy array of rows is converted)."""
+    try:
+        rows = index if isinstance(index, Tensor) else torch.as_tensor(index)
+    except (TypeError, ValueError, RuntimeError):
+        rows = None
+    if rows is None or rows.dtype not in (*_INTEGER_DTYPES, torch.bool):
+        raise TypeError(
+            "index must be an int, a slice, or a 1-D sequence or tensor of integer rows (or of"
+            f" bools), got {type(index).__name__} {index!r}"
+        )
+    if rows.dim() > 1:
+        raise ValueError(
+            f"index must be a row or a 1-D list of rows, got shape {fmt_shape(rows.shape)}"
+        )
+    return rows
+
+
+def _sentence(i: object) -> int:
+    if not _is_int(i):
+        raise TypeError(f"i must be an int (the index of a sentence), got {type(i).__name__} {i!r}")
+    return int(i)  # type: ignore[call-overload]
+
+
+def _require_data(name: str, data: object) -> None:
+    if not isinstance(data, TranslationData):
+        raise TypeError(
+            f"{name} must be a TranslationData (from make_data), got {type(data).__name__}"
+        )
 
 
 def make_data(numbers: Sequence[int]) -> TranslationData:
-    """Tokenise ``numbers`` (each as for :func:`number_to_words`) into a :class:`TranslationData`."""
+    """Tokenise ``numbers`` (each as for :func:`number_to_words`; a list, a numpy array or a 1-D
+    tensor of integers) into a :class:`TranslationData`."""
+    if isinstance(numbers, Tensor):
+        numbers = numbers.tolist()
+    if isinstance(numbers, (str, bytes)) or not isinstance(numbers, Iterable):
+        raise TypeError(
+            f"numbers must be a sequence of integers in [1, 9999], got {type(numbers).__name__}"
+            f" {numbers!r}"
+        )
     numbers = list(numbers)
     if not numbers:
         raise ValueError("numbers is empty")
@@ -202,7 +261,11 @@ def make_data(numbers: Sequence[int]) -> TranslationData:
     tgt_out = torch.full((n, MAX_TGT_LEN), PAD, dtype=torch.long)
     alignment = torch.full((n, MAX_TGT_LEN), -1, dtype=torch.long)
     for row, number in enumerate(numbers):
-        words, align = number_to_words(number)
+        try:
+            words, align = number_to_words(number)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"numbers[{row}] = {number!r}: {err}") from None
+        numbers[row] = number = int(number)
         digits = [TGT_VOCAB.index(c) for c in str(number)]
         src[row, : len(words)] = torch.tensor([_SRC_ID[w] for w in words])
         tgt_in[row, : len(digits) + 1] = torch.tensor([BOS, *digits])
@@ -283,7 +346,13 @@ class AttentionTranslator(nn.Module):
         ):
             require_positive_int(name, value)
         require_non_negative_int("num_encoder_layers", num_encoder_layers)
-        self.pad_id, self.max_len = pad_id, max_len
+        require_non_negative_int("pad_id", pad_id)
+        if pad_id >= min(src_vocab, tgt_vocab):
+            raise ValueError(
+                f"pad_id={pad_id} must be a token id of both vocabularies, below"
+                f" src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            )
+        self.pad_id, self.max_len = int(pad_id), int(max_len)
         self.src_tokens, self.tgt_tokens = (
             nn.Embedding(src_vocab, d_model),
             nn.Embedding(tgt_vocab, d_model),
@@ -305,17 +374,13 @@ class AttentionTranslator(nn.Module):
     ) -> Tensor:
         require_tensor(name, tokens)
         require_rank(name, tokens, 2, "(B, L)")
-        if tokens.dtype != torch.long or tokens.size(1) > self.max_len:
+        require_token_ids(name, tokens, table.num_embeddings)
+        if tokens.size(1) > self.max_len:
             raise ValueError(
-                f"{name} must be long token ids of length <= max_len={self.max_len}, "
-                f"got {tokens.dtype} of shape {fmt_shape(tokens.shape)}"
+                f"{name} must have a length <= max_len={self.max_len}, got shape"
+                f" {fmt_shape(tokens.shape)}"
             )
-        if (
-            tokens.numel()
-            and not 0 <= int(tokens.min()) <= int(tokens.max()) < table.num_embeddings
-        ):
-            raise ValueError(f"{name} holds ids outside [0, {table.num_embeddings})")
-        return table(tokens) + positions(torch.arange(tokens.size(1), device=tokens.device))
+        return table(tokens.long()) + positions(torch.arange(tokens.size(1), device=tokens.device))
 
     def encode(self, src: Tensor) -> Tensor:
         """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
@@ -326,7 +391,30 @@ class AttentionTranslator(nn.Module):
         return x
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
-        """``(B, L)`` target tokens and the memory of ``src`` -> logits ``(B, L, tgt_vocab)``."""
+        """``(B, L)`` target tokens and the memory ``(B, S, d_model)`` of ``src`` ``(B, S)`` -> logits
+        ``(B, L, tgt_vocab)``."""
+        require_tensor("src", src)
+        require_rank("src", src, 2, "(B, S)")
+        require_token_ids("src", src, self.src_tokens.num_embeddings)
+        require_floating("memory", memory)
+        require_input_like("memory", memory, self.head.weight, "model")
+        require_rank("memory", memory, 3, "(B, S, d_model)")
+        d_model = self.head.in_features
+        if memory.shape != (*src.shape, d_model):
+            raise ValueError(
+                f"memory must have shape (B, S, d_model) = {fmt_shape((*src.shape, d_model))} for"
+                f" src {fmt_shape(src.shape)}, got {fmt_shape(memory.shape)}"
+            )
+        require_tensor("tgt_in", tgt_in)
+        require_rank("tgt_in", tgt_in, 2, "(B, L)")
+        if tgt_in.size(0) != src.size(0):
+            raise ValueError(
+                f"tgt_in (B, L) and src (B, S) must have the same batch size, got tgt_in"
+                f" {fmt_shape(tgt_in.shape)} and src {fmt_shape(src.shape)}"
+            )
+        return self._decode(tgt_in, memory, src)
+
+    def _decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         x = self._embed(tgt_in, self.tgt_tokens, self.tgt_positions, "tgt_in")
         self_mask = combine_masks(
             causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
@@ -345,7 +433,7 @@ class AttentionTranslator(nn.Module):
                 "src (B, S) and tgt_in (B, L) must be 2-D with the same batch size, "
                 f"got src {fmt_shape(src.shape)} and tgt_in {fmt_shape(tgt_in.shape)}"
             )
-        return self.decode(tgt_in, self.encode(src), src)
+        return self._decode(tgt_in, self.encode(src), src)
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
@@ -353,28 +441,51 @@ class AttentionTranslator(nn.Module):
 
         Each step feeds every token so far back into the decoder. Tokens after an
         end-of-sequence token are produced too; cut them off where the task's EOS appears.
+        ``max_len`` is at most the model's ``max_len`` (the longest target it has positions for).
         """
         require_positive_int("max_len", max_len)
-        if (
-            isinstance(bos_id, bool)
-            or not isinstance(bos_id, int)
-            or not 0 <= bos_id < self.tgt_tokens.num_embeddings
-        ):
+        if max_len > self.max_len:
             raise ValueError(
-                f"bos_id must be a target token id in [0, {self.tgt_tokens.num_embeddings}), got"
-                f" {bos_id!r}"
+                f"max_len={max_len} tokens cannot be generated: the model has positions for"
+                f" max_len={self.max_len} target tokens"
             )
+        vocab = self.tgt_tokens.num_embeddings
+        if not _is_int(bos_id):
+            raise TypeError(
+                f"bos_id must be a target token id (an int), got {type(bos_id).__name__}"
+            )
+        if not 0 <= bos_id < vocab:
+            raise ValueError(f"bos_id must be a target token id in [0, {vocab}), got {bos_id!r}")
         memory = self.encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            logits = self.decode(out, memory, src)
+        out = torch.full((src.size(0), 1), int(bos_id), dtype=torch.long, device=src.device)
+        for _ in range(int(max_len)):
+            logits = self._decode(out, memory, src)
             out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
         return out[:, 1:]
 
 
 def translation_loss(model: nn.Module, batch: TranslationData) -> Tensor:
-    """Mean cross-entropy of the decoder's predictions of ``batch.tgt_out``, padding ignored."""
+    """Mean cross-entropy of the decoder's predictions of ``batch.tgt_out``, padding ignored.
+
+    ``model(batch.src, batch.tgt_in)`` must return floating logits ``(B, L, V)``; a batch whose
+    targets are all padding has nothing to score (a ``ValueError``, not a NaN loss).
+    """
+    require_module("model", model)
+    _require_data("batch", batch)
     logits = model(batch.src, batch.tgt_in)  # (B, L, V)
+    name = "model(batch.src, batch.tgt_in)"
+    require_floating(name, logits)
+    if logits.dim() != 3 or logits.shape[:2] != batch.tgt_out.shape:
+        raise ValueError(
+            f"{name} must return logits (B, L, V) with (B, L) = {fmt_shape(batch.tgt_out.shape)}"
+            f" (batch.tgt_out's shape), got {fmt_shape(logits.shape)}"
+        )
+    require_token_ids("batch.tgt_out", batch.tgt_out, logits.size(-1))
+    if not bool((batch.tgt_out != PAD).any()):
+        raise ValueError(
+            f"batch.tgt_out holds only padding (PAD={PAD}): no target to score, the mean loss"
+            " would be NaN"
+        )
     return nn.functional.cross_entropy(
         logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD
     )
@@ -397,13 +508,39 @@ def train_translator(
     ``num_heads=2``, 1 encoder and 2 decoder layers) learn the task in 400 steps, a few
     seconds of CPU.
 
+    The initial weights come from torch's global CPU generator seeded with ``seed`` inside
+    ``torch.random.fork_rng``: the caller's own random stream is left as it was.
+
     Returns:
         ``(model, losses)``: the trained model in ``eval()`` mode and the loss of each step.
     """
+    _require_data("data", data)
     require_positive_int("steps", steps)
     require_positive_int("batch_size", batch_size)
-    torch.manual_seed(seed)
+    require_positive_number("lr", lr)
+    seed = _check_seed("seed", seed)
     model_kwargs.setdefault("max_len", max(MAX_SRC_LEN, MAX_TGT_LEN))
+    longest = max(data.src.size(1), data.tgt_in.size(1))
+    if _is_int(model_kwargs["max_len"]) and model_kwargs["max_len"] < longest:
+        raise ValueError(
+            f"max_len={model_kwargs['max_len']} is too short for data: its src"
+            f" {fmt_shape(data.src.shape)} and tgt_in {fmt_shape(data.tgt_in.shape)} need"
+            f" max_len >= {longest}"
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        return _train_translator(data, steps, int(batch_size), lr, seed, progress, model_kwargs)
+
+
+def _train_translator(
+    data: TranslationData,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool,
+    model_kwargs: dict,
+) -> Tuple[AttentionTranslator, List[float]]:
     model = AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), pad_id=PAD, **model_kwargs)
     model.to(data.src.device)
     generator = torch.Generator().manual_seed(seed)
@@ -434,6 +571,9 @@ def cross_attention(model: AttentionTranslator, data: TranslationData) -> Tensor
         is how much decoder position ``i`` (which predicts ``data.tgt_out[n, i]``) of layer
         ``l``, head ``h``, attends to source word ``j``.
     """
+    if not isinstance(model, AttentionTranslator):
+        raise TypeError(f"model must be an AttentionTranslator, got {type(model).__name__}")
+    _require_data("data", data)
     model(data.src, data.tgt_in)
     return torch.stack([block.cross_weights for block in model.decoder])
 
@@ -447,7 +587,7 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
         alignment: ``(N, L)`` true source positions, ``-1`` for tokens without one (these
             are not counted).
     """
-    require_tensor("weights", weights)
+    require_floating("weights", weights)
     require_tensor("alignment", alignment)
     require_rank("weights", weights, 3, "(N, L, S)")
     if alignment.shape != weights.shape[:2]:
@@ -458,6 +598,20 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
     if alignment.is_floating_point() or alignment.is_complex() or alignment.dtype == torch.bool:
         raise TypeError(
             f"alignment must be an integer tensor of source positions, got dtype {alignment.dtype}"
+        )
+    if weights.device != alignment.device:
+        raise ValueError(
+            f"weights and alignment must be on the same device, got {weights.device} and"
+            f" {alignment.device}"
+        )
+    if alignment.numel() and int(alignment.min()) < -1:
+        raise ValueError(
+            "alignment must hold source positions >= 0, or -1 for a token without one, got"
+            f" {int(alignment.min())}"
+        )
+    if not bool(torch.isfinite(weights).all()):
+        raise ValueError(
+            f"weights must be finite, got a NaN or an infinity (shape {fmt_shape(weights.shape)})"
         )
     counted = alignment >= 0
     if not bool(counted.any()):
@@ -472,8 +626,19 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
 
 
 def translate(model: AttentionTranslator, data: TranslationData) -> List[str]:
-    """Greedy translations of ``data``'s sources, as digit strings (cut at the first ``<eos>``)."""
+    """Greedy translations of ``data``'s sources, as digit strings (cut at the first ``<eos>``).
+
+    The model's target vocabulary must be :data:`TGT_VOCAB`.
+    """
+    require_module("model", model)
+    _require_data("data", data)
+    if isinstance(model, AttentionTranslator) and model.tgt_tokens.num_embeddings != len(TGT_VOCAB):
+        raise ValueError(
+            f"model's target vocabulary must be TGT_VOCAB ({len(TGT_VOCAB)} ids), got"
+            f" tgt_vocab={model.tgt_tokens.num_embeddings}"
+        )
     tokens = model.greedy_decode(data.src, BOS, MAX_TGT_LEN)
+    require_token_ids("model.greedy_decode(data.src, BOS, MAX_TGT_LEN)", tokens, len(TGT_VOCAB))
     out = []
     for row in tokens.tolist():
         text = ""
