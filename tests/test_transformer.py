@@ -249,7 +249,9 @@ def test_seq2seq_bad_inputs():
     src, tgt = torch.tensor([[3, 4, 5]]), torch.tensor([[1, 3]])
     with pytest.raises(ValueError, match="same batch size"):
         model(src.expand(2, 3), tgt)
-    with pytest.raises(ValueError, match=r"src must have exactly 2 dimensions \(B, L\), got shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"src must have exactly 2 dimensions \(B, L\), got shape \(3,\)"
+    ):
         model(src[0], tgt)
     with pytest.raises(TypeError, match="integer tensor"):
         model(src.float(), tgt)

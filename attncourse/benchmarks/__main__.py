@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if any(sep in args.tag for sep in ("/", os.sep, os.altsep) if sep):
+        parser.error(f"--tag is appended to file names: it must not hold a path, got {args.tag!r}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.constants:

@@ -23,22 +23,35 @@ times chapter 8's adaptive-span layer against its span on the CPU (``span_time_c
 from __future__ import annotations
 
 import copy
-import json
 import os
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_positive_int
+from .._checks import require_bool, require_positive_int
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention
 from ..transformer import CausalLM
-from .common import RESULTS, machine, meminfo_gib
+from .common import (
+    _ratio,
+    _read_json,
+    _require_choice,
+    _require_device,
+    _require_fraction,
+    _require_int,
+    _require_positive_ints,
+    _require_sizes,
+    _results_folder,
+    _row,
+    _rows,
+    _seeded,
+    machine,
+    meminfo_gib,
+)
 from .measure import (
     attention_flops,
     cpu_peak_memory,
@@ -77,7 +90,13 @@ def build(
     seed: int = 0,
 ) -> Dict[str, object]:
     """Inputs ``(batch, num_heads, length, head_dim)`` float32 and a zero-argument ``fn`` running ``impl`` on them."""
-    g = torch.Generator().manual_seed(seed)
+    _require_choice("impl", impl, IMPLEMENTATIONS)
+    length, batch, num_heads, head_dim = _require_sizes(
+        length=length, batch=batch, num_heads=num_heads, head_dim=head_dim
+    )
+    require_bool("causal", causal)
+    _require_device("device", device, plain=True)
+    g = torch.Generator().manual_seed(_require_int("seed", seed))
     q, k, v = (
         torch.randn(batch, num_heads, length, head_dim, generator=g).to(device) for _ in range(3)
     )
@@ -86,10 +105,8 @@ def build(
         fn = lambda: scaled_dot_product_attention(q, k, v, mask)[0]
     elif impl == "tiled":
         fn = lambda: tiled_attention(q, k, v, causal=causal)
-    elif impl == "torch":  # L == S, so torch's top-left causal alignment equals causal_mask's
+    else:  # "torch": L == S, so torch's top-left causal alignment equals causal_mask's
         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:
-        raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
     small = (
         (lambda: build(impl, 64, causal, batch, num_heads, head_dim, device, seed)["fn"]())
         if length > 64
@@ -109,19 +126,27 @@ def build_layer(
     seed: int = 0,
 ) -> Dict[str, object]:
     """A self-attention layer (``"ours"`` or ``"torch"``, with the same weights) and its input
-    ``(batch, length, embed_dim)``."""
-    torch.manual_seed(seed)
-    reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True).to(device).eval()
-    x = torch.randn(batch, length, embed_dim, device=device)
+    ``(batch, length, embed_dim)``, drawn from ``seed`` (the global random state is left as
+    it was)."""
+    _require_choice("impl", impl, ("ours", "torch"))
+    length, batch, embed_dim, num_heads = _require_sizes(
+        length=length, batch=batch, embed_dim=embed_dim, num_heads=num_heads
+    )
+    if embed_dim % num_heads:
+        raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
+    require_bool("causal", causal)
+    _require_device("device", device, plain=True)
+    with _seeded(_require_int("seed", seed)):
+        reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+        reference = reference.to(device).eval()
+        x = torch.randn(batch, length, embed_dim, device=device)
+        layer = MultiHeadAttention.from_torch(reference).eval() if impl == "ours" else None
     if impl == "torch":
         ignore = ~causal_mask(length, device=torch.device(device)) if causal else None
         fn = lambda: reference(x, x, x, attn_mask=ignore, need_weights=False, is_causal=causal)[0]
-    elif impl == "ours":
-        layer = MultiHeadAttention.from_torch(reference).eval()
+    else:  # "ours"
         mask = causal_mask(length, device=torch.device(device)) if causal else None
         fn = lambda: layer(x, x, x, mask)[0]
-    else:
-        raise ValueError(f"impl must be 'ours' or 'torch', got {impl!r}")
     small = (
         (lambda: build_layer(impl, 64, causal, batch, embed_dim, num_heads, device, seed)["fn"]())
         if length > 64
@@ -148,13 +173,19 @@ def build_decode(
     to a shallow copy of them (an update rebinds the cache's tensors, never writes into them,
     so every call starts from the same ``context`` rows). ``"uncached"``: ``fn`` runs the
     model over all ``context + 1`` tokens. Both return the next-token logits ``(batch, V)``.
-    Model sizes default to ``DECODE_MODEL``.
+    Model sizes (keywords of ``DECODE_MODEL``) default to ``DECODE_MODEL``'s; the model's weights
+    are drawn from ``seed`` and the global random state is left as it was.
     """
-    require_positive_int("context", context)
-    sizes = {**DECODE_MODEL, **model_sizes}
-    torch.manual_seed(seed)
-    model = (
-        CausalLM.standard(
+    _require_choice("impl", impl, ("cached", "uncached"))
+    context, batch = _require_sizes(context=context, batch=batch)
+    _require_device("device", device, plain=True)
+    seed = _require_int("seed", seed)
+    unknown = sorted(set(model_sizes) - set(DECODE_MODEL))
+    if unknown:
+        raise ValueError(f"unknown model size {unknown[0]!r} (allowed: {', '.join(DECODE_MODEL)})")
+    sizes = {**DECODE_MODEL, **dict(zip(model_sizes, _require_sizes(**model_sizes)))}
+    with _seeded(seed):
+        model = CausalLM.standard(
             sizes["vocab_size"],
             d_model=sizes["d_model"],
             num_heads=sizes["num_heads"],
@@ -162,9 +193,7 @@ def build_decode(
             num_layers=sizes["num_layers"],
             max_len=context + 1,
         )
-        .to(device)
-        .eval()
-    )
+    model = model.to(device).eval()
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, sizes["vocab_size"], (batch, context + 1), generator=g).to(device)
     if impl == "cached":
@@ -172,10 +201,8 @@ def build_decode(
             filled = model.new_cache()
             model(tokens[:, :context], filled)
         fn = lambda: model(tokens[:, context:], [copy.copy(c) for c in filled])[:, -1]
-    elif impl == "uncached":
+    else:  # "uncached"
         fn = lambda: model(tokens)[:, -1]
-    else:
-        raise ValueError(f"impl must be 'cached' or 'uncached', got {impl!r}")
     return {"fn": lambda: _no_grad(fn), "model": model, "tokens": tokens}
 
 
@@ -187,6 +214,10 @@ def run_cache(
     Returns ``{"machine", "device", "model", "rows"}``; each row holds the context, both
     medians in seconds and ``speedup`` = uncached / cached.
     """
+    contexts = _require_positive_ints("contexts", contexts)
+    _require_device("device", device, plain=True)
+    (batch,) = _require_sizes(batch=batch)
+    require_positive_int("repeats", repeats)
     result: Dict[str, object] = {
         "machine": machine(device),
         "device": device,
@@ -218,6 +249,8 @@ def run_cache(
 
 def cache_table(rows: List[Dict[str, object]]) -> str:
     """The rows of :func:`run_cache` as a text table: ms per token with and without the cache, and their ratio."""
+    numbers = ("cached_s", "uncached_s", "speedup")
+    rows = _rows("rows", rows, ("context",), numbers)
     lines = [f"{'context':>8} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9}"]
     for r in rows:
         lines.append(
@@ -246,7 +279,20 @@ def run(
     layer_lengths: Optional[List[int]] = None,
     memory_fraction: float = 0.6,
 ) -> Dict[str, object]:
-    """Measure every implementation at every length, causal and not; return the results as a dict."""
+    """Measure every implementation at every length, causal and not; return the results as a dict.
+
+    ``lengths`` (attention) and ``layer_lengths`` (the layers) are checked before anything is
+    measured; ``memory_fraction`` in (0, 1] of the available memory bounds the naive version's
+    predicted peak.
+    """
+    lengths = _require_positive_ints("lengths", lengths, empty_ok=True)
+    layer_lengths = _require_positive_ints(
+        "layer_lengths", [] if layer_lengths is None else layer_lengths, empty_ok=True
+    )
+    if not lengths and not layer_lengths:
+        raise ValueError("lengths and layer_lengths are both empty: there is nothing to measure")
+    _require_device("device", device, plain=True)
+    memory_fraction = _require_fraction("memory_fraction", memory_fraction)
     result: Dict[str, object] = {
         "machine": machine(device),
         "device": device,
@@ -312,7 +358,7 @@ def run(
                     )
                 rows.append(row)
             _print_rows(rows[-3:])
-    for length in layer_lengths or []:
+    for length in layer_lengths:
         for causal in (False, True):
             kwargs = {"length": length, "causal": causal, "device": device}
             built = {impl: build_layer(impl, **kwargs)["fn"] for impl in ("ours", "torch")}
@@ -340,8 +386,16 @@ def run(
 
 
 def table(rows: List[Dict[str, object]]) -> str:
-    """The rows as a text table, with each time and memory relative to torch's at the same setting."""
-    reference = {(r["kind"], r["length"], r["causal"]): r for r in rows if r["impl"] == "torch"}
+    """The rows as a text table, with each time and memory relative to torch's at the same setting
+    (NaN where a time or memory to divide by is 0)."""
+    rows = _rows("rows", rows, ("kind", "impl", "length", "causal"))
+    for i, r in enumerate(rows):
+        _row(f"rows[{i}]", r, (), ("seconds", "flops", "peak_bytes") if "seconds" in r else ())
+    reference = {
+        (r["kind"], r["length"], r["causal"]): r
+        for r in rows
+        if r["impl"] == "torch" and "seconds" in r
+    }
     lines = [
         f"{'what':<10} {'impl':<6} {'L':>6} {'causal':>6} {'time ms':>10} {'x torch':>8}"
         f" {'GFLOP/s':>8} {'peak MiB':>10} {'x torch':>8}"
@@ -354,13 +408,12 @@ def table(rows: List[Dict[str, object]]) -> str:
                 f" {r['skipped']}"
             )
             continue
-        ratio = r["seconds"] / ref["seconds"] if ref else float("nan")
-        mem_ratio = (
-            r["peak_bytes"] / ref["peak_bytes"] if ref and ref["peak_bytes"] else float("nan")
-        )
+        ratio = _ratio(r["seconds"], ref["seconds"]) if ref else float("nan")
+        gflops = _ratio(r["flops"], r["seconds"]) / 1e9
+        mem_ratio = _ratio(r["peak_bytes"], ref["peak_bytes"]) if ref else float("nan")
         lines.append(
             f"{r['kind']:<10} {r['impl']:<6} {r['length']:>6} {str(r['causal']):>6}"
-            f" {1e3 * r['seconds']:>10.1f} {ratio:>8.2f} {r['flops'] / r['seconds'] / 1e9:>8.1f}"
+            f" {1e3 * r['seconds']:>10.1f} {ratio:>8.2f} {gflops:>8.1f}"
             f" {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>8.2f}"
         )
     return "\n".join(lines)
@@ -375,34 +428,45 @@ def load_cache(
     committed results chapter 6 quotes (``ch06_cache_benchmark_<device><tag>.json``, installed
     with the package); ``folder`` reads those of your own run.
     """
+    return _load("ch06_cache_benchmark", device, folder, tag, "committed cache benchmark")
+
+
+def _load(prefix: str, device: object, folder: object, tag: object, what: str):
+    """``<prefix>_<device><tag>.json`` from ``folder``; a ``ValueError`` naming it when missing."""
     if not isinstance(device, str) or not isinstance(tag, str):
         raise TypeError(
-            f"device and tag must be strings, got {type(device).__name__} and {type(tag).__name__}"
+            f"device and tag must be strings, got {type(device).__name__} {device!r} and"
+            f" {type(tag).__name__} {tag!r}"
         )
-    path = Path(folder or RESULTS) / f"ch06_cache_benchmark_{device}{tag}.json"
-    if not path.is_file():
-        raise ValueError(
-            f"no committed cache benchmark for device={device!r}, tag={tag!r}: {path} is missing"
-        )
-    return json.loads(path.read_text())
+    if any(s in device + tag for s in ("/", os.sep, os.altsep) if s):
+        raise ValueError(f"device and tag must not hold a path, got {device!r} and {tag!r}")
+    return _read_json(
+        _results_folder(folder),
+        f"{prefix}_{device}{tag}.json",
+        f"no {what} for device={device!r}, tag={tag!r}: ",
+    )
 
 
 def load(device: str = "cpu", folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
     """The results written by the benchmark command for ``device`` (and ``--tag``).
 
     By default the committed results that chapter 7 quotes, installed with the package
-    (:data:`attncourse.benchmarks.common.RESULTS`); ``folder`` reads those of your own run.
+    (:data:`attncourse.benchmarks.common.RESULTS`); ``folder`` reads those of your own run. A
+    missing file is a ``ValueError``.
     """
-    path = Path(folder or RESULTS) / f"ch07_benchmark_{device}{tag}.json"
-    return json.loads(path.read_text())
+    return _load("ch07_benchmark", device, folder, tag, "benchmark")
 
 
 def plot(result: Dict[str, object]):
-    """Time and peak memory against L on log-log axes, one line per implementation (causal dashed)."""
+    """Time and peak memory against L on log-log axes, one line per implementation (causal dashed).
+
+    ``result``: what :func:`run` or :func:`load` returns (a dict whose ``"rows"`` hold timed
+    attention rows).
+    """
     import matplotlib.pyplot as plt
 
+    rows = _plotted_rows(result)
     fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-    rows = [r for r in result["rows"] if r["kind"] == "attention" and "seconds" in r]  # type: ignore[index]
     for impl, colour in zip(IMPLEMENTATIONS, ("tab:red", "tab:blue", "tab:green")):
         for causal, style in ((False, "-o"), (True, "--x")):
             mine = sorted(
@@ -432,6 +496,26 @@ def plot(result: Dict[str, object]):
     return fig
 
 
+def _plotted_rows(result: object) -> List[Dict[str, object]]:
+    """The timed attention rows of ``result``, checked before a figure is made."""
+    if not isinstance(result, dict):
+        raise TypeError(
+            f"result must be a result dict with 'rows' (what run or load returns), got"
+            f" {type(result).__name__}"
+        )
+    if "rows" not in result:
+        raise ValueError(f"result has no 'rows' (its keys: {sorted(result)})")
+    rows = _rows("result['rows']", result["rows"], ("kind",))
+    timed = []
+    for i, r in enumerate(rows):
+        if r["kind"] == "attention" and "seconds" in r:
+            _row(f"result['rows'][{i}]", r, ("impl", "causal"), ("length", "seconds", "peak_bytes"))
+            timed.append(r)
+    if not timed:
+        raise ValueError("result has no timed attention rows to plot")
+    return timed
+
+
 def constants(
     sizes: Sequence[int] = (32, 128, 512, 1024), *, repeats: int = 5, score_length: int = 512
 ) -> Dict[str, object]:
@@ -445,8 +529,9 @@ def constants(
     * ``thread_flops_per_s``: ``{threads: FLOP/s}`` of a 768 x 768 product with 1 thread and
       with torch's default number of threads.
     """
-    for n in sizes:
-        require_positive_int("sizes", n)
+    sizes = _require_positive_ints("sizes", sizes, distinct=True)
+    require_positive_int("repeats", repeats)
+    (score_length,) = _require_sizes(score_length=score_length)
     g = torch.Generator().manual_seed(0)
     largest = max(sizes)
     fns, work = {}, {}
@@ -493,7 +578,7 @@ def constants(
 
 def load_constants(folder: Optional[str] = None, tag: str = "") -> Dict[str, object]:
     """The results written by ``python -m attncourse.benchmarks --constants`` (CPU); by default the committed ones."""
-    return json.loads((Path(folder or RESULTS) / f"constants_cpu{tag}.json").read_text())
+    return _load("constants", "cpu", folder, tag, "constants")
 
 
 def _print_rows(rows: List[Dict[str, object]]) -> None:

@@ -21,12 +21,33 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from .._checks import (
+    require_bool,
+    require_floating_dtype,
+    require_positive_int,
+    require_positive_number,
+)
 from ..adaptive_span import AdaptiveSpanAttention, computed_cells
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
 from ..kernels.sdpa import sdpa_backend_for, torch_attention
 from ..masks import causal_mask
-from .common import machine, read_result
+from .common import (
+    _distinct,
+    _ratio,
+    _require_choice,
+    _require_device,
+    _require_fraction,
+    _require_int,
+    _require_positive_ints,
+    _require_positive_numbers,
+    _require_sequence,
+    _require_sizes,
+    _rows,
+    _seeded,
+    machine,
+    read_result,
+)
 from .measure import attention_flops, time_interleaved
 
 __all__ = [
@@ -70,11 +91,25 @@ def build_gpu(
 
     ``backward`` adds the backward pass of ``out.sum()`` (forward+backward). ``impl`` is one of
     ``GPU_IMPLEMENTATIONS``, or ``"span"``: the adaptive-span kernel with every head's span
-    at ``span`` (causal by construction).
+    at ``span`` (causal by construction). ``dtype`` is a floating ``torch.dtype``; ``device``
+    ``"cpu"`` runs the Triton kernels through its interpreter.
     """
+    _require_choice("impl", impl, GPU_IMPLEMENTATIONS + ("span",))
+    length, batch, num_heads, head_dim = _require_sizes(
+        length=length, batch=batch, num_heads=num_heads, head_dim=head_dim
+    )
+    require_bool("causal", causal)
+    require_bool("backward", backward)
+    require_floating_dtype("dtype", dtype)
+    _require_device("device", device)
+    if impl == "span":
+        if span is None:
+            raise ValueError("impl='span' needs span")
+        require_positive_number("span", span)
+        require_positive_number("ramp", ramp)
     from ..kernels.flash import adaptive_span_flash_attention, flash_attention
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(_require_int("seed", seed))
     q, k, v = (
         torch.randn(batch, num_heads, length, head_dim, generator=g)
         .to(device=device, dtype=dtype)
@@ -93,13 +128,9 @@ def build_gpu(
     elif impl == "naive":
         mask = causal_mask(length, device=torch.device(device)) if causal else None
         forward = lambda: scaled_dot_product_attention(q, k, v, mask)[0]
-    elif impl == "span":
-        if span is None:
-            raise ValueError("impl='span' needs span")
-        spans = torch.full((num_heads,), float(span), device=device)
+    else:  # "span"
+        spans = torch.full((num_heads,), float(span), device=device)  # type: ignore[arg-type]
         forward = lambda: adaptive_span_flash_attention(q, k, v, spans, ramp)
-    else:
-        raise ValueError(f"impl must be one of {GPU_IMPLEMENTATIONS + ('span',)}, got {impl!r}")
     if not backward:
 
         def fn():
@@ -139,7 +170,25 @@ def run_gpu(
     memory_fraction: float = 0.5,
     repeats: int = 5,
 ) -> Dict[str, object]:
-    """Time every implementation side by side (interleaved) at each setting; return rows, machine and targets."""
+    """Time every implementation side by side (interleaved) at each setting; return rows, machine and targets.
+
+    Every argument is checked before anything is measured. ``dtypes``: names of floating torch
+    dtypes (or the dtypes). ``TARGETS`` are float16 ratios: a run without float16 leaves them
+    unmeasured and says so under ``"targets_note"``.
+    """
+    lengths = _require_positive_ints("lengths", lengths)
+    dtypes = _dtype_names(dtypes)
+    batch, num_heads, head_dim, span_length, max_tiled_length = _require_sizes(
+        batch=batch,
+        num_heads=num_heads,
+        head_dim=head_dim,
+        span_length=span_length,
+        max_tiled_length=max_tiled_length,
+    )
+    spans = _require_positive_numbers("spans", spans, distinct=True)
+    memory_fraction = _require_fraction("memory_fraction", memory_fraction)
+    require_positive_int("repeats", repeats)
+    _require_device("device", device)
     rows: List[Dict[str, object]] = []
     free = torch.cuda.mem_get_info()[0] if torch.device(device).type == "cuda" else None
     shape = dict(batch=batch, num_heads=num_heads, head_dim=head_dim, device=device)
@@ -230,10 +279,36 @@ def run_gpu(
         "shape": {"batch": batch, "num_heads": num_heads, "head_dim": head_dim},
         "rows": rows,
     }
-    result["targets"] = targets(
-        rows, length=4096 if 4096 in lengths else max(lengths), span_length=span_length, spans=spans
-    )
+    length = 4096 if 4096 in lengths else max(lengths)
+    if "float16" in dtypes:
+        result["targets"] = targets(rows, length=length, span_length=span_length, spans=spans)
+    else:
+        result["targets"] = {
+            n: {"measured": None, "target": t, "met": None} for n, t in TARGETS.items()
+        }
+        result["targets_note"] = f"the targets are float16 ratios; this run measured {list(dtypes)}"
     return result
+
+
+def _dtype_names(dtypes: object) -> List[str]:
+    """``dtypes`` as the names of floating torch dtypes (``"float16"``), each at most once."""
+    if isinstance(dtypes, str):
+        raise TypeError(
+            f"dtypes must be a list of dtype names, got the str {dtypes!r}: pass [{dtypes!r}]"
+        )
+    names = []
+    for i, d in enumerate(_require_sequence("dtypes", dtypes)):
+        dtype = getattr(torch, d, None) if isinstance(d, str) else d
+        if not isinstance(d, (str, torch.dtype)):
+            raise TypeError(
+                f"dtypes[{i}] must be a dtype name such as 'float16', got {type(d).__name__} {d!r}"
+            )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(
+                f"dtypes[{i}] must name a floating torch dtype such as 'float16', got {d!r}"
+            )
+        names.append(str(dtype).removeprefix("torch."))
+    return _distinct("dtypes", names)
 
 
 def targets(
@@ -244,7 +319,19 @@ def targets(
     span_length: int = 4096,
     spans: Sequence[float] = (256.0, 4096.0),
 ) -> Dict[str, Dict[str, Optional[float]]]:
-    """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met."""
+    """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met.
+
+    A ratio is ``None`` where a time is not in ``rows`` or the time to divide by is 0; ``rows``
+    without any row of ``dtype`` is a ``ValueError``.
+    """
+    rows = _rows("rows", rows, ())
+    spans = _require_positive_numbers("spans", spans)
+    _require_sizes(length=length, span_length=span_length)
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a dtype name such as 'float16', got {type(dtype).__name__}")
+    if not any(r.get("dtype") == dtype for r in rows):
+        seen = sorted({str(r.get("dtype")) for r in rows})
+        raise ValueError(f"rows hold no row of dtype {dtype!r} (their dtypes: {seen})")
 
     def seconds(**want):
         for r in rows:
@@ -273,7 +360,7 @@ def targets(
             dtype=dtype,
             **{"pass": which},
         )
-        ratio = ours / ref if ours and ref else None
+        ratio = ours / ref if ours is not None and ref else None
         out[name] = {
             "measured": ratio,
             "target": TARGETS[name],
@@ -285,7 +372,7 @@ def targets(
     long = seconds(
         kind="span", span=max(spans), dtype=dtype, length=span_length, **{"pass": "forward"}
     )
-    ratio = long / short if short and long else None
+    ratio = long / short if long is not None and short else None
     name = "span 4096 / span 256"
     out[name] = {
         "measured": ratio,
@@ -298,6 +385,8 @@ def targets(
 def gpu_file_name(gpu: str) -> str:
     """``gpu_benchmark_<gpu>.json`` with the GPU's name made safe for a file name (``NVIDIA
     H100 80GB HBM3`` -> ``nvidia_h100_80gb_hbm3``)."""
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be the GPU's name (a str), got {type(gpu).__name__} {gpu!r}")
     slug = re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") or "unknown"
     return f"gpu_benchmark_{slug}.json"
 
@@ -348,22 +437,29 @@ def run_span_time(
     """Wall time of chapter 8's adaptive-span layer (forward, CPU) at each span, all timed interleaved in one run.
 
     Every head of the layer gets the same span ``z``; the layer computes the keys within
-    ``z + R`` of each query (:func:`attncourse.adaptive_span.computed_cells`).
+    ``z + R`` of each query (:func:`attncourse.adaptive_span.computed_cells`). ``spans`` are
+    distinct positive integers; the layers and input are drawn from ``seed`` (the global random
+    state is left as it was).
     """
-    torch.manual_seed(seed)
-    x = torch.randn(1, length, embed_dim)
+    length, embed_dim, num_heads = _require_sizes(
+        length=length, embed_dim=embed_dim, num_heads=num_heads
+    )
+    spans = _require_positive_ints("spans", spans, distinct=True)
+    require_positive_number("ramp", ramp)
+    require_positive_int("repeats", repeats)
     layers = {}
-    for span in spans:
-        layer = AdaptiveSpanAttention(
-            embed_dim,
-            num_heads,
-            max_span=max(spans),
-            ramp=ramp,
-            init_span=float(span),
-            learnable=False,
-            position_bias=False,
-        ).eval()
-        layers[span] = layer
+    with _seeded(_require_int("seed", seed)):
+        x = torch.randn(1, length, embed_dim)
+        for span in spans:
+            layers[span] = AdaptiveSpanAttention(
+                embed_dim,
+                num_heads,
+                max_span=max(spans),
+                ramp=ramp,
+                init_span=float(span),
+                learnable=False,
+                position_bias=False,
+            ).eval()
 
     def call(layer):
         def fn():
@@ -396,14 +492,21 @@ def run_span_time(
 
 
 def span_table(result: Dict[str, object]) -> str:
-    """The span timings as text, each relative to the longest span's."""
-    rows = result["rows"]
-    longest = max(rows, key=lambda r: r["span"])["seconds"]  # type: ignore[index]
+    """The span timings as text, each relative to the longest span's (NaN where that is 0)."""
+    if not isinstance(result, dict) or "rows" not in result:
+        raise TypeError(
+            f"result must be a dict with 'rows' (what run_span_time returns), got"
+            f" {type(result).__name__}"
+        )
+    rows = _rows("result['rows']", result["rows"], ("span", "window", "cells"), ("seconds",))
+    if not rows:
+        raise ValueError("result['rows'] is empty: there are no span timings")
+    longest = max(rows, key=lambda r: r["span"])["seconds"]
     lines = [f"{'span':>6} {'window':>7} {'cells':>12} {'time ms':>10} {'x longest':>10}"]
     for r in rows:  # type: ignore[union-attr]
         lines.append(
             f"{r['span']:>6} {r['window']:>7} {r['cells']:>12} {1e3 * r['seconds']:>10.1f}"
-            f" {r['seconds'] / longest:>10.3f}"
+            f" {_ratio(r['seconds'], longest):>10.3f}"
         )
     return "\n".join(lines)
 
@@ -433,10 +536,16 @@ def time_triton_against_torch(
     T4, ``"flash"`` on an A100 or H100). On a CPU the kernel runs through Triton's interpreter
     and the times say nothing about a GPU; the line says so.
     """
+    device = _require_device("device", device)
+    batch, heads, length, head_dim = _require_sizes(
+        batch=batch, heads=heads, length=length, head_dim=head_dim
+    )
+    require_floating_dtype("dtype", dtype)
+    require_bool("causal", causal)
+    require_positive_int("repeats", repeats)
+    g = torch.Generator().manual_seed(_require_int("seed", seed))
     from ..kernels.flash import flash_attention  # needs triton: imported only when called
 
-    device = torch.device(device)
-    g = torch.Generator().manual_seed(seed)
     q, k, v = (
         torch.randn(batch, heads, length, head_dim, generator=g).to(device=device, dtype=dtype)
         for _ in range(3)

@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-import numbers
 import os
 import statistics
 import subprocess
@@ -27,7 +27,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .._checks import require_non_negative_int, require_positive_int
+from .._checks import (
+    _is_int,
+    require_bool,
+    require_floating_dtype,
+    require_non_negative_int,
+    require_positive_int,
+    require_positive_number,
+)
+from .common import _is_number, _require_device, _require_sequence, _require_sizes
 
 __all__ = [
     "Timing",
@@ -44,9 +52,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Timing:
-    """Wall times of repeated calls, in seconds; ``median`` is the figure to report."""
+    """Wall times of repeated calls, in seconds (at least one, none negative); ``median`` is the
+    figure to report."""
 
     times: List[float]
+
+    def __post_init__(self) -> None:
+        for i, t in enumerate(_require_sequence("times", self.times)):
+            if not _is_number(t):
+                raise TypeError(
+                    f"times[{i}] must be a number of seconds, got {type(t).__name__} {t!r}"
+                )
+            if not (math.isfinite(t) and t >= 0):
+                raise ValueError(f"times[{i}] must be a finite, non-negative time, got {t!r}")
 
     @property
     def median(self) -> float:
@@ -54,8 +72,32 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """The spread of the repeats, ``(max - min) / median``, as a fraction of the median."""
-        return (max(self.times) - min(self.times)) / self.median
+        """The spread of the repeats, ``(max - min) / median``, as a fraction of the median.
+
+        A median of 0 (repeats below the clock's resolution) gives 0.0 when every repeat is 0
+        and ``inf`` otherwise.
+        """
+        width, median = max(self.times) - min(self.times), self.median
+        if median == 0:
+            return 0.0 if width == 0 else float("inf")
+        return width / median
+
+
+def _require_callable(name: str, fn: object) -> None:
+    """``fn`` can be called with no arguments."""
+    if not callable(fn):
+        raise TypeError(f"{name} must be a zero-argument callable, got {type(fn).__name__} {fn!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no signature: trust them
+        return
+    try:
+        signature.bind()
+    except TypeError:
+        raise TypeError(
+            f"{name} must be callable with no arguments, got {fn!r} with parameters {signature}"
+            " (wrap it: lambda: f(x))"
+        ) from None
 
 
 def _sync(device: Optional[torch.device]) -> None:
@@ -75,6 +117,7 @@ def time_call(
     On CUDA pass ``device`` so that each timing waits for the GPU to finish (kernels are
     launched asynchronously: without a synchronisation the clock would stop too early).
     """
+    _require_callable("fn", fn)
     return time_interleaved({"fn": fn}, repeats=repeats, warmup=warmup, device=device)["fn"]
 
 
@@ -90,8 +133,17 @@ def time_interleaved(
     Returns ``{name: Timing}``. Interleaving makes ratios between the functions robust to
     load that changes during the measurement (other processes, CPU frequency).
     """
+    if not isinstance(fns, dict):
+        raise TypeError(
+            f"fns must be a dict {{name: zero-argument callable}}, got {type(fns).__name__} {fns!r}"
+        )
+    if not fns:
+        raise ValueError("fns must not be empty: there is nothing to time")
+    for name, fn in fns.items():
+        _require_callable(f"fns[{name!r}]", fn)
     require_positive_int("repeats", repeats)
     require_non_negative_int("warmup", warmup)
+    device = None if device is None else _require_device("device", device)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -109,9 +161,16 @@ def time_interleaved(
 def cuda_peak_memory(fn: Callable[[], object], device: Optional[torch.device] = None) -> int:
     """Bytes allocated by ``fn()`` on a CUDA device at its peak, above what was allocated before.
 
-    The result of ``fn`` is kept alive until the peak is read, so it is counted.
+    The result of ``fn`` is kept alive until the peak is read, so it is counted. ``device``:
+    a CUDA device (default ``"cuda"``); on the CPU use :func:`cpu_peak_memory`.
     """
-    device = torch.device("cuda") if device is None else torch.device(device)
+    _require_callable("fn", fn)
+    device = _require_device("device", "cuda" if device is None else device)
+    if device.type != "cuda":
+        raise ValueError(
+            f"device must be a CUDA device (this reads CUDA's allocator), got {str(device)!r}; on"
+            " the CPU use cpu_peak_memory"
+        )
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
@@ -188,7 +247,23 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     not count; memory that the C allocator kept from the set-up and reuses is missed (the
     large buffers of attention are mapped afresh and are counted); the result includes the
     output tensor and any one-time buffer the call creates (a few MiB).
+
+    ``target`` and ``kwargs`` (JSON-serialisable) and ``timeout`` (seconds) are checked before
+    the process starts; a module or function that the process cannot import is a
+    ``RuntimeError`` with the process's traceback.
     """
+    _require_target(target)
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError(
+            f"kwargs must be a dict with str keys, got {type(kwargs).__name__} {kwargs!r}"
+        )
+    try:
+        encoded = json.dumps(kwargs)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"kwargs must be JSON-serialisable (sent to a fresh process): {e}"
+        ) from None
+    require_positive_number("timeout", timeout)
     code = (
         "import json, sys\n"
         "from attncourse.benchmarks.measure import _child_peak\n"
@@ -196,7 +271,7 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     )
     env = dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-c", code, target, json.dumps(kwargs)],
+        [sys.executable, "-c", code, target, encoded],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -209,11 +284,30 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     return int(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def _require_target(target: object) -> None:
+    """``"module:function"``: a dotted module name and a function name."""
+    if not isinstance(target, str):
+        raise TypeError(
+            f"target must be a str 'module:function', got {type(target).__name__} {target!r}"
+        )
+    module, _, name = target.partition(":")
+    if not (name.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+        raise ValueError(
+            "target must name a function as 'module:function' (e.g."
+            f" 'attncourse.benchmarks.attention:build'), got {target!r}"
+        )
+
+
 def _child_peak(target: str, kwargs: Dict[str, object]) -> int:
     import importlib
 
     module, name = target.split(":")
     built = getattr(importlib.import_module(module), name)(**kwargs)
+    if not isinstance(built, dict) or not callable(built.get("fn")):
+        raise TypeError(
+            f"{target} must return a dict with the callable to measure under 'fn', got"
+            f" {type(built).__name__} {str(built)[:200]}"
+        )
     fn = built["fn"]
     warmup = built.get("warmup")
     if warmup is not None:  # one-time initialisation (thread pools, kernels' lazy buffers)
@@ -240,22 +334,22 @@ def attention_flops(
     ``Q K^T`` costs ``2 L S d_k`` and ``P V`` costs ``2 L S d_v`` per head and batch entry;
     the softmax (about 5 operations per score) is not counted. With ``causal`` only the
     allowed (query, key) pairs count (``causal_mask``'s alignment): about half when ``L = S``.
+    Sizes may be numpy integers; the count is an exact Python ``int``.
     """
-    for name, v in (
-        ("batch", batch),
-        ("num_heads", num_heads),
-        ("query_len", query_len),
-        ("key_len", key_len),
-        ("head_dim", head_dim),
-    ):
-        require_positive_int(name, v)
     value_dim = head_dim if value_dim is None else value_dim
-    require_positive_int("value_dim", value_dim)
-    if causal:  # query i sees keys j <= i + S - L, clipped to [0, S)
-        offset = key_len - query_len
-        pairs = sum(min(key_len, max(0, i + offset + 1)) for i in range(query_len))
-    else:
-        pairs = query_len * key_len
+    batch, num_heads, L, S, head_dim, value_dim = _require_sizes(
+        batch=batch,
+        num_heads=num_heads,
+        query_len=query_len,
+        key_len=key_len,
+        head_dim=head_dim,
+        value_dim=value_dim,
+    )
+    require_bool("causal", causal)
+    # causal: query i sees the keys j <= i + S - L, so min(S, max(0, i + S - L + 1)) of them:
+    # the counts c = S - L + 1, ..., S, each clipped at 0, summed as sum(1..S) - sum(1..m-1)
+    m = max(1, S - L + 1)
+    pairs = S * (S + 1) // 2 - (m - 1) * m // 2 if causal else L * S
     return 2 * batch * num_heads * pairs * (head_dim + value_dim)
 
 
@@ -274,8 +368,14 @@ def multihead_flops(
     rows) cost ``2 E^2`` each per row; the ``h`` heads of width ``E / h`` together cost
     :func:`attention_flops` with ``head_dim = E / h``. Biases and the softmax are not counted.
     """
-    require_positive_int("embed_dim", embed_dim)
-    require_positive_int("num_heads", num_heads)
+    batch, query_len, key_len, embed_dim, num_heads = _require_sizes(
+        batch=batch,
+        query_len=query_len,
+        key_len=key_len,
+        embed_dim=embed_dim,
+        num_heads=num_heads,
+    )
+    require_bool("causal", causal)
     if embed_dim % num_heads:
         raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
     projections = 2 * batch * embed_dim * embed_dim * (2 * query_len + 2 * key_len)
@@ -291,8 +391,14 @@ def matmul_throughput(
     dtype: torch.dtype = torch.float32,
     device: Optional[torch.device] = None,
 ) -> float:
-    """Measured FLOP/s of one ``size x size`` by ``size x size`` matrix product: the machine's ceiling."""
-    require_positive_int("size", size)
+    """Measured FLOP/s of one ``size x size`` by ``size x size`` matrix product: the machine's ceiling.
+
+    ``dtype`` is a real floating dtype (a complex product does 4 times the work counted here).
+    """
+    (size,) = _require_sizes(size=size)
+    require_positive_int("repeats", repeats)
+    require_floating_dtype("dtype", dtype)
+    device = None if device is None else _require_device("device", device)
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
     timing = time_call(lambda: a @ b, repeats=repeats, warmup=1, device=device)
@@ -300,26 +406,17 @@ def matmul_throughput(
 
 
 def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
-    """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``."""
+    """Slope of ``log(values)`` against ``log(lengths)`` by least squares: ``values ~ c * length**slope``.
+
+    ``lengths`` and ``values``: lists or tuples (or 1-D numpy arrays or tensors) of positive
+    finite numbers.
+    """
+    lengths, values = _positive_numbers("lengths", lengths), _positive_numbers("values", values)
     if len(lengths) != len(values) or len(lengths) < 2:
         raise ValueError(
             f"need at least two (length, value) pairs of equal count, got {len(lengths)} and"
             f" {len(values)}"
         )
-    for name, seq in (("lengths", lengths), ("values", values)):
-        bad = [
-            v
-            for v in seq
-            if isinstance(v, bool)
-            or not isinstance(v, numbers.Real)
-            or not math.isfinite(v)
-            or v <= 0
-        ]
-        if bad:
-            raise ValueError(
-                f"{name} must be positive finite numbers (a log-log fit), got {bad[0]!r} in"
-                f" {list(seq)!r}"
-            )
     x = [math.log(v) for v in lengths]
     y = [math.log(v) for v in values]
     mx, my = sum(x) / len(x), sum(y) / len(y)
@@ -329,3 +426,20 @@ def fit_slope(lengths: Sequence[float], values: Sequence[float]) -> float:
             f"lengths must not all be equal (no slope can be fitted), got {list(lengths)!r}"
         )
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / spread
+
+
+def _positive_numbers(name: str, seq: object) -> list:
+    """``seq`` as a list of positive finite numbers (the axis of a log-log fit)."""
+    if isinstance(seq, torch.Tensor) and seq.dim() == 1:
+        seq = seq.tolist()
+    seq = _require_sequence(name, seq, empty_ok=True)
+    for v in seq:
+        if not _is_number(v):
+            raise TypeError(
+                f"{name} must hold numbers (a log-log fit), got {type(v).__name__} {v!r} in {seq!r}"
+            )
+        if not (v > 0 and (_is_int(v) or math.isfinite(v))):  # a huge int is finite: no float
+            raise ValueError(
+                f"{name} must be positive finite numbers (a log-log fit), got {v!r} in {seq!r}"
+            )
+    return seq
