@@ -251,8 +251,6 @@ def tile_schedule(
     require_bool("causal", causal)
     require_positive_int("block_size", block_size)
     require_positive_int("query_block_size", query_block_size)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     offset = seq_k - seq_q
     tiles = []
     for q_start in range(0, seq_q, query_block_size):

@@ -13,6 +13,7 @@ from attncourse.adaptive_span import (
     adaptive_span_attention,
     adaptive_span_lm,
     attention_cells,
+    block_plan,
     clamp_spans,
     computed_cells,
     soft_span_mask,
@@ -557,3 +558,29 @@ def test_span_fraction_outside_the_unit_interval_is_named(fraction):
         layer(torch.randn(1, 12, 16))
     layer.span.clamp_()
     assert layer(torch.randn(1, 12, 16))[0].shape == (1, 12, 16)
+
+
+def test_block_plan_by_hand_and_its_checks():
+    """Blocks of 16 queries by default, each meeting its own keys and the window - 1 before them;
+    one plain block when that is no cheaper than L * L."""
+    assert block_plan(64, 8) == (4, 16, 23)  # 4 * 16 * 23 = 1472 < 4096 scores
+    assert block_plan(64, 8, 32) == (2, 32, 39)
+    assert block_plan(40, 8) == (3, 16, 23)  # the last block is short: ceil(40 / 16)
+    assert block_plan(64, 64) == (1, 64, 64)  # the window covers the sequence
+    assert block_plan(20, 10) == (1, 20, 20)  # 2 * 16 * 25 = 800 >= 400: the plain computation
+    assert block_plan(8, 100) == (1, 8, 8)  # a window longer than the sequence
+    for kwargs, name in (
+        (dict(length=0, window=4), "length"),
+        (dict(length=8, window=0), "window"),
+        (dict(length=8, window=4, block=0), "block"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            block_plan(**kwargs)
+    with pytest.raises(TypeError, match="length"):
+        block_plan(8.0, 4)
+
+
+def test_adaptive_span_learnable_is_a_bool():
+    with pytest.raises(TypeError, match="learnable"):
+        AdaptiveSpan(2, 16, 4.0, learnable=1)
+    assert not AdaptiveSpan(2, 16, 4.0, learnable=False).span_fraction.requires_grad

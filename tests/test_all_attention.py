@@ -12,6 +12,7 @@ from attncourse.all_attention import (
     AllAttentionBlock,
     all_attention_layer_parameters,
     count_parameters,
+    extend_mask,
     ffn_as_attention,
     transformer_layer_parameters,
 )
@@ -525,3 +526,36 @@ def test_time_training_steps_interleaves_the_models_on_the_threads_asked():
         time_training_steps(kinds=["FFN"])
     committed = load_step_times()
     assert committed["threads"] == 1 and set(committed["median_ms"]) == set(MODEL_KINDS)
+
+
+def test_extend_mask_appends_visible_columns_and_checks_its_input():
+    boolean = torch.tensor([[True, False], [True, True]])
+    assert extend_mask(boolean, 2).tolist() == [[True, False, True, True], [True, True, True, True]]
+    additive = torch.tensor([[0.0, float("-inf")]])
+    assert extend_mask(additive, 1).tolist() == [[0.0, float("-inf"), 0.0]]
+    assert extend_mask(boolean, 0).equal(boolean)
+    assert extend_mask(torch.ones(3, 2, 4, 5, dtype=torch.bool), 3).shape == (3, 2, 4, 8)
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor"):
+        extend_mask([[True]], 1)
+    for shape in ((), (4,)):
+        with pytest.raises(ValueError, match="mask must have at least 2 dimensions"):
+            extend_mask(torch.ones(shape, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match="num_persistent"):
+        extend_mask(boolean, -1)
+    with pytest.raises(TypeError, match="num_persistent"):
+        extend_mask(boolean, 1.0)
+
+
+@pytest.mark.parametrize(
+    "count, flag",
+    [
+        (lambda **f: transformer_layer_parameters(8, 16, **f), "attention_bias"),
+        (lambda **f: transformer_layer_parameters(8, 16, **f), "ffn_bias"),
+        (lambda **f: transformer_layer_parameters(8, 16, **f), "layer_norm"),
+        (lambda **f: all_attention_layer_parameters(8, 4, **f), "attention_bias"),
+        (lambda **f: all_attention_layer_parameters(8, 4, **f), "layer_norm"),
+    ],
+)
+def test_parameter_counts_take_bool_flags(count, flag):
+    with pytest.raises(TypeError, match=flag):
+        count(**{flag: 1})

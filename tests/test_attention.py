@@ -259,3 +259,12 @@ def test_gradient_through_a_row_masked_by_a_float_mask_is_finite():
     for t in (query, key, value):
         assert torch.isfinite(t.grad).all()
     assert (query.grad[:, 1] == 0).all()
+
+
+def test_additive_mask_of_another_dtype_is_cast_to_the_scores():
+    q, k, v = (torch.randn(2, 3, 4) for _ in range(3))
+    mask = torch.randn(3, 3, dtype=torch.float64)
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    expected, _ = scaled_dot_product_attention(q, k, v, mask=mask.float())
+    assert out.dtype == weights.dtype == torch.float32
+    torch.testing.assert_close(out, expected)

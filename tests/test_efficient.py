@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncourse.attention import scaled_dot_product_attention
-from attncourse.efficient import online_softmax_update, tiled_attention
+from attncourse.efficient import online_softmax_update, tile_schedule, tiled_attention
 from attncourse.masks import causal_mask
 
 
@@ -292,3 +292,71 @@ def test_half_precision_with_masks_matches_reference(dtype):
         )
         assert got.dtype == dtype
         torch.testing.assert_close(got.double(), expected, atol=2e-2, rtol=2e-2)
+
+
+# --- tile_schedule: the tiles tiled_attention computes (chapter 7's schematic) ---
+
+
+def test_tile_schedule_lists_the_scores_tiled_attention_multiplies():
+    """Independent check: FlopCounterMode counts 4 d FLOPs per computed score (Q K^T and P V)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for seq_q, seq_k, causal, bk, bq in [
+        (300, 450, True, 100, 70),
+        (300, 450, False, 100, 70),
+        (512, 512, True, 128, 64),
+        (450, 300, True, 64, 50),
+    ]:
+        q, k, v = (
+            torch.randn(1, 1, seq_q, 4),
+            torch.randn(1, 1, seq_k, 4),
+            torch.randn(1, 1, seq_k, 4),
+        )
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            tiled_attention(q, k, v, causal=causal, block_size=bk, query_block_size=bq)
+        tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
+        assert counter.get_total_flops() == 4 * 4 * sum(
+            (q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles
+        )
+        if not causal:
+            assert not any(t[4] for t in tiles)
+
+
+@pytest.mark.parametrize("seq_q, seq_k", [(7, 7), (5, 9), (9, 5), (1, 4), (4, 1)])
+@pytest.mark.parametrize("bq, bk", [(1, 1), (2, 3), (3, 2), (4, 4), (16, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_schedule_against_the_mask_cell_by_cell(seq_q, seq_k, bq, bk, causal):
+    """Brute force: the tiles are disjoint, lie in the grid, cover exactly the cells a (bottom-right
+    aligned) causal mask keeps plus the masked cells of the diagonal tiles, and a tile is flagged
+    exactly when it holds a masked cell."""
+    keep = causal_mask(seq_q, seq_k) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool)
+    covered = torch.zeros(seq_q, seq_k, dtype=torch.int64)
+    tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
+    for q0, q1, k0, k1, straddles in tiles:
+        assert 0 <= q0 < q1 <= seq_q and 0 <= k0 < k1 <= seq_k
+        assert q1 - q0 <= bq and k1 - k0 <= bk and q0 % bq == 0 and k0 % bk == 0
+        covered[q0:q1, k0:k1] += 1
+        assert straddles == bool((~keep[q0:q1, k0:k1]).any())
+        assert keep[q0:q1, k0:k1].any()  # no tile of masked cells only
+    assert covered.max() <= 1
+    assert bool((covered[keep] == 1).all())
+
+
+def test_tile_schedule_validates():
+    with pytest.raises(ValueError, match="block_size"):
+        tile_schedule(8, 8, block_size=0)
+    with pytest.raises(ValueError, match="query_block_size"):
+        tile_schedule(8, 8, query_block_size=0)
+    with pytest.raises(ValueError, match="seq_q"):
+        tile_schedule(0, 8)
+    with pytest.raises(ValueError, match="seq_k"):
+        tile_schedule(8, -1)
+    with pytest.raises(TypeError, match="causal"):
+        tile_schedule(8, 8, causal=1)
+    assert tile_schedule(3, 2) == [(0, 3, 0, 2, False)]
+    # the defaults: query blocks of 256, key blocks of 1024 (tiled_attention's)
+    assert tile_schedule(257, 1025)[:3] == [
+        (0, 256, 0, 1024, False),
+        (0, 256, 1024, 1025, False),
+        (256, 257, 0, 1024, False),
+    ]

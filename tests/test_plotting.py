@@ -243,42 +243,6 @@ def test_plot_decode_times_draws_both_lines():
 # --- schematics drawn from the package's code (chapters 7-9) ---
 
 
-def test_tile_schedule_lists_the_scores_tiled_attention_multiplies():
-    """Independent check: FlopCounterMode counts 4 d FLOPs per computed score (Q K^T and P V)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attncourse.efficient import tile_schedule, tiled_attention
-
-    for seq_q, seq_k, causal, bk, bq in [
-        (300, 450, True, 100, 70),
-        (300, 450, False, 100, 70),
-        (512, 512, True, 128, 64),
-        (450, 300, True, 64, 50),
-    ]:
-        q, k, v = (
-            torch.randn(1, 1, seq_q, 4),
-            torch.randn(1, 1, seq_k, 4),
-            torch.randn(1, 1, seq_k, 4),
-        )
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            tiled_attention(q, k, v, causal=causal, block_size=bk, query_block_size=bq)
-        tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
-        assert counter.get_total_flops() == 4 * 4 * sum(
-            (q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles
-        )
-        if not causal:
-            assert not any(t[4] for t in tiles)
-
-
-def test_tile_schedule_validates():
-    from attncourse.efficient import tile_schedule
-
-    with pytest.raises(ValueError, match="block_size"):
-        tile_schedule(8, 8, block_size=0)
-    with pytest.raises(TypeError, match="causal"):
-        tile_schedule(8, 8, causal=1)
-
-
 def test_plot_tile_schedule_draws_one_rectangle_per_tile():
     from matplotlib.patches import Rectangle
 
