@@ -3,7 +3,7 @@
 Nothing here imports another benchmark module, so :mod:`attncourse.benchmarks.attention` and
 :mod:`attncourse.benchmarks.kernels` both sit above it and neither imports the other. The
 private ``_require_*`` helpers check the benchmarks' arguments (the conventions of
-:mod:`attncourse._checks`: a ``TypeError`` for a wrong type, a ``ValueError`` for a wrong value,
+``attncourse._checks``: a ``TypeError`` for a wrong type, a ``ValueError`` for a wrong value,
 each naming the argument).
 """
 

@@ -318,13 +318,13 @@ def _check_kinds(kinds: object) -> List[str]:
     return kinds
 
 
-def load_step_times(path: Union[str, os.PathLike, None] = None) -> Dict[str, object]:
+def load_step_times(path: Union[str, Path, None] = None) -> Dict[str, object]:
     """The committed result of ``python -m attncourse.course.lookup_task --step-times`` (package data),
     or the JSON file ``path``."""
     return _load_json(path, STEP_TIMES)
 
 
-def load_seed_results(path: Union[str, os.PathLike, None] = None) -> Dict[str, object]:
+def load_seed_results(path: Union[str, Path, None] = None) -> Dict[str, object]:
     """The committed results of ``python -m attncourse.course.lookup_task`` (several seeds, package data),
     or the JSON file ``path``."""
     return _load_json(path, RESULTS)

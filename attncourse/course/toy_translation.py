@@ -628,7 +628,7 @@ def alignment_accuracy(weights: Tensor, alignment: Tensor) -> float:
 def translate(model: AttentionTranslator, data: TranslationData) -> List[str]:
     """Greedy translations of ``data``'s sources, as digit strings (cut at the first ``<eos>``).
 
-    The model's target vocabulary must be :data:`TGT_VOCAB`.
+    The model's target vocabulary must be ``TGT_VOCAB``.
     """
     require_module("model", model)
     _require_data("data", data)
