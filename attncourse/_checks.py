@@ -74,6 +74,12 @@ def broadcast_batch(**shapes: Sequence[int]) -> torch.Size:
         raise ValueError(f"the batch dimensions do not broadcast: {seen}") from None
 
 
+#: The dtypes of token ids (and other integer index tensors) the package accepts.
+TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+#: The seeds torch.manual_seed and torch.Generator.manual_seed accept: [low, high).
+SEED_RANGE = (-(2**63), 2**64)
+
+
 def _is_int(value: object) -> bool:
     """A Python or numpy integer (``numbers.Integral``), not a bool."""
     return (
@@ -81,6 +87,38 @@ def _is_int(value: object) -> bool:
         and not isinstance(value, (bool,))
         and type(value).__name__ != "bool_"
     )
+
+
+def _is_real(value: object) -> bool:
+    """A real Python or numpy number (``numbers.Real``), not a bool."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and type(value).__name__ != "bool_"
+    )
+
+
+def require_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+
+
+def check_token_id(name: str, value: object, vocab_size: int) -> int:
+    """``value`` as a Python int: one token id (a Python or numpy integer) in ``[0, vocab_size)``."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be a token id (an integer), got {type(value).__name__}")
+    if not 0 <= value < vocab_size:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a token id in [0, {vocab_size}), got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_seed(name: str, seed: object) -> int:
+    """``seed`` as a Python int: a Python or numpy integer (not a bool) torch accepts as a seed."""
+    if not _is_int(seed):
+        raise _not_a_number(name, seed, "an integer")
+    if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:  # type: ignore[operator]
+        raise ValueError(f"{name} must be an integer in [-2**63, 2**64) (a torch seed), got {seed}")
+    return int(seed)  # type: ignore[call-overload]
 
 
 def _not_a_number(name: str, value: object, kind: str) -> TypeError:
@@ -134,7 +172,7 @@ def require_token_ids(name: str, tokens: object, vocab_size: int) -> None:
     """``tokens`` is an integer tensor of ids in ``[0, vocab_size)``."""
     require_tensor(name, tokens)
     assert isinstance(tokens, Tensor)
-    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+    if tokens.dtype not in TOKEN_DTYPES:
         raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(
@@ -157,7 +195,7 @@ def default_scale(query: Tensor, scale: object, name: str = "query") -> float:
 
 
 def require_positive_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not _is_real(value):
         raise _not_a_number(name, value, "a positive finite number")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
@@ -268,11 +306,7 @@ def check_probability(name: str, value: object) -> float:
         and value.dtype != torch.bool
     ):
         value = value.item()
-    if (
-        isinstance(value, bool)
-        or type(value).__name__ == "bool_"
-        or not isinstance(value, numbers.Real)
-    ):
+    if not _is_real(value):
         raise TypeError(
             f"{name} must be a probability (a real number in [0, 1)), got {type(value).__name__}"
             f" {value!r}"

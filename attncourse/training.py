@@ -24,6 +24,7 @@ from ._checks import (
     require_non_negative_int,
     require_positive_int,
     require_rank,
+    require_str,
     require_token_ids,
 )
 
@@ -31,11 +32,6 @@ from ._checks import (
 def _require_callable(name: str, value: object, form: str) -> None:
     if not callable(value):
         raise TypeError(f"{name} must be a function {form}, got {type(value).__name__}")
-
-
-def _require_str(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
 
 
 __all__ = ["train", "next_token_loss", "ProgressBar"]
@@ -61,7 +57,7 @@ class ProgressBar:
 
     def __init__(self, total: int, desc: str = "", *, enabled: bool = True) -> None:
         require_non_negative_int("total", total)
-        _require_str("desc", desc)
+        require_str("desc", desc)
         require_bool("enabled", enabled)
         self.total, self.desc, self.enabled = total, desc, enabled
         self.n, self.start, self.postfix = 0, time.perf_counter(), ""
@@ -157,7 +153,7 @@ def train(
         )
     require_positive_int("steps", steps)
     require_bool("progress", progress)
-    _require_str("desc", desc)
+    require_str("desc", desc)
     was_training = model.training
     model.train()
     losses: List[float] = []

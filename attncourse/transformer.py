@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
-    _is_int,
     check_mask,
     check_probability,
+    check_token_id,
     fmt_shape,
     require_bool,
     require_floating,
@@ -227,16 +227,22 @@ class _Embedding(nn.Module):
         if positional == "sinusoidal":
             self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
-        require_tensor("tokens", tokens)
-        require_rank("tokens", tokens, 2, "(B, L)")
-        require_token_ids("tokens", tokens, self.tokens.num_embeddings)
+    def check(self, name: str, tokens: object, offset: int = 0) -> None:
+        """``tokens``: integer ``(B, L)`` ids of this vocabulary that fit at ``offset``; errors
+        name the caller's argument ``name``."""
+        require_tensor(name, tokens)
+        assert isinstance(tokens, Tensor)
+        require_rank(name, tokens, 2, "(B, L)")
+        require_token_ids(name, tokens, self.tokens.num_embeddings)
         if offset + tokens.size(1) > self.max_len:
             raise ValueError(
-                f"tokens has length {tokens.size(1)} at offset {offset} but the model has"
-                f" max_len={self.max_len} (tokens shape {fmt_shape(tokens.shape)})"
+                f"{name} has length {tokens.size(1)} at offset {offset} but the model has"
+                f" max_len={self.max_len} ({name} shape {fmt_shape(tokens.shape)})"
             )
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """``(B, L)`` tokens at positions ``offset .. offset + L - 1`` -> ``(B, L, d_model)``."""
+        self.check("tokens", tokens, offset)
         x = self.tokens(tokens.long())  # int8/int16/uint8 ids are ids too; embedding wants long
         if self.positional == "learned":
             x = x + self.positions(
@@ -462,21 +468,9 @@ class Seq2SeqTransformer(nn.Module):
         )
         self.head = nn.Linear(d_model, tgt_vocab)
 
-    def _check_tokens(self, name: str, tokens: object, embed: _Embedding) -> None:
-        """``tokens``: integer ``(B, L)`` ids of ``embed``'s vocabulary, at most its ``max_len`` long."""
-        require_tensor(name, tokens)
-        assert isinstance(tokens, Tensor)
-        require_rank(name, tokens, 2, "(B, L)")
-        require_token_ids(name, tokens, embed.tokens.num_embeddings)
-        if tokens.size(1) > embed.max_len:
-            raise ValueError(
-                f"{name} has length {tokens.size(1)} but the model has max_len={embed.max_len}"
-                f" ({name} shape {fmt_shape(tokens.shape)})"
-            )
-
     def encode(self, src: Tensor) -> Tensor:
         """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
-        self._check_tokens("src", src, self.src_embed)
+        self.src_embed.check("src", src)
         return self._encode(src)
 
     def _encode(self, src: Tensor) -> Tensor:
@@ -489,8 +483,8 @@ class Seq2SeqTransformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """Decoder pass: ``(B, L)`` target tokens, the ``(B, S, d_model)`` memory of ``src``
         ``(B, S)`` -> logits ``(B, L, tgt_vocab)``."""
-        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
-        self._check_tokens("src", src, self.src_embed)
+        self.tgt_embed.check("tgt_in", tgt_in)
+        self.src_embed.check("src", src)
         require_tensor("memory", memory)
         if memory.dim() != 3 or memory.shape[:2] != src.shape or src.size(0) != tgt_in.size(0):
             raise ValueError(
@@ -512,8 +506,8 @@ class Seq2SeqTransformer(nn.Module):
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
-        self._check_tokens("src", src, self.src_embed)
-        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
+        self.src_embed.check("src", src)
+        self.tgt_embed.check("tgt_in", tgt_in)
         if src.size(0) != tgt_in.size(0):
             raise ValueError(
                 "src (B, S) and tgt_in (B, L) must have the same batch size, "
@@ -529,20 +523,16 @@ class Seq2SeqTransformer(nn.Module):
         sequences are short), so ``max_len`` is at most the model's ``max_len``. Tokens after
         an end-of-sequence token are produced too; cut them off where the task's EOS appears.
         """
-        self._check_tokens("src", src, self.src_embed)
+        self.src_embed.check("src", src)
         require_positive_int("max_len", max_len)
         if max_len > self.tgt_embed.max_len:
             raise ValueError(
                 f"max_len={max_len} is longer than the model's max_len={self.tgt_embed.max_len}"
                 " (the decoder reads BOS and every token produced so far)"
             )
-        vocab = self.tgt_embed.tokens.num_embeddings
-        if not _is_int(bos_id):
-            raise TypeError(f"bos_id must be an integer token id, got {type(bos_id).__name__}")
-        if not 0 <= bos_id < vocab:
-            raise ValueError(f"bos_id must be a target token id in [0, {vocab}), got {bos_id!r}")
+        bos_id = check_token_id("bos_id", bos_id, self.tgt_embed.tokens.num_embeddings)
         memory = self._encode(src)
-        out = torch.full((src.size(0), 1), int(bos_id), dtype=torch.long, device=src.device)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(int(max_len)):
             logits = self._decode(out, memory, src)
             out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_bool, require_positive_int
+from .._checks import check_seed, require_bool, require_positive_int
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
 from ..masks import causal_mask
@@ -42,7 +42,6 @@ from .common import (
     _require_choice,
     _require_device,
     _require_fraction,
-    _require_int,
     _require_positive_ints,
     _require_sizes,
     _results_folder,
@@ -96,7 +95,7 @@ def build(
     )
     require_bool("causal", causal)
     _require_device("device", device, plain=True)
-    g = torch.Generator().manual_seed(_require_int("seed", seed))
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
     q, k, v = (
         torch.randn(batch, num_heads, length, head_dim, generator=g).to(device) for _ in range(3)
     )
@@ -136,7 +135,7 @@ def build_layer(
         raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
     require_bool("causal", causal)
     _require_device("device", device, plain=True)
-    with _seeded(_require_int("seed", seed)):
+    with _seeded(check_seed("seed", seed)):
         reference = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
         reference = reference.to(device).eval()
         x = torch.randn(batch, length, embed_dim, device=device)
@@ -179,7 +178,7 @@ def build_decode(
     _require_choice("impl", impl, ("cached", "uncached"))
     context, batch = _require_sizes(context=context, batch=batch)
     _require_device("device", device, plain=True)
-    seed = _require_int("seed", seed)
+    seed = check_seed("seed", seed)
     unknown = sorted(set(model_sizes) - set(DECODE_MODEL))
     if unknown:
         raise ValueError(f"unknown model size {unknown[0]!r} (allowed: {', '.join(DECODE_MODEL)})")

@@ -13,7 +13,6 @@ import contextlib
 import datetime
 import json
 import math
-import numbers
 import os
 import platform
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .._checks import _is_int, require_positive_int
+from .._checks import _is_real, require_positive_int, require_str
 
 __all__ = ["RESULTS", "machine", "meminfo_gib", "write_result", "read_result"]
 
@@ -123,22 +122,6 @@ def read_result(name: str, folder=None) -> Dict[str, object]:
 # -- argument checks shared by the benchmarks ------------------------------------------------
 
 
-def _is_number(value: object) -> bool:
-    """A real Python or numpy number, not a bool."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and not isinstance(value, np.bool_)
-    )
-
-
-def _require_int(name: str, value: object) -> int:
-    """Any integer (a seed), as a Python ``int``."""
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    return int(value)  # type: ignore[call-overload]
-
-
 def _require_sizes(**sizes: object) -> List[int]:
     """The positive integer sizes, as Python ints (numpy ints would overflow silently)."""
     for name, v in sizes.items():
@@ -156,15 +139,9 @@ def _require_choice(name: str, value: object, choices: Sequence[str]) -> str:
     return value
 
 
-def _require_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
-    return value
-
-
 def _require_fraction(name: str, value: object) -> float:
     """A number in ``(0, 1]`` (a fraction of the memory available)."""
-    if not _is_number(value):
+    if not _is_real(value):
         raise TypeError(f"{name} must be a number in (0, 1], got {type(value).__name__} {value!r}")
     if not 0 < value <= 1:  # type: ignore[operator]
         raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
@@ -197,7 +174,7 @@ def _require_positive_numbers(name: str, values: object, *, distinct: bool = Fal
     """A non-empty sequence of positive finite numbers (``distinct``: each at most once)."""
     values = _require_sequence(name, values)
     for i, v in enumerate(values):
-        if not _is_number(v):
+        if not _is_real(v):
             raise TypeError(f"{name}[{i}] must be a positive number, got {type(v).__name__} {v!r}")
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name}[{i}] must be a positive finite number, got {v!r}")
@@ -251,7 +228,7 @@ def _row(name: str, row: object, keys: Sequence[str], numbers: Sequence[str] = (
     if missing:
         raise ValueError(f"{name} has no {missing[0]!r} (its keys: {sorted(row)})")
     for k in numbers:
-        if not _is_number(row[k]):
+        if not _is_real(row[k]):
             raise TypeError(
                 f"{name}[{k!r}] must be a number, got {type(row[k]).__name__} {row[k]!r}"
             )
@@ -278,7 +255,7 @@ def _seeded(seed: int) -> Iterator[None]:
 
 def _plain_name(name: str, value: object) -> str:
     """A file name without a folder part (the folder is an argument of its own)."""
-    _require_str(name, value)
+    require_str(name, value)
     separators = [s for s in ("/", os.sep, os.altsep) if s]
     if value in ("", ".", "..") or any(s in value for s in separators):  # type: ignore[operator]
         raise ValueError(

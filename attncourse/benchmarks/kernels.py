@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from .._checks import (
+    check_seed,
     require_bool,
     require_floating_dtype,
     require_positive_int,
@@ -38,7 +39,6 @@ from .common import (
     _require_choice,
     _require_device,
     _require_fraction,
-    _require_int,
     _require_positive_ints,
     _require_positive_numbers,
     _require_sequence,
@@ -109,7 +109,7 @@ def build_gpu(
         require_positive_number("ramp", ramp)
     from ..kernels.flash import adaptive_span_flash_attention, flash_attention
 
-    g = torch.Generator().manual_seed(_require_int("seed", seed))
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
     q, k, v = (
         torch.randn(batch, num_heads, length, head_dim, generator=g)
         .to(device=device, dtype=dtype)
@@ -448,7 +448,7 @@ def run_span_time(
     require_positive_number("ramp", ramp)
     require_positive_int("repeats", repeats)
     layers = {}
-    with _seeded(_require_int("seed", seed)):
+    with _seeded(check_seed("seed", seed)):
         x = torch.randn(1, length, embed_dim)
         for span in spans:
             layers[span] = AdaptiveSpanAttention(
@@ -543,7 +543,7 @@ def time_triton_against_torch(
     require_floating_dtype("dtype", dtype)
     require_bool("causal", causal)
     require_positive_int("repeats", repeats)
-    g = torch.Generator().manual_seed(_require_int("seed", seed))
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
     from ..kernels.flash import flash_attention  # needs triton: imported only when called
 
     q, k, v = (

@@ -29,13 +29,14 @@ import torch
 
 from .._checks import (
     _is_int,
+    _is_real,
     require_bool,
     require_floating_dtype,
     require_non_negative_int,
     require_positive_int,
     require_positive_number,
 )
-from .common import _is_number, _require_device, _require_sequence, _require_sizes
+from .common import _require_device, _require_sequence, _require_sizes
 
 __all__ = [
     "Timing",
@@ -59,7 +60,7 @@ class Timing:
 
     def __post_init__(self) -> None:
         for i, t in enumerate(_require_sequence("times", self.times)):
-            if not _is_number(t):
+            if not _is_real(t):
                 raise TypeError(
                     f"times[{i}] must be a number of seconds, got {type(t).__name__} {t!r}"
                 )
@@ -434,7 +435,7 @@ def _positive_numbers(name: str, seq: object) -> list:
         seq = seq.tolist()
     seq = _require_sequence(name, seq, empty_ok=True)
     for v in seq:
-        if not _is_number(v):
+        if not _is_real(v):
             raise TypeError(
                 f"{name} must hold numbers (a log-log fit), got {type(v).__name__} {v!r} in {seq!r}"
             )

@@ -24,6 +24,8 @@ import torch
 from torch import Tensor
 
 from .._checks import (
+    SEED_RANGE,
+    check_seed,
     fmt_shape,
     require_non_negative_int,
     require_positive_int,
@@ -33,7 +35,7 @@ from .._checks import (
 from ..all_attention import AllAttentionBlock, count_parameters
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
-from .text import _SEEDS, _check_fraction, _check_seed, _require_float_size, _require_generator
+from .text import _check_fraction, _require_float_size, _require_generator, _seeded
 
 __all__ = [
     "make_table",
@@ -150,9 +152,8 @@ def build_lookup_model(kind: str, vocab_size: int = 32, length: int = 16, *, see
         raise ValueError(f"kind must be one of {MODEL_KINDS}, got {kind!r}")
     require_positive_int("vocab_size", vocab_size)
     require_positive_int("length", length)
-    seed = _check_seed("seed", seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.random.default_generator.manual_seed(seed)
+    seed = check_seed("seed", seed)
+    with _seeded(seed):
         return _new_model(kind, int(vocab_size), int(length))
 
 
@@ -189,11 +190,11 @@ def compare_on_lookup(
     Returns ``{kind: {"test_loss", "parameters", "curve", "seconds"}}``; ``"curve"`` holds the
     training loss of every step.
     """
-    seed, kinds = _check_seed("seed", seed), _check_kinds(kinds)
+    seed, kinds = check_seed("seed", seed), _check_kinds(kinds)
     require_positive_int("steps", steps)
     require_positive_int("batch", batch)
     batch = int(batch)
-    if 1_000_003 * seed < _SEEDS[0] or 1_000_003 * seed + int(steps) - 1 >= _SEEDS[1]:
+    if 1_000_003 * seed < SEED_RANGE[0] or 1_000_003 * seed + int(steps) - 1 >= SEED_RANGE[1]:
         raise ValueError(
             f"seed={seed} is too far from 0: the batch of step s is drawn with the seed"
             f" s + 1_000_003 * seed, which must lie in [-2**63, 2**64) for the {steps} steps"
@@ -264,7 +265,7 @@ def time_training_steps(
     require_non_negative_int("warmup", warmup)
     require_positive_int("threads", threads)
     require_positive_int("batch", batch)
-    seed, kinds = _check_seed("seed", seed), _check_kinds(kinds)
+    seed, kinds = check_seed("seed", seed), _check_kinds(kinds)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

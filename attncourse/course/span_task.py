@@ -14,8 +14,8 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, require_positive_int
-from .text import _check_seed, _require_float_size
+from .._checks import check_probability, check_seed, require_positive_int
+from .text import _require_float_size
 
 __all__ = ["near_far_copy_task", "near_far_entropy"]
 
@@ -50,7 +50,7 @@ def near_far_copy_task(
         raise ValueError(f"need near < far < length, got near={near}, far={far}, length={length}")
     _require_two_halves(vocab_size)
     noise = check_probability("noise", noise)
-    g = torch.Generator().manual_seed(_check_seed("seed", seed))
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
     tokens = torch.randint(vocab_size, (num_sequences, length), generator=g)
     replace = torch.rand(num_sequences, length, generator=g) < noise
     random_tokens = torch.randint(vocab_size, (num_sequences, length), generator=g)

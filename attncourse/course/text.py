@@ -13,16 +13,18 @@ text comes from and why it may be shipped).
 
 from __future__ import annotations
 
-import numbers
+import contextlib
 from collections.abc import Mapping
 from importlib import resources
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from .._checks import (
+    TOKEN_DTYPES,
     _is_int,
+    _is_real,
     _not_a_number,
     fmt_shape,
     require_positive_int,
@@ -89,7 +91,7 @@ class CharTokenizer:
     def decode(self, ids: Union[Tensor, Sequence[int], Iterable[int]]) -> str:
         """``(L,)`` ids (a 1-D tensor or a sequence of ints, numpy's too) -> the string of ``L`` characters."""
         if isinstance(ids, Tensor):
-            if ids.dtype not in _INTEGER_DTYPES:
+            if ids.dtype not in TOKEN_DTYPES:
                 raise TypeError(f"ids must be a 1-D integer tensor, got dtype {ids.dtype}")
             if ids.dim() != 1:
                 raise ValueError(
@@ -149,17 +151,23 @@ def get_batch(
 
 # -- argument checks the course's modules share (private; the library's own: attncourse._checks) --
 
-_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-_SEEDS = (-(2**63), 2**64)  # what torch.manual_seed and torch.Generator.manual_seed accept
-
 
 def _require_ids(name: str, data: object) -> None:
     """``data`` is a 1-D integer tensor ``(N,)`` of token ids."""
     require_tensor(name, data)
     assert isinstance(data, Tensor)
     require_rank(name, data, 1, "(N,)")
-    if data.dtype not in _INTEGER_DTYPES:
+    if data.dtype not in TOKEN_DTYPES:
         raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {data.dtype}")
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Inside, torch's global CPU generator is seeded with ``seed``; after, the caller's random
+    stream goes on as if nothing had been drawn (``torch.random.fork_rng``)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield
 
 
 def _require_generator(name: str, generator: object) -> None:
@@ -170,26 +178,13 @@ def _require_generator(name: str, generator: object) -> None:
         )
 
 
-def _check_seed(name: str, seed: object) -> int:
-    """``seed`` as a Python int: a Python or numpy integer (not a bool) torch accepts as a seed."""
-    if not _is_int(seed):
-        raise _not_a_number(name, seed, "an integer")
-    if not _SEEDS[0] <= seed < _SEEDS[1]:  # type: ignore[operator]
-        raise ValueError(f"{name} must be an integer in [-2**63, 2**64) (a torch seed), got {seed}")
-    return int(seed)  # type: ignore[call-overload]
-
-
 def _check_fraction(
     name: str, value: object, *, closed: bool = False, kind: str = "a number"
 ) -> float:
     """``value`` as a float: a real number (Python or numpy, not a bool) in ``(0, 1)``, or
     ``[0, 1]`` when ``closed``."""
     interval = "[0, 1]" if closed else "(0, 1)"
-    if (
-        isinstance(value, bool)
-        or type(value).__name__ == "bool_"
-        or not isinstance(value, numbers.Real)
-    ):
+    if not _is_real(value):
         raise _not_a_number(name, value, f"{kind} in {interval}")
     if not (0 <= value <= 1 if closed else 0 < value < 1):  # NaN fails both
         raise ValueError(f"{name} must be {kind} in {interval}, got {value!r}")

@@ -32,7 +32,10 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import (
+    TOKEN_DTYPES,
     _is_int,
+    check_seed,
+    check_token_id,
     fmt_shape,
     require_floating,
     require_input_like,
@@ -47,7 +50,7 @@ from .._checks import (
 from ..masks import causal_mask, combine_masks
 from ..multihead import MultiHeadAttention
 from ..training import train
-from .text import _INTEGER_DTYPES, _check_fraction, _check_seed
+from .text import _check_fraction, _seeded
 
 __all__ = [
     "UNITS",
@@ -130,7 +133,7 @@ def all_numbers() -> List[int]:
 
 def split_numbers(test_fraction: float = 0.2, *, seed: int = 0) -> Tuple[List[int], List[int]]:
     """Shuffle :func:`all_numbers` with ``seed`` and split it into ``(train, test)``, both non-empty."""
-    fraction, seed = _check_fraction("test_fraction", test_fraction), _check_seed("seed", seed)
+    fraction, seed = _check_fraction("test_fraction", test_fraction), check_seed("seed", seed)
     numbers = all_numbers()
     n_test = round(fraction * len(numbers))
     if not 0 < n_test < len(numbers):
@@ -217,7 +220,7 @@ def _row_index(index: object) -> Tensor:
         rows = index if isinstance(index, Tensor) else torch.as_tensor(index)
     except (TypeError, ValueError, RuntimeError):
         rows = None
-    if rows is None or rows.dtype not in (*_INTEGER_DTYPES, torch.bool):
+    if rows is None or rows.dtype not in (*TOKEN_DTYPES, torch.bool):
         raise TypeError(
             "index must be an int, a slice, or a 1-D sequence or tensor of integer rows (or of"
             f" bools), got {type(index).__name__} {index!r}"
@@ -449,15 +452,9 @@ class AttentionTranslator(nn.Module):
                 f"max_len={max_len} tokens cannot be generated: the model has positions for"
                 f" max_len={self.max_len} target tokens"
             )
-        vocab = self.tgt_tokens.num_embeddings
-        if not _is_int(bos_id):
-            raise TypeError(
-                f"bos_id must be a target token id (an int), got {type(bos_id).__name__}"
-            )
-        if not 0 <= bos_id < vocab:
-            raise ValueError(f"bos_id must be a target token id in [0, {vocab}), got {bos_id!r}")
+        bos_id = check_token_id("bos_id", bos_id, self.tgt_tokens.num_embeddings)
         memory = self.encode(src)
-        out = torch.full((src.size(0), 1), int(bos_id), dtype=torch.long, device=src.device)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(int(max_len)):
             logits = self._decode(out, memory, src)
             out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
@@ -518,7 +515,7 @@ def train_translator(
     require_positive_int("steps", steps)
     require_positive_int("batch_size", batch_size)
     require_positive_number("lr", lr)
-    seed = _check_seed("seed", seed)
+    seed = check_seed("seed", seed)
     model_kwargs.setdefault("max_len", max(MAX_SRC_LEN, MAX_TGT_LEN))
     longest = max(data.src.size(1), data.tgt_in.size(1))
     if _is_int(model_kwargs["max_len"]) and model_kwargs["max_len"] < longest:
@@ -527,8 +524,7 @@ def train_translator(
             f" {fmt_shape(data.src.shape)} and tgt_in {fmt_shape(data.tgt_in.shape)} need"
             f" max_len >= {longest}"
         )
-    with torch.random.fork_rng(devices=[]):
-        torch.random.default_generator.manual_seed(seed)
+    with _seeded(seed):
         return _train_translator(data, steps, int(batch_size), lr, seed, progress, model_kwargs)
 
 
