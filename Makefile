@@ -17,7 +17,7 @@ BIN := $(VENV)/bin
 endif
 # The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
 BOOK := _build/html/index.html
-BOOK_SOURCES := _config.yml _toc.yml tools/book_fixes.py tools/zh_edition.py \
+BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py tools/zh_edition.py \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: book test test-fast book-loaded lock lint colab benchmark clean mutation-checkers \
@@ -34,9 +34,9 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-# Two editions, one execution: every chapter executes once, afresh, two at a time on two cores,
-# into the emptied execution cache (tools/execute_book.py), and the English build takes its
-# outputs from there (check(), hint() and solution() also render their output in Chinese,
+# Two editions, one execution: every chapter executes once, afresh, under nbval (its notebook
+# test), two at a time on two cores, into the emptied execution cache (tools/execute_book.py), and
+# the English build takes its outputs from there (check(), hint() and solution() also render their output in Chinese,
 # ATTNCOURSE_EXTRA_LANGUAGES); the Chinese
 # sources are then generated from those executed notebooks and the catalogues of book/locale
 # (tools/zh_edition.py) and built without executing anything, into _build/html/zh.
@@ -63,10 +63,12 @@ colab: $(BIN)/.installed
 	$(BIN)/python tools/colab_edition.py
 	$(BIN)/python tools/colab_edition.py --lang zh
 
-# On two workers (pytest-xdist): each test module, and each notebook, stays on one worker
-# (--dist loadscope), the longest first (tests/conftest.py), one torch thread per worker.
+# On two workers (pytest-xdist): each test module stays on one worker (--dist loadscope), the
+# longest first (tests/conftest.py), one torch thread per worker. The notebooks' own tests ran
+# under nbval in the book build this depends on (rebuilt when a chapter, the package or the
+# environment changed): `pytest` alone runs tests/ and book/ both.
 test: $(BIN)/.installed $(BOOK)
-	$(BIN)/python -m pytest -n 2 --dist loadscope
+	$(BIN)/python -m pytest -n 2 --dist loadscope tests
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment
 # (marker `slow`): what the macOS and Windows jobs of the workflow run. A few minutes.

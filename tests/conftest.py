@@ -54,13 +54,6 @@ LONGEST_FIRST = (
     "test_install.py",
     "test_exercises_ch10_gpu.py",
     "test_exercises_feedback.py",
-    "05_language_model.ipynb",
-    "09_all_attention.ipynb",
-    "04_cross_attention.ipynb",
-    "08_adaptive_span.ipynb",
-    "07_complexity.ipynb",
-    "06_inference.ipynb",
-    "10_gpu_attention.ipynb",
 )
 
 
