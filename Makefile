@@ -35,17 +35,21 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 # Two editions, one execution: every chapter executes once, afresh, under nbval (its notebook
-# test), two at a time on two cores, into the emptied execution cache (tools/execute_book.py), and
-# the English build takes its outputs from there (check(), hint() and solution() also render their output in Chinese,
-# ATTNCOURSE_EXTRA_LANGUAGES); the Chinese
-# sources are then generated from those executed notebooks and the catalogues of book/locale
-# (tools/zh_edition.py) and built without executing anything, into _build/html/zh.
+# test), two at a time on two cores, into the emptied execution cache (tools/execute_book.py),
+# with ATTNCOURSE_EXTRA_LANGUAGES=zh (check(), hint() and solution() also render their output in
+# Chinese). The English build takes its outputs from that cache; the Chinese sources are generated
+# from the executed notebooks and the catalogues of book/locale (tools/zh_edition.py) and built
+# without executing anything, into _build/html/zh. The two builds run side by side, one per
+# core, each into its own log, shown once both have finished.
 $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 	rm -rf _build/html _build/zh _build/.jupyter_cache _build/executed  # nothing left over from an earlier build
 	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/python tools/execute_book.py
-	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/jupyter-book build . -W -n --keep-going
 	$(BIN)/python tools/zh_edition.py sources _build/zh/src --executed _build/executed
-	$(BIN)/jupyter-book build _build/zh/src -W -n --keep-going
+	ATTNCOURSE_EXTRA_LANGUAGES=zh $(BIN)/jupyter-book build . -W -n --keep-going \
+		> _build/zh/build-en.log 2>&1 & en=$$!; \
+	$(BIN)/jupyter-book build _build/zh/src -W -n --keep-going > _build/zh/build-zh.log 2>&1; \
+	zh=$$?; wait $$en; en=$$?; cat _build/zh/build-en.log _build/zh/build-zh.log; \
+	echo "English build: exit $$en; Chinese build: exit $$zh"; test $$en = 0 && test $$zh = 0
 	cp -R _build/zh/src/_build/html _build/html/zh
 	touch $@
 
