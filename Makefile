@@ -107,7 +107,9 @@ mutation-package-sample: $(BIN)/.installed
 # variant, dtype and head size the launcher takes (attncourse.kernels.compile), on both cores at
 # nice 10: shared memory, registers, spills and tensor-core instructions, written into the package
 # for the chapter's table. Compiles are cached (~/.cache/attncourse/compile), so a rerun after a
-# kernel change compiles only what changed. CI compiles a subset (tests/test_compile_matrix.py).
+# kernel change compiles only what changed. CI checks every request's kernels against the
+# committed fingerprints without compiling (--check) and compiles a sample of five requests
+# (tests/test_compile_matrix.py).
 compile-matrix: $(BIN)/.installed
 	env -u TRITON_INTERPRET $(BIN)/python -m attncourse.kernels.compile --workers 2 --nice 10 \
 		--out attncourse/results/ch10_compile_matrix.json

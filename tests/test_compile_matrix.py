@@ -1,49 +1,64 @@
-"""Chapter 10's kernels compiled for every target without a GPU: CI's subset of the matrix.
+"""Chapter 10's kernels compiled without a GPU: the committed full matrix checked, cheaply.
 
-``python -m attncourse.kernels.compile --subset`` compiles, per target (sm_75, sm_80, sm_86,
-sm_89, sm_90), the kernels at d = 128 (the largest tiles: nearest to the shared-memory and
-register limits), causal in float16 and float32 and adaptive span in bfloat16, forward and
-backward, as the launcher would launch them on that GPU. ``make
-compile-matrix`` compiles the full matrix (every variant, dtype and head size) into the package;
-this test checks the subset against what the compiler gives now, the committed results
-against the subset, and the same facts (everything compiles and fits, no spills in half
-precision, the tensor-core instructions expected) on both. Compiles are cached on disk, so a
-second run takes seconds.
+``make compile-matrix`` compiles the full matrix (every target, variant, dtype and head size:
+300 requests, 910 distinct kernels, tens of minutes) into the package. Compiling it again is
+too slow for CI, so this test checks it in two cheaper ways:
+
+* **without compiling**, that every committed request is still what the kernels and the
+  launcher give: ``python -m attncourse.kernels.compile --check`` captures all 300 requests
+  again (seconds) and compares each kernel's fingerprint (triton version, target, the kernel's
+  source and its callees', the constexpr globals they read, the launch's signature,
+  constexprs, attributes and options; no line numbers) with the one recorded, and whether the
+  launcher refuses the request. A kernel or launch configuration changed without ``make
+  compile-matrix`` fails here; so does the check itself, on doctored results, if it stops
+  seeing what changed;
+* **by compiling a sample** (``python -m attncourse.kernels.compile --subset``, CI's subset):
+  at d = 128, the largest tiles, causal float16 on sm_75 (the T4: the FMA path), sm_80
+  (``mma.sync``) and sm_90 (``wgmma``), adaptive span in bfloat16 on sm_90, and the same on
+  sm_75, which the launcher refuses. Each request must give exactly the committed kernels:
+  what the fingerprints cannot see (the compiler and the harness that reads its output) is
+  checked there.
+
+The same facts (everything compiles and fits its target's shared memory, no spills in half
+precision from sm_80 on, the tensor-core instructions expected per architecture, bfloat16
+refused on sm_75 only) are required of the sample and of the committed matrix. Compiles are
+cached on disk (``ATTNCOURSE_COMPILE_CACHE``), so a second run takes seconds.
 """
 
+import copy
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 from attncourse.kernels import compile as kc  # no triton import at module level
 
 HALF = ("float16", "bfloat16")
 
 
-@pytest.fixture(scope="module")
-def subset(tmp_path_factory):
-    out = tmp_path_factory.mktemp("compile") / "subset.json"
+def run_compile(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    """``python -m attncourse.kernels.compile ARGS`` in a process that compiles (no
+    TRITON_INTERPRET: conftest switches the interpreter on for the kernel tests)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attncourse.kernels.compile",
-            "--subset",
-            "--quiet",
-            "--out",
-            str(out),
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "attncourse.kernels.compile", *args],
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=timeout,
         env=env,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def subset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compile") / "subset.json"
+    # one worker: CI runs the test modules on both cores already (pytest -n 2)
+    done = run_compile("--subset", "--workers", "1", "--quiet", "--out", str(out))
     assert out.exists(), done.stderr[-4000:]
     print(
         done.stderr.strip().splitlines()[-1]
@@ -70,6 +85,67 @@ def rows(results):
 
 def test_the_subset_is_what_ci_compiles(subset):
     assert set(rows(subset)) == set(kc.matrix_requests(subset=True))
+
+
+def test_the_committed_matrix_is_what_the_kernels_and_launcher_give_now():
+    """Every kernel of all 300 requests, fingerprinted without compiling: a kernel's source, a
+    function it calls, a constexpr it reads or its launch configuration changed since make
+    compile-matrix makes its requests stale."""
+    done = run_compile("--check", timeout=600)
+    stale = done.stdout.splitlines()
+    assert done.returncode == 0, "\n".join(
+        [done.stderr.strip()[-2000:], *stale[:20], "..." if len(stale) > 20 else ""]
+    )
+    assert "300 requests (1120 kernels) checked without compiling: 0 stale" in done.stderr
+
+
+def test_the_check_names_what_changed(tmp_path):
+    """The check itself, on committed requests doctored as stale results would read: a kernel
+    whose fingerprint changed, a request recorded as compiled that the launcher refuses and the
+    reverse, a request recorded with a kernel fewer than it launches; the intact one passes."""
+    committed = kc.load_results()
+    by_request = rows(committed)
+    changed = ("sm_80", "causal", "float16", 64)
+    refused_now = ("sm_75", "span", "bfloat16", 64)  # to be recorded as compiled
+    compiled_now = ("sm_90", "plain", "float32", 32)  # to be recorded as refused
+    fewer = ("sm_89", "plain", "float16", 96)
+    intact = ("sm_86", "lengths", "bfloat16", 16)
+    doctored = {
+        **committed,
+        "rows": [
+            copy.deepcopy(by_request[r])
+            for r in (changed, refused_now, compiled_now, fewer, intact)
+        ],
+    }
+    doctored["kernels"] = copy.deepcopy(committed["kernels"])
+    dq = doctored["rows"][0]["kernels"][3]
+    assert doctored["kernels"][dq]["kernel"] == "backward_dq"
+    doctored["kernels"][dq]["fingerprint"] = "0" * 32
+    assert doctored["rows"][1]["refused"]
+    doctored["rows"][1]["refused"] = None
+    doctored["rows"][2]["refused"] = "ValueError: recorded as refused"
+    doctored["rows"][2]["kernels"] = []
+    doctored["rows"][3]["kernels"] = doctored["rows"][3]["kernels"][:3]
+    path = tmp_path / "doctored.json"
+    path.write_text(json.dumps(doctored))
+
+    done = run_compile("--check", str(path), timeout=600)
+    assert done.returncode == 1, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stdout
+    assert lines[0] == "sm_80 causal float16 d=64: backward_dq changed (source or launch)"
+    assert lines[1].startswith("sm_75 span bfloat16 d=64: compiled then, ValueError:")
+    assert lines[1].endswith(" now") and "bfloat16" in lines[1].split("then")[1]
+    assert lines[2] == "sm_90 plain float32 d=32: refused then, compiled now"
+    assert lines[3] == (
+        "sm_89 plain float16 d=96: launches ['forward', 'backward_preprocess', 'backward_dkdv', "
+        "'backward_dq'] now, ['forward', 'backward_preprocess', 'backward_dkdv'] then"
+    )
+    assert "5 requests (11 kernels) checked without compiling: 4 stale" in done.stderr
+    # results from another triton: one line, nothing captured
+    assert kc.stale_requests({**committed, "triton": "0.0"}) == [
+        f"compiled with triton 0.0, this is triton {triton.__version__}"
+    ]
 
 
 def test_every_request_compiles(results):
@@ -149,7 +225,8 @@ def test_tensor_cores_per_architecture(results):
 
 def test_committed_results_match_the_compiler(subset):
     """The package's results (make compile-matrix) hold, for every request of the subset, the
-    same facts as compiling now: rerun make compile-matrix after changing a kernel or its launch."""
+    same kernels as compiling now, fingerprints included: rerun make compile-matrix after
+    changing a kernel or its launch."""
     committed = kc.load_results()
     assert committed["triton"] == subset["triton"], (
         "compiled with another triton: rerun make compile-matrix"
@@ -164,10 +241,12 @@ def test_committed_results_match_the_compiler(subset):
         assert then == now, f"{request}: the committed results are stale, rerun make compile-matrix"
 
 
-def test_the_chapter_tables_render(subset):
-    table = kc.compile_table(subset)
+def test_the_chapter_tables_render():
+    """Chapter 10's tables, from the committed full matrix as the chapter reads it."""
+    committed = kc.load_results()
+    table = kc.compile_table(committed)
     assert table.count("\n") == 1 + 3 * len(kc.TARGETS)  # header, rule, 3 kernels per target
     assert "wgmma" in table and "mma.sync" in table and "none (FMA)" in table
-    summary = kc.summary_table(subset)
+    summary = kc.summary_table(committed)
     assert summary.count("\n") == 1 + len(kc.TARGETS)
     assert "(bfloat16 refused)" in summary

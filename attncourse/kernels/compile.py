@@ -34,6 +34,12 @@ Compiling takes from under a second to a minute per kernel on a CPU, so results 
 on disk (:func:`cache_dir`), keyed by the kernel's source (with the functions it calls), the
 triton version, the target and everything the launcher passed. A missing cache only costs time.
 
+Capturing costs no compiling, so whether the committed full matrix (:data:`RESULTS`) is still
+what the kernels and the launcher give can be checked in seconds: each kernel's entry records
+its ``fingerprint`` (the cache key without line numbers), and ``stale_requests``
+(``python -m attncourse.kernels.compile --check``) captures every request again and lists those
+whose kernels, launch configuration or refusal changed since ``make compile-matrix``.
+
 Nothing here runs a kernel, and nothing here is a timing: registers, spills and shared memory
 are what the compiler produced, which bounds what a GPU can run, not how fast it runs.
 """
@@ -45,6 +51,7 @@ import dataclasses
 import gzip
 import hashlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -314,10 +321,11 @@ def _require_compiled_kernels(flash) -> None:
 
 
 def _inputs(variant: str, dtype: torch.dtype, head_dim: int, length: int):
-    g = torch.Generator().manual_seed(0)
+    # Uninitialised: no kernel runs, and the launcher reads no value of q, k or v, only their
+    # dtype, sizes, strides and the alignment of their data, which is all Triton specialises
+    # on. Filling them (random values, zeros) would cost most of a capture's time.
     q, k, v = (
-        torch.randn(2, 16, length, head_dim, generator=g).to(dtype).requires_grad_(True)
-        for _ in range(3)
+        torch.empty(2, 16, length, head_dim, dtype=dtype).requires_grad_(True) for _ in range(3)
     )
     return q, k, v
 
@@ -340,7 +348,7 @@ def _run_launcher(
     else:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if backward:
-        out.backward(torch.ones_like(out))
+        out.backward(torch.empty_like(out))  # the gradient's values are never read either
 
 
 def capture_launches(
@@ -482,17 +490,16 @@ def _jsonable(value):
     return repr(value)
 
 
-def _cache_key(launch: KernelLaunch, target: Target) -> str:
+def _launch_key(launch: KernelLaunch, target: Target, source: str) -> str:
     import triton
 
-    fn = launch.function()
     blob = json.dumps(
         [
             triton.__version__,
             target.name,
             launch.module,
             launch.qualname,
-            fn.cache_key,
+            source,
             _jsonable(launch.signature),
             _jsonable(launch.constexprs),
             _jsonable(launch.attrs),
@@ -500,6 +507,69 @@ def _cache_key(launch: KernelLaunch, target: Target) -> str:
         ]
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _cache_key(launch: KernelLaunch, target: Target) -> str:
+    # Triton's own key of the source: the kernel's and its callees' source, their line numbers
+    # and the constexpr globals they read
+    return _launch_key(launch, target, launch.function().cache_key)
+
+
+def fingerprint(launch: KernelLaunch, target) -> str:
+    """What compiling ``launch`` for ``target`` depends on, as 32 hex digits; no compiling.
+
+    A hash of the triton version, the target, the kernel's source and that of every
+    ``@triton.jit`` function it calls, the ``tl.constexpr`` globals they read, and the launch's
+    signature, constexprs, divisibility attributes and options: the compile cache's key
+    (:func:`compile_launch`) without the line numbers Triton's own key holds, so that moving a
+    kernel within its file (an edited docstring above it) changes no fingerprint. The full
+    matrix records each kernel's fingerprint; :func:`stale_requests` recomputes them.
+    """
+    return _launch_key(launch, _target(target), _source_fingerprint(launch.function()))
+
+
+_SOURCE_FINGERPRINTS: Dict[int, Tuple[Any, str]] = {}
+
+
+def _source_fingerprint(fn) -> str:
+    """``fn.cache_key`` (triton.runtime.jit.JITCallable) without the line numbers.
+
+    Triton hashes a ``@triton.jit`` function's source, the keys of the jit functions it calls
+    (found by its ``DependenciesFinder``), its first line's number and the ``tl.constexpr``
+    globals it reads. This does the same with the same finder, leaving out the line numbers.
+    """
+    from triton.language.core import constexpr
+    from triton.runtime.jit import DependenciesFinder
+
+    known = _SOURCE_FINGERPRINTS.get(id(fn))
+    if known is not None and known[0] is fn:
+        return known[1]
+    _SOURCE_FINGERPRINTS[id(fn)] = (fn, f"recursion:{fn._fn_name}")
+
+    class Finder(DependenciesFinder):
+        def _update_hash(self, func):  # a callee: its fingerprint, not its cache_key
+            callee = _source_fingerprint(func) + str(getattr(func, "noinline", False))
+            self.hasher.update(callee.encode("utf-8"))
+
+    finder = Finder(
+        name=fn._fn_name,
+        globals=fn.__globals__,
+        nonlocals=inspect.getclosurevars(fn.fn).nonlocals,
+        src=fn.src,
+    )
+    try:
+        finder.visit(fn.parse())
+    except BaseException:
+        del _SOURCE_FINGERPRINTS[id(fn)]  # no placeholder left behind as if it were the key
+        raise
+    constants = sorted(  # by name and value: the keys' second half, id(globals), varies
+        (name, str(val))
+        for (name, _), (val, _) in finder.used_global_vals.items()
+        if isinstance(val, constexpr)
+    )
+    key = hashlib.sha256((finder.ret + str(constants)).encode("utf-8")).hexdigest()
+    _SOURCE_FINGERPRINTS[id(fn)] = (fn, key)
+    return key
 
 
 _PTXAS_SPILLS = re.compile(
@@ -700,35 +770,15 @@ def compile_matrix(
     that differ only in ``d`` within one padded block size often share kernels) in ``workers``
     processes at ``nice`` level ``niceness``. Returns ``{"kernels": {id: summary}, "rows": [...],
     "compile_seconds": {id: seconds}}``: each kernel's :meth:`CompileResult.summary` (or
-    ``{"error": message}``) once, and one row per request with its fields, ``"refused"`` (the
-    launcher's message, or ``None``) and ``"kernels"``, the ids of the kernels it launches.
+    ``{"error": message}``) once, with its ``"fingerprint"`` (what compiling it depends on,
+    line numbers aside, which ``--check`` compares without compiling), and one row per request
+    with its fields, ``"refused"`` (the launcher's message, or ``None``) and ``"kernels"``, the
+    ids of the kernels it launches.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    rows: List[Dict[str, Any]] = []
-    jobs: Dict[Tuple[str, str], Tuple[KernelLaunch, str]] = {}
-    for target_name, variant, dtype_name, head_dim in requests:
-        target = _target(target_name)
-        row: Dict[str, Any] = dict(
-            target=target.name,
-            variant=variant,
-            dtype=dtype_name,
-            head_dim=head_dim,
-            refused=None,
-            keys=[],
-        )
-        try:
-            launches = capture_launches(target, variant, dtype_name, head_dim, backward=backward)
-        except (TypeError, ValueError, RuntimeError) as error:
-            row["refused"] = f"{type(error).__name__}: {error}"
-            launches = []
-        for launch in launches:
-            key = (target.name, _cache_key(launch, target))
-            jobs.setdefault(key, (launch, target.name))
-            row["keys"].append(key)
-        rows.append(row)
-
+    rows, jobs = _capture_requests(requests, backward)
     results: Dict[Tuple[str, str], Any] = {}
     cache_arg = str(cache) if cache is not None else None
     if workers <= 1:
@@ -752,13 +802,97 @@ def compile_matrix(
 
     ids = {key: f"{key[0]}/{key[1][:12]}" for key in jobs}
     kernels = {
-        ids[key]: r.summary() if isinstance(r, CompileResult) else {"error": r}
+        ids[key]: {
+            **(r.summary() if isinstance(r, CompileResult) else {"error": r}),
+            "fingerprint": fingerprint(*jobs[key]),
+        }
         for key, r in results.items()
     }
     seconds = {ids[key]: r.seconds for key, r in results.items() if isinstance(r, CompileResult)}
     for row in rows:
         row["kernels"] = [ids[key] for key in row.pop("keys")]
     return {"kernels": kernels, "rows": rows, "compile_seconds": seconds}
+
+
+def _capture_requests(
+    requests: Iterable[Tuple[str, str, str, int]], backward: bool = True
+) -> Tuple[List[Dict[str, Any]], Dict[Tuple[str, str], Tuple[KernelLaunch, str]]]:
+    """Capture every request's kernels (no compiling): one row per request, with the request's
+    fields, ``"refused"`` (the launcher's message, or ``None``) and ``"keys"``, the
+    ``(target, cache key)`` of each kernel it launches; and each distinct kernel's launch."""
+    rows: List[Dict[str, Any]] = []
+    jobs: Dict[Tuple[str, str], Tuple[KernelLaunch, str]] = {}
+    for target_name, variant, dtype_name, head_dim in requests:
+        target = _target(target_name)
+        row: Dict[str, Any] = dict(
+            target=target.name,
+            variant=variant,
+            dtype=dtype_name,
+            head_dim=head_dim,
+            refused=None,
+            keys=[],
+        )
+        try:
+            launches = capture_launches(target, variant, dtype_name, head_dim, backward=backward)
+        except (TypeError, ValueError, RuntimeError) as error:
+            row["refused"] = f"{type(error).__name__}: {error}"
+            launches = []
+        for launch in launches:
+            key = (target.name, _cache_key(launch, target))
+            jobs.setdefault(key, (launch, target.name))
+            row["keys"].append(key)
+        rows.append(row)
+    return rows, jobs
+
+
+def stale_requests(results: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """The requests of ``results`` (default :func:`load_results`) that the kernels and the
+    launcher would no longer compile as recorded, each as a line saying what changed; compiles
+    nothing.
+
+    Captures every request's kernels now (a few hundredths of a second each) and compares their
+    :func:`fingerprint` with those ``make compile-matrix`` recorded, kernel by kernel, and
+    whether the launcher refuses the request. Results from another triton version give one
+    line. An empty list: every recorded result is what compiling now would give, as far as
+    the compiler's inputs tell (the compiler's output itself is not checked here).
+    """
+    import triton
+
+    results = load_results() if results is None else results
+    if results.get("triton") != triton.__version__:
+        return [
+            f"compiled with triton {results.get('triton')}, this is triton {triton.__version__}"
+        ]
+    fields = ("target", "variant", "dtype", "head_dim")
+    requests = [tuple(row[f] for f in fields) for row in results["rows"]]
+    rows, jobs = _capture_requests(requests)
+    prints = {key: fingerprint(*job) for key, job in jobs.items()}
+    stale = []
+    for then, now in zip(results["rows"], rows):
+        name = "{} {} {} d={}".format(*(then[f] for f in fields))
+        if bool(then["refused"]) != bool(now["refused"]):
+            was = "refused" if then["refused"] else "compiled"
+            stale.append(f"{name}: {was} then, {now['refused'] or 'compiled'} now")
+            continue
+        recorded = [results["kernels"][k] for k in then["kernels"]]
+        current = [(jobs[key][0].kernel, prints[key]) for key in now["keys"]]
+        if [k.get("kernel") for k in recorded] != [kernel for kernel, _ in current]:
+            stale.append(
+                f"{name}: launches {[kernel for kernel, _ in current]} now, "
+                f"{[k.get('kernel') for k in recorded]} then"
+            )
+            continue
+        if any("fingerprint" not in k for k in recorded):
+            stale.append(f"{name}: no fingerprint recorded")
+            continue
+        changed = [
+            kernel
+            for (kernel, now_print), k in zip(current, recorded)
+            if k["fingerprint"] != now_print
+        ]
+        if changed:
+            stale.append(f"{name}: {', '.join(changed)} changed (source or launch)")
+    return stale
 
 
 def _safe_compile(launch: KernelLaunch, target_name: str, cache: Optional[str]):
@@ -990,20 +1124,22 @@ def matrix_requests(
     """The ``(target, variant, dtype, head_dim)`` requests of the full matrix, or of CI's subset.
 
     The full matrix is every target x variant x dtype x head size in ``head_dims`` (bfloat16 on
-    sm_75 included: the launcher must refuse it), one head size after the other. The subset
-    keeps, per target, the kernels at d = 128 (the largest tiles, nearest the shared-memory and
-    register limits): causal in float16 and in float32, and adaptive span in bfloat16 (refused
-    on sm_75). A few minutes' compiling on a quiet CPU.
+    sm_75 included: the launcher must refuse it), one head size after the other. The subset is
+    what CI compiles to compare with the committed full matrix, whose freshness
+    ``stale_requests`` checks for every request without compiling: at d = 128 (the largest
+    tiles, nearest the shared-memory and register limits), causal float16 on sm_75 (the T4,
+    Colab's GPU: the FMA path), on sm_80 (the A100: ``mma.sync``) and on sm_90 (the H100:
+    ``wgmma``), and adaptive span in bfloat16 on sm_90 and on sm_75, where the launcher refuses
+    it (nothing to compile). About half a minute's compiling on one core.
     """
     if subset:
-        requests = []
-        for name in TARGETS:
-            requests += [
-                (name, "causal", "float16", 128),
-                (name, "causal", "float32", 128),
-                (name, "span", "bfloat16", 128),
-            ]
-        return requests
+        return [
+            ("sm_75", "causal", "float16", 128),
+            ("sm_75", "span", "bfloat16", 128),
+            ("sm_80", "causal", "float16", 128),
+            ("sm_90", "causal", "float16", 128),
+            ("sm_90", "span", "bfloat16", 128),
+        ]
     return [
         (name, variant, dtype, d)
         for d in head_dims
@@ -1014,7 +1150,8 @@ def matrix_requests(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m attncourse.kernels.compile [--subset] [--out FILE]``: compile, write JSON."""
+    """``python -m attncourse.kernels.compile [--subset] [--out FILE]``: compile, write JSON;
+    ``--check [FILE]``: list the stale requests of the committed results (or FILE's)."""
     import argparse
     import platform
     import sys
@@ -1023,7 +1160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m attncourse.kernels.compile", description=main.__doc__
     )
     parser.add_argument(
-        "--subset", action="store_true", help="CI's representative subset, not the full matrix"
+        "--subset", action="store_true", help="CI's sample of the matrix, not the full matrix"
     )
     parser.add_argument(
         "--targets", nargs="*", default=None, help=f"restrict to these of {list(TARGETS)}"
@@ -1039,7 +1176,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help=(
+            "compile nothing: list the requests of the committed results (or of FILE) whose "
+            "kernels or launch changed since they were compiled; exit 1 if any"
+        ),
+    )
     args = parser.parse_args(argv)
+    if args.check is not None:
+        results = load_results(args.check or None)
+        stale = stale_requests(results)
+        for line in stale:
+            print(line)
+        kernels = sum(len(row["kernels"]) for row in results["rows"])
+        print(
+            f"{len(results['rows'])} requests ({kernels} kernels) checked without compiling: "
+            f"{len(stale)} stale" + (", rerun make compile-matrix" if stale else ""),
+            file=sys.stderr,
+        )
+        return 1 if stale else 0
 
     requests = matrix_requests(subset=args.subset, head_dims=args.head_dims)
     if args.targets:
