@@ -7,6 +7,7 @@ import torch
 
 from attncourse.attention import scaled_dot_product_attention
 from attncourse.benchmarks import attention as benchmark
+from attncourse.benchmarks import measure
 from attncourse.benchmarks.__main__ import build_parser, main
 from attncourse.benchmarks.common import RESULTS, write_result
 from attncourse.masks import causal_mask
@@ -23,7 +24,26 @@ def test_builders_compute_the_same_attention():
         torch.testing.assert_close(layers[0], layers[1], atol=1e-5, rtol=1e-4)
 
 
-def test_command_writes_json(tmp_path, capsys):
+def test_command_writes_json(tmp_path, capsys, monkeypatch):
+    # Tiny all through: the machine's ceiling from a 64 x 64 product, not the command's 2048, and
+    # each builder's peak memory measured in a fresh process once (the command's target and its
+    # JSON kwargs, as cpu_peak_memory sends them; test_measure.py checks the measure itself).
+    # The other rows' peaks run the same child code in this process: 2 interpreters importing
+    # torch, not 10.
+    seen = []
+
+    def peak_once_per_builder(target, kwargs, **options):
+        if target in seen:
+            return measure._child_peak(target, json.loads(json.dumps(kwargs)))
+        seen.append(target)
+        return measure.cpu_peak_memory(target, kwargs, **options)
+
+    monkeypatch.setattr(benchmark, "cpu_peak_memory", peak_once_per_builder)
+    monkeypatch.setattr(
+        benchmark,
+        "matmul_throughput",
+        lambda size, **kw: measure.matmul_throughput(64, **kw),
+    )
     main(
         [
             "--lengths",
@@ -48,6 +68,10 @@ def test_command_writes_json(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "tiled" in printed and "x torch" in printed
     assert benchmark.load("cpu", tmp_path, "_t") == result
+    assert seen == [
+        "attncourse.benchmarks.attention:build",
+        "attncourse.benchmarks.attention:build_layer",
+    ]
 
 
 def test_command_writes_to_the_working_directory_not_the_package(tmp_path, monkeypatch):

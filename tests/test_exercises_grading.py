@@ -10,6 +10,7 @@ attacks, the generic right-answer styles and the mutation test without a change 
 import copy
 import decimal
 import fractions
+import importlib.util
 import inspect
 import json
 import math
@@ -183,8 +184,42 @@ def test_mutation_covers_at_least_200_mutants_over_every_coding_exercise():
     assert all(n >= 2 for n in counts.values()), counts
 
 
+# check()'s time limit while the mutants are judged on the CPU, and the mutants it stops. A mutant
+# that never ends is killed by the time limit alone: at the learner's 10 s the three below cost a
+# minute (each check runs in Chinese too). Without a GPU every solution checks within 0.5 s and
+# every other mutant ends within 1 s, even in Triton's interpreter on a loaded machine, so 2 s
+# gives every mutant the verdict it gets at 10 s (tools/mutate_checkers.py kills the same set,
+# with the same messages, with either). A mutant that the short limit stops must be listed here:
+# a slow one that is right would otherwise pass as killed. (With a GPU the limit stays: there it
+# also counts the seconds Triton takes to compile each kernel.)
+MUTANT_TIME_LIMIT_S = 2.0
+ENDLESS_MUTANTS = {  # loops up to a pointer: in the interpreter S, V and O are addresses
+    f"gpu/online-softmax-kernel :: for start in range(0, n_keys, BLOCK_N): => "
+    f"for start in range(0, {pointer}, BLOCK_N):"
+    for pointer in ("S", "V", "O")
+}
+
+
 @pytest.mark.parametrize("exercise_id", MUTATED)
-def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercise_id):
+def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercise_id, monkeypatch):
+    short = not torch.cuda.is_available()
+    if short:
+        monkeypatch.setattr(_core, "TIME_LIMIT_S", MUTANT_TIME_LIMIT_S)
+    build, judge = mutate.compile_mutant, mutate._judge
+    current, stopped = [], set()  # the mutant being judged; those stopped by the time limit
+
+    def building(mutant, solution):
+        current[:] = [mutant.key]
+        return build(mutant, solution)
+
+    def judging(eid, fn):
+        result = judge(eid, fn)
+        if current and result.message.startswith(_core._timeout_message()):
+            stopped.add(current[0])
+        return result
+
+    monkeypatch.setattr(mutate, "compile_mutant", building)
+    monkeypatch.setattr(mutate, "_judge", judging)
     equivalents = mutate.load_equivalents()
     report = mutate.run(exercise_id, _REGISTRY[exercise_id].reference, equivalents)
     assert not report.survivors, "mutants the checker accepts:\n" + "\n".join(report.survivors)
@@ -192,6 +227,15 @@ def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercis
     assert listed <= set(report.equivalent), (
         f"listed as equivalent but killed or gone: {listed - set(report.equivalent)}"
     )
+    if not short:
+        return
+    endless = {k for k in ENDLESS_MUTANTS if k.startswith(exercise_id + " :: ")}
+    assert stopped <= endless, (
+        f"stopped by the {MUTANT_TIME_LIMIT_S:g} s time limit but not listed as endless (a slow "
+        f"mutant that is right?): {stopped - endless}"
+    )
+    if endless and importlib.util.find_spec("triton") is not None:  # without it: killed at once
+        assert stopped == endless, f"listed as endless but not stopped: {endless - stopped}"
 
 
 def test_every_listed_equivalent_has_a_reason_and_a_known_exercise():
