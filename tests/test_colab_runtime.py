@@ -1,5 +1,5 @@
-"""Every notebook of the Colab edition starts in a fresh Colab-like runtime, installing the
-package with its own first cell.
+"""Every notebook of the Colab edition starts in a fresh Colab-like runtime: its first cell
+installs the package where it is missing and leaves it alone where a chapter before installed it.
 
 The notebooks run are those a Colab user opens: ``notebooks/<name>.ipynb``, generated from
 ``book/`` by ``tools/colab_edition.py`` (``tests/test_colab_edition.py`` keeps them in step
@@ -7,28 +7,30 @@ with the book and proves their code cells are the book's, byte for byte).
 
 A new virtual environment gets only what a Colab runtime already has that matters here
 (torch, numpy, matplotlib, ipykernel and triton, at the versions pinned in requirements.txt) and
-nothing else: no attncourse, no tqdm, no pytest. Each notebook then runs in a kernel of that
-environment, started in an empty working directory (like Colab's /content, so nothing of the
-checkout is reachable by a relative path). Its first cell installs attncourse with pip, from
-this checkout instead of the repository URL through the set-up cell's one override
-(``ATTNCOURSE_INSTALL_URL``). The first notebook run (``FULL_CHAPTER``, unless one chapter is
-run alone) starts without attncourse, and its first cell installs it; every later notebook's
-first cell finds it installed and must leave the runtime as it is, as when a reader opens a
-second chapter in the same runtime. The set-up cell is the same text in every chapter (asserted
-below), so one install from nothing proves it for all of them.
+nothing else: no attncourse, no tqdm, no pytest. Notebooks then run in kernels of that
+environment, each started in an empty working directory (like Colab's /content, so nothing of
+the checkout is reachable by a relative path). The set-up cell installs attncourse with pip,
+from this checkout instead of the repository URL through its one override
+(``ATTNCOURSE_INSTALL_URL``). It is the same text in every chapter (asserted below), so two runs
+of it prove it for all of them: once in a runtime without attncourse, where it installs it, and
+once in a new kernel of the runtime that has it, where it must leave the runtime as it is (a
+reader opening a second chapter in the same runtime).
 
-One chapter (``FULL_CHAPTER``) then runs every cell there. Every other chapter runs its set-up
-cell and its imports (the first code cell after the set-up), which load every module of the
-package the chapter uses from the installed copy; the rest of its cells are the book's byte for
-byte (tests/test_colab_edition.py) and already run twice elsewhere: in the book build and
-under nbval. So each chapter executes twice in CI, not three times, and every reader path stays
-tested: the set-up cell of every chapter in a fresh runtime, one chapter end to end there, the
-installed package's files (every file of the package directory, package data included).
+One chapter (``FULL_CHAPTER``) runs every cell in the runtime without attncourse: its set-up cell
+installs the package, the rest of the chapter runs on the installed copy. Then one new kernel
+runs every other chapter's set-up cell and imports (the first code cell after the set-up), in the
+order of the book: the first set-up cell finds the package installed, and the imports load every
+module of the package the chapters use from the installed copy. The rest of their cells are the
+book's byte for byte (tests/test_colab_edition.py) and run once, under nbval in the book build:
+in CI chapter 6 executes twice, every other chapter once, and every reader path stays tested:
+the set-up cell from nothing and with the package installed, one chapter end to end, every
+chapter's imports, the installed package's files (every file of the package directory, package
+data included).
 
 This proves the set-up cell, the package's dependency bounds (pip must not touch the
 runtime's torch, numpy or matplotlib) and that the built package holds everything the
-notebooks need (package data, subpackages). It takes a few minutes: about one to build the
-environment, then each notebook's own running time plus a few seconds of pip.
+notebooks need (package data, subpackages). It takes about a minute and a half: building the
+environment, the full chapter's running time plus its install, and a few seconds for the rest.
 
 The test is skipped only when the environment cannot be built because no package index can
 be reached; any other failure fails.
@@ -160,6 +162,8 @@ def kernel_env(python: Path, install_url: str) -> dict[str, str]:
             "VIRTUAL_ENV",
             "MPLBACKEND",
             "JUPYTER_PATH",
+            # Colab's Python writes bytecode: the first kernel caches what it compiles for the next
+            "PYTHONDONTWRITEBYTECODE",
         }
     }
     path = [
@@ -197,7 +201,25 @@ def build_runtime(base: Path) -> dict:
     subprocess.run([python3_11, "-m", "venv", str(base / "venv")], check=True)
     python = base / "venv" / "bin" / "python"
     pins = runtime_pins()
-    result = run([str(python), "-m", "pip", "install", "--quiet", *pins.values()])
+    # The pip of the tests' environment installs them into the venv (--python): the same
+    # distributions as the venv's own older pip would install, in less time, and its words when
+    # no index answers are those test_only_an_unreachable_index_skips checks. --no-compile: no
+    # byte-compiling of the thousands of modules of torch and triton that no notebook imports
+    # (two thirds of the time); the kernels compile what they import, as Python always does.
+    # The venv keeps its own pip (ensurepip's), which the set-up cell runs.
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-compile",
+            *pins.values(),
+        ]
+    )
     if result.returncode != 0:
         output = result.stdout + result.stderr
         if index_unreachable(output):
@@ -286,17 +308,36 @@ def test_only_an_unreachable_index_skips(tmp_path):
     )  # reachable, but empty
 
 
-# The full chapter first: it installs the package from nothing.
-ORDER = sorted(NOTEBOOKS, key=lambda path: path.stem != FULL_CHAPTER)
+def imports_cell(nb) -> int:
+    """The index of a chapter's imports: the first code cell after the set-up cell."""
+    return next(i for i, cell in enumerate(nb.cells) if i > 0 and cell.cell_type == "code")
 
 
-@pytest.mark.parametrize("path", ORDER, ids=[path.stem for path in ORDER])
-def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_every_chapter_starts_with_the_set_up_cell_then_its_imports(path):
+    """One text in every chapter: so its two runs below prove every chapter's set-up cell."""
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "code" and first.source == normalize.setup_source()
+    assert normalize.INSTALL_URL_VARIABLE in first.source
+    imports = nb.cells[imports_cell(nb)].source
+    assert "import attncourse" in imports or "from attncourse" in imports
+
+
+def run_in_the_runtime(
+    runtime, name: str, cells: list[tuple[str, object]], metadata: dict, capsys
+) -> None:
+    """Run ``cells`` (``(chapter, cell)`` pairs) in one new kernel of the runtime (``metadata``:
+    a chapter's), started in an empty working directory, then check where every attncourse
+    module came from and what the set-up cell did to the runtime.
+
+    The first run here starts without attncourse (its set-up cell must install it); every later
+    one finds it installed (its set-up cell must install nothing).
+    """
     python, source = runtime["python"], runtime["source"]
     install_url = source.as_uri()
-    content = (
-        runtime["base"] / f"content-{path.stem}"
-    )  # an empty working directory, like Colab's /content
+    # an empty working directory, like Colab's /content
+    content = runtime["base"] / ("content-" + re.sub(r"\W+", "-", name))
     content.mkdir()
     fresh = "installed_by" not in runtime  # the first notebook run here installs the package
     if fresh:
@@ -306,18 +347,9 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
         assert not can_import_attncourse(python, content)
     before = installed(python, content)
 
-    nb = nbformat.read(path, as_version=4)
-    first = nb.cells[0]
-    assert first.cell_type == "code" and first.source == normalize.setup_source()
-    assert normalize.INSTALL_URL_VARIABLE in first.source
-    if path.stem != FULL_CHAPTER:  # the set-up cell and the imports (the next code cell)
-        imports = next(i for i, cell in enumerate(nb.cells) if i > 0 and cell.cell_type == "code")
-        assert (
-            "import attncourse" in nb.cells[imports].source
-            or "from attncourse" in nb.cells[imports].source
-        )
-        nb.cells = nb.cells[: imports + 1]
-    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    nb = nbformat.v4.new_notebook(metadata=metadata)
+    chapters = [chapter for chapter, _ in cells] + ["probe"]
+    nb.cells = [cell for _, cell in cells] + [nbformat.v4.new_code_cell(PROBE)]
     kernel_manager = AsyncKernelManager(
         kernel_name="python3",
         kernel_spec_manager=KernelSpecManager(
@@ -332,7 +364,10 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     with client.setup_kernel(env=kernel_env(python, install_url), cleanup_kc=True):
         for index, cell in enumerate(nb.cells):
             start = time.perf_counter()
-            client.execute_cell(cell, index)  # raises CellExecutionError when a cell fails
+            try:
+                client.execute_cell(cell, index)  # raises CellExecutionError when a cell fails
+            except Exception as error:
+                raise AssertionError(f"{chapters[index]}, cell {index} of this kernel") from error
             seconds.append(time.perf_counter() - start)
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(cell.execution_count is not None for cell in code_cells)
@@ -356,8 +391,8 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     purelib = Path(probe["purelib"])
     assert purelib.resolve().is_relative_to(venv.resolve())
     assert "attncourse" in probe["modules"] and "attncourse.exercises" in probe["modules"]
-    for name, file in probe["modules"].items():
-        assert file and Path(file).resolve().is_relative_to(purelib.resolve()), (name, file)
+    for module, file in probe["modules"].items():
+        assert file and Path(file).resolve().is_relative_to(purelib.resolve()), (module, file)
     # ... installed by the first cell, as a regular (not editable) install from the override's URL.
     assert probe["direct_url"]["url"] == install_url
     assert not probe["direct_url"].get("dir_info", {}).get("editable", False)
@@ -380,24 +415,50 @@ def test_notebook_runs_in_a_fresh_colab_like_runtime(path, runtime, capsys):
     # The pip resolver's view of the dependency bounds: it adds packages, never changes the runtime's.
     after = installed(python, content)
     changed = {
-        name: (version, after.get(name))
-        for name, version in before.items()
-        if after.get(name) != version
+        package: (version, after.get(package))
+        for package, version in before.items()
+        if after.get(package) != version
     }
     assert changed == {}, f"the set-up cell changed packages of the runtime: {changed}"
     added = sorted(set(after) - set(before))
     if fresh:
         assert "attncourse" in added
-        runtime["installed_by"] = path.stem
+        runtime["installed_by"] = name
     else:  # found installed: the set-up cell installs nothing
         assert added == [], f"the set-up cell installed {added} over {runtime['installed_by']}'s"
 
     say(
         capsys,
-        f"\n{path.stem}: {sum(seconds):.0f} s in all, set-up cell {seconds[0]:.1f} s, "
+        f"\n{name}: {sum(seconds):.0f} s in all, first set-up cell {seconds[0]:.1f} s, "
         f"{len(code_cells) - 1} code cells; the set-up cell installed "
-        + (", ".join(f"{name} {after[name]}" for name in added) or "nothing (already installed)"),
+        + (
+            ", ".join(f"{package} {after[package]}" for package in added)
+            or "nothing (already installed)"
+        ),
     )
+
+
+# The full chapter's test comes first: its set-up cell installs the package from nothing.
+def test_the_full_chapter_installs_the_package_and_runs_in_a_fresh_colab_like_runtime(
+    runtime, capsys
+):
+    path = colab.OUT / f"{FULL_CHAPTER}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cells = [(FULL_CHAPTER, cell) for cell in nb.cells]
+    run_in_the_runtime(runtime, FULL_CHAPTER, cells, nb.metadata, capsys)
+
+
+def test_the_other_chapters_set_up_cells_and_imports_run_in_a_new_kernel_of_that_runtime(
+    runtime, capsys
+):
+    """A reader opening a second chapter: its set-up cell, first in a new kernel, finds the package
+    (the full chapter's set-up cell installed it) and installs nothing; each chapter's imports then
+    load the modules it uses from the installed copy."""
+    cells = []
+    for path in (path for path in NOTEBOOKS if path.stem != FULL_CHAPTER):  # in the book's order
+        nb = nbformat.read(path, as_version=4)
+        cells += [(path.stem, nb.cells[0]), (path.stem, nb.cells[imports_cell(nb)])]
+    run_in_the_runtime(runtime, "the other chapters", cells, nb.metadata, capsys)
 
 
 def test_the_full_chapter_is_a_chapter_of_the_colab_edition():
