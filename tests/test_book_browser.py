@@ -246,42 +246,51 @@ CJK_FONT = re.compile(
 )
 
 
+# The elements whose fonts are asked for, and those of them with Chinese in their own text (text
+# nodes that are their children: an API signature's "[源代码]" is a link's, not the signature's),
+# as ``[place among the elements, text]``.
+CJK_ELEMENTS = "article p, article li, article h1, article h2, article dt"
+CJK_OWN_TEXT_JS = r"""
+(selector) => {
+  const elements = [...document.querySelectorAll(selector)];
+  const own = (el) => [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.nodeValue).join("");
+  return {
+    count: elements.length,
+    chinese: elements.flatMap((el, i) => /[\u4e00-\u9fff]/.test(own(el)) ?
+      [[i, el.outerHTML.replace(/<[^>]+>/g, "").slice(0, 60)]] : []),
+  };
+}
+"""
+
+
 def cjk_fonts(context, page, limit: int = 40) -> dict:
     """The platform fonts Chromium drew the page's Chinese text with (DevTools protocol):
     ``{"checked": n, "without": [(text, fonts)]}``, ``without`` listing each element whose
-    Chinese characters were drawn with no font that has Chinese glyphs (boxes, to a reader)."""
+    Chinese characters were drawn with no font that has Chinese glyphs (boxes, to a reader).
+    The fonts Chromium reports are those of the element's own text, not its children's: only
+    elements with Chinese in their own text are asked (found in the page, in one call)."""
+    found = page.evaluate(CJK_OWN_TEXT_JS, CJK_ELEMENTS)
     client = context.new_cdp_session(page)
     try:
         client.send("DOM.enable")
         client.send("CSS.enable")
         root = client.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
-        nodes = client.send(
-            "DOM.querySelectorAll",
-            {
-                "nodeId": root,
-                "selector": "article p, article li, article h1, article h2, article dt",
-            },
-        )["nodeIds"]
+        # the same elements in the same (document) order as the page's querySelectorAll
+        nodes = client.send("DOM.querySelectorAll", {"nodeId": root, "selector": CJK_ELEMENTS})[
+            "nodeIds"
+        ]
+        assert len(nodes) == found["count"], (page.url, len(nodes), found["count"])
         checked, without = 0, []
-        for node in nodes:
+        for index, text in found["chinese"]:
             if checked >= limit:
                 break
-            # the fonts Chromium reports are those of the element's own text, not its children's:
-            # only Chinese in its own text nodes counts (an API signature's "[源代码]" is a link's)
-            children = client.send("DOM.describeNode", {"nodeId": node, "depth": 1})["node"]
-            own = "".join(
-                c.get("nodeValue", "") for c in children.get("children", []) if c["nodeType"] == 3
-            )
-            if not CJK.search(own):
-                continue
-            text = client.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
-            fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": nodes[index]})["fonts"]
             if not fonts:
                 continue
             names = [f["familyName"] for f in fonts]
             checked += 1
             if not any(CJK_FONT.search(name) for name in names):
-                without.append((re.sub(r"<[^>]+>", "", text)[:60], names))
+                without.append((text, names))
         return {"checked": checked, "without": without}
     finally:
         client.detach()
@@ -371,13 +380,15 @@ class Traffic:
         """Return once no request is in flight and none has started or ended for ``QUIET_S``
         (Playwright's ``networkidle`` waits a fixed 500 ms instead, three times a page)."""
         deadline = time.monotonic() + TIMEOUT_MS / 1000
-        while self.pending or time.monotonic() - self.last < self.QUIET_S:
+        while self.pending or (quiet := time.monotonic() - self.last) < self.QUIET_S:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{self.page.url}: requests still in flight after {TIMEOUT_MS} ms:"
                     f" {sorted(r.url for r in self.pending)[:5]}"
                 )
-            self.page.wait_for_timeout(25)  # lets Playwright deliver the page's events
+            # lets Playwright deliver the page's events: while requests are in flight, 25 ms at a
+            # time; once none is, until the quiet time is up (an event in between moves it on)
+            self.page.wait_for_timeout(25 if self.pending else 5 + 1000 * (self.QUIET_S - quiet))
 
 
 def console(message, report: PageReport) -> None:
@@ -387,35 +398,47 @@ def console(message, report: PageReport) -> None:
         report.console_errors.append(message.text)
 
 
-def open_page(context, url: str, report: PageReport):
-    """A new page that records what ``url`` does, loaded, with MathJax finished and the network
-    settled (``page.traffic.settle()`` waits for it again)."""
-    from playwright.sync_api import Error as PlaywrightError
-
-    page = context.new_page()
-    page.traffic = Traffic(page)
-    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+def new_tab(context):
+    """A tab that records what the page it holds does into that page's report (``tab.report``,
+    set by ``open_page``). The crawl loads page after page into one tab: Chromium then keeps the
+    renderer process and the scripts it compiled (every page loads the theme's 1.5 MB of Font
+    Awesome), where a new tab per page cost four times the CPU."""
+    tab = context.new_page()
+    tab.traffic = Traffic(tab)
+    tab.report, tab.origin = PageReport(""), ""
 
     def request(r):
-        report.requests += 1
-        if not (r.url.startswith(origin + "/") or r.url.startswith("data:")):
-            report.foreign_requests.append(r.url)  # and Chromium cannot resolve its host
+        tab.report.requests += 1
+        if not (r.url.startswith(tab.origin + "/") or r.url.startswith("data:")):
+            tab.report.foreign_requests.append(r.url)  # and Chromium cannot resolve its host
 
     # Recorded, not intercepted: page.route would disable the browser's cache, so that every
     # page fetched the theme and MathJax again through this process.
-    page.on("request", request)
-    page.on("console", lambda m: console(m, report))
-    page.on("pageerror", lambda e: report.page_errors.append(str(e)))
-    page.on("requestfailed", lambda r: report.failed_requests.append(f"{r.url} ({r.failure})"))
-    page.on(
+    tab.on("request", request)
+    tab.on("console", lambda m: console(m, tab.report))
+    tab.on("pageerror", lambda e: tab.report.page_errors.append(str(e)))
+    tab.on("requestfailed", lambda r: tab.report.failed_requests.append(f"{r.url} ({r.failure})"))
+    tab.on(
         "response",
-        lambda r: r.status >= 400 and report.failed_requests.append(f"{r.url} (HTTP {r.status})"),
+        lambda r: (
+            r.status >= 400 and tab.report.failed_requests.append(f"{r.url} (HTTP {r.status})")
+        ),
     )
-    page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
-    page.traffic.settle()  # a <meta http-equiv="refresh"> has fired by now
+    return tab
+
+
+def open_page(tab, url: str, report: PageReport):
+    """``url`` loaded into ``tab``, which records into ``report`` what it does, with MathJax
+    finished and the network settled (``tab.traffic.settle()`` waits for it again)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    tab.traffic.settle()  # what the previous page still had in flight counts against it
+    tab.report, tab.origin = report, "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    tab.goto(url, wait_until="load", timeout=TIMEOUT_MS)
+    tab.traffic.settle()  # a <meta http-equiv="refresh"> has fired by now
     for attempt in range(3):
         try:
-            page.evaluate("""async () => {
+            tab.evaluate("""async () => {
                   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
                   await document.fonts.ready;
                 }""")
@@ -423,48 +446,45 @@ def open_page(context, url: str, report: PageReport):
         except PlaywrightError as error:  # the page navigated (a redirect) while it was being read
             if "context was destroyed" not in str(error) or attempt == 2:
                 raise
-            page.wait_for_load_state("load", timeout=TIMEOUT_MS)
-    page.traffic.settle()
-    report.final_url = page.url
-    return page
+            tab.wait_for_load_state("load", timeout=TIMEOUT_MS)
+    tab.traffic.settle()
+    report.final_url = tab.url
+    return tab
 
 
 def visit(
-    context, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False
+    tab, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False
 ) -> PageReport:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     report = PageReport(path)
-    page = open_page(context, f"{origin}/{quote(path)}", report)
-    try:
-        report.data = page.evaluate(COLLECT_JS)
-        if CJK.search(report.data["prose"]):
-            report.cjk = cjk_fonts(context, page)
-        if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(screenshot), full_page=True)
-            report.screenshot = screenshot
-        if chapter:
-            report.figures = page.evaluate(FIGURES_JS)
-            for index in range(report.data["solutions"]):
-                before = page.evaluate(SOLUTION_STATE_JS, index)
-                page.evaluate_handle(SOLUTION_HEAD_JS, index).as_element().click()
-                try:  # give an animated dropdown a moment to open
-                    page.wait_for_function(
-                        f"(index) => ({SOLUTION_STATE_JS})(index).shown", arg=index, timeout=2000
-                    )
-                except PlaywrightTimeout:
-                    pass
-                after = page.evaluate(SOLUTION_STATE_JS, index)
-                report.solutions.append((before, after))
-        page.traffic.settle()
-    finally:
-        page.close()
+    page = open_page(tab, f"{origin}/{quote(path)}", report)
+    report.data = page.evaluate(COLLECT_JS)
+    if CJK.search(report.data["prose"]):
+        report.cjk = cjk_fonts(page.context, page)
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(screenshot), full_page=True)
+        report.screenshot = screenshot
+    if chapter:
+        report.figures = page.evaluate(FIGURES_JS)
+        for index in range(report.data["solutions"]):
+            before = page.evaluate(SOLUTION_STATE_JS, index)
+            page.evaluate_handle(SOLUTION_HEAD_JS, index).as_element().click()
+            try:  # give an animated dropdown a moment to open
+                page.wait_for_function(
+                    f"(index) => ({SOLUTION_STATE_JS})(index).shown", arg=index, timeout=2000
+                )
+            except PlaywrightTimeout:
+                pass
+            after = page.evaluate(SOLUTION_STATE_JS, index)
+            report.solutions.append((before, after))
+    page.traffic.settle()
     return report
 
 
 def crawl(
-    context,
+    tab,
     origin: str,
     site: Path,
     start: list[str],
@@ -480,7 +500,7 @@ def crawl(
         if path in reports:
             continue
         reports[path] = report = visit(
-            context, origin, path, screenshot=screenshots.get(path), chapter=path in chapters
+            tab, origin, path, screenshot=screenshots.get(path), chapter=path in chapters
         )
         for link in report.data["links"]:
             target = site_path(link["href"], origin)
@@ -619,7 +639,23 @@ def context(browser):
 
 
 @pytest.fixture(scope="module")
-def book(context):
+def tab(context):
+    """The tab the book is read in, one page after another (``new_tab``)."""
+    page = new_tab(context)
+    yield page
+    page.close()
+
+
+@pytest.fixture
+def fresh_tab(context):
+    """A tab of its own, for a test's hand-made pages."""
+    page = new_tab(context)
+    yield page
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def book(tab):
     """Every page visited: ``(origin, {path: PageReport})``."""
     if not (SITE / "index.html").is_file():
         message = f"{SITE.relative_to(ROOT)} has no built book: run `make book` first"
@@ -638,7 +674,7 @@ def book(context):
             if "_static" not in p.relative_to(SITE).parts
         )
         reports = crawl(
-            context,
+            tab,
             server.origin,
             SITE,
             ["index.html"] + toc + others,
@@ -785,30 +821,28 @@ def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[0][0]
 
 
-def search_results(context, origin: str, query: str) -> list[str]:
+def search_results(tab, origin: str, query: str) -> list[str]:
     report = PageReport("search.html")
-    page = open_page(context, f"{origin}/search.html?q={quote(query)}", report)
-    try:
-        page.wait_for_function(
-            "() => /found|did not match/i.test((document.querySelector('#search-results') ||"
-            " {}).innerText || '')",
-            timeout=TIMEOUT_MS,
-        )
-        hrefs = page.eval_on_selector_all(
-            "#search-results ul.search li a", "as => as.map((a) => a.href)"
-        )
-    finally:
-        page.close()
+    page = open_page(tab, f"{origin}/search.html?q={quote(query)}", report)
+    page.wait_for_function(
+        "() => /found|did not match/i.test((document.querySelector('#search-results') ||"
+        " {}).innerText || '')",
+        timeout=TIMEOUT_MS,
+    )
+    hrefs = page.eval_on_selector_all(
+        "#search-results ul.search li a", "as => as.map((a) => a.href)"
+    )
+    page.traffic.settle()  # the results' summaries, fetched after the list shows
     assert load_problems(report) == [] and report.foreign_requests == []
     return sorted({site_path(h.split("#")[0].split("?")[0], origin) for h in hrefs})
 
 
-def test_search_finds_each_chapter_by_a_word_of_it(book, context):
+def test_search_finds_each_chapter_by_a_word_of_it(book, tab):
     origin, reports = book
-    assert search_results(context, origin, "zqxwvjkplm") == []  # the search can come back empty
+    assert search_results(tab, origin, "zqxwvjkplm") == []  # the search can come back empty
     for doc in chapter_files():
         word = distinctive_word(doc, reports)
-        assert f"{doc}.html" in search_results(context, origin, word), (doc, word)
+        assert f"{doc}.html" in search_results(tab, origin, word), (doc, word)
 
 
 # -- the checks themselves, on hand-made pages ----------------------------------------------
@@ -839,11 +873,22 @@ SOLUTIONS_PAGE = """<!doctype html><html><body><main><article>
 </article></main></body></html>"""
 
 
-def test_the_checks_catch_a_broken_page(context, tmp_path):
+CLEAN_PAGE = """<!doctype html><html><head><title>clean</title></head><body><main><article>
+<p>Nothing wrong here.</p></article></main></body></html>"""
+
+
+def test_the_checks_catch_a_broken_page(fresh_tab, tmp_path):
     (tmp_path / "index.html").write_text(BROKEN_PAGE)
+    (tmp_path / "clean.html").write_text(CLEAN_PAGE)
     with LocalServer(tmp_path) as server:
-        reports = {"index.html": visit(context, server.origin, "index.html")}
+        # one tab, as the crawl reads the book: the page read after the broken one gets none of
+        # its faults
+        reports = {
+            path: visit(fresh_tab, server.origin, path) for path in ("index.html", "clean.html")
+        }
         links, checked = link_problems(reports, server.origin, tmp_path)
+    clean = reports["clean.html"]
+    assert (clean.requests, load_problems(clean), clean.foreign_requests) == (1, [], [])
     report = reports["index.html"]
     assert report.foreign_requests == ["https://cdn.example.invalid/logo.png"]
     assert any("boom" in m for m in report.console_errors)
@@ -868,7 +913,7 @@ MATH_PAGE = """<!doctype html><html><head><title>math</title>
 </article></main></body></html>"""
 
 
-def test_the_math_check_catches_a_backslash_shown_in_typeset_math(context, tmp_path):
+def test_the_math_check_catches_a_backslash_shown_in_typeset_math(fresh_tab, tmp_path):
     """MathJax draws ``\\_`` inside ``\\text{...}`` as a backslash and an underscore: a reader sees it."""
     mathjax = Path(
         str(
@@ -882,7 +927,7 @@ def test_the_math_check_catches_a_backslash_shown_in_typeset_math(context, tmp_p
     (tmp_path / "mathjax").symlink_to(mathjax, target_is_directory=True)
     (tmp_path / "index.html").write_text(MATH_PAGE)
     with LocalServer(tmp_path) as server:
-        report = visit(context, server.origin, "index.html")
+        report = visit(fresh_tab, server.origin, "index.html")
     assert [m["typeset"] for m in report.data["math"]] == [True, True, True]
     assert math_problems(report) == [
         "a backslash shows in typeset math: '\\\\text{kv\\\\_heads} \\\\cdot d_k'",
@@ -890,12 +935,12 @@ def test_the_math_check_catches_a_backslash_shown_in_typeset_math(context, tmp_p
     ]
 
 
-def test_figure_and_solution_checks_on_hand_made_pages(context, tmp_path):
+def test_figure_and_solution_checks_on_hand_made_pages(fresh_tab, tmp_path):
     (tmp_path / "figures.html").write_text(FIGURES_PAGE)
     (tmp_path / "solutions.html").write_text(SOLUTIONS_PAGE)
     with LocalServer(tmp_path) as server:
-        figures = visit(context, server.origin, "figures.html", chapter=True)
-        solutions = visit(context, server.origin, "solutions.html", chapter=True)
+        figures = visit(fresh_tab, server.origin, "figures.html", chapter=True)
+        solutions = visit(fresh_tab, server.origin, "solutions.html", chapter=True)
     assert figure_problems(figures.figures) == [
         "b.png: no alt text (alt='_images/b.png')",
         "c.png: <figure> without a caption",

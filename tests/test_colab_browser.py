@@ -15,6 +15,7 @@ Colab edition) fails, which shows that it can.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import re
@@ -75,33 +76,33 @@ def mathjax_folder() -> Path:
     return folder
 
 
+@functools.cache
+def exporter():
+    """nbconvert's classic HTML exporter, loading MathJax from ``mathjax/`` (one for every
+    notebook: it loads and compiles its templates once)."""
+    from nbconvert import HTMLExporter
+
+    html = HTMLExporter(template_name="classic")
+    html.mathjax_url = "mathjax/tex-chtml-full.js"
+    return html
+
+
 def render(nb: dict, destination: Path) -> None:
     """``nb`` as nbconvert's classic template writes it, loading MathJax from ``mathjax/`` beside it."""
     import nbformat
-    from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(template_name="classic")
-    exporter.mathjax_url = "mathjax/tex-chtml-full.js"
-    html, _ = exporter.from_notebook_node(nbformat.from_dict(nb))
+    html, _ = exporter().from_notebook_node(nbformat.from_dict(nb))
     script = '<script src="mathjax/tex-chtml-full.js">'
     assert script in html, "nbconvert's template no longer loads MathJax from mathjax_url"
     destination.write_text(html.replace(script, MATHJAX_CONFIG + script, 1))
 
 
-def read_page(context, url: str, screenshot: Path | None) -> dict:
-    page = context.new_page()
-    origin = url.split("/", 3)[:3]
-    page.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith("/".join(origin)) else r.abort()
-    )
-    try:
-        page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
-        data = page.evaluate(READ_JS)
-        if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(screenshot), full_page=True)
-    finally:
-        page.close()
+def read_page(tab, url: str, screenshot: Path | None) -> dict:
+    tab.goto(url, wait_until="load", timeout=TIMEOUT_MS)
+    data = tab.evaluate(READ_JS)
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(screenshot), full_page=True)
     return data
 
 
@@ -161,16 +162,23 @@ def served(tmp_path_factory, browser):  # noqa: F811 - the fixture imported abov
     render(raw, folder / "raw-book-chapter.html")
     context = browser.new_context(viewport={"width": 1100, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
+    # One tab reads every page, one after another: Chromium keeps its renderer and the MathJax it
+    # compiled (a new tab per page took twice the CPU). Nothing but the local server is reached.
+    tab = context.new_page()
     with LocalServer(folder) as server:
-        yield context, server.origin
+        origin = server.origin
+        tab.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith(origin + "/") else r.abort()
+        )
+        yield tab, origin
     context.close()
 
 
 @pytest.mark.parametrize("doc", CHAPTERS, ids=[Path(d).name for d in CHAPTERS])
 def test_colab_notebook_renders_cleanly(doc, served):
-    context, origin = served
+    tab, origin = served
     name = Path(doc).name
-    data = read_page(context, f"{origin}/{name}.html", SCREENSHOTS / f"{name}.png")
+    data = read_page(tab, f"{origin}/{name}.html", SCREENSHOTS / f"{name}.png")
     assert page_problems(data, expected_exercises(doc)) == []
     nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
     assert data["figures"] == sum(
@@ -181,8 +189,8 @@ def test_colab_notebook_renders_cleanly(doc, served):
 
 
 def test_the_check_fails_on_the_books_own_notebook(served):
-    context, origin = served
-    data = read_page(context, f"{origin}/raw-book-chapter.html", None)
+    tab, origin = served
+    data = read_page(tab, f"{origin}/raw-book-chapter.html", None)
     problems = page_problems(data, expected_exercises(CHAPTERS[0]))
     assert any(p.startswith("raw MyST") for p in problems)
     assert any(p.startswith("exercise headings") for p in problems)
