@@ -25,15 +25,13 @@ BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py t
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
-# pip --no-compile: Python compiles each module the first time it is imported, instead of pip
-# compiling every file of every package (torch's own tests and sympy included) up front.
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no python3.11, python3.12, python3 or python on the PATH: make ... PYTHON=/path/to/python"; exit 1; }
 	"$(PYTHON)" -c "import sys; assert sys.version_info >= (3, 11), f'$(PYTHON) is Python {sys.version.split()[0]}; \
 	the book needs 3.11 or 3.12: make ... PYTHON=/path/to/python3.11'"
 	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
 # Two editions, one execution: every chapter executes once, afresh, under nbval (its notebook
