@@ -97,6 +97,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.kernels.sdpa.sdpa_backend_for": 10,
     "attncourse.benchmarks.kernels.time_triton_against_torch": 10,
     "attncourse.kernels.sdpa.torch_attention": 10,
+    "attncourse.kernels.sdpa.torch_choice": 10,
     "attncourse.plotting.diagrams.plot_tile_maps": 10,
     "attncourse.plotting.measurements.plot_roofline": 10,
     # chapter 1
@@ -236,6 +237,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.kernels.flash.flash_attention": 10,
     "attncourse.kernels.flash.flash_attention_forward": 10,
     "attncourse.kernels.flash.interpreting": 10,
+    "attncourse.kernels.flash.launch_override": 10,
     "attncourse.kernels.flash.softmax_rows": 10,
     "attncourse.kernels.tiles.key_block_range": 10,
     "attncourse.kernels.tiles.query_block_range": 10,

@@ -70,8 +70,30 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="head_dim"):
         sdpa.sdpa_backend((8, 0), torch.float16, 0)
     with pytest.raises(ValueError, match="backend"):
-        with sdpa.restrict_sdpa("cudnn"):
+        with sdpa.restrict_sdpa("cudnnn"):
             pass
+    with pytest.raises(TypeError, match="is_causal"):
+        sdpa.torch_choice(
+            torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8), is_causal=1
+        )
+
+
+def test_torch_choice_names_what_torch_runs():
+    """On CPU tensors torch picks its CPU flash kernel; restricted to the backend it names,
+    the call gives the unrestricted call's output."""
+    q, k, v = torch.randn(3, 1, 2, 5, 16).unbind(0)
+    choice = sdpa.torch_choice(q, k, v)
+    assert choice == "flash"
+    with sdpa.restrict_sdpa(choice):
+        restricted = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(restricted, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
+
+
+def test_cudnn_is_a_backend_restrict_takes():
+    q = torch.randn(1, 1, 2, 8)
+    with pytest.raises(RuntimeError, match="No viable backend"):  # no cuDNN attention on a CPU
+        with sdpa.restrict_sdpa("cudnn"):
+            F.scaled_dot_product_attention(q, q, q)
     with pytest.raises(ValueError, match="query"):
         sdpa.torch_attention(torch.ones(3, 4), torch.ones(3, 4), torch.ones(3, 4))
 

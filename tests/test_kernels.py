@@ -412,30 +412,97 @@ def test_kernels_offsets_use_the_64_bit_helper():
         assert "_head_offset(" in source and "bh * L *" not in source and "bh * S *" not in source
 
 
-def test_grid_puts_batch_times_heads_on_axis_0():
-    assert flash._grid(70_000, 3) == (70_000, 3)  # B * H above 65,535: fine on axis 0
-    assert flash._grid(2**31 - 1, 1) == (2**31 - 1, 1)
+def test_grid_orders_and_their_limits():
+    # blocks first (FlashAttention-2's order): blocks on axis 0, B and H on axes 1 and 2
+    assert flash._grid(4, 16, 70_000, True) == (70_000, 4, 16)  # > 65,535 blocks: fine on axis 0
+    with pytest.raises(ValueError, match="H = 65536 exceeds"):
+        flash._grid(1, 65_536, 1, True)
+    with pytest.raises(ValueError, match="B = 70000 exceeds"):
+        flash._grid(70_000, 1, 1, True)
+    # heads first: B * H on axis 0 (up to 2^31 - 1), the blocks on axis 1
+    assert flash._grid(7_000, 10, 3, False) == (70_000, 3)
+    assert flash._grid(2**31 - 1, 1, 1, False) == (2**31 - 1, 1)
     with pytest.raises(ValueError, match="grid axis 1"):
-        flash._grid(1, 65_536)
-    with pytest.raises(ValueError, match="grid axis 0"):
-        flash._grid(2**31, 1)
+        flash._grid(1, 1, 65_536, False)
+    for blocks_first in (True, False):
+        with pytest.raises(ValueError, match="B \\* H = 2147483648 exceeds"):
+            flash._grid(2**16, 2**15, 1, blocks_first)
 
 
-def test_launches_use_grid_axis_0_for_batch_times_heads():
-    """The launches the launcher builds (checked on meta tensors, for a B * H of 70,000)."""
+@pytest.mark.parametrize("blocks_first", [True, False])
+def test_launches_follow_the_configured_grid_order(blocks_first):
+    """The launches the launcher builds (checked on meta tensors, B = 7,000 and H = 10)."""
     specs_grid = []
     q = torch.empty(7000, 10, 64, 32, device="meta")
     lse = torch.empty(7000, 10, 64, device="meta")
-    cfg = flash.LaunchConfig(64, 64, 4, 2)
-    kernel, grid, _, _ = flash._forward_launch(
+    cfg = flash.LaunchConfig(64, 64, 4, 2, blocks_first)
+    kernel, grid, _, consts = flash._forward_launch(
         q, q, q, q, lse, True, None, None, None, 1.0, 0.1, cfg
     )
     specs_grid.append(grid)
+    assert consts["BLOCKS_FIRST"] is blocks_first
     for launch in flash._backward_launches(
         q, q, q, q, q, lse, lse, q, q, q, lse, True, None, None, None, 1.0, 0.1, (cfg, cfg, cfg)
     ):
         specs_grid.append(launch[1])
-    assert all(grid == (70_000, 1) for grid in specs_grid), specs_grid
+        assert launch[3]["BLOCKS_FIRST"] is blocks_first
+    expected = (1, 7000, 10) if blocks_first else (70_000, 1)
+    assert all(grid == expected for grid in specs_grid), specs_grid
+
+
+def test_the_launcher_puts_blocks_first_by_default():
+    assert flash.launch_config((9, 0), torch.float16, 64, "forward").blocks_first
+    q = torch.empty(2, 3, 100, 32, device="meta")
+    assert flash._config(q, "forward", None, None).blocks_first
+
+
+def test_launch_override_replaces_fields_for_its_kernel_only():
+    q = torch.empty(2, 3, 100, 32, device="meta")
+    base = flash._config(q, "forward", None, None)
+    with flash.launch_override("forward", block_m=32, blocks_first=False):
+        changed = flash._config(q, "forward", None, None)
+        other = flash._config(q, "backward_dq", None, None)
+        assert flash._config(q, "forward", 64, None).block_m == 64  # the caller's block wins
+    assert (changed.block_m, changed.blocks_first) == (32, False)
+    assert other == base  # another kernel keeps its configuration
+    assert flash._config(q, "forward", None, None) == base  # restored on leaving
+    with flash.launch_override(num_stages=3):
+        assert flash._config(q, "backward_dkdv", None, None).num_stages == 3
+
+
+@pytest.mark.parametrize(
+    "kernel,fields,error,match",
+    [
+        ("forwards", {}, ValueError, "kernel must be None or one of"),
+        (None, {"block_k": 32}, TypeError, "unknown field 'block_k'"),
+        (None, {"block_m": 48}, ValueError, "block_m must be a power of two"),
+        (None, {"num_warps": 0}, ValueError, "num_warps"),
+        (None, {"blocks_first": 1}, TypeError, "blocks_first must be a bool"),
+    ],
+)
+def test_launch_override_refuses_what_no_launch_could_take(kernel, fields, error, match):
+    with pytest.raises(error, match=match):
+        with flash.launch_override(kernel, **fields):
+            pass
+    assert flash._OVERRIDES == []
+
+
+@pytest.mark.parametrize("causal,lengths", [(False, None), (True, [37, 9])])
+def test_both_grid_orders_give_the_same_numbers(kdevice, causal, lengths):
+    """Each order reads every (batch, head, block) once: outputs and gradients agree exactly
+    with B != H, so that a swapped batch and head would show."""
+    q, k, v = _inputs(2, 3, 37, 37, 32, kdevice, seed=3)
+    lens = None if lengths is None else torch.tensor(lengths, device=kdevice)
+    results = []
+    for blocks_first in (True, False):
+        with flash.launch_override(blocks_first=blocks_first):
+            out = flash.flash_attention(q, k, v, causal=causal, lengths=lens)
+            grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        results.append((out, *grads))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    expected, _ = _reference(q, k, v, causal, lens)
+    torch.testing.assert_close(results[0][0].double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_launches_happen_under_a_guard_for_the_tensors_device(kdevice, monkeypatch):

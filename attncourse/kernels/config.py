@@ -58,12 +58,19 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 class LaunchConfig:
     """How one kernel is launched: a tile of ``block_m`` queries by ``block_n`` keys, run by
     ``num_warps`` warps of 32 threads, with ``num_stages`` tiles of K and V (or Q and dO) in
-    flight in shared memory while the current one is multiplied (software pipelining)."""
+    flight in shared memory while the current one is multiplied (software pipelining).
+
+    ``blocks_first``: the grid's order. True puts the blocks along the sequence on grid axis 0,
+    the batch and the heads on axes 1 and 2 (FlashAttention-2's ``grid(num_m_block, b, h)``):
+    programs that run side by side are blocks of one head, which re-read the same K and V
+    while those are in the L2 cache. False puts ``B * H`` on axis 0 and the blocks on axis 1.
+    Which is faster is measured on a GPU (``make gpu-check``), not settled here."""
 
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
+    blocks_first: bool = True
 
 
 def _check_capability(capability: object) -> Tuple[int, int]:

@@ -39,8 +39,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 import triton
@@ -54,7 +55,7 @@ from .._checks import (
     require_positive_number,
     require_rank,
 )
-from .config import LaunchConfig, launch_config
+from .config import KERNELS, LaunchConfig, launch_config
 from .tiles import span_windows
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "adaptive_span_flash_attention",
     "softmax_rows",
     "compile_specs",
+    "launch_override",
 ]
 
 
@@ -126,6 +128,25 @@ def _head_offset(b, h, stride_b, stride_h):
     """Where (batch ``b``, head ``h``) starts, in elements, computed in 64 bits: ``B * H * L * d``
     passes 2^31 for large inputs, and 32-bit offsets would wrap around to wrong addresses."""
     return b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def _program_ids(H, BLOCKS_FIRST: tl.constexpr):
+    """``(b, h, bh, block)`` of this program: its batch entry, head, ``b * H + h`` and block.
+
+    ``BLOCKS_FIRST`` (FlashAttention-2's order): grid ``(blocks, B, H)``, so that programs
+    launched one after another are blocks of the same head, which read the same K and V (or
+    Q and dO) while those are still in the L2 cache. Otherwise grid ``(B * H, blocks)``."""
+    if BLOCKS_FIRST:
+        block = tl.program_id(0)
+        b = tl.program_id(1)
+        h = tl.program_id(2)
+    else:
+        bh = tl.program_id(0)
+        b = bh // H
+        h = bh % H
+        block = tl.program_id(1)
+    return b, h, b * H + h, block
 
 
 @triton.jit
@@ -344,13 +365,11 @@ def _forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCKS_FIRST: tl.constexpr,
 ):
-    """One program per (batch * head, block of queries): grid axis 0 is ``B * H`` (up to 2^31 - 1),
-    axis 1 the query blocks (up to 65,535)."""
-    bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
-    start_m = tl.program_id(1) * BLOCK_M
+    """One program per (batch, head, block of queries); the grid's order: :func:`_program_ids`."""
+    b, h, bh, pid_m = _program_ids(H, BLOCKS_FIRST)
+    start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -517,15 +536,16 @@ def _backward_preprocess_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCKS_FIRST: tl.constexpr,
 ):
-    """``D_i = sum_d dO_id O_id`` for the rows of one block; grid (B * H, query blocks)."""
-    bh = tl.program_id(0)
-    start_m = tl.program_id(1) * BLOCK_M
+    """``D_i = sum_d dO_id O_id`` for the rows of one block; grid as the forward's."""
+    b, h, bh, pid_m = _program_ids(H, BLOCKS_FIRST)
+    start_m = pid_m * BLOCK_M
     offs = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     rows = start_m + offs
     o = _load_tile(
-        _tile_ptrs(O + _head_offset(bh // H, bh % H, sob, soh), start_m, offs, offs_d, som, sod),
+        _tile_ptrs(O + _head_offset(b, h, sob, soh), start_m, offs, offs_d, som, sod),
         rows,
         L,
         offs_d,
@@ -534,9 +554,7 @@ def _backward_preprocess_kernel(
         BLOCK_D,
     )
     do = _load_tile(
-        _tile_ptrs(
-            DO + _head_offset(bh // H, bh % H, sdob, sdoh), start_m, offs, offs_d, sdom, sdod
-        ),
+        _tile_ptrs(DO + _head_offset(b, h, sdob, sdoh), start_m, offs, offs_d, sdom, sdod),
         rows,
         L,
         offs_d,
@@ -693,13 +711,11 @@ def _backward_dkdv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCKS_FIRST: tl.constexpr,
 ):
-    """One program per (batch * head, key block): ``dK``, ``dV`` (and the span gradient's share)
+    """One program per (batch, head, key block): ``dK``, ``dV`` (and the span gradient's share)
     over the query blocks. ``DK`` and ``DV`` are contiguous ``(B, H, S, d)``."""
-    bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
-    pid_n = tl.program_id(1)
+    b, h, bh, pid_n = _program_ids(H, BLOCKS_FIRST)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -996,13 +1012,12 @@ def _backward_dq_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCKS_FIRST: tl.constexpr,
 ):
-    """One program per (batch * head, query block): ``dQ`` over the key blocks (the forward's loops).
+    """One program per (batch, head, query block): ``dQ`` over the key blocks (the forward's loops).
     ``DQ`` is contiguous ``(B, H, L, d)``."""
-    bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
-    start_m = tl.program_id(1) * BLOCK_M
+    b, h, bh, pid_m = _program_ids(H, BLOCKS_FIRST)
+    start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -1185,19 +1200,28 @@ def _device_guard(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _grid(batch_heads: int, blocks: int) -> Tuple[int, int]:
-    """The launch grid ``(B * H, blocks)``: the product ``B * H``, which can be large, on axis 0
-    (up to 2^31 - 1), the blocks along the sequence on axis 1 (up to 65,535)."""
-    if batch_heads > _MAX_GRID_AXIS_0:
-        raise ValueError(
-            f"B * H = {batch_heads} exceeds the {_MAX_GRID_AXIS_0} programs of grid axis 0"
-        )
+def _grid(batch: int, heads: int, blocks: int, blocks_first: bool) -> Tuple[int, ...]:
+    """The launch grid: ``(blocks, B, H)`` with ``blocks_first`` (FlashAttention-2's order, the
+    blocks along the sequence on axis 0, up to 2^31 - 1; B and H up to 65,535 each on axes 1
+    and 2), else ``(B * H, blocks)`` (``B * H`` up to 2^31 - 1, the blocks up to 65,535)."""
+    if batch * heads > _MAX_GRID_AXIS_0:  # b * H + h indexes the saved statistics in 32 bits
+        raise ValueError(f"B * H = {batch * heads} exceeds {_MAX_GRID_AXIS_0}")
+    if blocks_first:
+        for name, size in (("B", batch), ("H", heads)):
+            if size > _MAX_GRID_AXIS_1:
+                raise ValueError(
+                    f"{name} = {size} exceeds the {_MAX_GRID_AXIS_1} programs of a grid axis"
+                    " after the first: use fewer (split the batch into several calls)"
+                )
+        if blocks > _MAX_GRID_AXIS_0:
+            raise ValueError(f"{blocks} blocks exceed the {_MAX_GRID_AXIS_0} programs of axis 0")
+        return (blocks, batch, heads)
     if blocks > _MAX_GRID_AXIS_1:
         raise ValueError(
             f"{blocks} blocks along the sequence exceed the {_MAX_GRID_AXIS_1} programs of grid"
             " axis 1: use larger blocks (block_m, block_n) or a shorter sequence"
         )
-    return (batch_heads, blocks)
+    return (batch * heads, blocks)
 
 
 def _require_flag(name: str, value: object) -> bool:
@@ -1263,9 +1287,48 @@ def _check_inputs(
     return float(scale)
 
 
+# Replacements for fields of the launch configurations, set by launch_override: (kernel or
+# None for every kernel, {field: value}), the innermost last.
+_OVERRIDES: list = []
+
+
+@contextlib.contextmanager
+def launch_override(kernel: Optional[str] = None, **fields: object) -> Iterator[None]:
+    """Within it, the launcher uses ``fields`` in place of those :func:`launch_config` picks.
+
+    For measuring the alternatives on a GPU (``make gpu-check``): e.g.
+    ``with launch_override("forward", block_m=128, num_stages=3):`` or
+    ``with launch_override(blocks_first=False):`` (every kernel). ``kernel``: one of
+    :data:`~attncourse.kernels.config.KERNELS` (``"backward_dq"`` also sets the backward's
+    first kernel, which computes ``D``), or ``None`` for all. ``fields``: any of ``block_m``,
+    ``block_n``, ``num_warps``, ``num_stages``, ``blocks_first``. Sizes that do not fit the GPU
+    fail at launch (Triton's ``OutOfResources``). Block sizes passed to a call still win.
+    """
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"kernel must be None or one of {', '.join(KERNELS)}, got {kernel!r}")
+    names = {f.name: f.type for f in dataclass_fields(LaunchConfig)}
+    for name, value in fields.items():
+        if name not in names:
+            raise TypeError(
+                f"launch_override got an unknown field {name!r}: use {', '.join(names)}"
+            )
+        if name == "blocks_first":
+            _require_flag(name, value)
+        else:
+            require_positive_int(name, value)
+    if {"block_m", "block_n"} & fields.keys():
+        _check_blocks(fields.get("block_m"), fields.get("block_n"))
+    _OVERRIDES.append((kernel, dict(fields)))
+    try:
+        yield
+    finally:
+        _OVERRIDES.remove((kernel, fields))
+
+
 def _config(q: Tensor, kernel: str, block_m: Optional[int], block_n: Optional[int]) -> LaunchConfig:
     """The launch settings of ``kernel`` for ``q``'s GPU (:func:`~attncourse.kernels.config.launch_config`),
-    or 16 x 16 tiles under the interpreter; ``block_m``/``block_n`` given by the caller win."""
+    or 16 x 16 tiles under the interpreter, then :func:`launch_override`'s fields;
+    ``block_m``/``block_n`` given by the caller win."""
     if q.device.type == "cuda":
         capability = torch.cuda.get_device_capability(q.device)
         config = launch_config(
@@ -1273,6 +1336,9 @@ def _config(q: Tensor, kernel: str, block_m: Optional[int], block_n: Optional[in
         )
     else:  # the interpreter: warps and stages mean nothing there; small tiles keep it quick
         config = LaunchConfig(16, 16, 1, 1)
+    for which, fields in _OVERRIDES:
+        if which is None or which == kernel:
+            config = replace(config, **fields)
     return replace(config, block_m=block_m or config.block_m, block_n=block_n or config.block_n)
 
 
@@ -1302,6 +1368,7 @@ def _constexprs(q: Tensor, causal: bool, lengths, spans, config: LaunchConfig) -
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCKS_FIRST=config.blocks_first,
     )
 
 
@@ -1330,7 +1397,7 @@ def _forward_launch(q, k, v, out, lse, causal, lengths, spans, windows, ramp, sc
         ramp,
         1.0 / ramp,
     )
-    grid = _grid(batch * heads, triton.cdiv(length, config.block_m))
+    grid = _grid(batch, heads, triton.cdiv(length, config.block_m), config.blocks_first)
     return _forward_kernel, grid, args, _constexprs(q, causal, lengths, spans, config)
 
 
@@ -1367,14 +1434,14 @@ def _backward_launches(
     pre_consts = _constexprs(q, causal, lengths, spans, pre)
     preprocess = (
         _backward_preprocess_kernel,
-        _grid(batch * heads, triton.cdiv(length, pre.block_m)),
+        _grid(batch, heads, triton.cdiv(length, pre.block_m), pre.blocks_first),
         (out, do, delta, *out.stride(), *do.stride(), heads, length),
-        dict(HEAD_DIM=pre_consts["HEAD_DIM"], BLOCK_M=pre.block_m, BLOCK_D=pre_consts["BLOCK_D"]),
+        {key: pre_consts[key] for key in ("HEAD_DIM", "BLOCK_M", "BLOCK_D", "BLOCKS_FIRST")},
     )
     num_key_blocks = triton.cdiv(keys, kv.block_n)
     dkdv = (
         _backward_dkdv_kernel,
-        _grid(batch * heads, num_key_blocks),
+        _grid(batch, heads, num_key_blocks, kv.blocks_first),
         (
             q,
             k,
@@ -1400,7 +1467,7 @@ def _backward_launches(
     )
     dqs = (
         _backward_dq_kernel,
-        _grid(batch * heads, triton.cdiv(length, qc.block_m)),
+        _grid(batch, heads, triton.cdiv(length, qc.block_m), qc.blocks_first),
         (
             q,
             k,

@@ -8,7 +8,13 @@ the comparison says what ran:
   bfloat16, a head size that is a multiple of 8 and at most 256;
 * ``"efficient"`` (the memory-efficient kernel of xFormers): compute capability 5.0 and
   later, float16 or float32, and bfloat16 from 8.0 on;
-* ``"math"``: PyTorch's plain composition of operations, which runs everywhere.
+* ``"math"``: PyTorch's plain composition of operations, which runs everywhere;
+* ``"cudnn"``: NVIDIA's cuDNN attention, which PyTorch itself tries first on compute
+  capability 9.0 and 10.0 (H100, B200) when its cuDNN is recent enough
+  (``check_prefer_cudnn_attention``; the version it asks for has changed between releases).
+  :func:`sdpa_backend` never picks it, because whether it runs depends on the build, not on
+  the GPU alone; :func:`torch_choice` asks torch which backend it would pick for real tensors,
+  and ``make gpu-check`` times each backend the build has, cuDNN included.
 
 Those are the checks of PyTorch's ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
 (``check_flash_attention_hardware_support``, ``check_mem_efficient_hardware_support``,
@@ -34,10 +40,19 @@ __all__ = [
     "sdpa_backend_for",
     "restrict_sdpa",
     "torch_attention",
+    "torch_choice",
 ]
 
-#: The backends in order of preference; ``"default"`` leaves the choice to PyTorch (the CPU).
-SDPA_BACKENDS = ("flash", "efficient", "math")
+#: The backends :func:`restrict_sdpa` takes; ``"default"`` leaves the choice to PyTorch.
+SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
+
+# torch's names of the backends (torch.nn.attention.SDPBackend), as this module names them
+_TORCH_NAMES = {
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "efficient",
+    "MATH": "math",
+    "CUDNN_ATTENTION": "cudnn",
+}
 
 
 def _check_capability(capability: object) -> Tuple[int, int]:
@@ -95,13 +110,33 @@ def restrict_sdpa(backend: str) -> Iterator[None]:
         raise ValueError(f"backend must be one of {SDPA_BACKENDS + ('default',)}, got {backend!r}")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    names = {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }
-    with sdpa_kernel([names[backend]]):
+    names = {ours: theirs for theirs, ours in _TORCH_NAMES.items()}
+    if not hasattr(SDPBackend, names[backend]):
+        raise ValueError(f"this torch ({torch.__version__}) has no {backend!r} SDPA backend")
+    with sdpa_kernel([getattr(SDPBackend, names[backend])]):
         yield
+
+
+def torch_choice(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False) -> str:
+    """The backend PyTorch itself picks for ``F.scaled_dot_product_attention(query, key, value,
+    is_causal=is_causal)``, unrestricted: one of :data:`SDPA_BACKENDS`, or ``"unknown"`` where
+    this torch does not tell (``torch._fused_sdp_choice``, a private function, is missing).
+
+    On an H100 with a recent cuDNN this is ``"cudnn"``, where :func:`sdpa_backend` says
+    ``"flash"``; on a CPU it is torch's CPU flash kernel or ``"math"``.
+    """
+    if not all(isinstance(t, Tensor) for t in (query, key, value)):
+        raise TypeError("query, key and value must be tensors")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "unknown"
+    from torch.nn.attention import SDPBackend
+
+    return _TORCH_NAMES.get(
+        SDPBackend(choose(query, key, value, is_causal=is_causal)).name, "unknown"
+    )
 
 
 def torch_attention(
