@@ -4,6 +4,8 @@
 #               browser test of the built book (so it builds the book first when it is missing or stale)
 #   make mutation-checkers   mutation testing of the exercise checkers (also run by the tests)
 #   make compile-matrix   chapter 10's kernels compiled for five GPU architectures (no GPU needed)
+#   make gpu-check   on a machine with a CUDA GPU: chapter 10's kernels checked and timed there,
+#                    with that machine's own Python, torch and triton (GPU_PYTHON; no .venv)
 # Both create the virtual environment .venv from requirements.txt on first use.
 # PYTHON: the interpreter that creates .venv (Python 3.11 or 3.12). The first of python3.11,
 # python3.12, python3 and python on the PATH unless given: `make book PYTHON=/path/to/python`.
@@ -21,7 +23,7 @@ BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py t
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: book test test-fast book-loaded lock lint colab benchmark clean mutation-checkers \
-	mutation-package mutation-package-sample compile-matrix
+	mutation-package mutation-package-sample compile-matrix gpu-check
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -111,6 +113,17 @@ mutation-package-sample: $(BIN)/.installed
 compile-matrix: $(BIN)/.installed
 	env -u TRITON_INTERPRET $(BIN)/python -m attncourse.kernels.compile --workers 2 --nice 10 \
 		--out attncourse/results/ch10_compile_matrix.json
+
+# On a machine with a CUDA GPU (tools/gpu_check.py): the kernel tests on CUDA, a sweep against
+# float64 references, chapter 10 executed cell by cell and compute-sanitizer's memcheck, then the
+# kernels timed beside torch's SDPA backends and FlexAttention, adaptive span's speed-up and the
+# launch-configuration questions; writes reports/gpu/<gpu>.json and .md (reports/gpu/README.md).
+# It runs the machine's own Python with its own torch and triton (GPU_PYTHON), never the .venv,
+# and installs nothing; it refuses without a GPU. GPU_CHECK_ARGS=--quick: a 2-minute run.
+GPU_PYTHON ?= python3
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH=. $(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf _build

@@ -1,0 +1,357 @@
+"""Reading the committed GPU reports of ``make gpu-check`` (chapter 10): find, load, summarise.
+
+``make gpu-check`` (``tools/gpu_check.py``) runs on a machine with a CUDA GPU and writes
+``reports/gpu/<gpu>.json`` and ``reports/gpu/<gpu>.md``: correctness on the GPU, chapter 10
+executed there, timings of the course's kernels beside torch's SDPA backends and FlexAttention,
+adaptive span's speed-up and the two launch-configuration questions. This module only reads
+those files (it imports neither triton nor CUDA), so chapter 10 can show a GPU's figures on any
+machine; the tool writes its ``.md`` with the same :func:`summary_markdown` and
+:func:`targets_markdown`.
+
+A report is a JSON object with ``schema_version`` :data:`SCHEMA_VERSION` and at least the keys
+of :data:`REQUIRED_KEYS` (``environment`` with those of :data:`REQUIRED_ENVIRONMENT`). The
+sections a run measured are further keys (``tests``, ``sweep``, ``memcheck``, ``chapter``,
+``timings``, ``span``, ``design``); ``sections`` gives each one's status and ``skipped`` lists
+what was not measured, and why. A run killed at its time limit leaves a partial report
+(``complete`` false) that reads the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "REQUIRED_KEYS",
+    "REQUIRED_ENVIRONMENT",
+    "find_reports",
+    "load_report",
+    "summary_markdown",
+    "targets_markdown",
+]
+
+#: The version of the report's layout this module reads.
+SCHEMA_VERSION = 1
+
+#: The keys every report has, whatever it measured.
+REQUIRED_KEYS = (
+    "schema_version",
+    "date",
+    "command",
+    "quick",
+    "complete",
+    "environment",
+    "sections",
+    "skipped",
+    "targets",
+)
+
+#: The keys of ``report["environment"]``: what the figures were measured on.
+REQUIRED_ENVIRONMENT = (
+    "gpu",
+    "compute_capability",
+    "torch",
+    "triton",
+    "cuda",
+    "cudnn",
+    "driver",
+    "python",
+)
+
+# The length and dtype of the summary's comparison table (those of the targets).
+_SUMMARY_LENGTH = 4096
+_SUMMARY_DTYPE = "float16"
+
+
+def find_reports(folder=None) -> List[Dict[str, object]]:
+    """Every report in ``folder`` (``*.json``), loaded and checked, oldest first.
+
+    ``folder``: a ``str`` or ``pathlib.Path``; ``None`` looks for ``reports/gpu`` in the current
+    directory and each directory above it, and likewise from this package's location (a
+    checkout). Returns ``[]`` when there is none (an installed package, as on Colab). Each report
+    gets the key ``"path"``: the file it was read from.
+    """
+    if folder is None:
+        folders = _default_folders()
+    elif isinstance(folder, (str, os.PathLike)):
+        folders = [Path(folder)]
+    else:
+        raise TypeError(
+            f"folder must be a str or pathlib.Path folder (None: reports/gpu of the checkout), got"
+            f" {type(folder).__name__} {folder!r}"
+        )
+    paths = sorted({p.resolve() for f in folders if f.is_dir() for p in f.glob("*.json")})
+    reports = [dict(load_report(p), path=str(p)) for p in paths]
+    return sorted(reports, key=lambda r: (str(r["date"]), str(r["environment"]["gpu"])))
+
+
+def _default_folders() -> List[Path]:
+    """The first ``reports/gpu`` above the current directory and above this file, if any."""
+    found = []
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for place in (start, *start.parents):
+            if (place / "reports" / "gpu").is_dir():
+                found.append(place / "reports" / "gpu")
+                break
+    return found
+
+
+def load_report(path) -> Dict[str, object]:
+    """The report in the JSON file ``path`` (a ``str`` or ``pathlib.Path``), checked.
+
+    Raises:
+        TypeError: ``path`` is not a str or path.
+        ValueError: the file is missing or not JSON, its ``schema_version`` is not
+            :data:`SCHEMA_VERSION`, or a key of :data:`REQUIRED_KEYS` or
+            :data:`REQUIRED_ENVIRONMENT` is missing (the message names them).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path must be a str or pathlib.Path of a report, got {type(path).__name__} {path!r}"
+        )
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path {str(path)!r}: no such report file")
+    try:
+        report = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"path {str(path)!r} is not valid JSON: {e}") from None
+    _check_report(report, f"the report {path}")
+    return report
+
+
+def _check_report(report: object, what: str) -> Dict[str, object]:
+    """``report`` if it has the schema's version and every required key, else the error naming them."""
+    if not isinstance(report, dict):
+        raise TypeError(f"{what} must be a dict (a JSON object), got {type(report).__name__}")
+    if report.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{what} has schema_version {report.get('schema_version')!r}; this reader reads"
+            f" version {SCHEMA_VERSION}"
+        )
+    missing = [key for key in REQUIRED_KEYS if key not in report]
+    if missing:
+        raise ValueError(f"{what} lacks the key(s) {', '.join(missing)}")
+    environment = report["environment"]
+    if not isinstance(environment, dict):
+        raise ValueError(f"{what}: environment must be a JSON object, got {environment!r}")
+    missing = [key for key in REQUIRED_ENVIRONMENT if key not in environment]
+    if missing:
+        raise ValueError(f"{what}: environment lacks the key(s) {', '.join(missing)}")
+    return report
+
+
+def _caption(report: Dict[str, object]) -> str:
+    """The line above every table: the GPU, the versions and the date the figures belong to."""
+    env = report["environment"]
+    return (
+        f"_{env['gpu']} (compute capability {env['compute_capability']}) · torch {env['torch']}"
+        f" · triton {env['triton']} · CUDA {env['cuda']} · cuDNN {env['cudnn']}"
+        f" · driver {env['driver']} · {report['date']}_"
+    )
+
+
+def _number(value: Optional[float], form: str = ".1f") -> str:
+    return "–" if value is None else format(value, form)
+
+
+def _ratio(numerator: Optional[float], denominator: Optional[float]) -> Optional[float]:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _times(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def summary_markdown(report: Dict[str, object]) -> str:
+    """A compact Markdown summary of ``report`` (a dict as :func:`load_report` returns it).
+
+    The GPU, its versions and the date; correctness counts; the course's forward and
+    forward+backward against torch's flash and cuDNN backends at L = 4096 in float16 (TFLOP/s
+    and the course's throughput as a multiple of each); adaptive span's speed-up beside the
+    ratio of tiles it skips; the design questions' winners; and what was skipped. Each table
+    is headed with the GPU, the versions and the date.
+    """
+    report = _check_report(report, "report")
+    env = report["environment"]
+    kind = " (quick run)" if report["quick"] else ""
+    partial = "" if report["complete"] else " — partial: the run stopped before its end"
+    parts = [
+        f"#### GPU check: {env['gpu']}{kind}{partial}",
+        f"Compute capability {env['compute_capability']}, torch {env['torch']}, triton"
+        f" {env['triton']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, driver {env['driver']},"
+        f" Python {env['python']}; measured {report['date']} (UTC) by `{report['command']}`.",
+        _correctness_lines(report),
+        _comparison_table(report),
+        _span_table(report),
+        _design_table(report),
+        _skipped_lines(report),
+    ]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _correctness_lines(report: Dict[str, object]) -> str:
+    """One bullet per correctness section that ran: its counts."""
+    lines = []
+    sweep = report.get("sweep")
+    if sweep:
+        lines.append(
+            f"- sweep: {sweep['passed']} of {sweep['passed'] + sweep['failed']} cases passed"
+            " (outputs and gradients against float64 references)"
+        )
+    tests = report.get("tests")
+    if tests:
+        lines.append(
+            f"- kernel tests on the GPU: {tests['passed']} passed, {tests['failed']} failed,"
+            f" {tests['errors']} errors, {tests['skipped']} skipped"
+        )
+    chapter = report.get("chapter")
+    if chapter:
+        lines.append(
+            f"- chapter 10: {chapter['passed']} of {chapter['passed'] + chapter['failed']} code"
+            f" cells ran as expected; GPU branch: {'ran' if chapter['on_gpu'] else 'did not run'}"
+        )
+    memcheck = report.get("memcheck")
+    if memcheck and memcheck.get("cases"):
+        clean = sum(1 for case in memcheck["cases"] if case["clean"])
+        lines.append(
+            f"- compute-sanitizer memcheck: {clean} of {len(memcheck['cases'])} cases clean"
+        )
+    return "\n".join(["Correctness:", *lines]) if lines else ""
+
+
+def _timing(rows: List[dict], **want) -> Optional[dict]:
+    """The measured row of ``rows`` that has every field of ``want``, or ``None``."""
+    for row in rows:
+        if row.get("status") == "ok" and all(row.get(k) == v for k, v in want.items()):
+            return row
+    return None
+
+
+def _comparison_table(report: Dict[str, object]) -> str:
+    """The course against torch's flash and cuDNN backends at L = 4096, float16."""
+    rows = (report.get("timings") or {}).get("rows") or []
+    lines = [
+        "| d | causal | pass | course TFLOP/s | torch flash TFLOP/s | course / flash"
+        " | torch cuDNN TFLOP/s | course / cuDNN |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not (
+            row.get("impl") == "course"
+            and row.get("status") == "ok"
+            and row.get("length") == _SUMMARY_LENGTH
+            and row.get("dtype") == _SUMMARY_DTYPE
+        ):
+            continue
+        same = {k: row[k] for k in ("length", "dtype", "head_dim", "causal", "pass")}
+        flash, cudnn = (
+            _timing(rows, impl="sdpa-flash", **same),
+            _timing(rows, impl="sdpa-cudnn", **same),
+        )
+        flash_tflops = flash["tflops"] if flash else None
+        cudnn_tflops = cudnn["tflops"] if cudnn else None
+        lines.append(
+            f"| {row['head_dim']} | {'yes' if row['causal'] else 'no'} | {row['pass']}"
+            f" | {_number(row['tflops'])} | {_number(flash_tflops)}"
+            f" | {_times(_ratio(row['tflops'], flash_tflops))} | {_number(cudnn_tflops)}"
+            f" | {_times(_ratio(row['tflops'], cudnn_tflops))} |"
+        )
+    if len(lines) == 2:
+        return ""
+    timings = report["timings"]
+    return "\n".join(
+        [
+            f"Attention at L = {_SUMMARY_LENGTH}, {_SUMMARY_DTYPE}, {timings['shapes']};"
+            f" {timings['convention']}",
+            _caption(report),
+            "",
+            *lines,
+        ]
+    )
+
+
+def _span_table(report: Dict[str, object]) -> str:
+    """Adaptive span: every span at the short span against every span at the full length."""
+    span = report.get("span")
+    if not span or not span.get("speedup"):
+        return ""
+    short, full = span["spans"]
+    lines = [
+        f"| pass | span {full:g} (ms) | span {short:g} (ms) | speed-up | tile ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, speedup in span["speedup"].items():
+        times = {r["span"]: r["median_ms"] for r in span["rows"] if r["pass"] == name}
+        lines.append(
+            f"| {name} | {_number(times.get(full), '.3f')} | {_number(times.get(short), '.3f')}"
+            f" | {_times(speedup)} | {_times(span['tile_ratio'])} |"
+        )
+    return "\n".join(
+        [
+            f"Adaptive span at L = {span['length']}, {span['dtype']}, d = {span['head_dim']},"
+            f" ramp {span['ramp']:g}: the tile ratio is {span['tiles']['full']} /"
+            f" {span['tiles']['short']} tiles per head ({span['block_m']} x {span['block_n']}"
+            " tiles)",
+            _caption(report),
+            "",
+            *lines,
+        ]
+    )
+
+
+def _design_table(report: Dict[str, object]) -> str:
+    """The winner of each design comparison and by how much it won."""
+    design = report.get("design") or {}
+    lines = ["| question | L | d | causal | pass | winner | by |", "|---|---|---|---|---|---|---|"]
+    for question, answer in design.items():
+        if not isinstance(answer, dict):
+            continue
+        for c in answer.get("comparisons", []):
+            if c.get("winner") is None:
+                continue
+            lines.append(
+                f"| {question} | {c['length']} | {c['head_dim']}"
+                f" | {'yes' if c['causal'] else 'no'} | {c['pass']} | {c['winner']}"
+                f" | {_times(c['by'])} |"
+            )
+    if len(lines) == 2:
+        return ""
+    return "\n".join(
+        [
+            f"Design questions on {design['target']}, float16 (`by`: the runner-up's time over"
+            " the winner's)",
+            _caption(report),
+            "",
+            *lines,
+        ]
+    )
+
+
+def _skipped_lines(report: Dict[str, object]) -> str:
+    skipped = report["skipped"]
+    if not skipped:
+        return ""
+    return "\n".join(
+        ["Not measured:", *(f"- {entry['what']}: {entry['reason']}" for entry in skipped)]
+    )
+
+
+def targets_markdown(report: Dict[str, object]) -> str:
+    """The report's targets as a Markdown table: threshold, measured value and whether it is met."""
+    report = _check_report(report, "report")
+    verdict = {True: "met", False: "missed", None: "not measured"}
+    lines = ["| target | threshold | measured | result |", "|---|---|---|---|"]
+    for target in report["targets"]:
+        measured = target["measured"]
+        shown = f"{measured:.2f}" if isinstance(measured, float) else str(measured)
+        lines.append(
+            f"| {target['name']} | {target['threshold']} | {'–' if measured is None else shown}"
+            f" | {verdict[target['met']]} |"
+        )
+    return "\n".join(["#### Targets", _caption(report), "", *lines]) + "\n"

@@ -1,0 +1,562 @@
+"""`make gpu-check` (tools/gpu_check.py) and its reader attncourse.benchmarks.gpu_report, on the CPU.
+
+No GPU here: the tool must refuse to run. Its orchestration runs end to end on a faked machine
+(the environment, the CUDA-event clock and the peak-memory reader replaced by stubs, tiny sizes,
+the kernels through Triton's interpreter), so every figure in these reports is made up: the
+tests check the plumbing, never a timing. tests/data/gpu_report_example.json is a synthetic
+report (made-up numbers) for the reader.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from project_tools import ROOT, tool
+
+from attncourse.benchmarks import gpu_report
+
+gpu_check = tool("gpu_check")
+EXAMPLE = ROOT / "tests" / "data" / "gpu_report_example.json"
+
+FAKE_ENV = {
+    "gpu": "Fake GPU 80GB",
+    "gpu_count": 1,
+    "compute_capability": "9.0",
+    "sm": "sm_90",
+    "memory_gib": 79.1,
+    "torch": "2.99.0",
+    "triton": "9.9.0",
+    "cuda": "13.0",
+    "cudnn": "91000",
+    "driver": "580.1",
+    "driver_source": "test",
+    "python": "3.12.0",
+    "platform": "test",
+    "cpu_cores": 2,
+    "tools": {},
+}
+
+
+def tiny_plan(**changes):
+    """The quick plan at interpreter sizes: one length of 16, d = 16, two repeats, no warm-up jobs."""
+    plan = replace(
+        gpu_check.plan_for(True),
+        lengths=(16,),
+        head_dims=(16,),
+        tokens=32,
+        width=32,
+        repeats=2,
+        warmup=0,
+        target_length=16,
+        span_length=16,
+        spans=(4.0, 16.0),
+        design_head_dims=(16,),
+        warm_shards=0,
+    )
+    return replace(plan, **changes)
+
+
+def stub_clock(fns, repeats, warmup):
+    """Instead of CUDA events: call each function once (so the plumbing runs), then report
+    1 ms for the first, 2 ms for the second, ..."""
+    timed = {}
+    for i, (name, fn) in enumerate(fns.items()):
+        fn()
+        timed[name] = gpu_check.summarize([1.0 + i, 1.1 + i, 0.9 + i])
+    return timed
+
+
+@pytest.fixture
+def fake_machine(monkeypatch):
+    """A faked GPU machine: its environment, the timing clock and the memory reader stubbed;
+    returns a function that runs the check with arguments and a plan."""
+    monkeypatch.setattr(gpu_check, "environment", lambda device="cuda": dict(FAKE_ENV))
+    monkeypatch.setattr(gpu_check, "time_round_robin", stub_clock)
+    monkeypatch.setattr(gpu_check, "peak_mib", lambda fn, device: 1.0)
+
+    def run(argv, plan):
+        monkeypatch.setattr(gpu_check, "plan_for", lambda quick, budget_s=None: plan)
+        return gpu_check.run_check(gpu_check.parse_args(argv), device="cpu")
+
+    return run
+
+
+def read_report(folder):
+    (path,) = folder.glob("*.json")
+    return path, gpu_report.load_report(path)
+
+
+# -- the command line and the refusal -------------------------------------------------------------
+
+
+def test_arguments():
+    args = gpu_check.parse_args([])
+    assert (args.quick, args.only, args.budget_s, args.memcheck_case) == (False, None, None, None)
+    assert args.out == ROOT / "reports" / "gpu"
+    args = gpu_check.parse_args(
+        ["--quick", "--out", "x", "--only", "sweep", "timings", "--budget-s", "50"]
+    )
+    assert args.quick and str(args.out) == "x" and args.only == ["sweep", "timings"]
+    assert args.budget_s == 50.0
+    assert gpu_check.parse_args(["--memcheck-case", "span"]).memcheck_case == "span"
+    for bad in (
+        ["--only", "everything"],
+        ["--budget-s", "0"],
+        ["--memcheck-case", "nothing"],
+        ["--sweep-shard", "0/2"],  # a worker needs --result
+        ["--sweep-shard", "a/b", "--result", "r.json"],
+    ):
+        with pytest.raises(SystemExit):
+            gpu_check.parse_args(bad)
+
+
+def test_plans_fit_their_budgets_and_time_the_targets_first():
+    full, quick = gpu_check.plan_for(False), gpu_check.plan_for(True)
+    assert full.budget_s <= 7 * 60 and quick.budget_s <= 2 * 60
+    assert full.phase1_s < full.budget_s and quick.phase1_s < quick.budget_s
+    assert gpu_check.plan_for(True, 30).budget_s == 30.0
+    for plan in (full, quick):
+        settings = gpu_check.timing_settings(plan)
+        targets = [s for s in settings if s.length == 4096 and s.dtype == "float16"]
+        assert settings[: len(targets)] == targets  # measured first, whatever the budget
+        assert {(s.head_dim, s.causal, s.backward) for s in targets} == {
+            (d, c, b) for d in (64, 128) for c in (False, True) for b in (False, True)
+        }
+        assert all(s.batch * s.length == 16384 and s.heads * s.head_dim == 1024 for s in settings)
+
+
+def test_refuses_without_a_gpu(tmp_path):
+    """No CUDA GPU: a one-sentence refusal, exit status 2, no report written."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    message = done.stderr.strip()
+    assert "needs a CUDA GPU" in message and len(message.splitlines()) == 1, message
+    assert not list(tmp_path.iterdir())
+
+
+def test_report_names_come_from_the_gpu_model():
+    assert gpu_check.report_slug("NVIDIA H100 80GB HBM3", False) == "nvidia-h100-80gb-hbm3"
+    assert gpu_check.report_slug("NVIDIA H200", True) == "nvidia-h200-quick"
+    assert gpu_check.report_slug("NVIDIA H200", False, ["span", "sweep"]) == (
+        "nvidia-h200-only-sweep-span"
+    )
+
+
+# -- the whole run on a faked machine ---------------------------------------------------------
+
+
+def test_timings_span_and_design_end_to_end(fake_machine, monkeypatch, tmp_path):
+    """Phase 2 on the CPU: rows for every implementation, the build's missing backends (cuDNN,
+    FlexAttention) recorded as unavailable with a reason, the report written as JSON and as
+    the reader's Markdown."""
+    monkeypatch.setattr(
+        gpu_check,
+        "sdpa_backends_of_build",
+        lambda: (["flash", "efficient"], {"cudnn": "this torch has no SDPBackend.CUDNN_ATTENTION"}),
+    )
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
+    plan = tiny_plan(flex_lengths=(16,))
+    status = fake_machine(["--only", "timings", "span", "design", "--out", str(tmp_path)], plan)
+    assert status == 0  # timings never fail the run
+    path, report = read_report(tmp_path)
+    assert path.name == "fake-gpu-80gb-quick-only-timings-span-design.json"
+    assert report["complete"] and report["environment"]["gpu"] == "Fake GPU 80GB"
+    assert {n: s["status"] for n, s in report["sections"].items()} == {
+        **{n: "done" for n in ("timings", "span", "design")},
+        **{n: "skipped" for n in ("sweep", "tests", "chapter", "memcheck")},
+    }
+    rows = report["timings"]["rows"]
+    assert {r["impl"] for r in rows} == {
+        "course",
+        "sdpa-flash",
+        "sdpa-efficient",
+        "sdpa-cudnn",
+        "flex",
+    }
+    by_impl = {r["impl"]: r for r in rows if r["pass"] == "forward" and not r["causal"]}
+    assert by_impl["course"]["status"] == "ok" and by_impl["course"]["median_ms"] == 1.0
+    assert by_impl["sdpa-flash"]["tflops"] == pytest.approx(by_impl["sdpa-flash"]["flops"] / 2e9)
+    assert by_impl["sdpa-efficient"]["status"] == "unavailable"  # no such kernel for CPU tensors
+    assert "No viable backend" in by_impl["sdpa-efficient"]["reason"]
+    assert by_impl["sdpa-cudnn"]["reason"] == "this torch has no SDPBackend.CUDNN_ATTENTION"
+    assert "no FlexAttention" in by_impl["flex"]["reason"]
+    skipped = {entry["what"]: entry["reason"] for entry in report["skipped"]}
+    assert "no FlexAttention" in skipped["timings of FlexAttention"]
+    assert "CUDNN" in skipped["timings of sdpa-cudnn"]
+    assert report["span"]["speedup"] == {"forward": 2.0, "forward+backward": 2.0}
+    grid = report["design"]["grid_order"]["comparisons"]
+    assert len(grid) == 4 and all(c["winner"] == "blocks first" and c["by"] == 2.0 for c in grid)
+    assert "not in this plan" in skipped["design questions block_m and num_stages"]
+    markdown = path.with_suffix(".md").read_text()
+    assert markdown == (
+        gpu_report.summary_markdown(report) + "\n" + gpu_report.targets_markdown(report)
+    )
+
+
+def test_a_crashed_section_is_recorded_and_the_report_saved_after_each(
+    fake_machine, monkeypatch, tmp_path
+):
+    def crash(*args):
+        raise RuntimeError("boom: a kernel failed to launch")
+
+    def design(plan, device, budget, report, env):
+        (path,) = tmp_path.glob("*.json")  # what a run killed now would leave behind
+        on_disk = json.loads(path.read_text())
+        assert on_disk["timings"]["rows"] == [] and not on_disk["complete"]
+        assert on_disk["sections"]["span"]["status"] == "crashed"
+        return {"target": env["sm"], "gpu": env["gpu"]}
+
+    monkeypatch.setattr(gpu_check, "timing_settings", lambda plan: [])
+    monkeypatch.setattr(gpu_check, "span_section", crash)
+    monkeypatch.setattr(gpu_check, "design_section", design)
+    argv = ["--only", "timings", "span", "design", "--out", str(tmp_path)]
+    assert fake_machine(argv, tiny_plan()) == 0
+    _, report = read_report(tmp_path)
+    span = report["sections"]["span"]
+    assert span["status"] == "crashed" and "boom" in span["error"]
+    assert "RuntimeError" in span["traceback"]
+    assert report["sections"]["design"]["status"] == "done" and report["complete"]
+
+
+def test_without_compute_sanitizer_memcheck_is_skipped(fake_machine, monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
+    assert fake_machine(["--only", "memcheck", "--out", str(tmp_path)], tiny_plan()) == 0
+    _, report = read_report(tmp_path)
+    assert report["sections"]["memcheck"] == {
+        "status": "skipped",
+        "reason": "compute-sanitizer is not on the PATH",
+    }
+    assert {"what": "memcheck", "reason": "compute-sanitizer is not on the PATH"} in report[
+        "skipped"
+    ]
+    memcheck_target = report["targets"][-1]
+    assert memcheck_target["met"] is None and memcheck_target["measured"] is None
+
+
+SYNTHETIC_CELLS = [
+    ("import subprocess  # the set-up cell: never run", ["remove-cell"]),
+    ("ON_GPU = True\ndef f():\n    return 41 + 1", []),
+    ("import inspect\nassert 'return 41 + 1' in inspect.getsource(f)", []),  # linecache
+    ("assert f() == 43, 'wrong answer'", []),
+    ("raise ValueError('shown on purpose')", ["raises-exception"]),
+    ("x = 1  # tagged, but raises nothing", ["raises-exception"]),
+    ("def stub():\n    raise NotImplementedError  # your code here\n\nstub()", []),
+    ("from IPython.display import Markdown, display\ndisplay(Markdown('**hi**'))", []),
+]
+
+
+def write_notebook(path, cells):
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# A title"]},
+            *(
+                {"cell_type": "code", "metadata": {"tags": tags}, "source": source.splitlines(True)}
+                for source, tags in cells
+            ),
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+def test_chapter_cells_are_judged_as_nbval_would(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "IPython", None)  # as on the GPU machine: no IPython
+    monkeypatch.setitem(sys.modules, "IPython.display", None)
+    cells = gpu_check.code_cells(write_notebook(tmp_path / "nb.ipynb", SYNTHETIC_CELLS))
+    result = gpu_check.execute_cells(cells)
+    statuses = [(c["cell"], c["status"]) for c in result["cells"]]
+    assert statuses == [
+        (1, "skipped"),
+        (2, "ok"),
+        (3, "ok"),
+        (4, "failed"),
+        (5, "raised as expected"),
+        (6, "failed"),
+        (7, "stub"),
+        (8, "ok"),
+    ]
+    details = {c["cell"]: c["detail"] for c in result["cells"]}
+    assert details[4].startswith("AssertionError: wrong answer")
+    assert "expected an exception" in details[6]
+    assert result["on_gpu"] is True and result["ipython_stub"] is True
+    assert "**hi**" in capsys.readouterr().out
+
+
+def test_chapter_runs_in_a_fresh_process(fake_machine, tmp_path):
+    """The chapter section end to end: its own process, each cell recorded, a failing cell
+    fails the run (exit status 1)."""
+    notebook = write_notebook(tmp_path / "nb.ipynb", SYNTHETIC_CELLS)
+    out = tmp_path / "out"
+    assert fake_machine(["--only", "chapter", "--out", str(out)], tiny_plan(notebook=notebook)) == 1
+    _, report = read_report(out)
+    chapter = report["chapter"]
+    assert chapter["finished"] and chapter["on_gpu"] and chapter["outcome"] == "finished"
+    assert (chapter["passed"], chapter["failed"]) == (6, 2)
+    assert not report["correctness"]["ok"] and "chapter" in report["correctness"]["summary"]
+
+
+def test_the_real_chapter_runs_cell_by_cell_through_the_interpreter(tmp_path):
+    """Chapter 10 itself through the runner (about 10 s on the CPU): every cell as nbval accepts
+    it, the exercise stubs and check() cells included; without a GPU its CPU branch runs."""
+    result = tmp_path / "chapter.json"
+    done = subprocess.run(
+        gpu_check.tool_command("--chapter", str(gpu_check.NOTEBOOK), "--result", str(result)),
+        cwd=tmp_path,
+        env=gpu_check.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    chapter = json.loads(result.read_text())
+    assert chapter["finished"] and chapter["on_gpu"] is False
+    assert chapter["cells"][0]["status"] == "skipped"  # the set-up cell, which would pip-install
+    failed = [
+        c for c in chapter["cells"] if c["status"] not in ("ok", "stub", "raised as expected")
+    ]
+    assert failed == [chapter["cells"][0]], failed
+
+
+def test_a_phase1_process_past_its_time_is_killed(tmp_path):
+    job = gpu_check.Job(
+        "tests", "sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log"
+    )
+    gpu_check.start_job(job, tmp_path)
+    gpu_check.wait_for([job], deadline=gpu_check.time.monotonic() + 1)
+    assert job.timed_out and job.outcome().startswith("timed out")
+    assert job.process.poll() is not None
+
+
+# -- the pieces ---------------------------------------------------------------------------------
+
+
+def test_sweep_covers_every_variant_dtype_head_size_edge_and_layout():
+    cases = gpu_check.sweep_cases(quick=False)
+    assert {(c.variant, c.dtype) for c in cases} == {
+        (v, t) for v in gpu_check.VARIANTS for t in gpu_check.DTYPES
+    }
+    assert {c.head_dim for c in cases} == {16, 32, 64, 128}
+    assert any(c.length == 1 for c in cases) and any(c.keys == 1 for c in cases)
+    assert any(c.length > c.keys and c.variant == "causal" for c in cases)
+    assert {c.layout for c in cases} == {"contiguous", "strided", "strided-d", "offset-2^31"}
+    assert all(c.length % 16 or c.keys % 16 for c in cases if c.layout == "contiguous")
+    assert len({c.name for c in cases}) == len(cases)
+    assert {c.name for c in gpu_check.sweep_cases(quick=True)} <= {c.name for c in cases}
+
+
+def test_the_far_head_starts_past_2_31_elements():
+    """The offset case's key and value heads, built on the meta device (nothing allocated)."""
+    (c,) = [c for c in gpu_check.sweep_cases(quick=True) if c.layout == "offset-2^31"]
+    k, v = gpu_check._far_key_values(c, "meta")
+    assert k.shape == v.shape == (1, 2, c.keys, c.head_dim)
+    assert k.stride(1) > 2**31 and v.storage_offset() == c.head_dim
+    assert gpu_check.offset_buffer_bytes(c) < 5 * 2**30  # sane on an 80 GB card
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        gpu_check.Case("causal", "float32", 16, 20, 13),
+        gpu_check.Case("span", "float16", 16, 19, 19, heads=3),
+        gpu_check.Case("lengths", "float32", 32, 17, 21, "strided-d", batch=3),
+        gpu_check.Case("plain", "float16", 16, 1, 18, "strided"),
+    ],
+    ids=lambda c: c.name,
+)
+def test_sweep_cases_pass_through_the_interpreter(case):
+    record = gpu_check.run_case(case, "cpu")
+    assert record["status"] == "passed", record
+    assert set(record["results"]) >= {"output", "dq", "dk", "dv"}
+
+
+def test_a_wrong_result_fails_its_case(monkeypatch):
+    real = gpu_check.reference_results
+
+    def off_by_a_little(c, inputs):
+        results = real(c, inputs)
+        results["dk"] = results["dk"] + 1e-2
+        return results
+
+    monkeypatch.setattr(gpu_check, "reference_results", off_by_a_little)
+    record = gpu_check.run_case(gpu_check.Case("plain", "float32", 16, 20, 13), "cpu")
+    assert record["status"] == "failed" and not record["results"]["dk"]["ok"]
+    assert record["results"]["output"]["ok"]
+
+
+def test_missing_backends_are_reported_with_a_reason(monkeypatch):
+    class OldBackends:  # an SDPBackend from before cuDNN attention
+        FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH = 1, 2, 0
+
+    monkeypatch.setattr(torch.nn.attention, "SDPBackend", OldBackends)
+    have, missing = gpu_check.sdpa_backends_of_build()
+    assert have == ["flash", "efficient"] and "CUDNN_ATTENTION" in missing["cudnn"]
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
+    flex, reason = gpu_check.flex_support()
+    assert flex is None and "no FlexAttention" in reason
+
+
+def test_tile_ratio_is_computed_from_the_launchers_tiles():
+    plan = gpu_check.plan_for(False)
+    tiles = gpu_check.span_tiles((9, 0), plan)
+    assert (tiles["block_m"], tiles["block_n"]) == (64, 64)
+    assert tiles["tiles"] == {"short": 369, "full": 2080}
+    assert tiles["tile_ratio"] == pytest.approx(2080 / 369)
+
+
+def test_outputs_of_pytest_and_compute_sanitizer_are_read():
+    assert gpu_check.parse_pytest("...\n61 passed, 2 failed, 30 skipped, 1 error in 80.2s\n") == {
+        "passed": 61,
+        "failed": 2,
+        "errors": 1,
+        "skipped": 30,
+    }
+    assert gpu_check.parse_pytest("collected nothing") == {
+        "passed": 0,
+        "failed": 0,
+        "errors": 0,
+        "skipped": 0,
+    }
+    clean = "memcheck case forward: done\n========= ERROR SUMMARY: 0 errors\n"
+    assert gpu_check.memcheck_verdict(0, clean, "forward")["clean"]
+    dirty = "========= Invalid __global__ read\n========= ERROR SUMMARY: 3 errors\n"
+    verdict = gpu_check.memcheck_verdict(1, "memcheck case forward: done\n" + dirty, "forward")
+    assert not verdict["clean"] and verdict["errors"] == 3
+    assert not gpu_check.memcheck_verdict(0, "ERROR SUMMARY: 0 errors", "forward")["clean"]
+    command = gpu_check.test_command(gpu_check.plan_for(False))
+    assert command[command.index("-o") + 1] == "addopts=" and "tests/test_kernels.py" in command
+
+
+def test_targets_follow_the_measurements():
+    report = json.loads(EXAMPLE.read_text())
+    rows = report["timings"]["rows"]
+    targets = {t["name"]: t for t in gpu_check.evaluate_targets(report)}
+    for pass_name, threshold in (("forward", 0.9), ("forward+backward", 0.7)):
+        want = dict(length=4096, dtype="float16", head_dim=64, causal=False, status="ok")
+        course, flash = (
+            next(
+                r
+                for r in rows
+                if r["impl"] == impl
+                and r["pass"] == pass_name
+                and all(r[k] == v for k, v in want.items())
+            )
+            for impl in ("course", "sdpa-flash")
+        )
+        target = targets[f"{pass_name} L=4096 d=64 float16 full: course / torch flash throughput"]
+        assert target["measured"] == pytest.approx(flash["median_ms"] / course["median_ms"])
+        assert target["met"] == (target["measured"] >= threshold)
+    span = report["span"]
+    forward = targets["adaptive span forward: time at the full span / time at the short span"]
+    assert forward["met"] == (span["speedup"]["forward"] >= 0.8 * 2080 / 369)
+    verdict = gpu_check.correctness(report)
+    assert not verdict["ok"] and verdict["problems"] == [
+        "sweep: 1 of 36 cases failed or did not run"
+    ]
+    report["sweep"]["failed"] = 0
+    assert gpu_check.correctness(report)["ok"]
+
+
+# -- the reader -------------------------------------------------------------------------------
+
+
+def test_load_report_checks_the_schema(tmp_path):
+    report = gpu_report.load_report(EXAMPLE)
+    assert report["schema_version"] == gpu_report.SCHEMA_VERSION
+    with pytest.raises(TypeError, match="path"):
+        gpu_report.load_report(3)
+    with pytest.raises(ValueError, match="no such report"):
+        gpu_report.load_report(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        gpu_report.load_report(tmp_path / "bad.json")
+    for change, message in (
+        ({"schema_version": 2}, "schema_version 2"),
+        ({"targets": None}, "lacks the key.s. targets"),
+        ({"environment": {**report["environment"], "triton": None}}, "environment lacks .* triton"),
+    ):
+        broken = {**report, **change}
+        for key, value in change.items():
+            if value is None:
+                del broken[key]
+            elif isinstance(value, dict):
+                broken[key] = {k: v for k, v in value.items() if v is not None}
+        (tmp_path / "broken.json").write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=message):
+            gpu_report.load_report(tmp_path / "broken.json")
+    with pytest.raises(TypeError, match="report"):
+        gpu_report.summary_markdown(["not", "a", "report"])
+    with pytest.raises(ValueError, match="lacks the key.s. date"):
+        gpu_report.targets_markdown({k: v for k, v in report.items() if k != "date"})
+
+
+def test_find_reports(tmp_path, monkeypatch):
+    assert gpu_report.find_reports(tmp_path) == []
+    folder = tmp_path / "checkout" / "reports" / "gpu"
+    folder.mkdir(parents=True)
+    shutil.copy(EXAMPLE, folder / "example.json")
+    (found,) = gpu_report.find_reports(folder)
+    assert found["path"] == str((folder / "example.json").resolve())
+    nested = tmp_path / "checkout" / "book" / "deeper"
+    nested.mkdir(parents=True)
+    monkeypatch.chdir(nested)  # found by walking up from the current directory
+    assert str((folder / "example.json").resolve()) in [
+        r["path"] for r in gpu_report.find_reports()
+    ]
+    with pytest.raises(TypeError, match="folder"):
+        gpu_report.find_reports(3)
+
+
+def test_summary_names_the_machine_and_computes_the_ratios():
+    report = gpu_report.load_report(EXAMPLE)
+    summary = gpu_report.summary_markdown(report)
+    env = report["environment"]
+    for fact in (
+        env["gpu"],
+        env["torch"],
+        env["triton"],
+        env["cuda"],
+        env["cudnn"],
+        report["date"],
+    ):
+        assert fact in summary
+    lines = summary.splitlines()
+    tables = [i for i, line in enumerate(lines) if line.startswith("|---")]
+    assert len(tables) == 3  # the comparison, adaptive span, the design questions
+    for i in tables:  # each headed by the GPU, the versions and the date
+        caption = lines[i - 3]
+        assert all(fact in caption for fact in (env["gpu"], env["torch"], report["date"]))
+    rows = report["timings"]["rows"]
+    for course in (r for r in rows if r["impl"] == "course"):
+        same = lambda r, c=course: all(r[k] == c[k] for k in ("head_dim", "causal", "pass"))
+        flash = next(r for r in rows if r["impl"] == "sdpa-flash" and same(r))
+        cudnn = next(r for r in rows if r["impl"] == "sdpa-cudnn" and same(r))
+        line = (
+            f"| {course['head_dim']} | {'yes' if course['causal'] else 'no'} | {course['pass']}"
+            f" | {course['tflops']:.1f} | {flash['tflops']:.1f}"
+            f" | {course['tflops'] / flash['tflops']:.2f}× | {cudnn['tflops']:.1f}"
+            f" | {course['tflops'] / cudnn['tflops']:.2f}× |"
+        )
+        assert line in summary
+    span = report["span"]
+    forward = {r["span"]: r["median_ms"] for r in span["rows"] if r["pass"] == "forward"}
+    assert f"| {forward[4096.0] / forward[256.0]:.2f}× | {2080 / 369:.2f}× |" in summary
+    assert "35 of 36 cases passed" in summary and "4 of 4 cases clean" in summary
+    assert "| grid_order | 4096 | 64 | yes | forward+backward | heads first | " in summary
+    targets = gpu_report.targets_markdown(report)
+    assert targets.count("| missed |") == sum(t["met"] is False for t in report["targets"])
+    assert env["gpu"] in targets and report["date"] in targets
