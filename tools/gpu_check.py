@@ -653,9 +653,13 @@ def run_case(c: Case, device) -> Dict[str, object]:
         "layout": c.layout,
     }
     start = time.monotonic()
+    on_cuda = torch.device(device).type == "cuda"
+    if c.dtype == "bfloat16" and on_cuda:
+        if not launch.supports_bfloat16(torch.cuda.get_device_capability(device)):
+            return {**record, "status": "skipped", "reason": "no bfloat16 before sm_80"}
     if c.layout == "offset-2^31":
         need = offset_buffer_bytes(c)
-        free = torch.cuda.mem_get_info(device)[0] if torch.device(device).type == "cuda" else 0
+        free = torch.cuda.mem_get_info(device)[0] if on_cuda else 0
         if need + 2 * 2**30 > free:
             return {
                 **record,
