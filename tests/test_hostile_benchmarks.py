@@ -928,7 +928,7 @@ def test_targets_count_a_zero_time():
         {**_seconds("span", 1.0, span=4096.0), "kind": "span"},
     ]
     out = kb.targets(rows)
-    assert out["forward x torch-flash"] == {"measured": 0.0, "target": 1.3, "met": True}
+    assert out["forward x torch-flash"] == {"measured": 0.0, "target": 1.111, "met": True}
     assert out["forward+backward x torch-flash"]["measured"] is None  # no ratio to a time of 0
     assert out["span 4096 / span 256"]["measured"] is None
 
