@@ -1,6 +1,10 @@
 """The chapter 10 checkers accept right answers in several styles and name the usual mistakes."""
 
+import collections
+import dataclasses
 import math
+import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -292,7 +296,7 @@ def test_masked_softmax_diagnoses(variant, words):
 def test_masked_softmax_other_failures(monkeypatch):
     assert_fails(SOFTMAX, _jit(softmax_no_lengths), "lengths are ignored")
     assert_fails(SOFTMAX, 42, "function decorated with @triton.jit")
-    assert_fails(SOFTMAX, lambda X, Y: None, "your kernel raised")
+    assert_fails(SOFTMAX, lambda X, Y: None, "written with def and decorated with @triton.jit")
 
     def stub_kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         raise NotImplementedError  # your code here
@@ -555,6 +559,7 @@ def test_find_the_bug_accepts_the_line(answer):
         (0, "lines 1 to 10"),
         (6.5, "whole number"),
         ("6", "as a number"),
+        ("3", "without quotes"),
         (True, "boolean"),
         ([6], "number"),
         (float("nan"), "whole number"),
@@ -673,3 +678,748 @@ def test_the_solution_kernels_compile_for_a_gpu():
         "masked_softmax_kernel no mma",
         "online_softmax_kernel mma",
     ]
+
+
+# -- issue 31: independently written right and wrong kernels -----------------------------------
+
+
+def _softmax_kernel(body, name="kernel", **globals_):
+    """A masked-softmax kernel from the lines of its body (after ``row``, ``cols``, ``length``
+    and ``keep``), as source."""
+    source = (
+        "def kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):\n"
+        "    row = tl.program_id(0)\n"
+        "    cols = tl.arange(0, BLOCK)\n"
+        "    length = tl.load(LENGTHS + row)\n"
+        "    keep = cols < length\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    return _from_source_with(source, name, globals_)
+
+
+def _from_source_with(source, name, globals_):
+    import linecache
+
+    filename = f"<test kernel {abs(hash(source))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"tl": tl, "triton": triton, **globals_}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+_RIGHT_TAIL = (  # the rest of a right kernel, after x is loaded
+    "\nm = tl.max(x, axis=0)"
+    "\ne = tl.where(keep, tl.exp(x - m), 0.0)"
+    "\ntotal = tl.sum(e, axis=0)"
+    "\ny = tl.where(total > 0, e / total, 0.0)"
+    "\ntl.store(Y + row * stride_y + cols, y, mask=cols < n_cols)\n"
+)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "load,words",
+    [
+        # other=0.0, exponentials zeroed by tl.where: the 0 enters only the maximum
+        ("x = tl.load(X + row * stride_x + cols, mask=keep, other=0.0)", "enters the maximum"),
+        # the maximum over every column below n_cols, the padding's too
+        (
+            'x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))',
+            "past each row's length",
+        ),
+    ],
+)
+def test_masked_softmax_names_what_its_maximum_takes_in(load, words):
+    assert_fails(SOFTMAX, _jit(_softmax_kernel(load + _RIGHT_TAIL)), words)
+
+
+@needs_triton
+def test_masked_lanes_loaded_as_zero_and_summed_over_n_cols_are_named():
+    kernel = _softmax_kernel("""
+        x = tl.load(X + row * stride_x + cols, mask=keep, other=0.0)
+        e = tl.exp(x - tl.max(x, axis=0))
+        total = tl.sum(tl.where(cols < n_cols, e, 0.0), axis=0)
+        tl.store(Y + row * stride_y + cols, tl.where(keep, e / total, 0.0), mask=cols < n_cols)
+    """)
+    assert_fails(SOFTMAX, _jit(kernel), "count in the sum")
+
+
+@needs_triton
+def test_right_kernels_with_helpers_and_constexpr_globals_compile_for_a_gpu():
+    """What the compile step ships to a fresh Python (a @triton.jit helper, a tl.constexpr global,
+    a dtype global) is enough: right kernels are not refused, and the check says it compiled."""
+    helper = _from_source_with("def row_max(x):\n    return tl.max(x, axis=0)\n", "row_max", {})
+    kernel = _softmax_kernel(
+        """
+        x = tl.load(X + row * stride_x + cols, mask=keep, other=float("-inf")).to(ACC)
+        m = row_max(x)
+        e = tl.where(keep, tl.exp2((x - m) * LOG2E), 0.0)
+        total = tl.sum(e, axis=0)
+        tl.store(Y + row * stride_y + cols, tl.where(total > 0, e / total, 0.0), mask=cols < n_cols)
+        """,
+        row_max=_jit(helper),
+        LOG2E=tl.constexpr(1.4426950408889634),
+        ACC=tl.float32,
+    )
+    result = check(SOFTMAX, _jit(kernel))
+    assert result.passed, result
+    if not torch.cuda.is_available():
+        assert "compiles for a GPU (sm_80)" in result.message
+
+
+@needs_triton
+def test_what_only_the_gpu_compiler_refuses_is_refused_in_plain_words():
+    # a plain module-level float read inside the kernel (not a tl.constexpr)
+    scaled = _softmax_kernel(
+        'x = tl.load(X + row * stride_x + cols, mask=keep, other=float("-inf")) * SCALE'
+        + _RIGHT_TAIL,
+        SCALE=1.0,
+    )
+    assert_fails(SOFTMAX, _jit(scaled), "reads the global variable SCALE")
+    # a loop sum started as an int and reassigned a float
+    assert_fails(
+        ONLINE,
+        _online_variant(**{"l = tl.zeros((BLOCK_M,), tl.float32)": "l = 0"}),
+        "l is int32 before the loop and fp32[16] inside it",
+    )
+
+
+@needs_triton
+def test_the_gpu_compile_explains_the_compilers_complaints():
+    complaint = ch10_gpu._compiler_complaint(
+        "CompilationError",
+        'AssertionError("Mismatched type for s between then block (fp32) and else block (int32)")',
+        3,
+        "def k(X):\n    if X:\n        s = 1.0\n",
+    )
+    assert "s is fp32 after the if and int32 after the else" in complaint
+    assert "line 3 (s = 1.0)" in complaint
+    other = ch10_gpu._compiler_complaint("CompilationError", "ValueError('odd')", 9, "")
+    assert other.endswith("CompilationError: odd") and "line 9 (?)" in other
+
+
+@needs_triton
+def test_a_compiler_that_cannot_be_run_is_not_held_against_the_learner(monkeypatch):
+    monkeypatch.setattr(ch10_gpu, "_COMPILED", {})
+    monkeypatch.setattr(ch10_gpu.sys, "executable", "/nonexistent/python")
+    result = check(SOFTMAX, _jit(ch10_gpu.masked_softmax_kernel))
+    assert result.passed and "compiles for a GPU" not in result.message, result
+
+
+@needs_triton
+def test_online_softmax_names_a_float16_accumulator():
+    kernel = _online_variant(
+        **{
+            "acc = tl.zeros((BLOCK_M, D), tl.float32)": "acc = tl.zeros((BLOCK_M, D), tl.float16)",
+            "acc = alpha[:, None] * acc + tl.dot(p, v)": (
+                "acc = (alpha[:, None] * acc + tl.dot(p, v)).to(tl.float16)"
+            ),
+        }
+    )
+    assert_fails(ONLINE, kernel, "the rounding of float16")
+
+
+@needs_triton
+def test_online_softmax_with_block_m_written_as_a_number_is_rejected():
+    kernel = _online_variant(
+        **{
+            "rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)": (
+                "rows = tl.program_id(0) * 16 + tl.arange(0, 16)"
+            ),
+            "tl.full((BLOCK_M,)": "tl.full((16,)",
+            "tl.zeros((BLOCK_M,)": "tl.zeros((16,)",
+            "tl.zeros((BLOCK_M, D)": "tl.zeros((16, D)",
+        }
+    )
+    assert_fails(ONLINE, kernel, "rows 32-39 of O were never written")
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        # the running maximum started at 0: a row far below 0 underflows to 0/0, not overflows
+        (
+            {
+                'm = tl.full((BLOCK_M,), float("-inf"), tl.float32)': "m = tl.zeros((BLOCK_M,), tl.float32)"
+            },
+            "underflowed to 0",
+        ),
+        # m updated before the rescale factor: alpha is always 1
+        (
+            {"alpha = tl.exp(m - m_new)": "m = m_new\n        alpha = tl.exp(m - m_new)"},
+            "alpha is always 1",
+        ),
+    ],
+)
+def test_online_softmax_diagnoses_the_running_maximum(change, words):
+    result = check(ONLINE, _online_variant(**change))
+    assert result.status == "failed" and words in result.message, result
+    assert "overflowed" not in result.message and "largest difference" not in result.message
+
+
+@pytest.mark.parametrize("answer", ["3", "6", "line 7", "", "seven"])
+def test_find_the_bug_does_not_show_the_answer_to_a_string(answer):
+    message = check(BUG, answer).message
+    assert "as a number" in message and "6" not in message.replace(repr(answer), ""), message
+
+
+_FAR_ATOMIC = """
+import os
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import linecache, triton, triton.language as tl
+from attncourse.exercises import check, ch10_gpu
+source = '''
+def kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tl.atomic_add(Y + row * 100000000 + cols, 1.0)
+'''
+linecache.cache["<far>"] = (len(source), None, source.splitlines(True), "<far>")
+namespace = {"tl": tl, "triton": triton}
+exec(compile(source, "<far>", "exec"), namespace)
+kernel = triton.jit(namespace["kernel"])
+print("CHECK", check("gpu/masked-softmax-kernel", kernel).message.splitlines()[0])
+# past the check's refusal: the interpreter's atomics are bounds-checked too
+triton_, device = ch10_gpu._triton()
+import torch
+x, lengths = torch.randn(3, 16), torch.tensor([16, 3, 0])
+try:
+    ch10_gpu.run_masked_softmax(kernel, x, lengths)
+except RuntimeError as error:
+    print("RUN", error)
+"""
+
+
+@needs_triton
+def test_an_atomic_far_outside_its_tensor_does_not_end_the_learners_process():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FAR_ATOMIC], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "CHECK Your kernel calls tl.atomic_add" in done.stdout, done.stdout
+    assert "RUN your kernel wrote outside every tensor" in done.stdout, done.stdout
+
+
+@needs_triton
+def test_an_atomic_into_an_input_is_refused():
+    kernel = _softmax_kernel(
+        'x = tl.load(X + row * stride_x + cols, mask=keep, other=float("-inf"))\n'
+        "tl.atomic_add(X + row * stride_x + cols, 1.0, mask=keep)" + _RIGHT_TAIL
+    )
+    assert_fails(SOFTMAX, _jit(kernel), "calls tl.atomic_add")
+
+
+def test_a_kernel_that_changes_its_input_is_told_so():
+    """On a GPU nothing bounds-checks a store: the inputs are compared after the run."""
+    device = torch.device("meta")  # neither the interpreter's checks nor a GPU synchronisation
+    x = ch10_gpu._place("X", torch.ones(2, 4), torch.device("cpu"))
+    y = ch10_gpu._place("Y", torch.zeros(2, 4), torch.device("cpu"), fill=-3.0, writable=True)
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: x.view.add_(1.0)
+
+    error = ch10_gpu._launch(Kernel(), (2,), [x, y], device, [], {})
+    assert error is not None and "changed its input X" in error
+
+
+@needs_triton
+def test_errors_inside_a_jit_helper_arrive_unwrapped():
+    helper = _from_source_with("def bad(x):\n    return tl.reshape(x, (3, 7))\n", "bad", {})
+    kernel = _softmax_kernel(
+        'x = bad(tl.load(X + row * stride_x + cols, mask=keep, other=float("-inf")))' + _RIGHT_TAIL,
+        bad=_jit(helper),
+    )
+    result = check(SOFTMAX, _jit(kernel))
+    assert "your kernel raised ValueError: Shape element 0 must be a power of 2" in result.message
+    assert "InterpreterError" not in result.message
+
+
+def _float32_inside(query, key, value, out, lse, dout):
+    grads = ch10_gpu.attention_backward(*(t.float() for t in (query, key, value, out, lse, dout)))
+    return tuple(g.double() for g in grads)
+
+
+def _dk_dv_swapped(*args):
+    dq, dk, dv = ch10_gpu.attention_backward(*args)
+    return dq, dv, dk
+
+
+def _fails_on_a_batch(query, key, value, out, lse, dout):
+    if query.dim() > 2:
+        raise RuntimeError("cannot handle a batch")
+    return ch10_gpu.attention_backward(query, key, value, out, lse, dout)
+
+
+@pytest.mark.parametrize(
+    "answer,words",
+    [
+        (_float32_inside, "right to about float32's precision"),
+        (_dk_dv_swapped, "returned as (dq, dv, dk)"),
+        (_fails_on_a_batch, "With batch (2, 3), L=S=6, d_k=d_v=4: Your function raised"),
+    ],
+)
+def test_backward_names_precision_order_and_the_failing_case(answer, words):
+    assert_fails(BACKWARD, answer, words)
+
+
+def test_key_blocks_says_which_case_raised():
+    def fails_when_l_differs(qb, bm, bn, L, S):
+        if L != S:
+            raise ValueError("L must equal S")
+        return _key_blocks_solution(qb, bm, bn, L, S)
+
+    assert_fails(
+        ID, fails_when_l_differs, "At query block 0, block_m=32, block_n=16, L=40, S=100: Your"
+    )
+
+
+# -- issue 29: achieved TFLOP/s and the roofline, measured on a GPU -------------------------------
+
+ROOFLINE = "gpu/roofline-fraction"
+T4 = dict(peak_flops=8.1e12, bandwidth=320e9)  # CUDA cores, the chapter's kernels
+T4_TENSOR = dict(peak_flops=65e12, bandwidth=320e9)
+H100 = dict(peak_flops=989e12, bandwidth=3.35e12)
+
+
+@pytest.fixture
+def on_a_gpu(monkeypatch):
+    """A CUDA runtime, as far as the check can tell (it asks torch.cuda.is_available())."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def _measured(
+    batch=4,
+    heads=8,
+    L=2048,
+    S=2048,
+    d=64,
+    causal=True,
+    ms=3.1,
+    peak_flops=8.1e12,
+    bandwidth=320e9,
+    exact=False,
+    **changes,
+):
+    """A right answer, as a learner computes it from a time ``ms``; ``changes`` replace fields."""
+    if exact:  # the exact count of the causal pairs (attncourse.benchmarks.measure.attention_flops)
+        from attncourse.benchmarks.measure import attention_flops
+
+        flops = attention_flops(batch, heads, L, S, d, causal=causal)
+    else:
+        flops = 4 * batch * heads * L * S * d // (2 if causal else 1)
+    tflops = flops / (ms * 1e-3) / 1e12
+    intensity = flops / (2 * batch * heads * (2 * L * d + 2 * S * d))
+    roofline = min(peak_flops, intensity * bandwidth)
+    answer = dict(
+        ms=ms,
+        batch=batch,
+        heads=heads,
+        L=L,
+        S=S,
+        d=d,
+        causal=causal,
+        flops=flops,
+        tflops=tflops,
+        peak_flops=peak_flops,
+        bandwidth=bandwidth,
+        intensity=intensity,
+        fraction=tflops * 1e12 / roofline,
+    )
+    answer.update(changes)
+    return answer
+
+
+@dataclasses.dataclass
+class Measurement:
+    ms: float
+    batch: int
+    heads: int
+    L: int
+    S: int
+    d: int
+    causal: bool
+    flops: float
+    tflops: float
+    peak_flops: float
+    bandwidth: float
+    intensity: float
+    fraction: float
+    device: str = "Tesla T4"
+
+
+MeasurementTuple = collections.namedtuple("MeasurementTuple", list(_measured()))
+
+
+def test_roofline_on_a_cpu_says_what_it_needs(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = check(ROOFLINE, _measured())
+    assert result.status.startswith("not attempted")
+    assert "Runtime > Change runtime type > T4 GPU" in result.message
+    assert "not graded" in result.message
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_roofline_stub_is_not_attempted(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    stub_answer = {field: ... for field in _measured()}
+    result = check(ROOFLINE, stub_answer)
+    assert result.status.startswith("not attempted") and "ms is still" in result.message
+    with_field = Measurement(**{**_measured(), "tflops": ...})
+    result = check(ROOFLINE, with_field)
+    assert result.status.startswith("not attempted") and "tflops is still" in result.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _measured(),  # T4, CUDA cores, causal, L = S
+        _measured(exact=True),  # the causal pairs counted exactly
+        _measured(causal=False, ms=6.0),
+        _measured(causal=True, L=1024, S=4096, exact=True, ms=6.0),  # L < S: the exact causal count
+        _measured(causal=False, ms=1.0, **T4_TENSOR),
+        _measured(causal=False, ms=3.0, batch=8, heads=16, L=4096, S=4096, d=128, **H100),
+        _measured(causal=True, ms=0.05, **H100),  # memory-bound? no: past the ridge
+        _measured(
+            batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR
+        ),  # memory-bound
+        _measured(ms=3.1, device="Tesla T4"),
+        _measured(ms=3.1, device=torch.device("cuda", 0)),
+    ],
+)
+def test_roofline_accepts_consistent_measurements(answer, on_a_gpu):
+    result = check(ROOFLINE, answer)
+    assert result.passed, result
+
+
+def test_roofline_accepts_several_styles(on_a_gpu):
+    import types
+
+    import numpy as np
+
+    right = _measured()
+    renamed = {
+        "time_ms": right["ms"],
+        "batch_size": right["batch"],
+        "num_heads": right["heads"],
+        "query_len": right["L"],
+        "key_len": right["S"],
+        "head_dim": right["d"],
+        **{k: right[k] for k in ("causal", "flops", "tflops", "intensity", "fraction")},
+        "peak": right["peak_flops"],
+        "bandwidth": right["bandwidth"],
+    }
+    as_numbers = {
+        **right,
+        "ms": np.float32(right["ms"]),
+        "batch": np.int64(4),
+        "causal": np.bool_(True),
+        "flops": torch.tensor(float(right["flops"])),
+        "tflops": torch.tensor(right["tflops"], dtype=torch.float64),
+    }
+    for answer in (
+        Measurement(**right),
+        MeasurementTuple(**right),
+        types.SimpleNamespace(**right),
+        renamed,
+        as_numbers,
+    ):
+        result = check(ROOFLINE, answer)
+        assert result.passed, (answer, result)
+
+
+def _over_the_peak():
+    """A memory-bound measurement whose fraction is of the peak, not of the roofline."""
+    right = _measured(batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR)
+    return {**right, "fraction": right["tflops"] * 1e12 / right["peak_flops"]}
+
+
+def _times(name, factor):
+    right = _measured()
+    return _measured(**{name: right[name] * factor})
+
+
+@pytest.mark.parametrize(
+    "answer,words",
+    [
+        # FLOPs
+        (_times("flops", 0.5), "a multiply-add as 1 FLOP"),
+        (_times("flops", 0.5), "only one of the two products"),
+        (_times("flops", 0.25), "one product, and a multiply-add as 1 FLOP"),
+        (_times("flops", 2.0), "counted causal attention as full"),
+        (_measured(batch=3, flops=4 * 3 * 8 * 2048 * 2048 * 64 // 2 // 3), "left out the batch"),
+        (_times("flops", 1 / 8), "left out the heads"),
+        (_measured(causal=False, flops=4 * 4 * 8 * 2048 * 2048 * 64 // 2), "causal is False"),
+        (
+            _measured(causal=True, L=1024, S=4096, flops=4 * 4 * 8 * 1024 * 4096 * 64 // 2),
+            "with L != S a causal query",
+        ),
+        (_times("flops", 3.0), "do not match"),
+        # the time
+        (_measured(ms=0.0001), "faster than any GPU"),
+        (_measured(ms=0.0001), "torch.cuda.synchronize()"),
+        (_measured(ms=3100.0), "slower than any GPU"),
+        (_measured(ms=-1.0), "positive time"),
+        # TFLOP/s
+        (_times("tflops", 1e-3), "milliseconds as if they were seconds"),
+        (_times("tflops", 1e3), "GFLOP/s"),
+        (_times("tflops", 1e3), "microseconds"),
+        (_times("tflops", 1e12), "that is FLOP/s"),
+        (_times("tflops", 1e9), "FLOPs per millisecond"),
+        (_times("tflops", 1.3), "is not your FLOPs over your time"),
+        # the GPU's numbers
+        (_measured(peak_flops=8.1), "TFLOP/s or GFLOP/s where FLOP/s"),
+        (_measured(bandwidth=320.0), "GB/s or TB/s where bytes/s"),
+        # intensity
+        (_times("intensity", 32.0), "more than any kernel reaches"),
+        (_times("intensity", 1 / 1000), "below 1"),
+        # the fraction
+        (_over_the_peak(), "you divided by the peak"),
+        (_times("fraction", 100.0), "that is a percentage"),
+        (_times("fraction", 1e-12), "divided TFLOP/s by FLOP/s"),
+        (_times("fraction", 0.7), "is not achieved / roofline"),
+        # impossible: above 1
+        (_measured(ms=1.0), "more than the peak you assumed"),
+        (_measured(ms=1.0), "torch.cuda.synchronize()"),
+        (
+            _measured(batch=8, heads=8, L=64, S=64, causal=False, ms=0.003, **T4_TENSOR),
+            "more than the memory allows",
+        ),
+        # the form
+        (_measured(device="cpu"), "time them there"),
+        (_measured(causal="yes"), "True or False"),
+        ({"ms": 3.1}, "lacks batch, heads"),
+        (3.1, "Pass a dict"),
+        ({**_measured(), "batch": 0}, "positive size"),
+    ],
+)
+def test_roofline_names_the_mistake(answer, words, on_a_gpu):
+    assert_fails(ROOFLINE, answer, words)
+
+
+def test_roofline_names_an_inverted_fraction_and_max_for_min(on_a_gpu):
+    right = _measured()
+    assert_fails(ROOFLINE, {**right, "fraction": 1 / right["fraction"]}, "inverted")
+    memory = right["intensity"] * right["bandwidth"]  # above the T4's peak: past the ridge
+    assert_fails(
+        ROOFLINE,
+        {**right, "fraction": right["tflops"] * 1e12 / memory},
+        "you divided by intensity * bandwidth",
+    )
+
+
+def test_roofline_refuses_a_function(on_a_gpu):
+    assert_fails(ROOFLINE, _measured, "not the function")
+
+
+def test_roofline_solution_times_with_cuda_events():
+    text = str(solution(ROOFLINE))
+    for words in (
+        "def measure_roofline(",
+        "torch.cuda.Event(enable_timing=True)",
+        "torch.cuda.synchronize()",
+        ".median()",
+        "flash_attention",
+        "min(peak_flops, intensity * bandwidth)",
+    ):
+        assert words in text, words
+
+
+# -- the mutants of the roofline solution, run on a simulated GPU ----------------------------------
+# tools/mutate_checkers.py mutates the solutions it can run; this one needs a GPU (CUDA events,
+# CUDA tensors), so its mutants run here against a simulated one: tensors that only have a shape,
+# a stream whose clock advances by each launch's work, events that refuse to be read before a
+# synchronisation, as CUDA's do. Each mutant is run on three measurements (a T4, causal, L = S;
+# an H100, L != S; a memory-bound T4 case) and its answers are checked.
+
+
+class _SimulatedTensor:
+    def __init__(self, *shape, dtype=torch.float32, device=None):
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            raise TypeError(f"randn(): sizes must be non-negative integers, got {shape}")
+        self.shape, self.dtype = shape, dtype
+
+    def numel(self):
+        return math.prod(self.shape)
+
+    def element_size(self):
+        return torch.empty((), dtype=self.dtype).element_size()
+
+
+class _SimulatedGPU:
+    """The stream's clock (ms), the synchronisations so far, and the simulated torch."""
+
+    RATE = 5.5e12  # FLOP/s the simulated kernel runs at
+    COMPILE_MS = 900.0  # the first call compiles: the GPU waits that long for the launch
+
+    def __init__(self):
+        self.clock, self.synchronisations, self.compiled = 0.0, 0, False
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.timing, self.recorded = enable_timing, None
+
+            def record(self):
+                self.recorded = (gpu.clock, gpu.synchronisations)
+
+            def elapsed_time(self, end):
+                if not (self.timing and end.timing):
+                    raise RuntimeError("Both events must be created with enable_timing=True")
+                if self.recorded is None or end.recorded is None:
+                    raise RuntimeError("Both events must be recorded before elapsed_time")
+                if end.recorded[1] == gpu.synchronisations:
+                    raise RuntimeError("CUDA error: device not ready")
+                return end.recorded[0] - self.recorded[0]
+
+        def synchronize():
+            gpu.synchronisations += 1
+
+        self.cuda = types.SimpleNamespace(
+            Event=Event, synchronize=synchronize, get_device_name=lambda: "Tesla T4 (simulated)"
+        )
+
+    def randn(self, *shape, dtype=torch.float32, device=None):
+        if device != "cuda":
+            raise ValueError(f"the simulated GPU only makes CUDA tensors, got device={device!r}")
+        return _SimulatedTensor(*shape, dtype=dtype)
+
+    def flash_attention(self, q, k, v, *, causal=False):
+        """The launcher's checks (attncourse.kernels.flash), then the kernel's time on the clock."""
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if not all(len(t.shape) == 4 and t.dtype == q.dtype for t in (k, v)) or len(q.shape) != 4:
+            raise ValueError("expected 4-D query, key and value of one dtype")
+        if k.shape[:2] != q.shape[:2] or v.shape != k.shape or k.shape[3] != q.shape[3]:
+            raise ValueError("expected query (B, H, L, d), key and value (B, H, S, d)")
+        if not 16 <= q.shape[3] <= 128:
+            raise ValueError("the head size d must be in 16..128")
+        (B, H, L, d), S = q.shape, k.shape[2]
+        flops = 4 * B * H * d * ch10_gpu._causal_pairs(L, S, causal)
+        self.clock += flops / self.RATE * 1e3 + 0.01 + (0 if self.compiled else self.COMPILE_MS)
+        self.compiled = True
+
+
+class _SimulatedTorch:
+    """``torch`` as the mutant sees it: the simulated GPU's randn and cuda, the rest torch's."""
+
+    def __init__(self, gpu):
+        self.randn, self.cuda = gpu.randn, gpu.cuda
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+ROOFLINE_RUNS = [
+    {},  # the defaults: a T4's CUDA cores, causal, L = S = 2048
+    dict(batch=2, heads=16, L=1024, S=4096, d=128, causal=False, **H100),
+    dict(batch=8, heads=8, L=64, S=64, d=64, causal=False, **T4_TENSOR),  # memory-bound
+]
+
+# The mutants the check cannot see, by design: it grades the relations between the numbers it is
+# given, not how they were measured. A mutant of the measurement (the sizes and GPU assumed in the
+# defaults, the tensors made, the events, the timing loop, the median) that still reports
+# consistent numbers is a right answer for the numbers it reports.
+ROOFLINE_MEASUREMENT_LINES = (
+    "def _roofline_solution(",
+    "q = torch.randn(",
+    "k = torch.randn(",
+    "v = torch.randn(",
+    "start = torch.cuda.Event(",
+    "end = torch.cuda.Event(",
+    "for run in range(",
+    "if run >= 3:",
+    "flash_attention(q, k, v, causal=causal)",
+    "times.append(",
+    "ms = torch.tensor(times)",
+)
+ROOFLINE_EQUIVALENT = {
+    # any intensity between 1 FLOP/byte and that of Q, K, V and O moved once is an assumption the
+    # exercise accepts (the worst case, K and V re-read per query block, is lower): counting more
+    # bytes, or rounding the intensity down, is another assumption, consistently used
+    "intensity = flops / (q.element_size() * (2 * q.numel() + k.numel() + v.numel())) => "
+    "intensity = flops // (q.element_size() * (2 * q.numel() + k.numel() + v.numel()))",
+    "intensity = flops / (q.element_size() * (2 * q.numel() + k.numel() + v.numel())) => "
+    "intensity = flops / (q.element_size() * (3 * q.numel() + k.numel() + v.numel()))",
+    # the same number as a float (flops is even), or changed by a part in 1e12 or 1e13
+    "flops = flops // 2 => flops = flops / 2",
+    "tflops = flops / (ms * 0.001) / 1000000000000.0 => "
+    "tflops = flops // (ms * 0.001) / 1000000000000.0",
+    "tflops = flops / (ms * 0.001) / 1000000000000.0 => "
+    "tflops = flops / (ms * 0.001) / 1000000000001.0",
+    "return {'device': torch.cuda.get_device_name(), 'ms': ms, 'batch': batch, 'heads': heads, "
+    "'L': L, 'S': S, 'd': d, 'causal': causal, 'flops': flops, 'tflops': tflops, "
+    "'peak_flops': peak_flops, 'bandwidth': bandwidth, 'intensity': intensity, "
+    "'fraction': tflops * 1000000000000.0 / roofline} => return {'device': "
+    "torch.cuda.get_device_name(), 'ms': ms, 'batch': batch, 'heads': heads, 'L': L, 'S': S, "
+    "'d': d, 'causal': causal, 'flops': flops, 'tflops': tflops, 'peak_flops': peak_flops, "
+    "'bandwidth': bandwidth, 'intensity': intensity, 'fraction': tflops * 1000000000001.0 / "
+    "roofline}",
+}
+
+
+def _run_simulated(mutant_source, name, solution_globals, monkeypatch):
+    """The answers of a mutant on each of ROOFLINE_RUNS, each on a fresh simulated GPU."""
+    import linecache
+    import sys
+
+    answers = []
+    for run in ROOFLINE_RUNS:
+        gpu = _SimulatedGPU()
+        flash = types.ModuleType("attncourse.kernels.flash")
+        flash.flash_attention = gpu.flash_attention
+        monkeypatch.setitem(sys.modules, "attncourse.kernels.flash", flash)
+        namespace = {**solution_globals, "torch": _SimulatedTorch(gpu)}
+        filename = f"<roofline mutant {abs(hash(mutant_source))}>"
+        linecache.cache[filename] = (
+            len(mutant_source),
+            None,
+            mutant_source.splitlines(True),
+            filename,
+        )
+        exec(compile(mutant_source, filename, "exec"), namespace)
+        answers.append(namespace[name](**run))
+    return answers
+
+
+def test_every_mutant_of_the_roofline_solution_is_rejected_or_a_listed_equivalent(
+    on_a_gpu, monkeypatch
+):
+    import inspect
+
+    from project_tools import tool
+
+    mutate = tool("mutate_checkers")
+    reference = _core._REGISTRY[ROOFLINE].reference
+    source = textwrap.dedent(inspect.getsource(reference))
+    for answer in _run_simulated(source, reference.__name__, reference.__globals__, monkeypatch):
+        assert check(ROOFLINE, answer).passed, answer  # the solution itself is right
+    mutants = mutate.mutants_of(ROOFLINE, reference)
+    assert len(mutants) > 200
+    killed, by_design, equivalent, survivors = 0, 0, set(), []
+    for mutant in mutants:
+        change = mutant.key.split(" :: ", 1)[1]
+        try:
+            answers = _run_simulated(
+                mutant.source, reference.__name__, reference.__globals__, monkeypatch
+            )
+            passed = all(check(ROOFLINE, answer).passed for answer in answers)
+        except Exception:  # noqa: BLE001 - a mutant that fails to run is killed, as on a GPU
+            passed = False
+        if not passed:
+            killed += 1
+        elif change.startswith(ROOFLINE_MEASUREMENT_LINES):
+            by_design += 1
+        elif change in ROOFLINE_EQUIVALENT:
+            equivalent.add(change)
+        else:
+            survivors.append(change)
+    assert not survivors, "mutants the checker accepts:\n" + "\n".join(survivors)
+    assert equivalent == ROOFLINE_EQUIVALENT, ROOFLINE_EQUIVALENT - equivalent
+    # the check stays a check: most mutants die, the measurement's ones too when they can be seen
+    assert killed > 0.6 * len(mutants), (killed, by_design, len(mutants))

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
+import itertools
+import json
 import math
 import operator
 import os
+import re
+import subprocess
 import sys
 import textwrap
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -38,6 +44,9 @@ from ._core import (
     expect_tensor,
     integer,
     matches,
+    number,
+    several,
+    stub_field,
 )
 from ._i18n import N_, _
 
@@ -140,11 +149,14 @@ def _as_list(result) -> List[int]:
 )
 def _check_key_blocks(fn) -> str:
     for case in _CASES:
-        got = _as_list(call(fn, *case))
+        where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
+        try:
+            got = _as_list(call(fn, *case))
+        except Mistake as error:  # the learner's function failed: say on which input
+            raise Mistake(_("At {where}: {message}").format(where=where, message=error)) from None
         expected = _key_blocks_solution(*case)
         if got == expected:
             continue
-        where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
         if not expected:
             raise Mistake(
                 _(
@@ -303,6 +315,13 @@ def _python_function(kernel: Any) -> Any:
         raise TypeError(
             _("kernel should be a function decorated with @triton.jit, got {type_name}").format(
                 type_name=type(kernel).__name__
+            )
+        )
+    if fn.__name__ == "<lambda>":
+        raise TypeError(
+            _(
+                "you passed a lambda: a Triton kernel is a function written with def and "
+                "decorated with @triton.jit, whose body Triton reads as source"
             )
         )
     return fn
@@ -468,11 +487,41 @@ def _bounds_checked(regions: List[_Region], device: torch.device):
         check(ptrs, mask, True)
         return store(ptrs, value, mask, *args)
 
-    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    # atomics write too, and the interpreter does not bounds-check them: one far outside its
+    # tensor ends the Python process (the checks refuse atomics before running; this guards any
+    # that get past them)
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+
+    def checked_rmw(op, ptrs, value, mask, *args):
+        check(ptrs, mask, True)
+        return rmw(op, ptrs, value, mask, *args)
+
+    def checked_cas(ptrs, cmp, value, *args):
+        check(ptrs, _AllLanes(ptrs), True)
+        return cas(ptrs, cmp, value, *args)
+
+    hooks = {
+        "create_masked_load": checked_load,
+        "create_masked_store": checked_store,
+        "create_atomic_rmw": checked_rmw,
+        "create_atomic_cas": checked_cas,
+    }
+    for name, hook in hooks.items():
+        setattr(builder, name, hook)
     try:
         yield
     finally:
-        del builder.create_masked_load, builder.create_masked_store
+        for name in hooks:
+            delattr(builder, name)
+
+
+class _AllLanes:
+    """The mask of an access without one: every lane of ``ptrs`` enabled."""
+
+    def __init__(self, ptrs: Any) -> None:
+        import numpy as np
+
+        self.data = np.ones(np.shape(ptrs.data), dtype=bool)
 
 
 def _launch(
@@ -484,7 +533,8 @@ def _launch(
     constants: Dict[str, int],
 ) -> Optional[str]:
     """Run ``kernel[grid](*args, **constants)``; ``None``, or what went wrong (an exception's text,
-    an access outside the tensors, a store into a buffer's guard)."""
+    an access outside the tensors, a store into a buffer's guard, an input changed)."""
+    inputs = [(region, region.view.clone()) for region in regions if not region.writable]
     try:
         with _bounds_checked(regions, device), warnings.catch_warnings():
             warnings.simplefilter(
@@ -501,10 +551,7 @@ def _launch(
             return _(
                 "{cause} (a load or store without its mask, or a wrong offset or stride)"
             ).format(cause=cause)
-        text = str(error).strip().splitlines()
-        return _("your kernel raised {type_name}: ").format(type_name=type(error).__name__) + (
-            text[-1] if text else ""
-        )
+        return _kernel_error(error)
     for region in regions:
         start = (region.view.data_ptr() - region.buffer.data_ptr()) // region.view.element_size()
         mask = torch.ones_like(region.buffer, dtype=torch.bool)
@@ -518,7 +565,382 @@ def _launch(
                 "your kernel wrote outside {region_name} (a store without its mask, or a wrong "
                 "offset or stride)"
             ).format(region_name=region.name)
+    for region, before in inputs:
+        if not torch.equal(region.view, before):
+            return _(
+                "your kernel changed its input {region_name}: a kernel reads its inputs and writes "
+                "only its output"
+            ).format(region_name=region.name)
     return None
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The error the kernel itself raised: the interpreter wraps it in an ``InterpreterError``
+    per level of ``@triton.jit`` call (``InterpreterError(InterpreterError(ValueError(...)))``)."""
+    seen = set()
+    while (
+        type(error).__name__ == "InterpreterError"
+        and error.__cause__ is not None
+        and id(error) not in seen
+    ):
+        seen.add(id(error))
+        error = error.__cause__
+    return error
+
+
+def _kernel_error(error: BaseException) -> str:
+    """What went wrong when the learner's kernel raised ``error``, in plain words."""
+    error = _innermost(error)
+    if type(error).__name__ == "CompilationError":  # compiled on a GPU
+        complaint = _compiler_complaint(
+            type(error).__name__,
+            getattr(error, "error_message", None) or str(error),
+            getattr(getattr(error, "node", None), "lineno", None),
+            getattr(error, "src", None) or "",
+        )
+        return _("your kernel does not compile: {complaint}").format(complaint=complaint)
+    text = _text_of(error).strip().splitlines()
+    return _("your kernel raised {type_name}: {text}").format(
+        type_name=type(error).__name__, text=text[-1] if text else ""
+    )
+
+
+def _text_of(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails
+        return ""
+
+
+# -- what the interpreter lets through: atomics, and what only a GPU compiler refuses ----------
+
+_MISSING = object()
+
+
+def _source(fn: Any) -> Optional[str]:
+    """``fn``'s source, dedented, its decorator lines blanked (line numbers kept), or ``None``."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except Exception:  # noqa: BLE001 - no source (a builtin, code typed at a bare prompt)
+        return None
+    definition = tree.body[0] if tree.body else None
+    if not isinstance(definition, ast.FunctionDef):
+        return None
+    lines = source.split("\n")
+    for decorator in definition.decorator_list:
+        for index in range(decorator.lineno - 1, decorator.end_lineno or decorator.lineno):
+            lines[index] = ""
+    return "\n".join(lines)
+
+
+def _names_read(fn: Any) -> List[str]:
+    """The bare names ``fn``'s source reads (globals, closure variables, locals and builtins)."""
+    source = _source(fn)
+    if source is None:
+        return list(fn.__code__.co_names)
+    return sorted({n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)})
+
+
+def _lookup(fn: Any, name: str) -> Any:
+    """What ``name`` is bound to for ``fn``: a closure variable, or a global."""
+    code = fn.__code__
+    for cell_name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        if cell_name == name:
+            try:
+                return cell.cell_contents
+            except ValueError:  # an empty cell
+                return _MISSING
+    return fn.__globals__.get(name, _MISSING)
+
+
+def _kernel_functions(fn: Any) -> List[Any]:
+    """The kernel's Python function and the ``@triton.jit`` functions it calls (and theirs),
+    the helpers first."""
+    order: List[Any] = []
+    seen: set = set()
+
+    def visit(f: Any) -> None:
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        for name in _names_read(f):
+            value = _lookup(f, name)
+            inner = getattr(value, "fn", None)
+            if inspect.isfunction(inner) and type(value).__name__ in (
+                "JITFunction",
+                "InterpretedFunction",
+            ):
+                visit(inner)
+        order.append(f)
+
+    visit(fn)
+    return order
+
+
+def _atomic_called(fn: Any) -> Optional[str]:
+    """The first ``tl.atomic_*`` the kernel (or a helper of it) calls, if any."""
+    for f in _kernel_functions(fn):
+        source = _source(f)
+        if source is None:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            name = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else ""
+            )
+            if name.startswith("atomic_"):
+                return name
+    return None
+
+
+#: The GPU a kernel that the interpreter accepted is also compiled for, on the CPU (an A100's
+#: sm_80; no GPU needed): the interpreter runs kernels that a compiler refuses, such as a loop
+#: variable that changes its type or a plain global read inside the kernel.
+COMPILE_TARGET = ("cuda", 80, 32)
+
+# Run in a fresh Python without TRITON_INTERPRET (triton, once imported with it, cannot compile
+# in the same process): the learner's kernel arrives as source, with the globals it reads.
+_COMPILE_SCRIPT = r"""
+import importlib, json, linecache, sys, types
+request = json.load(sys.stdin)
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+class Opaque:  # a global the kernel may not read once compiled, as the original
+    pass
+
+namespace = {"__name__": "learner_kernel", "triton": triton, "tl": tl}
+for name, kind, value in request["globals"]:
+    if kind == "module":
+        namespace[name] = importlib.import_module(value)
+    elif kind == "stand-in module":
+        namespace[name] = types.ModuleType(value)
+    elif kind == "constexpr":
+        namespace[name] = tl.constexpr(value)
+    elif kind == "dtype":
+        namespace[name] = tl.dtype(value)
+    elif kind == "value":
+        namespace[name] = value
+    else:
+        namespace[name] = Opaque()
+for index, (name, source) in enumerate(request["functions"]):
+    filename = "<learner kernel %d>" % index
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    namespace[name] = triton.jit(namespace[name])
+kernel = namespace[request["functions"][-1][0]]
+signature = dict(zip(request["names"], request["types"]))
+constexprs = {(int(k),): v for k, v in request["constexprs"].items()}
+result = {"error": None}
+try:
+    triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget(*request["target"]))
+except Exception as error:
+    node = getattr(error, "node", None)
+    result = {
+        "error": type(error).__name__,
+        "message": getattr(error, "error_message", None) or str(error),
+        "line": getattr(node, "lineno", None),
+        "source": getattr(error, "src", None) or request["functions"][-1][1],
+    }
+print("ATTNCOURSE-COMPILED " + json.dumps(result))
+"""
+
+_COMPILED: Dict[str, Dict[str, Any]] = {}  # request -> the compiler's answer, per process
+
+
+def _shipped(value: Any) -> Optional[List[Any]]:
+    """How the compile script rebuilds a global the kernel reads: ``[kind, value]``."""
+    import triton.language as language
+
+    if inspect.ismodule(value):
+        name = value.__name__
+        real = name == "math" or name == "triton" or name.startswith("triton.")
+        return ["module" if real else "stand-in module", name]
+    if isinstance(value, language.constexpr):
+        inner = value.value
+        if inner is None or isinstance(inner, (bool, int, float, str)):
+            return ["constexpr", inner]
+        if isinstance(inner, language.dtype):
+            return ["dtype", str(inner)]
+        return ["other", type(inner).__name__]
+    if isinstance(value, language.dtype):
+        return ["dtype", str(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ["value", value]
+    return ["other", type(value).__name__]
+
+
+def _compile_request(
+    fn: Any, types: List[str], constexprs: Dict[int, int]
+) -> Optional[Dict[str, Any]]:
+    """What the compile script needs to compile ``fn`` as the check launches it, or ``None``
+    when its source (or a helper's) cannot be read or its parameters are not the launch's."""
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    if len(names) != len(types):
+        return None
+    functions = _kernel_functions(fn)
+    own = {f.__name__ for f in functions}
+    sources, shipped = [], {}
+    for f in functions:
+        source = _source(f)
+        if source is None:
+            return None
+        sources.append([f.__name__, source])
+        for name in _names_read(f):
+            value = _lookup(f, name)
+            if name in own or value is _MISSING:
+                continue
+            shipped[name] = _shipped(value)
+    return {
+        "functions": sources,
+        "globals": [[name, *how] for name, how in sorted(shipped.items())],
+        "names": names,
+        "types": types,
+        "constexprs": {str(k): v for k, v in constexprs.items()},
+        "target": list(COMPILE_TARGET),
+    }
+
+
+def _compile_for_a_gpu(fn: Any, types: List[str], constexprs: Dict[int, int]) -> Dict[str, Any]:
+    """Compile the learner's kernel for :data:`COMPILE_TARGET` in a fresh Python (about half a
+    second): ``{"error": None}``, the compiler's complaint (``error``, ``message``, ``line``,
+    ``source``), or ``{"unavailable": ...}`` when it could not be tried (no source, no compiler,
+    a time-out), which the check does not hold against the learner."""
+    request = _compile_request(fn, types, constexprs)
+    if request is None:
+        return {"unavailable": "no source"}
+    key = json.dumps(request, sort_keys=True)
+    if key in _COMPILED:
+        return _COMPILED[key]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _COMPILE_SCRIPT],
+            input=key,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        line = next(
+            line
+            for line in reversed(done.stdout.splitlines())
+            if line.startswith("ATTNCOURSE-COMPILED ")
+        )
+        answer = json.loads(line.split(" ", 1)[1])
+    except (OSError, subprocess.SubprocessError, StopIteration, ValueError) as error:
+        answer = {"unavailable": type(error).__name__}
+    _COMPILED[key] = answer
+    return answer
+
+
+def _type_name(text: str) -> str:
+    """A Triton type as the compiler writes it, shorter: ``<['16', '32'], fp32>`` is
+    ``fp32[16, 32]``."""
+    block = re.fullmatch(r"<\[(.*)\], (\w+)>", text.strip())
+    if block is None:
+        return text.strip()
+    return f"{block.group(2)}[{', '.join(re.findall(r'[0-9]+', block.group(1)))}]"
+
+
+def _compiler_complaint(kind: str, message: str, line: Optional[int], source: str) -> str:
+    """The compiler's complaint about the learner's kernel, in plain words (``line`` counts the
+    kernel's def line as 1, as Triton does)."""
+    lines = source.split("\n")
+    code = lines[line - 1].strip() if line and 0 < line <= len(lines) else "?"
+    line = line or 0
+    unwrapped = re.match(r"^\w+\((['\"])(.*)\1\)$", message.strip(), re.S)
+    text = unwrapped.group(2) if unwrapped else message.strip()
+    found = re.search(
+        r"Loop-carried variable (\w+) has initial type (.+?) but is re-assigned to (.+?) in loop",
+        text,
+    )
+    if found:
+        return _(
+            "the GPU compiler refuses it at line {line} ({code}): {name} is {before} before "
+            "the loop and {after} inside it, and a compiled loop keeps each "
+            "variable's type (the interpreter does not check it). Give it its type from the "
+            "start: {name} = 0.0 for a float, tl.zeros(..., tl.float32) for a block"
+        ).format(
+            line=line,
+            code=code,
+            name=found.group(1),
+            before=_type_name(found.group(2)),
+            after=_type_name(found.group(3)),
+        )
+    found = re.search(r"Cannot access global variable (\w+)", text)
+    if found:
+        return _(
+            "the GPU compiler refuses it at line {line} ({code}): it reads the global "
+            "variable {name}, and a compiled kernel may read only the globals made with "
+            "tl.constexpr (the interpreter reads any). Write {name} = tl.constexpr(...) at the "
+            "top level (the annotation {name}: tl.constexpr = ... is not enough), or pass it "
+            "as an argument"
+        ).format(line=line, code=code, name=found.group(1))
+    found = re.search(
+        r"Mismatched type for (\w+) between then block \((.+?)\) and else block \((.+?)\)", text
+    )
+    if found:
+        return _(
+            "the GPU compiler refuses it at line {line} ({code}): {name} is {then} after "
+            "the if and {other} after the else, and compiled code gives it one "
+            "type (the interpreter does not check it). Give both branches the same type: 0.0, "
+            "not 0, for a float"
+        ).format(
+            line=line,
+            code=code,
+            name=found.group(1),
+            then=_type_name(found.group(2)),
+            other=_type_name(found.group(3)),
+        )
+    return _(
+        "the GPU compiler refuses it at line {line} ({code}), although the interpreter runs "
+        "it: {kind}: {text}"
+    ).format(line=line, code=code, kind=kind, text=_first_line(text))
+
+
+def _first_line(text: str) -> str:
+    """The first line of an error's text (and the next, after a colon), without the addresses
+    of Python objects."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+    first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+    return re.sub(r" at 0x[0-9a-f]+", "", first)
+
+
+def _compiles_for_a_gpu(kernel: Any, types: List[str], constexprs: Dict[int, int]) -> bool:
+    """Compile a kernel that the interpreter accepted for a GPU as well: ``True`` when it
+    compiles, ``False`` when that could not be tried; a :class:`Mistake` with the compiler's
+    complaint in plain words when it is refused."""
+    answer = _compile_for_a_gpu(_python_function(kernel), types, constexprs)
+    if answer.get("unavailable"):
+        return False
+    if answer.get("error"):
+        complaint = _compiler_complaint(
+            answer["error"], answer.get("message") or "", answer.get("line"), answer["source"]
+        )
+        raise Mistake(
+            _("Your kernel passes every case in the interpreter, but {complaint}.").format(
+                complaint=complaint
+            )
+        )
+    return True
+
+
+def _where_it_ran(device: torch.device, compiled: bool) -> str:
+    if device.type == "cuda":
+        return _("compiled on the GPU")
+    if compiled:
+        return _("in the interpreter, and it compiles for a GPU (sm_80)")
+    return _("in the interpreter")
 
 
 def _prepare(kernel: Any) -> Tuple[Any, torch.device]:
@@ -531,13 +953,24 @@ def _prepare(kernel: Any) -> Tuple[Any, torch.device]:
     if _is_stub(kernel):
         raise NotAttempted()
     try:
-        return _launchable(kernel, triton, device), device
+        runnable = _launchable(kernel, triton, device)
     except TypeError as error:
         raise Mistake(
             _("Pass your kernel, the function decorated with @triton.jit ({error}).").format(
                 error=error
             )
         ) from None
+    atomic = _atomic_called(_python_function(kernel))
+    if atomic:
+        raise Mistake(
+            _(
+                "Your kernel calls tl.{name}: these exercises need no atomic (each program writes "
+                "only its own rows), and the check does not run one, since an atomic that lands "
+                "outside its tensor ends the Python process instead of raising an error. Write "
+                "the results with tl.store."
+            ).format(name=atomic)
+        )
+    return runnable, device
 
 
 def _power_of_two_block(name: str, block: Any, at_least: int) -> int:
@@ -679,17 +1112,32 @@ def _masked_softmax_reference(
     return torch.softmax(scores.masked_fill(empty, 0.0), -1).masked_fill(empty | ~keep, 0.0)
 
 
+#: The known mistake "masked lanes loaded as 0 count in the sum" (several ways to write it).
+_ZERO_LANES = N_(
+    "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load them as "
+    "float('-inf'), or zero their exponentials with tl.where, so that they get no weight."
+)
+
+
+def _zero_lanes(x: torch.Tensor, lengths: torch.Tensor, block: int) -> List[torch.Tensor]:
+    """The outputs of kernels whose masked lanes, loaded as 0, count in the sum: over the BLOCK
+    lanes or the n_cols columns, the masked columns of the output zeroed or not."""
+    cols = torch.arange(x.size(1))
+    keep = cols < lengths[:, None]
+    zeros = x.double().masked_fill(~keep, 0.0)
+    padded = torch.cat([zeros, zeros.new_zeros(x.size(0), block - x.size(1))], 1)
+    outputs = []
+    for scores in (padded, zeros):
+        weights = torch.softmax(scores, -1)[:, : x.size(1)]
+        outputs += [weights, weights.masked_fill(~keep, 0.0)]
+    return outputs
+
+
 def _softmax_mistakes(
     x: torch.Tensor, lengths: torch.Tensor, block: int
 ) -> Dict[str, torch.Tensor]:
     cols = torch.arange(x.size(1))
     keep = cols < lengths[:, None]
-    padded = torch.cat(
-        [x.double().masked_fill(~keep, 0.0), x.new_zeros(x.size(0), block - x.size(1)).double()], 1
-    )
-    zero_lanes = torch.softmax(padded, -1)[
-        :, : x.size(1)
-    ]  # masked lanes loaded as 0 count in the sum
     inverted = x.double().masked_fill(keep, float("-inf"))
     return {
         (
@@ -710,13 +1158,7 @@ def _softmax_mistakes(
         _(
             "the mask is off by one: cols <= length keeps one column too many; keep cols < length."
         ): (_masked_softmax_reference(x, lengths, cols <= lengths[:, None])),
-        (
-            _(
-                "the masked lanes count in the sum: they were loaded as 0 (exp(0 - m) > 0). Load "
-                "them as float('-inf'), or zero their exponentials with tl.where, so that they get "
-                "no weight."
-            )
-        ): (zero_lanes),
+        _(_ZERO_LANES): _zero_lanes(x, lengths, block)[0],
     }
 
 
@@ -750,7 +1192,23 @@ _SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, sh
         0.0,
     ),
     (N_("a row of length 0, 10 columns, BLOCK 32"), 3, 10, [10, 0, 3], 32, 16, None, 1.0, 0.0),
+    (
+        N_("+300 in the columns past each row's length, lengths [5, 12, 20, 1] of 20, BLOCK 32"),
+        4,
+        20,
+        [5, 12, 20, 1],
+        32,
+        None,
+        None,
+        1.0,
+        0.0,
+    ),
 ]
+
+#: The argument types and constants a masked-softmax kernel is compiled with (for a GPU,
+#: without one): X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK.
+_SOFTMAX_TYPES = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "constexpr"]
+_SOFTMAX_CONSTANTS = {6: 64}
 
 
 def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -760,6 +1218,8 @@ def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         index == 2
     ):  # rows far from 0: a missing max subtraction overflows (or underflows) exp in float32
         x = x + torch.tensor([0.0, -200.0, 200.0, 90.0])[:, None]
+    if index == 4:  # the masked-off columns hold the largest scores: they must not count at all
+        x = x.masked_fill(torch.arange(cols) >= torch.tensor(lengths)[:, None], 300.0)
     return x.float(), torch.tensor(lengths)
 
 
@@ -808,8 +1268,35 @@ def _check_masked_softmax(kernel) -> str:
                 ).format(what=what)
             )
         message = diagnose(out, _softmax_mistakes(x, lens, block), default="", atol=atol)
+        if not message and any(
+            matches(out, other, atol=atol, equal_nan=True) for other in _zero_lanes(x, lens, block)
+        ):
+            message = _(_ZERO_LANES)
         if message:
             raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+        # the rows that are wrong, against what sets them apart
+        wrong = [r for r in range(out.size(0)) if not matches(out[r], expected[r], atol=atol)]
+        kept_max = x.masked_fill(~keep, float("-inf")).amax(-1)
+        masked_max = x.masked_fill(keep, float("-inf")).amax(-1)
+        if wrong and all(lens[r] > 0 and masked_max[r] > kept_max[r] for r in wrong):
+            raise Mistake(
+                _(
+                    "With {what}: exactly the rows with a larger score past their length are wrong: "
+                    "your maximum takes in the columns past each row's length (this case puts +300 "
+                    "there), and the exponentials of the kept columns underflow. Take the maximum "
+                    "over the kept columns only: load with mask=cols < length and "
+                    "other=float('-inf'), or tl.where(keep, x, float('-inf')) before tl.max."
+                ).format(what=what)
+            )
+        if wrong and all(lens[r] > 0 and kept_max[r] < 0 and lens[r] < block for r in wrong):
+            raise Mistake(
+                _(
+                    "With {what}: exactly the rows whose kept scores are all below 0 are wrong: the "
+                    "masked lanes were loaded as 0, and that 0 enters the maximum (and the sum, "
+                    "unless you zero it), so the exponentials of such a row underflow. Load the "
+                    "masked lanes as float('-inf')."
+                ).format(what=what)
+            )
         if not bool(torch.isfinite(out).all()):
             if index == 2:
                 raise Mistake(
@@ -843,10 +1330,13 @@ def _check_masked_softmax(kernel) -> str:
                 "LENGTHS[row] columns (largest difference {value:.3g})."
             ).format(what=what, value=(out.double() - expected).abs().max().item())
         )
+    compiled = device.type == "cpu" and _compiles_for_a_gpu(
+        kernel, _SOFTMAX_TYPES, _SOFTMAX_CONSTANTS
+    )
     return _(
-        "Right: masked lanes, ragged lengths, strided rows, large scores and an empty row "
-        "all come out as the reference's (your kernel ran {value})."
-    ).format(value=_("compiled on the GPU") if device.type == "cuda" else _("in the interpreter"))
+        "Right: masked lanes, ragged lengths, strided rows, large scores, an empty row and large "
+        "scores in the padding all come out as the reference's (your kernel ran {value})."
+    ).format(value=_where_it_ran(device, compiled))
 
 
 # -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
@@ -1029,13 +1519,13 @@ _ONLINE_CASES = [
         2.0,
     ),
     (
-        N_("20 rows, 70 keys, D=32, BLOCK_M=16, BLOCK_N=64, S rows 72 apart, V 40, O 32"),
-        20,
+        N_("40 rows, 70 keys, D=64, BLOCK_M=32, BLOCK_N=64, S rows 72 apart, V 80, O 72"),
+        40,
         70,
-        32,
-        16,
         64,
-        (72, 40, 32),
+        32,  # BLOCK_M differs from the other cases' (a literal 16 leaves rows out) and from D
+        64,
+        (72, 80, 72),
         3.0,
     ),
     (
@@ -1054,6 +1544,11 @@ _ONLINE_CASES = [
         1.0,
     ),
 ]
+
+#: The argument types and constants an online-softmax kernel is compiled with (for a GPU, without
+#: one): S, V, O, n_rows, n_keys, stride_s, stride_v, stride_o, BLOCK_M, BLOCK_N, D.
+_ONLINE_TYPES = ["*fp32"] * 3 + ["i32"] * 5 + ["constexpr"] * 3
+_ONLINE_CONSTANTS = {8: 16, 9: 32, 10: 16}
 
 
 def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -1102,11 +1597,21 @@ def _check_online_softmax(kernel) -> str:
             raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
         out = result["out"]
         expected = torch.softmax(scores.double(), -1) @ value.double()
-        atol = (
-            1e-4 if device.type == "cpu" else 1e-2
-        )  # a GPU's tl.dot rounds float32 to tf32 by default
-        if matches(out, expected, atol=atol, rtol=1e-3):
+        # in the interpreter a float32 kernel is within about 1e-6 of the float64 reference (a
+        # float16 accumulator is 1e-3 off); on a GPU tl.dot rounds float32 to tf32 by default
+        atol, rtol = (1e-5, 1e-5) if device.type == "cpu" else (1e-2, 1e-3)
+        if matches(out, expected, atol=atol, rtol=rtol):
             continue
+        unwritten = [r for r in range(out.size(0)) if bool((out[r] == -3.0).all())]
+        if unwritten:
+            raise Mistake(
+                _(
+                    "With {what}: rows {rows} of O were never written (they still hold O's fill, "
+                    "-3.0). Each program must cover BLOCK_M rows, rows = tl.program_id(0) * BLOCK_M "
+                    "+ tl.arange(0, BLOCK_M), and store every row < n_rows: a fixed number in "
+                    "place of BLOCK_M leaves rows out when BLOCK_M changes (here it is {block_m})."
+                ).format(what=what, rows=_row_list(unwritten), block_m=block_m)
+            )
         mistakes = {
             (
                 _(
@@ -1129,11 +1634,29 @@ def _check_online_softmax(kernel) -> str:
                     "0. Load them with other=float('-inf')."
                 )
             ): _online_emulation(scores, value, block_n, pad_zero=True),
+            (
+                _(
+                    "neither the running sum nor the accumulator is rescaled: alpha is always 1. "
+                    "Was m set to m_new before alpha = exp(m - m_new) was computed? Compute alpha "
+                    "(and p) first, then m = m_new; and multiply both l and acc by alpha."
+                )
+            ): _online_emulation(scores, value, block_n, rescale_acc=False, rescale_sum=False),
         }
         message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
         if message:
             raise Mistake(_("With {what}: {message}").format(what=what, message=message))
-        if index == 2 and not bool(torch.isfinite(out).all()):
+        bad = [r for r in range(out.size(0)) if not bool(torch.isfinite(out[r]).all())]
+        row_max = scores.amax(-1)
+        if bad and all(row_max[r] < -80.0 for r in bad):
+            raise Mistake(
+                _(
+                    "With {what}: your output has NaN in exactly the rows whose scores are all far "
+                    "below 0 (rows {rows}): there every exponential underflowed to 0, and 0/0 is "
+                    "NaN. Start the running maximum at -inf, not 0, so that the first tile's "
+                    "maximum replaces it and the largest exponential of a row is exp(0) = 1."
+                ).format(what=what, rows=_row_list(bad))
+            )
+        if index == 2 and bad:
             raise Mistake(
                 _(
                     "With {what}: your output has NaN or inf: an exponential overflowed. Subtract the "
@@ -1149,16 +1672,40 @@ def _check_online_softmax(kernel) -> str:
                     "- (-inf), 0/0, or exp of a score before the maximum is subtracted."
                 ).format(what=what)
             )
+        largest = (out.double() - expected).abs().max().item()
+        if device.type == "cpu" and matches(out, expected, atol=2e-2, rtol=2e-2):
+            raise Mistake(
+                _(
+                    "With {what}: your output is off by up to {value:.2g}, the rounding of float16 "
+                    "(or bfloat16), where a float32 kernel is within about 1e-6: is m, l, acc, p "
+                    "or V held in a 16-bit float? Keep the running maximum, the running sum and "
+                    "the accumulator in float32 (tl.float32), and p and V too."
+                ).format(what=what, value=largest)
+            )
         raise Mistake(
             _(
                 "With {what}: your output differs from softmax(S) @ V (largest difference "
                 "{value:.3g})."
-            ).format(what=what, value=(out.double() - expected).abs().max().item())
+            ).format(what=what, value=largest)
         )
+    compiled = device.type == "cpu" and _compiles_for_a_gpu(
+        kernel, _ONLINE_TYPES, _ONLINE_CONSTANTS
+    )
     return _(
         "Right: the running maximum, the rescaled sum and accumulator, and the masks of the "
         "ragged tiles all work (your kernel ran {value})."
-    ).format(value=_("compiled on the GPU") if device.type == "cuda" else _("in the interpreter"))
+    ).format(value=_where_it_ran(device, compiled))
+
+
+def _row_list(rows: List[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``"3-5, 9"``."""
+    runs: List[List[int]] = []
+    for r in rows:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 # -- 5. find the bug in a causal softmax kernel ---------------------------------------------------
@@ -1206,9 +1753,10 @@ _BUG_SOLUTION = (
 def _check_find_the_bug(answer) -> str:
     if isinstance(answer, str):
         raise Mistake(
-            _("Give the line number as a number (6, not '6'), got the string {answer!r}.").format(
-                answer=answer[:40]
-            )
+            _(
+                "Give the line number as a number, without quotes (for line 3: 3, not '3'), got "
+                "the string {answer!r}."
+            ).format(answer=answer[:40])
         )
     line = integer(answer, _("line number"))
     if not 1 <= line <= 10:
@@ -1329,7 +1877,10 @@ def _check_backward(fn) -> str:
         out = torch.softmax(scores, -1) @ v
         expected = torch.autograd.grad(out, (q, k, v), dout)
         out, lse = out.detach(), torch.logsumexp(scores.detach(), -1)
-        got = call(fn, query, key, value, out, lse, dout)
+        try:
+            got = call(fn, query, key, value, out, lse, dout)
+        except Mistake as error:  # the learner's function failed: say on which input
+            raise Mistake(_("With {what}: {message}").format(what=what, message=error)) from None
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Mistake(
                 _("Return the three gradients (dq, dk, dv); got {type_name}{value}.").format(
@@ -1340,6 +1891,16 @@ def _check_backward(fn) -> str:
                 )
             )
         names = ("dq", "dk", "dv")
+        for order in itertools.permutations(range(3)):
+            if order != (0, 1, 2) and all(
+                matches(got[i], expected[j], atol=1e-8, rtol=1e-6) for i, j in enumerate(order)
+            ):
+                raise Mistake(
+                    _(
+                        "With {what}: your gradients are right but returned as ({order}): return "
+                        "them in the order (dq, dk, dv)."
+                    ).format(what=what, order=", ".join(names[j] for j in order))
+                )
         for name, g_, e in zip(names, got, expected):
             expect_tensor(g_, e.shape, _("With {what}, {name}").format(what=what, name=name))
         if all(matches(g_, e, atol=1e-8, rtol=1e-6) for g_, e in zip(got, expected)):
@@ -1349,6 +1910,16 @@ def _check_backward(fn) -> str:
                 matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)
             ):
                 raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+        if all(matches(g_, e, atol=1e-5, rtol=1e-4) for g_, e in zip(got, expected)):
+            largest = max((g_.double() - e).abs().max().item() for g_, e in zip(got, expected))
+            raise Mistake(
+                _(
+                    "With {what}: your gradients are right to about float32's precision (largest "
+                    "difference {value:.2g}) but not to float64's, which the check asks for: the "
+                    "formulas are right, the precision is not. Compute in the inputs' dtype, "
+                    "float64 (a .float(), or a tensor created as float32, drops the digits)."
+                ).format(what=what, value=largest)
+            )
         wrong = [
             name
             for name, g_, e in zip(names, got, expected)
@@ -1376,3 +1947,485 @@ def _check_backward(fn) -> str:
     return _(
         "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
     )
+
+
+# -- 7. achieved TFLOP/s and the roofline: a measurement on the learner's GPU -----------------------
+
+
+def _roofline_solution(
+    batch=4, heads=8, L=2048, S=2048, d=64, causal=True, peak_flops=8.1e12, bandwidth=320e9
+):
+    # The defaults: a T4, whose CUDA cores run this chapter's kernels (Triton makes tl.dot
+    # fused multiply-adds there: 8.1 TFLOP/s; 320 GB/s). On another GPU, pass its numbers.
+    from attncourse.kernels.flash import flash_attention
+
+    q = torch.randn(batch, heads, L, d, device="cuda", dtype=torch.float16)
+    k = torch.randn(batch, heads, S, d, device="cuda", dtype=torch.float16)
+    v = torch.randn(batch, heads, S, d, device="cuda", dtype=torch.float16)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    times = []
+    for run in range(23):  # 3 to warm up (the first call compiles the kernel), 20 timed
+        start.record()
+        flash_attention(q, k, v, causal=causal)
+        end.record()
+        torch.cuda.synchronize()  # the GPU runs asynchronously: wait until it has finished
+        if run >= 3:
+            times.append(start.elapsed_time(end))  # milliseconds between the two events
+    ms = torch.tensor(times).median().item()
+    flops = 4 * batch * heads * L * S * d  # two products, a multiply-add is 2 FLOPs
+    if causal:
+        flops = flops // 2  # about half of the (query, key) pairs when L = S
+    tflops = flops / (ms * 1e-3) / 1e12
+    # bytes of Q, K and V read and O written once: the least any kernel moves
+    intensity = flops / (q.element_size() * (2 * q.numel() + k.numel() + v.numel()))
+    roofline = min(peak_flops, intensity * bandwidth)
+    return {
+        "device": torch.cuda.get_device_name(),
+        "ms": ms,
+        "batch": batch,
+        "heads": heads,
+        "L": L,
+        "S": S,
+        "d": d,
+        "causal": causal,
+        "flops": flops,
+        "tflops": tflops,
+        "peak_flops": peak_flops,
+        "bandwidth": bandwidth,
+        "intensity": intensity,
+        "fraction": tflops * 1e12 / roofline,
+    }
+
+
+#: The fields of the answer, each with the other names accepted for it.
+_ROOFLINE_FIELDS = {
+    "ms": ("time_ms", "milliseconds", "median_ms"),
+    "batch": ("batch_size", "B"),
+    "heads": ("num_heads", "H"),
+    "L": ("query_len", "seq_len"),
+    "S": ("key_len", "seq_len"),
+    "d": ("head_dim",),
+    "causal": (),
+    "flops": ("flop",),
+    "tflops": ("tflop_s", "achieved_tflops"),
+    "peak_flops": ("peak",),
+    "bandwidth": ("bandwidth_bytes",),
+    "intensity": (),
+    "fraction": ("roofline_fraction",),
+}
+
+#: Bounds that no GPU crosses, with room: FLOP/s faster than any GPU's dense half-precision peak
+#: (a B200's is 2.25e15), or slower than a CPU core (2e10); peaks and bandwidths of any GPU.
+_FASTEST, _SLOWEST = 5e15, 2e10
+_PEAK_RANGE, _BANDWIDTH_RANGE = (1e11, 2e16), (1e10, 3e13)
+
+NO_GPU = N_(
+    "This exercise measures a GPU, and there is none here (torch.cuda.is_available() is "
+    "False): a time taken on the CPU, or in Triton's interpreter, says nothing about a GPU's "
+    "roofline, so it is not graded. Run the chapter on a CUDA GPU: in Colab, Runtime > Change "
+    "runtime type > T4 GPU, then run the notebook from the top."
+)
+
+
+def _answer_mapping(answer: Any) -> Optional[Dict[str, Any]]:
+    """The fields of a dict, dataclass, namedtuple or SimpleNamespace answer; ``None`` for any
+    other object."""
+    if isinstance(answer, dict):
+        return {str(k): v for k, v in answer.items()}
+    if dataclasses.is_dataclass(answer) and not isinstance(answer, type):
+        return {f.name: getattr(answer, f.name) for f in dataclasses.fields(answer)}
+    if isinstance(answer, tuple) and hasattr(answer, "_asdict"):
+        return {str(k): v for k, v in answer._asdict().items()}
+    if isinstance(answer, types.SimpleNamespace):
+        return dict(vars(answer))
+    return None
+
+
+def _flag(value: Any) -> bool:
+    """``causal`` as a bool: Python, numpy and one-element torch booleans."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
+        return bool(value.item())
+    if isinstance(value, bool) or (
+        type(value).__module__ == "numpy"
+        and getattr(getattr(value, "dtype", None), "kind", "") == "b"
+    ):
+        return bool(value)
+    raise Mistake(_("causal should be True or False, got {value!r}.").format(value=_short(value)))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _causal_pairs(L: int, S: int, causal: bool) -> int:
+    """The (query, key) pairs attention computes: all, or those of the package's causal mask
+    (query i sees the keys j <= i + S - L)."""
+    if not causal:
+        return L * S
+    m = max(1, S - L + 1)
+    return S * (S + 1) // 2 - (m - 1) * m // 2
+
+
+def _close(value: float, target: float, rel: float = 0.02) -> bool:
+    return abs(value - target) <= rel * abs(target)
+
+
+def _named(value: float, known: List[Tuple[float, str]], right: List[float]) -> List[str]:
+    """The messages of the known mistakes that ``value`` is (those that differ from every right
+    value by more than the tolerance)."""
+    return [
+        message
+        for wrong, message in known
+        if _close(value, wrong) and not any(_close(wrong, r, 0.05) for r in right)
+    ]
+
+
+@exercise(
+    "gpu/roofline-fraction",
+    title="Achieved TFLOP/s and the roofline",
+    hint="""
+        1. On the GPU, make q, k, v (float16, say B=4, H=8, L=S=2048, d=64) and call the kernel a few
+        times first (the first call compiles it). Then time 20 calls, each between two
+        torch.cuda.Event(enable_timing=True) recorded before and after it, with
+        torch.cuda.synchronize() before start.elapsed_time(end), and keep the median (ms).
+        2. FLOPs: two products of 2 L S d each per (batch, head), 4 B H L S d in all, about half of
+        it with causal=True when L = S. TFLOP/s = FLOPs / (ms * 1e-3) / 1e12.
+        3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B H L d elements
+        of 2 bytes when L = S). Roofline = min(peak, intensity * bandwidth), in FLOP/s; fraction =
+        achieved FLOP/s / roofline, a number between 0 and 1.
+    """,
+    solution=_roofline_solution,
+    name="measure_roofline",
+    answer_is_function=False,  # the answer is the measurement in a dict; the solution takes it
+)
+def _check_roofline(answer) -> str:
+    if callable(answer) and _answer_mapping(answer) is None:
+        if inspect.isfunction(answer) and _is_stub(answer):
+            raise NotAttempted()
+        raise Mistake(
+            _(
+                "Pass the measurement (the dict your function returns: check(..., "
+                "measure_roofline())), not the function."
+            )
+        )
+    raw = _answer_mapping(answer)
+    for key, value in (raw or {}).items():
+        if value is Ellipsis:
+            raise NotAttempted(stub_field(key))
+    if not torch.cuda.is_available():
+        raise NotAttempted(_(NO_GPU))
+    if raw is None:
+        raise Mistake(
+            _(
+                "Pass a dict (or a dataclass or namedtuple) with the fields {fields}; got "
+                "{type_name}."
+            ).format(fields=", ".join(_ROOFLINE_FIELDS), type_name=type(answer).__name__)
+        )
+    fields: Dict[str, Any] = {}
+    missing = []
+    for name, others in _ROOFLINE_FIELDS.items():
+        key = next((k for k in (name, *others) if k in raw), None)
+        if key is None:
+            missing.append(name)
+        else:
+            fields[name] = raw[key]
+    if missing:
+        raise Mistake(
+            _("Your answer lacks {missing}: give every field of the stub, {fields}.").format(
+                missing=", ".join(missing), fields=", ".join(_ROOFLINE_FIELDS)
+            )
+        )
+    device = raw.get("device", raw.get("gpu"))
+    if device is not None and "cpu" in str(device).lower():
+        raise Mistake(
+            _(
+                "Your device is {device}: this exercise times attention on the GPU. Create q, k "
+                'and v with device="cuda" and time them there.'
+            ).format(device=_short(device))
+        )
+    # the sizes, and the FLOPs they cost
+    B, H, L, S, d = (integer(fields[n], n) for n in ("batch", "heads", "L", "S", "d"))
+    for name, size in zip(("batch", "heads", "L", "S", "d"), (B, H, L, S, d)):
+        if size < 1:
+            raise Mistake(
+                _("{name} should be a positive size, got {size}.").format(name=name, size=size)
+            )
+    causal = _flag(fields["causal"])
+    sizes = _("batch={B}, heads={H}, L={L}, S={S}, d={d}, causal={causal}").format(
+        B=B, H=H, L=L, S=S, d=d, causal=causal
+    )
+    flops = number(fields["flops"], "flops")
+    full = 4 * B * H * L * S * d
+    exact = 4 * B * H * d * _causal_pairs(L, S, causal)
+    right = [exact] + ([full / 2] if causal and L == S else [])
+    if not any(_close(flops, r) for r in right):
+        known = [
+            (
+                exact / 2,
+                _(
+                    "you counted a multiply-add as 1 FLOP: a product of an (m x k) and a (k x n) "
+                    "matrix costs 2 m k n FLOPs, a multiply and an add for each term."
+                ),
+            ),
+            (
+                exact / 2,
+                _(
+                    "you counted only one of the two products: Q K^T and P V each cost "
+                    "2 L S d FLOPs per (batch, head) pair."
+                ),
+            ),
+            (
+                exact / 4,
+                _(
+                    "you counted one product, and a multiply-add as 1 FLOP: both products count, "
+                    "2 L S d FLOPs each per (batch, head) pair."
+                ),
+            ),
+            (
+                exact / B,
+                _("you left out the batch: every one of the {B} sequences counts.").format(B=B),
+            ),
+            (
+                exact / H,
+                _("you left out the heads: every one of the {H} heads counts.").format(H=H),
+            ),
+        ]
+        if causal:
+            known.append(
+                (
+                    full,
+                    _(
+                        "you counted causal attention as full: with causal=True a query sees only "
+                        "the keys up to its own position, about half of the pairs when L = S."
+                    ),
+                )
+            )
+            if L != S:
+                known.append(
+                    (
+                        full / 2,
+                        _(
+                            "you halved the count, but with L != S a causal query does not see "
+                            "half of the keys: count the pairs j <= i + S - L."
+                        ),
+                    )
+                )
+        else:
+            known.append(
+                (
+                    full / 2,
+                    _("you halved the count as for a causal mask, but your causal is False."),
+                )
+            )
+        found = _named(flops, known, right)
+        if found:
+            raise Mistake(
+                _("Your {flops:.4g} FLOPs for {sizes}: {message}").format(
+                    flops=flops, sizes=sizes, message=several(found)
+                )
+            )
+        raise Mistake(
+            _(
+                "Your {flops:.4g} FLOPs do not match {sizes}: the two products cost "
+                "4 * batch * heads * L * S * d = {full:.4g} FLOPs (a multiply-add is 2), about "
+                "half of it with causal=True when L = S (exactly {exact:.4g} here)."
+            ).format(flops=flops, sizes=sizes, full=float(full), exact=float(exact))
+        )
+    # the time: possible on some GPU?
+    ms = number(fields["ms"], "ms")
+    if ms <= 0:
+        raise Mistake(_("ms should be a positive time, got {ms:g}.").format(ms=ms))
+    if ms < max(1e-3, flops / _FASTEST * 1e3):
+        raise Mistake(
+            _(
+                "{ms:.3g} ms for {flops:.4g} FLOPs would be {rate:.4g} TFLOP/s, faster than any "
+                "GPU can run them: the time measured only the launch. A GPU runs asynchronously: "
+                "the call returns as soon as the kernel is queued, so a clock read after it "
+                "measures nothing of the kernel. Time with CUDA events and call "
+                "torch.cuda.synchronize() before reading them (or use triton.testing.do_bench). "
+                "Or were the milliseconds seconds?"
+            ).format(ms=ms, flops=flops, rate=flops / (ms * 1e-3) / 1e12)
+        )
+    if ms > 100 + flops / _SLOWEST * 1e3:
+        raise Mistake(
+            _(
+                "{ms:.4g} ms for {flops:.4g} FLOPs is {rate:.3g} TFLOP/s, slower than any GPU runs "
+                "attention: did you time the first call (which compiles the kernel), CPU tensors "
+                "or Triton's interpreter, the creation of the inputs, the 20 runs together "
+                "instead of their median, or give microseconds?"
+            ).format(ms=ms, flops=flops, rate=flops / (ms * 1e-3) / 1e12)
+        )
+    # achieved TFLOP/s
+    tflops = number(fields["tflops"], "tflops")
+    achieved = flops / (ms * 1e-3) / 1e12
+    if not _close(tflops, achieved):
+        known = [
+            (
+                achieved / 1e3,
+                _("you divided by the milliseconds as if they were seconds: seconds = ms * 1e-3."),
+            ),
+            (achieved * 1e3, _("that is GFLOP/s (divided by 1e9): TFLOP/s divide by 1e12.")),
+            (
+                achieved * 1e3,
+                _("you turned the milliseconds into microseconds (* 1e-6): seconds = ms * 1e-3."),
+            ),
+            (achieved * 1e12, _("that is FLOP/s: divide by 1e12 for TFLOP/s.")),
+            (
+                achieved * 1e9,
+                _("that is FLOPs per millisecond: TFLOP/s = FLOPs / (ms * 1e-3) / 1e12."),
+            ),
+            (
+                1 / achieved,
+                _("that is inverted: seconds per TFLOP; TFLOP/s = FLOPs / seconds / 1e12."),
+            ),
+        ]
+        found = _named(tflops, known, [achieved])
+        if found:
+            raise Mistake(
+                _("Your {tflops:.4g} TFLOP/s: {message}").format(
+                    tflops=tflops, message=several(found)
+                )
+            )
+        raise Mistake(
+            _(
+                "Your {tflops:.4g} TFLOP/s is not your FLOPs over your time: {flops:.4g} FLOPs in "
+                "{ms:.4g} ms are {achieved:.4g} TFLOP/s (FLOPs / (ms * 1e-3) / 1e12)."
+            ).format(tflops=tflops, flops=flops, ms=ms, achieved=achieved)
+        )
+    # the GPU's numbers, in their units
+    peak = number(fields["peak_flops"], "peak_flops")
+    if not _PEAK_RANGE[0] <= peak <= _PEAK_RANGE[1]:
+        raise Mistake(
+            _(
+                "peak_flops is in FLOP/s, a number such as 8.1e12 (a T4's CUDA cores) or 989e12 "
+                "(an H100's tensor cores); {peak:.4g} is no GPU's peak. TFLOP/s or GFLOP/s where "
+                "FLOP/s are meant?"
+            ).format(peak=peak)
+        )
+    bandwidth = number(fields["bandwidth"], "bandwidth")
+    if not _BANDWIDTH_RANGE[0] <= bandwidth <= _BANDWIDTH_RANGE[1]:
+        raise Mistake(
+            _(
+                "bandwidth is in bytes per second, a number such as 320e9 (a T4) or 3.35e12 (an "
+                "H100); {bandwidth:.4g} is no GPU's. GB/s or TB/s where bytes/s are meant?"
+            ).format(bandwidth=bandwidth)
+        )
+    intensity = number(fields["intensity"], "intensity")
+    least_bytes = 2 * B * H * (2 * L * d + 2 * S * d)  # Q, K, V, O once, 2 bytes an element
+    most = flops / least_bytes
+    if intensity > 1.02 * most:
+        raise Mistake(
+            _(
+                "Your intensity, {intensity:.4g} FLOP/byte, is more than any kernel reaches here: "
+                "even Q, K and V read and O written once, in 2-byte halves, are {bytes:.4g} bytes, "
+                "{most:.4g} FLOP/byte. Count the bytes of every (batch, head) pair, and bytes, "
+                "not elements."
+            ).format(intensity=intensity, bytes=float(least_bytes), most=most)
+        )
+    if intensity < 1:
+        raise Mistake(
+            _(
+                "Your intensity, {intensity:.3g} FLOP/byte, is below 1, less than even attention "
+                "written as three operations (about d / 2 = {half:g}): intensity is FLOPs divided "
+                "by bytes. Bytes divided by FLOPs, or bits counted?"
+            ).format(intensity=intensity, half=d / 2)
+        )
+    # the roofline and the fraction of it
+    fraction = number(fields["fraction"], "fraction")
+    memory = intensity * bandwidth
+    roofline = min(peak, memory)
+    expected = tflops * 1e12 / roofline
+    if not _close(fraction, expected):
+        known = [
+            (
+                tflops * 1e12 / peak,
+                _(
+                    "you divided by the peak: the roofline is min(peak, intensity * bandwidth) = "
+                    "{roofline:.4g} TFLOP/s here, below the peak, since your intensity is below "
+                    "the ridge point peak / bandwidth = {ridge:.0f} FLOP/byte."
+                ).format(roofline=roofline / 1e12, ridge=peak / bandwidth),
+            ),
+            (
+                tflops * 1e12 / memory,
+                _(
+                    "you divided by intensity * bandwidth, which is above the peak here: the "
+                    "roofline is the smaller of the two, min(peak, intensity * bandwidth) = "
+                    "{roofline:.4g} TFLOP/s."
+                ).format(roofline=roofline / 1e12),
+            ),
+            (
+                1 / expected,
+                _("that is inverted: achieved / roofline, not roofline / achieved."),
+            ),
+            (
+                expected * 100,
+                _(
+                    "that is a percentage: give the fraction, {expected:.3g} for {percent:.3g}%."
+                ).format(expected=expected, percent=expected * 100),
+            ),
+            (expected * 1e-12, _("you divided TFLOP/s by FLOP/s: put both in one unit.")),
+            (expected * 1e12, _("you divided FLOP/s by TFLOP/s: put both in one unit.")),
+        ]
+        found = _named(fraction, known, [expected])
+        if found:
+            raise Mistake(
+                _("Your fraction {fraction:.4g}: {message}").format(
+                    fraction=fraction, message=several(found)
+                )
+            )
+        raise Mistake(
+            _(
+                "Your fraction, {fraction:.4g}, is not achieved / roofline: {tflops:.4g} TFLOP/s "
+                "over min(peak, intensity * bandwidth) = min({peak:.4g}, {memory:.4g}) = "
+                "{roofline:.4g} TFLOP/s is {expected:.4g}."
+            ).format(
+                fraction=fraction,
+                tflops=tflops,
+                peak=peak / 1e12,
+                memory=memory / 1e12,
+                roofline=roofline / 1e12,
+                expected=expected,
+            )
+        )
+    if expected > 1 and tflops * 1e12 > peak:
+        raise Mistake(
+            _(
+                "{tflops:.4g} TFLOP/s is more than the peak you assumed, {peak:.4g} TFLOP/s: a "
+                "fraction above 1 is impossible. Most often the timing is at fault: a GPU runs "
+                "asynchronously, and a clock read without torch.cuda.synchronize() (or CUDA "
+                "events) measures the launch, not the kernel. Otherwise the peak is not the one "
+                "your kernel runs at (a T4 does 8.1 TFLOP/s on its CUDA cores, which run this "
+                "chapter's kernels, 65 on its tensor cores)."
+            ).format(tflops=tflops, peak=peak / 1e12)
+        )
+    if expected > 1:
+        raise Mistake(
+            _(
+                "{tflops:.4g} TFLOP/s is more than the memory allows at your intensity, "
+                "{intensity:.4g} FLOP/byte * {bandwidth:.4g} GB/s = {memory:.4g} TFLOP/s: a "
+                "fraction above 1 is impossible. Most often the timing is at fault: a GPU runs "
+                "asynchronously, and a clock read without torch.cuda.synchronize() (or CUDA "
+                "events) measures the launch, not the kernel. Otherwise your intensity counts "
+                "traffic that never reaches the memory, such as re-reads of K and V that the L2 "
+                "cache serves: Q, K, V and O moved once give {most:.4g} FLOP/byte."
+            ).format(
+                tflops=tflops,
+                intensity=intensity,
+                bandwidth=bandwidth / 1e9,
+                memory=memory / 1e12,
+                most=most,
+            )
+        )
+    bound = (
+        _("memory-bound: your intensity is below the ridge point")
+        if memory < peak
+        else _("compute-bound: your intensity is past the ridge point")
+    )
+    return _(
+        "Right: {tflops:.3g} TFLOP/s is {percent:.1f}% of the roofline, min(peak, intensity * "
+        "bandwidth) = {roofline:.4g} TFLOP/s ({bound}). FlashAttention-2 reaches 50-73% of an "
+        "A100's peak; the chapter's compile table shows what holds a kernel back (spills, "
+        "tensor cores or not)."
+    ).format(tflops=tflops, percent=100 * fraction, roofline=roofline / 1e12, bound=bound)
