@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import inspect
 import math
 import textwrap
 import types
@@ -760,10 +761,19 @@ def test_right_kernels_with_helpers_and_constexpr_globals_compile_for_a_gpu():
         LOG2E=tl.constexpr(1.4426950408889634),
         ACC=tl.float32,
     )
-    result = check(SOFTMAX, _jit(kernel))
-    assert result.passed, result
-    if not torch.cuda.is_available():
-        assert "compiles for a GPU (sm_80)" in result.message
+    # and a name imported from triton.language (from triton.language import constexpr)
+    annotated = _from_source_with(
+        textwrap.dedent(inspect.getsource(ch10_gpu.masked_softmax_kernel)).replace(
+            "BLOCK: tl.constexpr", "BLOCK: constexpr"
+        ),
+        "masked_softmax_kernel",
+        {"constexpr": tl.constexpr},
+    )
+    for right in (kernel, annotated):
+        result = check(SOFTMAX, _jit(right))
+        assert result.passed, result
+        if not torch.cuda.is_available():
+            assert "compiles for a GPU (sm_80)" in result.message
 
 
 @needs_triton

@@ -727,6 +727,10 @@ for name, kind, value in request["globals"]:
         namespace[name] = tl.dtype(value)
     elif kind == "value":
         namespace[name] = value
+    elif kind == "triton object":
+        namespace[name] = getattr(importlib.import_module(value[0]), value[1], None)
+        if namespace[name] is None:
+            namespace[name] = getattr(tl, name, Opaque())
     else:
         namespace[name] = Opaque()
 for index, (name, source) in enumerate(request["functions"]):
@@ -771,6 +775,9 @@ def _shipped(value: Any) -> Optional[List[Any]]:
         return ["other", type(inner).__name__]
     if isinstance(value, language.dtype):
         return ["dtype", str(value)]
+    module = getattr(value, "__module__", None) or ""
+    if module.startswith("triton.") and isinstance(getattr(value, "__name__", None), str):
+        return ["triton object", [module, value.__name__]]  # tl.exp imported by name, ...
     if value is None or isinstance(value, (bool, int, float, str)):
         return ["value", value]
     return ["other", type(value).__name__]
