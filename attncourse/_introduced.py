@@ -251,6 +251,24 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.kernels.tiles.span_tile_maps": 10,
     "attncourse.kernels.tiles.span_windows": 10,
     "attncourse.kernels.tiles.tile_map": 10,
+    # chapter 11
+    "attncourse.flex.FlexKernel": 11,
+    "attncourse.flex.alibi_score_mod": 11,
+    "attncourse.flex.block_counts": 11,
+    "attncourse.flex.causal_mask_mod": 11,
+    "attncourse.flex.compile_flex": 11,
+    "attncourse.flex.document_ids": 11,
+    "attncourse.flex.document_mask_mod": 11,
+    "attncourse.flex.flex_available": 11,
+    "attncourse.flex.flex_reference": 11,
+    "attncourse.flex.padding_mask_mod": 11,
+    "attncourse.flex.persistent_mask_mod": 11,
+    "attncourse.flex.sliding_window_mask_mod": 11,
+    "attncourse.flex.soft_span_score_mod": 11,
+    "attncourse.flex.span_mask_mod": 11,
+    "attncourse.flex.sparsity_table": 11,
+    "attncourse.benchmarks.flex.flex_timing_table": 11,
+    "attncourse.benchmarks.flex.time_flex_against_sdpa": 11,
 }
 
 #: Forward references allowed inside the package: an optional feature of an earlier name that a

@@ -295,11 +295,12 @@ def soft_span_score_mod(span: Tensor, ramp: float) -> ScoreMod:
 
     Why it is the chapter 8 computation: ``m_j p_j / sum_k m_k p_k`` with ``p = softmax(s)``
     is ``m_j e^(s_j) / sum_k m_k e^(s_k) = softmax(s + log m)_j``. Where ``m = 0`` the log is
-    ``-inf`` and the weight exactly 0, but the gradient of ``log m`` there is ``0 * inf = NaN``:
-    so ``m`` is clamped to the smallest normal number of the dtype before the log (the weight
-    there is then below ``1e-38`` of the others, and the gradient 0), and :func:`span_mask_mod`
-    removes those keys exactly. ``span`` may require gradients: they reach it through the
-    ramp, as in the package.
+    ``-inf`` and the weight exactly 0; but at the key where the ramp ends (``x = z + R``, a
+    whole number for a span clamped to 0 and a whole ramp) the clamp of ``m`` still passes the
+    gradient, and the gradient of ``log m`` there is ``0 * inf = NaN``. So ``m`` is clamped to
+    the smallest normal number of the dtype before the log (the weight there is then below
+    ``1e-38`` of the others, and the gradient 0), and :func:`span_mask_mod` removes those keys
+    exactly. ``span`` may require gradients: they reach it through the ramp, as in the package.
     """
     span = _require_span(span)
     require_positive_number("ramp", ramp)
@@ -679,7 +680,7 @@ def sparsity_table(
     windows = [min(span_window(z, ramp), length) for z in spans_t.tolist()]
     rows.append(
         _row(
-            f"adaptive spans {', '.join(f'{z:g}' for z in spans_t.tolist())}, ramp {ramp:g}",
+            f"adaptive spans {', '.join(f'{z:g}' for z in spans_t.tolist())}, R = {ramp:g}",
             span,
             int(maps.sum()),
             "kernels.span_tile_maps, chapter 10 (one map per head)",
@@ -692,7 +693,7 @@ def sparsity_table(
     per_sequence = sum(len(schedule(queries, s, False)) for s in sources)
     rows.append(
         _row(
-            f"cross-attention, L = {queries}, sources of {sources[0]} and {sources[1]} keys",
+            f"cross-attention, L = {queries}, sources {sources[0]} and {sources[1]}",
             cross,
             per_sequence,
             "efficient.tile_schedule per sequence, over its own source length",
@@ -728,7 +729,7 @@ def sparsity_table(
     padded = docs.numel() * len(schedule(int(docs.max()), int(docs.max()), True))
     rows.append(
         _row(
-            f"documents {'+'.join(str(n) for n in docs.tolist())} packed",
+            f"{docs.numel()} documents packed, longest {int(docs.max())}",
             packed,
             alone,
             "efficient.tile_schedule of each document alone",
