@@ -2058,7 +2058,7 @@ def _flag(value: Any) -> bool:
         and getattr(getattr(value, "dtype", None), "kind", "") == "b"
     ):
         return bool(value)
-    raise Mistake(_("causal should be True or False, got {value!r}.").format(value=_short(value)))
+    raise Mistake(_("causal should be True or False, got {value}.").format(value=_short(value)))
 
 
 def _short(value: Any) -> str:
