@@ -529,3 +529,28 @@ def test_sparsity_table_against_the_course():
 def test_bad_input_is_refused_naming_the_argument(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+# -- FlexAttention's own backward pass, where it has one ------------------------------------------
+
+
+def test_flex_attention_backward_against_the_reference(device):
+    """On a GPU FlexAttention has a backward pass: its gradients equal flex_reference's (the
+    check the chapter makes on the CPU, where FlexAttention has none: it refuses, saying so)."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 3, 40, 16, generator=g).to(device).requires_grad_() for _ in range(3))
+    alibi = flex.alibi_score_mod(3, 40, 40, device=device)
+    mask_mod = flex.sliding_window_mask_mod(40, window=9, device=device)
+    block_mask = create_block_mask(mask_mod, None, None, 40, 40, device=device)
+    if device.type == "cpu":
+        with pytest.raises(NotImplementedError, match="backward on CPU"):
+            flex_attention(q, k, v, score_mod=alibi, block_mask=block_mask)
+        return
+    out = flex_attention(q, k, v, score_mod=alibi, block_mask=block_mask)
+    reference = flex.flex_reference(q, k, v, score_mod=alibi, mask_mod=mask_mod)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    upstream = torch.randn(out.shape, generator=g).to(device)
+    ours = torch.autograd.grad((out * upstream).sum(), (q, k, v))
+    theirs = torch.autograd.grad((reference * upstream).sum(), (q, k, v))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
