@@ -45,6 +45,8 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.course.lookup_task.time_training_steps": 9,
     "attncourse.exercises.ch09_all_attention.SOFTMAX_DIM": 9,
     "attncourse.plotting.diagrams.plot_persistent_memory": 9,
+    "attncourse.exercises.ch10_gpu.COMPILE_TARGET": 10,
+    "attncourse.exercises.ch10_gpu.NO_GPU": 10,
     "attncourse.exercises.ch10_gpu.NO_TRITON": 10,
     "attncourse.exercises.ch10_gpu.attention_backward": 10,
     "attncourse.exercises.ch10_gpu.masked_softmax_kernel": 10,
