@@ -52,7 +52,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the package of this checkout, whatever is installed
 
-import torch  # noqa: E402
+try:
+    import torch
+except ImportError:  # the machine's own Python is the one to use: never install anything here
+    sys.exit(
+        f"gpu_check needs torch with CUDA in the Python that runs it ({sys.executable} has no"
+        " torch): make gpu-check GPU_PYTHON=/path/to/python"
+    )
 import torch.nn.functional as F  # noqa: E402
 
 from attncourse.adaptive_span import adaptive_span_attention  # noqa: E402
