@@ -9,7 +9,12 @@ internal link resolves (the file exists and its ``#fragment`` is an id on the ta
 every image loads; the math is typeset by MathJax. On each chapter (notebook) page: the
 Colab link opens that chapter's Colab edition (``notebooks/``) on the repository and branch of ``pyproject.toml``; the
 exercise solutions start collapsed and open on click; every figure has a caption and alt
-text. The search page finds each chapter by a word of it. A full-page screenshot of every
+text, and each figure's image links to its own file (a tap opens it full size). The search page
+finds each chapter by a word of it; the Chinese one finds chapters by Chinese words. Every page
+of the table of contents, read at a phone's width (390 px), is no wider than the screen and cuts
+off no inline formula; on a chapter page the visible buttons open the chapter list and the page's
+contents at 390 and 768 px and collapse the sidebar at 1280 px, in both editions; the Chinese
+edition's theme strings (buttons, tooltips, the search field) are Chinese. A full-page screenshot of every
 page of the table of contents is saved to ``_build/screenshots/<page>.png`` (of its Chinese
 edition, the first screen: ``zh__<page>.png``), and the counts of what was checked to
 ``_build/screenshots/summary.json``.
@@ -166,6 +171,9 @@ class LocalServer:
 # Page-side helpers, put in front of each script below: the main content of a page, and its
 # solutions (the <details> that ``solution(...)`` prints, and sphinx-exercise's solution blocks).
 HELPERS_JS = r"""
+const attr = (selector, name) => { const el = document.querySelector(selector);
+  // Bootstrap moves a tooltip's title to data-bs-original-title once it has set the tooltip up
+  return el ? el.getAttribute(name) || el.getAttribute(`data-bs-original-${name}`) : null; };
 const bookMain = () => document.querySelector("article.bd-article") ||
 document.querySelector("article, main") || document.body;
 const solutions = () => [...bookMain().querySelectorAll("details, div.solution")].filter((el) =>
@@ -233,7 +241,35 @@ COLLECT_JS = page_js(r"""
     solutions: solutions().length,
     lang: document.documentElement.lang,
     languageSwitch: (document.querySelector("a.btn-language-switch") || {}).href || null,
+    // what the theme writes around the page: the strings a reader of the Chinese edition meets
+    frame: {
+      primaryToggle: attr(".bd-header-article .primary-toggle", "title"),
+      secondaryToggle: attr(".bd-header-article .secondary-toggle", "title"),
+      headingLink: attr("article a.headerlink", "title"),
+      colab: attr(".dropdown-launch-buttons a[href*='colab']", "title"),
+      colorMode: attr(".bd-header-article .theme-switch-button", "aria-label"),
+      search: attr("#pst-search-dialog input[name=q]", "placeholder"),
+      pdf: attr(".btn-download-pdf-button", "title"),
+    },
   };
+}
+""")
+
+# A page read at a phone's width: how wide it is (``scrollWidth``), and each inline formula whose
+# drawing is wider than the box that holds it where that box does not scroll (cut off).
+NARROW_WIDTH = 390
+NARROW_JS = page_js(r"""
+() => {
+  const clipped = [];
+  for (const box of bookMain().querySelectorAll("span.math")) {
+    const drawn = box.querySelector("mjx-container > mjx-math") || box.querySelector("mjx-container");
+    if (!drawn || box.getClientRects().length === 0) continue;
+    const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+    const width = drawn.getBoundingClientRect().width;
+    if (width > box.clientWidth + 1 && !scrolls) clipped.push(`${Math.round(width)} px drawn in ` +
+      `${box.clientWidth} px: ${box.textContent.trim().slice(0, 60)}`);
+  }
+  return {width: document.documentElement.scrollWidth, clipped};
 }
 """)
 
@@ -306,6 +342,8 @@ FIGURES_JS = page_js(r"""
   return {
     src: img.getAttribute("src") || "",
     alt: (img.getAttribute("alt") || "").trim(),
+    full: img.src,
+    link: img.closest("a") ? img.closest("a").href : null,
     inFigure: figure !== null,
     caption: text ? text.innerText.trim() : "",
   };
@@ -347,6 +385,7 @@ class PageReport:
     screenshot: Path | None = None
     final_url: str = ""  # differs from the page's own URL after a redirect
     cjk: dict = field(default_factory=dict)  # cjk_fonts() of a page with Chinese text
+    narrow: dict = field(default_factory=dict)  # NARROW_JS at a phone's width
 
 
 def site_path(url: str, origin: str) -> str | None:
@@ -454,7 +493,13 @@ def open_page(tab, url: str, report: PageReport):
 
 
 def visit(
-    tab, origin: str, path: str, *, screenshot: Path | None = None, chapter: bool = False
+    tab,
+    origin: str,
+    path: str,
+    *,
+    screenshot: Path | None = None,
+    chapter: bool = False,
+    narrow: bool = False,
 ) -> PageReport:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -482,6 +527,13 @@ def visit(
                 pass
             after = page.evaluate(SOLUTION_STATE_JS, index)
             report.solutions.append((before, after))
+    if narrow:  # the same page, as a phone lays it out (no reload: the layout follows the width)
+        size = page.viewport_size
+        page.set_viewport_size({"width": NARROW_WIDTH, "height": size["height"]})
+        try:
+            report.narrow = page.evaluate(NARROW_JS)
+        finally:
+            page.set_viewport_size(size)
     page.traffic.settle()
     return report
 
@@ -494,8 +546,10 @@ def crawl(
     *,
     screenshots: dict[str, Path],
     chapters: set[str],
+    narrow: frozenset[str] = frozenset(),
 ):
-    """Visit ``start`` and every internal HTML page linked from a visited page, once each."""
+    """Visit ``start`` and every internal HTML page linked from a visited page, once each
+    (``narrow``: the pages also read at a phone's width)."""
     reports: dict[str, PageReport] = {}
     queue = deque(start)
     while queue:
@@ -503,7 +557,12 @@ def crawl(
         if path in reports:
             continue
         reports[path] = report = visit(
-            tab, origin, path, screenshot=screenshots.get(path), chapter=path in chapters
+            tab,
+            origin,
+            path,
+            screenshot=screenshots.get(path),
+            chapter=path in chapters,
+            narrow=path in narrow,
         )
         for link in report.data["links"]:
             target = site_path(link["href"], origin)
@@ -683,6 +742,7 @@ def book(tab):
             ["index.html"] + toc + others,
             screenshots={path: screenshot_path(path) for path in toc},
             chapters={f"{prefix}{f}.html" for prefix in ("", CHINESE) for f in chapter_files()},
+            narrow=frozenset(toc),
         )
         write_summary(reports, server.origin)
         yield server.origin, reports
@@ -810,6 +870,18 @@ def test_figures_have_captions_and_alt_text(book):
     origin, reports = book
     pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in chapter_files()]
     _assert_none({page: figure_problems(reports[page].figures) for page in pages})
+    # a tap on a figure opens its image full size: each image is a link to its own file
+    assert sum(len(reports[page].figures) for page in pages) > 0
+    _assert_none(
+        {
+            page: [
+                f"{fig['src']}: links to {fig['link']}"
+                for fig in reports[page].figures
+                if fig["link"] != fig["full"]
+            ]
+            for page in pages
+        }
+    )
 
 
 def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
@@ -824,12 +896,13 @@ def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[0][0]
 
 
-def search_results(tab, origin: str, query: str) -> list[str]:
-    report = PageReport("search.html")
-    page = open_page(tab, f"{origin}/search.html?q={quote(query)}", report)
-    page.wait_for_function(
-        "() => /found|did not match/i.test((document.querySelector('#search-results') ||"
-        " {}).innerText || '')",
+def search_results(tab, origin: str, query: str, edition: str = "") -> list[str]:
+    """The pages the search page of an edition (``""`` or ``CHINESE``) lists for ``query``."""
+    report = PageReport(f"{edition}search.html")
+    page = open_page(tab, f"{origin}/{edition}search.html?q={quote(query)}", report)
+    page.wait_for_function(  # the summary, written once the search has finished (any language)
+        "() => ((document.querySelector('#search-results .search-summary') || {}).innerText"
+        " || '').trim() !== ''",
         timeout=TIMEOUT_MS,
     )
     hrefs = page.eval_on_selector_all(
@@ -846,6 +919,122 @@ def test_search_finds_each_chapter_by_a_word_of_it(book, tab):
     for doc in chapter_files():
         word = distinctive_word(doc, reports)
         assert f"{doc}.html" in search_results(tab, origin, word), (doc, word)
+
+
+# Words of the Chinese chapters (not only of the glossary, which names every term): found only
+# where the search index splits Chinese into words (jieba) and keeps the course's terms whole.
+CHINESE_SEARCHES = ("缓存", "因果掩码", "分块")
+
+
+def test_chinese_search_finds_the_chapters_that_use_a_word(book, tab):
+    origin, reports = book
+    chapters = {f"{CHINESE}{doc}.html" for doc in chapter_files()}
+    found = {word: search_results(tab, origin, word, CHINESE) for word in CHINESE_SEARCHES}
+    assert all(set(pages) & chapters for pages in found.values()), found
+
+
+def narrow_problems(report: PageReport) -> list[str]:
+    """A page read at a phone's width: wider than the screen, or an inline formula cut off."""
+    problems = [f"inline formula cut off: {text}" for text in report.narrow["clipped"]]
+    if report.narrow["width"] > NARROW_WIDTH:
+        problems.insert(0, f"{report.narrow['width']} px wide at {NARROW_WIDTH} px")
+    return problems
+
+
+def test_no_page_is_wider_than_a_phone_and_no_formula_is_cut_off(book):
+    origin, reports = book
+    toc = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in toc_files()]
+    assert all(reports[page].narrow for page in toc)
+    _assert_none({page: narrow_problems(reports[page]) for page in toc})
+
+
+# Where the chapter list (primary sidebar) and the page's contents (secondary) are once a button
+# was clicked: each on screen (within the viewport, not hidden) or not.
+NAVIGATION_JS = r"""
+() => {
+  const onScreen = (el) => {
+    if (!el || el.getClientRects().length === 0) return false;
+    const r = el.getBoundingClientRect(), style = getComputedStyle(el);
+    return r.width > 50 && r.height > 50 && r.left >= 0 && r.right <= innerWidth + 1 &&
+      style.visibility !== "hidden";
+  };
+  const dialog = (id) => { const el = document.getElementById(id); return !!(el && el.open); };
+  return {
+    chapters: onScreen(document.querySelector(".bd-docs-nav")),
+    contents: onScreen(document.querySelector("#pst-page-toc-nav")),
+    chaptersDialog: dialog("pst-primary-sidebar-modal"),
+    contentsDialog: dialog("pst-secondary-sidebar-modal"),
+  };
+}
+"""
+
+
+def navigation_problems(tab, url: str, width: int) -> list[str]:
+    """Click the visible buttons of a chapter page at ``width`` px as a reader does: below 992 px
+    each opens its panel (the chapter list, the page's contents) over the page and Escape closes
+    it; wider, the chapter list's button hides the sidebar and shows it again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    def after(click: str, expect: str) -> dict:
+        tab.locator(f".bd-header-article {click}").filter(visible=True).first.click()
+        try:
+            tab.wait_for_function(f"() => ({NAVIGATION_JS})(){expect}", timeout=2000)
+        except PlaywrightTimeout:
+            pass
+        return tab.evaluate(NAVIGATION_JS)
+
+    tab.set_viewport_size({"width": width, "height": 900})
+    open_page(tab, url, PageReport(url))
+    problems = []
+    if width < 992:
+        for button, panel in ((".primary-toggle", "chapters"), (".secondary-toggle", "contents")):
+            state = after(button, f".{panel}Dialog && ({NAVIGATION_JS})().{panel}")
+            if not (state[f"{panel}Dialog"] and state[panel]):
+                problems.append(f"{width} px: the {panel} button opened nothing ({state})")
+            tab.keyboard.press("Escape")
+            tab.wait_for_function(f"() => !({NAVIGATION_JS})().{panel}Dialog", timeout=2000)
+    else:
+        if not tab.evaluate(NAVIGATION_JS)["chapters"]:
+            problems.append(f"{width} px: no chapter list beside the page")
+        elif after(".primary-toggle", ".chapters === false")["chapters"]:
+            problems.append(f"{width} px: the chapter list's button did not hide it")
+        elif not after(".primary-toggle", ".chapters")["chapters"]:
+            problems.append(f"{width} px: the chapter list's button did not show it again")
+    return problems
+
+
+def test_the_visible_buttons_open_the_navigation(book, tab):
+    origin, reports = book
+    doc = chapter_files()[0]
+    size = tab.viewport_size
+    try:
+        _assert_none(
+            {
+                f"{prefix}{doc}.html": [
+                    problem
+                    for width in (390, 768, 1280)
+                    for problem in navigation_problems(tab, f"{origin}/{prefix}{doc}.html", width)
+                ]
+                for prefix in ("", CHINESE)
+            }
+        )
+    finally:
+        tab.set_viewport_size(size)
+
+
+def test_the_chinese_edition_speaks_chinese_around_the_page(book):
+    """The theme's buttons, tooltips and search field on every Chinese chapter page: in Chinese
+    (Simplified: 打印为 PDF, not the theme's 列印成 PDF)."""
+    origin, reports = book
+    problems = {}
+    for doc in chapter_files():
+        frame = reports[f"{CHINESE}{doc}.html"].data["frame"]
+        problems[doc] = [
+            f"{name}: {text!r}" for name, text in frame.items() if not text or not CJK.search(text)
+        ]
+        if frame["pdf"] != "打印为 PDF":
+            problems[doc].append(f"pdf: {frame['pdf']!r}")
+    _assert_none(problems)
 
 
 # -- the checks themselves, on hand-made pages ----------------------------------------------

@@ -14,8 +14,10 @@ The checks themselves are tested on hand-made pages and translations, so that th
 
 from __future__ import annotations
 
+import gettext
 import json
 import re
+from pathlib import Path
 
 import pytest
 from project_tools import ROOT, tool
@@ -267,6 +269,18 @@ def test_the_chinese_sources_build_configuration(tmp_path):
     assert config["html"]["baseurl"].endswith("/zh/")
     toc = (tmp_path / "src" / "_toc.yml").read_text(encoding="utf-8")
     assert "章节" in toc and "Chapters" not in toc
+    assert "API 参考" in toc  # the English API page's title in the navigation
+    # the search index splits Chinese into words with jieba, the course's terms kept whole
+    sphinx = config["sphinx"]["config"]
+    assert sphinx["html_search_language"] == "zh"
+    words = Path(sphinx["html_search_options"]["dict"])
+    assert words.is_file() and "因果掩码" in words.read_text(encoding="utf-8").split()
+    # Sphinx's and the themes' strings in Simplified Chinese, from book/locale/zh_CN/theme
+    messages = tmp_path / "src" / sphinx["locale_dirs"][0] / "zh_CN" / "LC_MESSAGES"
+    assert {p.name for p in messages.glob("*.mo")} == {"sphinx.mo", "booktheme.mo"}
+    with (messages / "booktheme.mo").open("rb") as handle:
+        assert gettext.GNUTranslations(handle).gettext("Print to PDF") == "打印为 PDF"
+    assert (tmp_path / "src" / "tools" / "book_templates" / "toggle-primary-sidebar.html").is_file()
     assert (tmp_path / "src" / "book" / "api.md").read_text() == (
         ROOT / "book" / "api.md"
     ).read_text()

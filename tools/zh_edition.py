@@ -232,7 +232,39 @@ SITE_WORDS = {
     "Attention, explained and tested": "注意力机制：讲解与检验",
     "Chapters": "章节",
     "Reference": "参考资料",
+    "API reference": "API 参考",  # the title of the (English) API page in the navigation
 }
+#: The catalogues of the site's frame (Sphinx's and the themes' strings), compiled into the
+#: Chinese sources' ``locale`` folder (tools/book_fixes.py says how they are read).
+THEME_CATALOGUES = BOOK / "locale" / "zh_CN" / "theme"
+#: The Chinese sources' word list for the search index: jieba (Sphinx's Chinese word splitter)
+#: keeps each term of the terminology whole (因果掩码, not 因果 + 掩码) besides its parts.
+SEARCH_WORDS = "search_words.txt"
+
+
+def search_words() -> List[str]:
+    """The Chinese terms of ``terminology.tsv`` that are Chinese characters only, one a line."""
+    terms = []
+    for line in TERMINOLOGY.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or "\t" not in line:
+            continue
+        term = line.split("\t")[1].strip()
+        if re.fullmatch(r"[\u4e00-\u9fff]{2,}", term) and term not in terms:
+            terms.append(term)
+    return terms
+
+
+def write_theme_catalogues(out: Path) -> None:
+    """``out/locale/zh_CN/LC_MESSAGES/<domain>.mo`` from ``THEME_CATALOGUES/<domain>.po``."""
+    from babel.messages.mofile import write_mo
+
+    target = out / "locale" / LANGUAGE / "LC_MESSAGES"
+    target.mkdir(parents=True, exist_ok=True)
+    for po in sorted(THEME_CATALOGUES.glob("*.po")):
+        with po.open("rb") as handle:
+            catalog = read_po(handle, locale=LANGUAGE)
+        with (target / f"{po.stem}.mo").open("wb") as handle:
+            write_mo(handle, catalog)
 
 
 class Untranslated(Exception):
@@ -332,10 +364,18 @@ def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = Tru
     config["title"] = SITE_WORDS[config["title"]]
     config["execute"]["execute_notebooks"] = "off"
     config["html"]["baseurl"] = config["html"]["baseurl"].rstrip("/") + "/zh/"
-    config["sphinx"]["config"]["language"] = "zh_CN"
+    sphinx = config["sphinx"]["config"]
+    sphinx["language"] = "zh_CN"
+    sphinx["locale_dirs"] = ["locale"]  # write_theme_catalogues
+    # Chinese words split by jieba (requirements.in), with the course's terms kept whole
+    sphinx["html_search_language"] = "zh"
+    sphinx["html_search_options"] = {"dict": str((out / SEARCH_WORDS).resolve())}
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     for part in toc.get("parts", []):
         part["caption"] = SITE_WORDS[part["caption"]]
+        for chapter in part.get("chapters", []):
+            if chapter.get("file", "").rsplit("/", 1)[-1] in UNTRANSLATED_PAGES:
+                chapter["title"] = SITE_WORDS["API reference"]
     if out.exists():
         shutil.rmtree(out)
     (out / "book").mkdir(parents=True)
@@ -348,6 +388,9 @@ def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = Tru
         header + yaml.safe_dump(toc, allow_unicode=True, sort_keys=False), encoding="utf-8"
     )
     shutil.copy(ROOT / "tools" / "book_fixes.py", out / "tools" / "book_fixes.py")
+    shutil.copytree(ROOT / "tools" / "book_templates", out / "tools" / "book_templates")
+    write_theme_catalogues(out)
+    (out / SEARCH_WORDS).write_text("\n".join(search_words()) + "\n", encoding="utf-8")
     shutil.copy(ROOT / "pyproject.toml", out / "pyproject.toml")
     shutil.copy(BOOK / "references.bib", out / "book" / "references.bib")
     for name in UNTRANSLATED_PAGES:
