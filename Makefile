@@ -7,7 +7,7 @@
 #   make gpu-check   on a machine with a CUDA GPU: chapter 10's kernels checked and timed there,
 #                    with that machine's own Python, torch and triton (GPU_PYTHON; no .venv)
 # Both create the virtual environment .venv from requirements.txt on first use.
-# PYTHON: the interpreter that creates .venv (Python 3.11 or 3.12). The first of python3.11,
+# PYTHON: the interpreter that creates .venv (Python 3.11 or newer). The first of python3.11,
 # python3.12, python3 and python on the PATH unless given: `make book PYTHON=/path/to/python`.
 PYTHON ?= $(firstword $(foreach name,python3.11 python3.12 python3 python,$(shell command -v $(name) 2>/dev/null)))
 VENV ?= .venv
@@ -31,7 +31,7 @@ BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py t
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no python3.11, python3.12, python3 or python on the PATH: make ... PYTHON=/path/to/python"; exit 1; }
 	"$(PYTHON)" -c "import sys; assert sys.version_info >= (3, 11), f'$(PYTHON) is Python {sys.version.split()[0]}; \
-	the book needs 3.11 or 3.12: make ... PYTHON=/path/to/python3.11'"
+	the book needs 3.11 or newer: make ... PYTHON=/path/to/python3.11'"
 	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
