@@ -1,18 +1,23 @@
 """The README follows the tree: its links resolve, its chapter table links every chapter's page on
-the site and its Colab edition, and the files, modules and command options it names exist."""
+the site and its Colab edition, and the files, modules and command options it names exist. The
+same holds for what CONTRIBUTING.md took over from it (the layout of the repository, the
+benchmarks, the commands in detail)."""
 
 import importlib
 import importlib.util
 import re
 
+import pytest
 from project_tools import ROOT, colab
 
 README = (ROOT / "README.md").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
+BOTH = {"README.md": README, "CONTRIBUTING.md": CONTRIBUTING}
 TOOLS = sorted(p.name for p in (ROOT / "tools").glob("*.py"))
 
 
 def _layout() -> str:
-    return README.split("## Layout", 1)[1].split("```", 2)[1]
+    return CONTRIBUTING.split("## Layout of the repository", 1)[1].split("```", 2)[1]
 
 
 def test_relative_links_resolve():
@@ -20,6 +25,24 @@ def test_relative_links_resolve():
     assert links
     for link in links:
         assert (ROOT / link.split("#")[0]).exists(), link
+
+
+def test_readme_opens_with_the_learners_path():
+    """Read online, run in Colab, or install the package, before anything for maintainers; the
+    CPU-only torch before the two commands that would otherwise download the CUDA build."""
+    urls = colab.project_urls()
+    start = README.index("## Start here")
+    assert start < README.index("| chapter | read | run |") < README.index("## Build the book")
+    learner = README[start : README.index("| chapter | read | run |")]
+    assert urls["Homepage"] in learner and "in Colab" in learner
+    assert f'pip install "attncourse @ git+{urls["Repository"]}"' in learner
+    assert "download.pytorch.org/whl/cpu" in learner
+    build = README[README.index("## Build the book") :]
+    cpu = build.index("PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu")
+    assert cpu < build.index("make book   #") and "rm -rf .venv" in build[:cpu]
+    assert "2.13.0+cpu" in build and "sorts above" in build
+    pin = re.search(r"^torch==([\d.]+)$", (ROOT / "requirements.txt").read_text(), flags=re.M)
+    assert pin and f"torch=={pin.group(1)}" in build and f"{pin.group(1)}+cpu" in build
 
 
 def test_chapter_table_links_each_chapter_to_its_page_and_its_colab_edition():
@@ -37,20 +60,17 @@ def test_chapter_table_links_each_chapter_to_its_page_and_its_colab_edition():
         assert "](book/" not in row  # the raw MyST notebook on GitHub is not a reading page
 
 
-def test_named_paths_exist():
+@pytest.mark.parametrize("name", BOTH)
+def test_named_paths_exist(name):
     named = set(
-        re.findall(r"`((?:attncourse|tools|tests|book|notebooks|reports)/[\w./-]*)`", README)
+        re.findall(r"`((?:attncourse|tools|tests|book|notebooks|reports)/[\w./-]*)`", BOTH[name])
     )
     assert named
     for path in named:
-        if "<" in path or "*" in path:  # a pattern: ch07_benchmark_<device>.json, ..._cpu*.json
+        if re.search(r"[<*]|NN", path):  # a pattern: ch07_benchmark_<device>.json, chNN_*.py
             folder, _, pattern = path.rpartition("/")
-            regex = (
-                re.escape(pattern)
-                .replace("<device>", r"\w+")
-                .replace(r"\*", ".*")
-                .replace("<gpu>", r"\w+")
-            )
+            regex = re.sub(r"<\w+>", r"\\w+", re.escape(pattern).replace(r"\*", ".*"))
+            regex = regex.replace("NN", r"\d\d").replace("slug", r"\w+")
             assert (
                 any(re.fullmatch(regex, p.name) for p in (ROOT / folder).iterdir())
                 or "gpu" in pattern
@@ -60,8 +80,9 @@ def test_named_paths_exist():
 
 
 def test_named_modules_and_commands_exist():
-    modules = set(re.findall(r"python -m (attncourse[\w.]*)", README)) | set(
-        re.findall(r"`(attncourse\.[\w.]+)`", README)
+    text = README + CONTRIBUTING
+    modules = set(re.findall(r"python -m (attncourse[\w.]*)", text)) | set(
+        re.findall(r"`(attncourse\.[\w.]+)`", text)
     )
     assert "attncourse.benchmarks" in modules
     for module in modules:  # a module, or a name in one: attncourse.efficient.tiled_attention
@@ -82,7 +103,7 @@ def _find(module: str):
 def test_benchmark_options_named_exist():
     from attncourse.benchmarks.__main__ import build_parser
 
-    section = README.split("## Benchmark", 1)[1].split("\n## ", 1)[0]
+    section = CONTRIBUTING.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
     before_lookup = section.split("Chapter 9's comparison", 1)[0]
     options = set(re.findall(r"`(--[a-z-]+)", before_lookup))
     known = {flag for action in build_parser()._actions for flag in action.option_strings}

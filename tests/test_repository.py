@@ -4,8 +4,9 @@ with a summary."""
 
 import json
 import re
-
 import tomllib
+
+import pytest
 import yaml
 from project_tools import ROOT, colab, normalize
 
@@ -386,3 +387,53 @@ def test_chapter_structure_check_can_fail():
     )
     section["source"] = section["source"].replace("## ", "## 1. ", 1)
     assert any("hand-numbered" in p for p in chapter_structure_problems(numbered))
+
+
+# --- The Pythons supported: stated once (requires-python), said the same everywhere ---
+
+
+def _python_floor() -> tuple:
+    """The oldest Python supported, from ``requires-python`` (``>=3.11``), the one statement."""
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.fullmatch(r">=\s*3\.(\d+)", spec.strip())
+    assert match, f"requires-python is {spec!r}: a floor (>=3.N) is what the texts below state"
+    return 3, int(match.group(1))
+
+
+#: Other ways of stating the Pythons supported ("Python 3.11 or 3.12", "3.11 and up", "3.11+").
+OTHER_STATEMENTS = re.compile(
+    r"Python (?:3\.\d+ (?:or|to) 3\.\d+\b|3\.\d+ and up|3\.\d+\+)|\b3\.\d+ or 3\.\d+\b"
+)
+
+
+def _agree(name: str, text: str) -> None:
+    said = "Python {}.{} or newer".format(*_python_floor())
+    assert said in text, f"{name} does not say {said!r}"
+    for claim in re.findall(r"Python 3\.\d+ or newer", text):
+        assert claim == said, (name, claim)
+    assert not OTHER_STATEMENTS.findall(text), (name, OTHER_STATEMENTS.findall(text))
+
+
+def test_the_supported_pythons_are_stated_once_and_agree():
+    major, minor = _python_floor()
+    floor = f"{major}.{minor}"
+    for name in ("README.md", "CONTRIBUTING.md"):
+        _agree(name, (ROOT / name).read_text())
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"sys.version_info >= ({major}, {minor})" in makefile
+    assert f"needs {floor} or newer" in makefile and not re.search(r"3\.\d+ or 3\.\d+", makefile)
+    header = (ROOT / "requirements.txt").read_text().split("\n", 1)[0]
+    assert f"Python {floor}+" in header, header  # tools/lock_requirements.py writes it
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert ruff.get("target-version", f"py{major}{minor}") == f"py{major}{minor}"
+
+
+def test_the_python_check_can_fail():
+    """The statements the texts made before there was one (issue 30) are caught."""
+    before = {
+        "README.md": "On a fresh machine with Python 3.11 or 3.12 and `make`",
+        "CONTRIBUTING.md": "one file for Linux, macOS and Windows, Python 3.11 and up.",
+    }
+    for name, sentence in before.items():
+        with pytest.raises(AssertionError):
+            _agree(name, (ROOT / name).read_text() + "\n" + sentence)
