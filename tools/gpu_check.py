@@ -1,5 +1,28 @@
 """`make gpu-check`: check and time the course on a real CUDA GPU, in one command (issue 29).
 
+Expected duration on one H100 (estimated from the sizes below, not yet measured on one: the
+report's ``wall_s`` and each section's ``seconds`` are the real figures):
+
+* start-up (torch, triton, CUDA, nvidia-smi): 5-15 s, before the budget's clock starts;
+* phase 1, processes side by side, each killed at 210 s (70 s with ``--quick``); it lasts as
+  long as its slowest process: kernel tests 60-150 s, sweep 60-120 s, chapter 10 40-90 s,
+  memcheck 30-120 s (torch starting under compute-sanitizer is most of it), the compile
+  warm-up 100-180 s (FlexAttention's cold Inductor compiles are most of that);
+* phase 2, alone on the GPU: timings 60-120 s (48 configurations, 4 or 5 implementations
+  each, about 30 s of it GPU time; FlexAttention's 8 compiles 3-10 s each from warm caches,
+  20-60 s each from cold ones), span 2-5 s, design 10-30 s.
+
+Full run: about 4.5 to 6 minutes, at most start-up + the budget (390 s) + the one measurement
+under way when it ends, about 7 minutes. ``--quick``: about 1.5 minutes, at most about 2.
+
+When the budget runs short, what is left out first: FlexAttention (each of its configurations
+needs 120 s left, for its compile), then the timing configurations still to come (each needs
+60 s left, 25 s with ``--quick``, kept for span and design; the targets' configurations, L =
+4096 float16, come first, so bfloat16 at L = 16384 is the first to go), then adaptive span
+(10 s), then the design comparisons (3 s). Phase 1's processes are killed at its limit
+(``timed out`` in the report, a failed correctness check). Every one is listed under
+``skipped`` with its reason.
+
 Run with the GPU machine's own Python and its own torch and triton (nothing is installed or
 downloaded), from the repository root: ``PYTHONPATH=. python3 tools/gpu_check.py [--quick]``.
 Without a CUDA GPU it refuses in one sentence and exits with status 2.
