@@ -211,7 +211,7 @@ def test_a_crashed_section_is_recorded_and_the_report_saved_after_each(
     def crash(*args):
         raise RuntimeError("boom: a kernel failed to launch")
 
-    def design(plan, device, budget, report, env):
+    def design(plan, device, budget, report, env, checkpoint):
         (path,) = tmp_path.glob("*.json")  # what a run killed now would leave behind
         on_disk = json.loads(path.read_text())
         assert on_disk["timings"]["rows"] == [] and not on_disk["complete"]
@@ -228,6 +228,111 @@ def test_a_crashed_section_is_recorded_and_the_report_saved_after_each(
     assert span["status"] == "crashed" and "boom" in span["error"]
     assert "RuntimeError" in span["traceback"]
     assert report["sections"]["design"]["status"] == "done" and report["complete"]
+
+
+def test_a_crash_in_one_timing_setting_keeps_the_others_and_each_is_saved_at_once(
+    fake_machine, monkeypatch, tmp_path
+):
+    """On a GPU a backend can fail after its probe (in the timed rounds, or reading its peak
+    memory): that setting is recorded as crashed, the others are measured, and the report on
+    disk holds every setting measured so far (a run killed in the middle keeps them)."""
+    calls = []
+
+    def clock(fns, repeats, warmup):
+        (path,) = tmp_path.glob("*.json")
+        calls.append(len(json.loads(path.read_text()).get("timings", {"rows": []})["rows"]))
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return stub_clock(fns, repeats, warmup)
+
+    monkeypatch.setattr(gpu_check, "time_round_robin", clock)
+    monkeypatch.setattr(gpu_check, "sdpa_backends_of_build", lambda: (["flash"], {}))
+    plan = tiny_plan(head_dims=(16, 32))
+    argv = ["--only", "timings", "--out", str(tmp_path)]
+    assert fake_machine(argv, plan) == 0
+    _, report = read_report(tmp_path)
+    assert report["sections"]["timings"]["status"] == "done"
+    assert len(calls) == 8 and calls[:3] == [0, 2, 2] and calls[-1] == 12  # 2 rows a setting
+    timings = report["timings"]
+    assert len(timings["rows"]) == 14 and len(timings["errors"]) == 1
+    assert "illegal memory access" in timings["errors"][0]["error"]
+    crashed = [e for e in report["skipped"] if e["reason"].startswith("crashed")]
+    assert [e["what"] for e in crashed] == [timings["errors"][0]["what"]]
+
+
+def test_span_and_design_keep_what_they_measured_when_one_step_crashes(
+    fake_machine, monkeypatch, tmp_path
+):
+    calls = []
+
+    def clock(fns, repeats, warmup):
+        calls.append(sorted(fns))
+        if len(calls) in (1, 3):  # span's forward, and design's second comparison
+            raise RuntimeError("triton.runtime.errors.OutOfResources: out of resource")
+        return stub_clock(fns, repeats, warmup)
+
+    monkeypatch.setattr(gpu_check, "time_round_robin", clock)
+    argv = ["--only", "span", "design", "--out", str(tmp_path)]
+    assert fake_machine(argv, tiny_plan()) == 0
+    _, report = read_report(tmp_path)
+    assert report["sections"]["span"]["status"] == report["sections"]["design"]["status"] == "done"
+    assert list(report["span"]["speedup"]) == ["forward+backward"]
+    assert len(report["span"]["errors"]) == 1
+    grid = report["design"]["grid_order"]
+    assert len(grid["comparisons"]) == 3 and len(grid["errors"]) == 1
+
+
+def test_flexattention_is_not_compiled_again_after_two_failures(
+    fake_machine, monkeypatch, tmp_path
+):
+    """A FlexAttention whose compile fails (no working Inductor here) costs seconds per try:
+    after two failures in a row the remaining settings say why instead of trying."""
+    tries = []
+
+    def compiled(q, k, v, block_mask=None):
+        tries.append(q.shape)
+        raise RuntimeError("BackendCompilerFailed: backend='inductor' raised: no C compiler")
+
+    flex = {"compiled": compiled, "block_mask": lambda *args, **kwargs: None}
+    monkeypatch.setattr(gpu_check, "flex_support", lambda: (flex, None))
+    monkeypatch.setattr(gpu_check, "sdpa_backends_of_build", lambda: ([], {}))
+    plan = tiny_plan(flex_lengths=(16,), head_dims=(16, 32), budget_s=600.0)
+    assert fake_machine(["--only", "timings", "--out", str(tmp_path)], plan) == 0
+    _, report = read_report(tmp_path)
+    assert len(tries) == 2
+    flex_rows = [r for r in report["timings"]["rows"] if r["impl"] == "flex"]
+    assert len(flex_rows) == 8 and all(r["status"] == "unavailable" for r in flex_rows)
+    assert all("no C compiler" in r["reason"] for r in flex_rows)
+    assert "failed twice in a row" in flex_rows[-1]["reason"]
+    course = [r for r in report["timings"]["rows"] if r["impl"] == "course"]
+    assert len(course) == 8 and all(r["status"] == "ok" for r in course)
+
+
+def test_flexattention_that_failed_every_warmup_compile_is_not_tried():
+    warm = {
+        "items": [
+            {"what": "course L=16 d=16 float16 full forward", "seconds": 1.0},
+            {"what": "flex L=16 d=16 float16 full forward", "error": "RuntimeError: no cc"},
+            {"what": "flex L=16 d=16 float16 causal forward", "error": "RuntimeError: no cc"},
+        ]
+    }
+    assert "all failed: RuntimeError: no cc" in gpu_check.flex_broken_in_warmup(warm)
+    warm["items"][2] = {"what": "flex L=16 d=16 float16 causal forward", "seconds": 30.0}
+    assert gpu_check.flex_broken_in_warmup(warm) is None
+    assert gpu_check.flex_broken_in_warmup({}) is None
+
+
+def test_the_report_is_written_even_when_its_summary_fails(tmp_path, monkeypatch):
+    def broken(report):
+        raise KeyError("shapes")
+
+    monkeypatch.setattr(gpu_report, "summary_markdown", broken)
+    report = gpu_check.new_report(gpu_check.parse_args([]), tiny_plan(), dict(FAKE_ENV))
+    report["odd"] = {1: float("nan"), "set": {3}}  # not JSON as it is
+    path = gpu_check.save(report, tmp_path, "x")
+    saved = json.loads(path.read_text())
+    assert saved["odd"] == {"1": None, "set": "{3}"}
+    assert "could not be written (KeyError" in (tmp_path / "x.md").read_text()
 
 
 def test_without_compute_sanitizer_memcheck_is_skipped(fake_machine, monkeypatch, tmp_path):

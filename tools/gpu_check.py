@@ -39,9 +39,11 @@ It runs in two phases, printing timestamped progress as it goes:
    backends and FlexAttention (``timings``), adaptive span's speed-up (``span``), and the two
    launch-configuration questions (``design``).
 
-After each section it rewrites ``reports/gpu/<gpu>.json`` and ``<gpu>.md`` (the Markdown by
+After each section, and in phase 2 after each configuration, it rewrites
+``reports/gpu/<gpu>.json`` and ``<gpu>.md`` (the Markdown by
 :mod:`attncourse.benchmarks.gpu_report`), so a run killed at its time limit still leaves what
-it measured. A time budget (``--budget-s``) skips the remaining optional measurements, saying
+it measured; a measurement that raises is recorded (with its traceback) and the others go on.
+A time budget (``--budget-s``) skips the remaining optional measurements, saying
 so in the report, rather than overrun. The exit status is 1 when a correctness check failed
 or could not finish, 0 otherwise: timings never fail the run.
 """
@@ -440,14 +442,29 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def save(report: Dict[str, object], folder: Path, slug: str) -> Path:
-    """Evaluate the targets, then write ``<slug>.json`` and ``<slug>.md``; return the JSON's path."""
+    """Evaluate the targets, then write ``<slug>.json`` and ``<slug>.md``; return the JSON's path.
+    Never raises for the report's content: a verdict or summary that fails is written as its
+    error (``save_errors``), so that the measurements reach the disk whatever happens."""
     report["wall_s"] = round(time.monotonic() - _STARTED, 1)
-    report["correctness"] = correctness(report)
-    report["targets"] = evaluate_targets(report)
+    errors = []
+    for key, evaluate in (("correctness", correctness), ("targets", evaluate_targets)):
+        try:
+            report[key] = evaluate(report)
+        except Exception as error:
+            errors.append(f"{key}: {first_line(error)}")
+    if errors:
+        report["save_errors"] = errors
     safe = json_safe(report)
     path = folder / f"{slug}.json"
-    write_atomically(path, json.dumps(safe, indent=1, allow_nan=False) + "\n")
-    markdown = gpu_report.summary_markdown(safe) + "\n" + gpu_report.targets_markdown(safe)
+    text = json.dumps(safe, indent=1, allow_nan=False, default=repr)
+    write_atomically(path, text + "\n")
+    try:
+        markdown = gpu_report.summary_markdown(safe) + "\n" + gpu_report.targets_markdown(safe)
+    except Exception as error:
+        markdown = (
+            f"#### GPU check: {report['environment'].get('gpu')}\n\nThe summary could not be"
+            f" written ({first_line(error)}): the measurements are in {path.name}.\n"
+        )
     write_atomically(folder / f"{slug}.md", markdown)
     return path
 
@@ -1339,9 +1356,22 @@ def measure_setting(
     return rows
 
 
-def timings_section(plan: Plan, device, budget: Budget, report, warm: Dict) -> Dict[str, object]:
+def _crashed(report, result: Dict[str, object], what: str, error: Exception) -> None:
+    """Record a measurement that raised (the others go on): in ``result["errors"]`` with its
+    traceback, and in the report's ``skipped``."""
+    result.setdefault("errors", []).append(
+        {"what": what, "error": first_line(error), "traceback": traceback.format_exc()[-2000:]}
+    )
+    skip(report, what, f"crashed: {first_line(error)}")
+
+
+def timings_section(
+    plan: Plan, device, budget: Budget, report, warm: Dict, checkpoint=lambda: None
+) -> Dict[str, object]:
     """The course's kernels against torch's SDPA backends (and FlexAttention at plan.flex_lengths,
-    float16), every setting of :func:`timing_settings` while the budget allows."""
+    float16), every setting of :func:`timing_settings` while the budget allows. The rows are
+    kept in ``report["timings"]`` as they are measured, and ``checkpoint()`` (which saves the
+    report) is called after each setting; a setting that raises is recorded and skipped."""
     sdpa_names, missing = sdpa_backends_of_build()
     for backend, reason in missing.items():
         skip(report, f"timings of sdpa-{backend}", reason)
@@ -1350,9 +1380,28 @@ def timings_section(plan: Plan, device, budget: Budget, report, warm: Dict) -> D
         flex, flex_missing = flex_support()
         if flex is None:
             skip(report, "timings of FlexAttention", flex_missing)
+        else:
+            flex_missing = flex_broken_in_warmup(warm)
+            if flex_missing is not None:
+                flex = None
+                skip(report, "timings of FlexAttention", flex_missing)
     else:
         skip(report, "timings of FlexAttention", "not in this plan (--quick: no compiles)")
-    rows: List[Dict[str, object]] = []
+    result: Dict[str, object] = {
+        "convention": FLOPS_CONVENTION,
+        "shapes": f"B * L = {plan.tokens} tokens and H * d = {plan.width} in every configuration",
+        "statistics": f"CUDA events; {plan.warmup} warm-up rounds, then the median, 20th and 80th"
+        f" percentiles of {plan.repeats} repeats, the implementations interleaved round-robin",
+        "peak_memory": "torch.cuda.max_memory_allocated above what was allocated before the call",
+        "flex_compile": "compile_s: the first call in this process (Dynamo's trace, then"
+        " Inductor's caches, warmed in phase 1); cold_compile_s: that call in phase 1's warm-up"
+        " process, from empty caches",
+        "repeats": plan.repeats,
+        "warmup": plan.warmup,
+        "rows": [],
+    }
+    report["timings"] = result  # what a run killed in the middle leaves
+    flex_failures = 0  # FlexAttention's failures in a row: after two, it is not tried again
     for s in timing_settings(plan):
         if not budget.allows(reserve=60 if plan.design_tiles else 25):
             skip(report, f"timings at {s.describe()}", budget.reason())
@@ -1368,20 +1417,30 @@ def timings_section(plan: Plan, device, budget: Budget, report, warm: Dict) -> D
                 skip(report, f"FlexAttention at {s.describe()}", unavailable["flex"])
         log(f"timing {s.describe()} (B={s.batch}, H={s.heads})")
         cold = warm.get("flex", {})
-        rows += measure_setting(plan, s, device, use_flex, sdpa_names, unavailable, cold)
-    return {
-        "convention": FLOPS_CONVENTION,
-        "shapes": f"B * L = {plan.tokens} tokens and H * d = {plan.width} in every configuration",
-        "statistics": f"CUDA events; {plan.warmup} warm-up rounds, then the median, 20th and 80th"
-        f" percentiles of {plan.repeats} repeats, the implementations interleaved round-robin",
-        "peak_memory": "torch.cuda.max_memory_allocated above what was allocated before the call",
-        "flex_compile": "compile_s: the first call in this process (Dynamo's trace, then"
-        " Inductor's caches, warmed in phase 1); cold_compile_s: that call in phase 1's warm-up"
-        " process, from empty caches",
-        "repeats": plan.repeats,
-        "warmup": plan.warmup,
-        "rows": rows,
-    }
+        try:
+            rows = measure_setting(plan, s, device, use_flex, sdpa_names, unavailable, cold)
+        except Exception as error:  # one setting's crash must not lose the others
+            _crashed(report, result, f"timings at {s.describe()}", error)
+            rows = []
+        result["rows"] += rows
+        if use_flex is not None and rows:
+            failed = [r for r in rows if r["impl"] == "flex" and r["status"] != "ok"]
+            flex_failures = flex_failures + 1 if failed else 0
+            if flex_failures >= 2:  # its compile is broken here: each try would cost seconds
+                why = f"failed twice in a row, last at {s.describe()}: {failed[0]['reason']}"
+                flex, flex_missing = None, why
+                skip(report, "the rest of FlexAttention's timings", why)
+        checkpoint()
+    return result
+
+
+def flex_broken_in_warmup(warm: Dict) -> Optional[str]:
+    """Why FlexAttention is not worth compiling again in phase 2: every one (two or more) of its
+    compiles in phase 1's warm-up failed. ``None`` otherwise."""
+    items = [r for r in warm.get("items", []) if r["what"].startswith("flex ")]
+    if len(items) < 2 or any("error" not in r for r in items):
+        return None
+    return f"its {len(items)} compiles in phase 1's warm-up all failed: {items[0]['error']}"
 
 
 # -- adaptive span --------------------------------------------------------------------------------
@@ -1417,9 +1476,13 @@ def span_calls(plan: Plan, s: Setting, device) -> Dict[str, Callable[[], object]
     return calls
 
 
-def span_section(plan: Plan, device, budget: Budget, report, capability) -> Dict[str, object]:
+def span_section(
+    plan: Plan, device, budget: Budget, report, capability, checkpoint=lambda: None
+) -> Dict[str, object]:
     """Adaptive span with every head's span short against every span full, forward and
-    forward+backward, timed side by side; the speed-up beside the ratio of tiles."""
+    forward+backward, timed side by side; the speed-up beside the ratio of tiles (kept in
+    ``report["span"]`` as measured, ``checkpoint()`` after each pass, a pass that raises
+    recorded and skipped)."""
     base = setting(plan, plan.span_length, SPAN_HEAD_DIM, "float16", True, False)
     result = {
         "length": base.length,
@@ -1433,16 +1496,22 @@ def span_section(plan: Plan, device, budget: Budget, report, capability) -> Dict
         "rows": [],
         "speedup": {},
     }
+    report["span"] = result
     for backward in (False, True):
         s = replace(base, backward=backward)
         if not budget.allows(reserve=10):
             skip(report, f"adaptive span {s.pass_name}", budget.reason())
             continue
-        timed = time_round_robin(span_calls(plan, s, device), plan.repeats, plan.warmup)
+        try:
+            timed = time_round_robin(span_calls(plan, s, device), plan.repeats, plan.warmup)
+        except Exception as error:
+            _crashed(report, result, f"adaptive span {s.pass_name}", error)
+            continue
         for z in plan.spans:
             result["rows"].append({"pass": s.pass_name, "span": z, **timed[f"span {z:g}"]})
         short, full = (timed[f"span {z:g}"]["median_ms"] for z in plan.spans)
         result["speedup"][s.pass_name] = full / short
+        checkpoint()
     return result
 
 
@@ -1512,32 +1581,42 @@ def compare_alternatives(plan: Plan, s: Setting, alternatives, device) -> Dict[s
     }
 
 
-def design_section(plan: Plan, device, budget: Budget, report, env) -> Dict[str, object]:
+def design_section(
+    plan: Plan, device, budget: Budget, report, env, checkpoint=lambda: None
+) -> Dict[str, object]:
     """Each design question at L = target_length, float16, d of design_head_dims, causal and not:
-    the forward (and forward+backward for the grid order), per compute capability."""
+    the forward (and forward+backward for the grid order), per compute capability (kept in
+    ``report["design"]`` as measured, ``checkpoint()`` after each comparison, one that raises
+    recorded and skipped)."""
     from attncourse.kernels import flash
 
     if not hasattr(flash, "launch_override"):
         raise RuntimeError("attncourse.kernels.flash has no launch_override in this checkout")
     result: Dict[str, object] = {"target": env["sm"], "gpu": env["gpu"]}
+    report["design"] = result
     if not plan.design_tiles:
         skip(report, "design questions block_m and num_stages", "not in this plan (--quick)")
     for question, alternatives in design_questions(plan).items():
         comparisons = []
+        result[question] = {
+            "alternatives": {k: {"kernel": kn, **f} for k, (kn, f) in alternatives.items()},
+            "comparisons": comparisons,
+        }
         passes = (False, True) if question == "grid_order" else (False,)
         for d in plan.design_head_dims:
             for causal in (False, True):
                 for backward in passes:
                     s = setting(plan, plan.target_length, d, "float16", causal, backward)
+                    what = f"design {question} at {s.describe()}"
                     if not budget.allows(reserve=3):
-                        skip(report, f"design {question} at {s.describe()}", budget.reason())
+                        skip(report, what, budget.reason())
                         continue
-                    log(f"design {question} at {s.describe()}")
-                    comparisons.append(compare_alternatives(plan, s, alternatives, device))
-        result[question] = {
-            "alternatives": {k: {"kernel": kn, **f} for k, (kn, f) in alternatives.items()},
-            "comparisons": comparisons,
-        }
+                    log(what)
+                    try:
+                        comparisons.append(compare_alternatives(plan, s, alternatives, device))
+                    except Exception as error:
+                        _crashed(report, result[question], what, error)
+                    checkpoint()
     return result
 
 
@@ -1822,7 +1901,11 @@ def run_phase1(
                 report["sections"][name]["reason"] = (
                     f"{', '.join(timed_out)} passed phase 1's {plan.phase1_s:.0f} s"
                 )
-    return collect_warm(jobs["warm"]) if "warm" in jobs else {}
+                save(report, folder, slug)  # run_section saved it as done
+    try:
+        return collect_warm(jobs["warm"]) if "warm" in jobs else {}
+    except Exception as error:  # the warm-up only saves compile time: never the run's end
+        return {"error": first_line(error)}
 
 
 def run_check(args: argparse.Namespace, device="cuda") -> int:
@@ -1844,10 +1927,11 @@ def run_check(args: argparse.Namespace, device="cuda") -> int:
     if warm:
         report["warmup"] = warm
     capability = capability_of(env)
+    checkpoint = lambda: save(report, folder, slug)
     phase2 = {
-        "timings": lambda: timings_section(plan, device, budget, report, warm),
-        "span": lambda: span_section(plan, device, budget, report, capability),
-        "design": lambda: design_section(plan, device, budget, report, env),
+        "timings": lambda: timings_section(plan, device, budget, report, warm, checkpoint),
+        "span": lambda: span_section(plan, device, budget, report, capability, checkpoint),
+        "design": lambda: design_section(plan, device, budget, report, env, checkpoint),
     }
     for name in TIMING:
         if name in selected:
