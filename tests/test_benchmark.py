@@ -78,7 +78,7 @@ def test_command_writes_to_the_working_directory_not_the_package(tmp_path, monke
     """Without --output, results land where the command runs; the committed ones stay untouched."""
     committed = {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()}
     monkeypatch.chdir(tmp_path)
-    main(["--cache", "--contexts", "8", "--device", "cpu", "--tag", "_cwd"])
+    main(["--cache", "--contexts", "8", "--device", "cpu", "--tag", "_cwd", "--force"])
     assert (tmp_path / "ch06_cache_benchmark_cpu_cwd.json").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()} == committed
 
@@ -105,14 +105,49 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
             str(tmp_path),
             "--tag",
             "_t",
+            "--force",  # this test's machine may be busy: the refusal is tested below
         ]
     )
     result = json.loads((tmp_path / "ch06_cache_benchmark_cpu_t.json").read_text())
     assert [r["context"] for r in result["rows"]] == [8, 16]
+    assert len(result["machine"]["load_average_at_start"]) == 3
+    assert len(result["machine"]["load_average_at_end"]) == 3
     for r in result["rows"]:
         assert r["speedup"] == r["uncached_s"] / r["cached_s"]
+        times = r["cached_times"]
+        assert r["cached_s"] == sorted(times)[len(times) // 2]
+        assert r["cached_spread"] == pytest.approx((max(times) - min(times)) / r["cached_s"])
+    assert "cached range" in benchmark.cache_table(result["rows"])
     with pytest.raises(ValueError, match="impl"):
         benchmark.build_decode("other", 4)
+
+
+def test_cache_timings_of_a_busy_machine_are_refused_unless_forced(tmp_path, monkeypatch):
+    """The load is checked before the timing and after it; the refusal names load and threshold;
+    nothing is written; --force writes, with the load in the file."""
+    from attncourse.benchmarks import __main__ as command
+    from attncourse.benchmarks import common
+
+    monkeypatch.setattr(common.os, "getloadavg", lambda: (9.5, 9.0, 8.0))
+    monkeypatch.setattr(common.os, "cpu_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"load average 9.5 at the start > 1 \(0.5 per core x 2"):
+        command.main(["--cache", "--contexts", "4", "--device", "cpu", "--output", str(tmp_path)])
+    common.require_quiet(common.machine("cpu"), 19)  # 9.5 < 19 x 2 cores: quiet enough
+    assert not list(tmp_path.iterdir())
+    quiet = {"cpu_cores": 2, "load_average_at_start": [0.4, 1, 1], "load_average_at_end": [3, 1, 1]}
+    with pytest.raises(ValueError, match="at the end"):
+        common.require_quiet(quiet)  # a machine that got busy during the run
+    common.require_quiet(quiet, force=True)
+    common.require_quiet({"cpu_cores": 2})  # no load average (Windows): nothing to refuse
+    with pytest.raises(ValueError, match="max_load_per_core"):
+        common.require_quiet(quiet, 0)
+    with pytest.raises(TypeError, match="max_load_per_core"):
+        common.require_quiet(quiet, "1")
+    command.main(
+        ["--cache", "--contexts", "4", "--device", "cpu", "--output", str(tmp_path)] + ["--force"]
+    )
+    written = json.loads((tmp_path / "ch06_cache_benchmark_cpu.json").read_text())
+    assert written["machine"]["load_average_at_start"] == [9.5, 9.0, 8.0]
 
 
 def test_constants_at_tiny_sizes(tmp_path, capsys):

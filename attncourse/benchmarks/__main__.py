@@ -11,7 +11,7 @@ from typing import List, Optional
 import torch
 
 from . import attention, kernels
-from .common import write_result
+from .common import MAX_LOAD_PER_CORE, machine, require_quiet, write_result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[64, 128, 256, 512, 1024, 2048],
         help="context lengths for --cache",
+    )
+    parser.add_argument(
+        "--max-load-per-core",
+        type=float,
+        default=MAX_LOAD_PER_CORE,
+        help="--cache: refuse to write the timings when the 1-minute load average, at the start"
+        f" or the end, exceeds this times the cores (default {MAX_LOAD_PER_CORE})",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="--cache: write the timings whatever the load (it is recorded in the file)",
     )
     parser.add_argument(
         "--constants",
@@ -108,12 +120,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.cache:
         for device in devices:
             print(f"== {device}: one decoding step, KV cache or not ==", flush=True)
+            if device == "cpu":  # refuse before minutes of timing, and again after them
+                require_quiet(machine("cpu"), args.max_load_per_core, force=args.force)
             result = attention.run_cache(args.contexts, device)
             print(attention.cache_table(result["rows"]))  # type: ignore[arg-type]
-            args.output.mkdir(parents=True, exist_ok=True)
-            path = args.output / f"ch06_cache_benchmark_{device}{args.tag}.json"
-            path.write_text(json.dumps(result, indent=1) + "\n")
-            print(f"written to {path}")
+            measured_on: dict = result["machine"]  # type: ignore[assignment]
+            print(
+                "load average at start and end:",
+                measured_on.get("load_average_at_start"),
+                measured_on.get("load_average_at_end"),
+            )
+            if device == "cpu":
+                require_quiet(measured_on, args.max_load_per_core, force=args.force)
+            name = f"ch06_cache_benchmark_{device}{args.tag}.json"
+            print(f"written to {write_result(result, args.output, name)}")
         return
     if args.span_time:
         print("== adaptive-span layer on the CPU: time against span ==", flush=True)

@@ -211,7 +211,11 @@ def run_cache(
     """Time a decoding step with and without the KV cache at each context length, interleaved.
 
     Returns ``{"machine", "device", "model", "rows"}``; each row holds the context, both
-    medians in seconds and ``speedup`` = uncached / cached.
+    medians in seconds (``cached_s``, ``uncached_s``), every repeat (``cached_times``,
+    ``uncached_times``), their spread, ``(max - min) / median`` (``cached_spread``,
+    ``uncached_spread``), and ``speedup`` = uncached / cached. ``machine`` holds the load
+    average at the start and at the end (:func:`attncourse.benchmarks.common.require_quiet`
+    refuses to commit a busy machine's timings).
     """
     contexts = _require_positive_ints("contexts", contexts)
     _require_device("device", device, plain=True)
@@ -238,6 +242,8 @@ def run_cache(
                 "speedup": uncached / cached,
                 "cached_times": timings["cached"].times,
                 "uncached_times": timings["uncached"].times,
+                "cached_spread": timings["cached"].spread,
+                "uncached_spread": timings["uncached"].spread,
             }
         )
     result["rows"] = rows
@@ -247,15 +253,26 @@ def run_cache(
 
 
 def cache_table(rows: List[Dict[str, object]]) -> str:
-    """The rows of :func:`run_cache` as a text table: ms per token with and without the cache, and their ratio."""
+    """The rows of :func:`run_cache` as a text table: ms per token with and without the cache
+    (medians of the repeats), their ratio, and where the rows hold their repeats, each median's
+    range (fastest to slowest repeat, ms)."""
     numbers = ("cached_s", "uncached_s", "speedup")
     rows = _rows("rows", rows, ("context",), numbers)
-    lines = [f"{'context':>8} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9}"]
+    ranged = all("cached_times" in r and "uncached_times" in r for r in rows)
+    head = f"{'context':>8} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9}"
+    lines = [head + (f" {'cached range':>15} {'uncached range':>17}" if ranged else "")]
     for r in rows:
-        lines.append(
+        line = (
             f"{r['context']:>8} {1e3 * r['cached_s']:>10.2f} {1e3 * r['uncached_s']:>12.2f}"
             f" {r['speedup']:>9.1f}"
         )
+        if ranged:
+            c, u = r["cached_times"], r["uncached_times"]
+            line += (
+                f" {f'{1e3 * min(c):.2f}-{1e3 * max(c):.2f}':>15}"
+                f" {f'{1e3 * min(u):.1f}-{1e3 * max(u):.1f}':>17}"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -23,7 +23,15 @@ import torch
 
 from .._checks import _is_real, require_positive_int, require_str
 
-__all__ = ["RESULTS", "machine", "meminfo_gib", "write_result", "read_result"]
+__all__ = [
+    "RESULTS",
+    "MAX_LOAD_PER_CORE",
+    "machine",
+    "meminfo_gib",
+    "require_quiet",
+    "write_result",
+    "read_result",
+]
 
 #: The results the book quotes, committed and shipped with the package (package data), so a
 #: chapter finds them in a Colab runtime that installed only the package, as in a clone. The
@@ -51,6 +59,45 @@ def machine(device: str) -> Dict[str, object]:
     if parsed.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(parsed)
     return info
+
+
+#: The 1-minute load average per core above which a timing is not committed (``require_quiet``):
+#: on a busy machine the repeats of one step ranged from 2 to 27 ms (chapter 6, load 12 on 2 cores).
+MAX_LOAD_PER_CORE = 0.5
+
+
+def require_quiet(
+    info: Dict[str, object], max_load_per_core: float = MAX_LOAD_PER_CORE, *, force: bool = False
+) -> None:
+    """Refuse timings taken on a busy machine: a ``ValueError`` naming the load and the threshold
+    when a 1-minute load average of ``info`` (what :func:`machine` returns, with
+    ``load_average_at_start`` and, after the run, ``load_average_at_end``) exceeds
+    ``max_load_per_core`` times ``info["cpu_cores"]``. ``force`` accepts any load (the load is in
+    the file all the same). A machine without a load average (Windows) passes."""
+    if not isinstance(info, dict):
+        raise TypeError(f"info must be a dict (what machine() returns), got {type(info).__name__}")
+    if not _is_real(max_load_per_core) or isinstance(max_load_per_core, bool):
+        raise TypeError(
+            f"max_load_per_core must be a number, got {type(max_load_per_core).__name__}"
+            f" {max_load_per_core!r}"
+        )
+    if not (math.isfinite(max_load_per_core) and max_load_per_core > 0):
+        raise ValueError(
+            f"max_load_per_core must be positive and finite, got {max_load_per_core!r}"
+        )
+    if force:
+        return
+    cores = info.get("cpu_cores") or os.cpu_count() or 1
+    limit = max_load_per_core * cores  # type: ignore[operator]
+    for when in ("load_average_at_start", "load_average_at_end"):
+        load = info.get(when)
+        if load and load[0] > limit:  # type: ignore[index]
+            raise ValueError(
+                f"the machine is busy: 1-minute load average {load[0]} at the {when.split('_')[-1]}"  # type: ignore[index]
+                f" > {limit:g} ({max_load_per_core:g} per core x {cores} cores); timings"
+                " taken under load are noise, not facts about the code: measure on a quiet"
+                " machine, raise the threshold, or force it (the load is recorded either way)"
+            )
 
 
 def _cpu_model() -> str:
