@@ -242,14 +242,17 @@ CHINESE_COLAB = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 
 @pytest.mark.parametrize("path", CHINESE_COLAB, ids=lambda p: p.stem)
 def test_chinese_colab_notebooks_read_as_commonmark_and_run_the_books_code(path):
-    from test_colab_edition import markdown_problems, myst_fragments
+    from test_colab_edition import first_screen_problems, markdown_problems, myst_fragments
 
     nb = json.loads(path.read_text(encoding="utf-8"))
     english = json.loads((ROOT / "book" / path.name).read_text(encoding="utf-8"))
     assert markdown_problems(nb) == [] and myst_fragments(nb) == 0
     code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
     code_en = [zh._source(c) for c in english["cells"] if c["cell_type"] == "code"]
-    assert code[0] == zh.chinese_setup(code_en[0]) and code[1:] == code_en[1:]
+    form = f"#@title {colab.WORDS['zh']['setup title']}\n"
+    assert code[0] == form + zh.chinese_setup(code_en[0]) and code[1:] == code_en[1:]
+    switch = "更改运行时类型（Change runtime type）> T4 GPU" if colab.needs_gpu(english) else ""
+    assert first_screen_problems(nb, title=form, gpu_words=switch) == []
     text = "\n".join(c["source"] for c in nb["cells"] if c["cell_type"] == "markdown")
     starts = sum(zh._source(c).count("{exercise-start}") for c in english["cells"])
     assert len(re.findall(r"^### 练习 \d+\.\d+", text, re.M)) == starts

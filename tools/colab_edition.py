@@ -20,8 +20,15 @@ copies every code cell byte for byte:
 * section headings get the book's numbers ("## 1.3. Why divide ..."), labels ``(name)=`` go;
 * a figure's caption (myst-nb cell metadata) becomes a Markdown cell under its code cell,
   "**Figure 1.1.** caption";
-* Markdown cells tagged ``remove-cell`` are dropped; code cells all stay, in order (so the
-  set-up cell stays first), with their tags.
+* Markdown cells tagged ``remove-cell`` are dropped; code cells all stay, in order, with their
+  tags;
+* the notebook opens with what a learner came for: the chapter's title and first paragraph
+  (and, for a chapter that runs GPU kernels, what a GPU runtime changes and how to get one),
+  then the set-up cell, collapsed as a Colab form (its first line ``#@title ...``, cell metadata
+  ``cellView: form``), still before any other code. A chapter whose code imports the Triton
+  kernels (``attncourse.kernels``) asks Colab for a T4 GPU in the notebook's metadata. Where the
+  notebook comes from, and that it is generated (edit ``book/``, not this), is said in the
+  notebook's metadata (``attncourse``), not in what the learner reads.
 
 Anything the converter does not know (an unknown role or directive, a label that does not
 exist) stops it with an error naming the chapter, rather than leaving MyST for Colab to show.
@@ -53,7 +60,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 OUT = ROOT / "notebooks"
-GENERATED_NOTE = "generated from"
+GENERATED_NOTE = "Generated from"
+#: The first line of the book's set-up cell (tools/normalize_notebooks.py writes it).
+SETUP_MARKER = "# Set-up for Colab or any fresh runtime"
 #: Where the site of this edition lives under the published site ("" English, "zh/" Chinese).
 SITE_FOLDER = ""
 
@@ -69,9 +78,14 @@ WORDS = {
         "solution": "Solution to Exercise {number}",
         "chapter": "chapter {number}",
         "a chapter": "a chapter",
-        "banner": "*The Colab edition of [{name}]({page}) of [the book]({site}), "
-        + GENERATED_NOTE
-        + " `{doc}.ipynb` (edit that, not this).*",
+        "banner": "*The Colab edition of [{name}]({page}) of [the book]({site}).*",
+        "generated": GENERATED_NOTE
+        + " {doc}.ipynb by tools/colab_edition.py: edit that, not this.",
+        "setup title": "Set-up: install the course package if it is missing",
+        "gpu": "> **A GPU runtime for this chapter.** On a GPU, its Triton kernels are compiled and"
+        " run at larger sizes, and the timings appear; on a CPU runtime they run through Triton's"
+        " interpreter instead, slowly and without timings. To switch: **Runtime > Change runtime"
+        " type > T4 GPU**, then run the notebook from the top.",
         "caption": "**{label}** {caption}",
         "label": "{kind} {number}.",
     },
@@ -85,8 +99,14 @@ WORDS = {
         "solution": "练习 {number} 的解答",
         "chapter": "第 {number} 章",
         "a chapter": "一章",
-        "banner": "*[本书]({site}){name}的 Colab 版（[网页版]({page})），由 `{doc}.ipynb` 与其译文"
-        " `book/locale/zh_CN/LC_MESSAGES/{stem}.po` 生成：请修改这两个文件，而不是本文件。*",
+        "banner": "*[本书]({site}){name}的 Colab 版（[网页版]({page})）。*",
+        "generated": "由 tools/colab_edition.py 从 {doc}.ipynb 与其译文"
+        " book/locale/zh_CN/LC_MESSAGES/{stem}.po 生成：请修改这两个文件，而不是本文件。",
+        "setup title": "设置：如果缺少课程包就安装它",
+        "gpu": "> **本章宜用 GPU 运行时。** 在 GPU 上，本章的 Triton 内核会被编译，并在更大的尺寸上"
+        "运行，还会显示计时；在 CPU 运行时上，它们改由 Triton 的解释器运行，速度慢，也没有计时。"
+        "切换方法：**代码执行程序（Runtime）> 更改运行时类型（Change runtime type）> T4 GPU**，"
+        "然后从头运行本笔记本。",
         "caption": "**{label}** {caption}",
         "label": "{kind} {number}",
     },
@@ -750,12 +770,48 @@ def banner(doc: str, number: int | None) -> str:
     )
 
 
+def opening(text: str) -> tuple[str, str]:
+    """``(title and first paragraph, the rest)`` of a chapter's first Markdown cell. A paragraph
+    that ends with a colon takes what it introduces (a formula, a list) along."""
+    blocks = text.split("\n\n")
+    end = 2 if len(blocks) > 1 else 1
+    while end < len(blocks) and (
+        blocks[end - 1].rstrip().endswith(":")
+        or "\n\n".join(blocks[:end]).count("$$") % 2
+        or "\n\n".join(blocks[:end]).count("```") % 2
+    ):
+        end += 1
+    return "\n\n".join(blocks[:end]), "\n\n".join(blocks[end:])
+
+
+def needs_gpu(nb: dict) -> bool:
+    """Whether the chapter runs the package's Triton kernels (``attncourse.kernels``)."""
+    return any(
+        cell["cell_type"] == "code" and "attncourse.kernels" in "".join(cell["source"])
+        for cell in nb["cells"]
+    )
+
+
+def setup_form(cell: dict) -> dict:
+    """The set-up cell as a Colab form: its title line first, its code hidden until opened."""
+    form = json.loads(json.dumps(cell))
+    source = "".join(cell["source"])
+    form["source"] = f"#@title {word('setup title')}\n{source}"
+    form["metadata"] = {**cell.get("metadata", {}), "cellView": "form"}
+    return form
+
+
 def convert(doc: str) -> dict:
     """The Colab notebook of chapter ``doc`` (``book/01_x``)."""
     nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
     converter = Converter(doc)
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    setup = code[0] if code and "".join(code[0]["source"]).startswith(SETUP_MARKER) else None
+    gpu = needs_gpu(nb)
     cells, titled = [], False
     for cell in nb["cells"]:
+        if cell is setup:
+            continue  # placed after the chapter's opening (below), or first without one
         tags = cell.get("metadata", {}).get("tags", [])
         if cell["cell_type"] == "code":
             cells.append(cell)
@@ -780,9 +836,24 @@ def convert(doc: str) -> dict:
         if cell["cell_type"] != "markdown" or "remove-cell" in tags:
             continue
         text = converter.markdown("".join(cell["source"]))
-        if not titled and text.startswith("# "):
-            title, _, rest = text.partition("\n")
-            text = f"{title}\n\n{banner(doc, converter.chapter.number)}\n{rest}".rstrip("\n")
+        if not titled and text.startswith("# ") and setup is not None:
+            head, rest = opening(text)
+            head += f"\n\n{banner(doc, converter.chapter.number)}"
+            if gpu:
+                head += f"\n\n{word('gpu')}"
+            cells.append(
+                {
+                    "cell_type": "markdown",
+                    "id": cell.get("id", f"md{len(cells)}"),
+                    "metadata": {},
+                    "source": head,
+                }
+            )
+            cells.append(setup_form(setup))
+            titled = True
+            text, cell = rest, {"id": f"{cell.get('id', 'md')}-intro"}
+        elif not titled and setup is not None and cells == []:
+            cells.append(setup_form(setup))  # a chapter without a title: the set-up cell first
             titled = True
         if text.strip():
             cells.append(
@@ -793,7 +864,19 @@ def convert(doc: str) -> dict:
                     "source": text,
                 }
             )
+    if setup is not None and not titled:
+        cells.insert(0, setup_form(setup))
     out = {key: value for key, value in nb.items() if key != "cells"}
+    out["metadata"] = {
+        **nb.get("metadata", {}),
+        "attncourse": {
+            "source": f"{doc}.ipynb",
+            "note": word("generated", doc=doc, stem=Path(doc).name),
+        },
+    }
+    if gpu:  # as Colab writes them when the reader picks a T4 GPU runtime
+        out["metadata"]["accelerator"] = "GPU"
+        out["metadata"]["colab"] = {**out["metadata"].get("colab", {}), "gpuType": "T4"}
     out["cells"] = cells
     return out
 
