@@ -322,6 +322,31 @@ def test_flexattention_that_failed_every_warmup_compile_is_not_tried():
     assert gpu_check.flex_broken_in_warmup({}) is None
 
 
+def test_an_interrupted_run_kills_phase1_and_saves_the_report(fake_machine, monkeypatch, tmp_path):
+    """SIGTERM (a time limit) or Ctrl-C during phase 1: its processes live in their own
+    sessions, so the signal does not reach them; the tool kills them and saves the report."""
+    sleeper = gpu_check.Job(
+        "sweep",
+        "sweep 0/1",
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        tmp_path / "sleeper.log",
+        tmp_path / "sleeper.json",
+    )
+    monkeypatch.setattr(gpu_check, "phase1_jobs", lambda *args: {"sweep": [sleeper]})
+
+    def interrupted(jobs, deadline):
+        assert sleeper.process.poll() is None
+        gpu_check._terminate(15, None)  # what the SIGTERM handler of main() does
+
+    monkeypatch.setattr(gpu_check, "wait_for", interrupted)
+    with pytest.raises(gpu_check.Terminated):
+        fake_machine(["--only", "sweep", "--out", str(tmp_path / "out")], tiny_plan())
+    assert sleeper.process.poll() is not None  # killed, not left running on the GPU
+    _, report = read_report(tmp_path / "out")
+    assert not report["complete"] and "SIGTERM" in report["interrupted"]
+    assert "sweep 0/1" in report["interrupted"]
+
+
 def test_the_report_is_written_even_when_its_summary_fails(tmp_path, monkeypatch):
     def broken(report):
         raise KeyError("shapes")
@@ -333,6 +358,54 @@ def test_the_report_is_written_even_when_its_summary_fails(tmp_path, monkeypatch
     saved = json.loads(path.read_text())
     assert saved["odd"] == {"1": None, "set": "{3}"}
     assert "could not be written (KeyError" in (tmp_path / "x.md").read_text()
+
+
+def test_a_rerun_keeps_a_complete_report_until_it_completes_itself(
+    fake_machine, monkeypatch, tmp_path
+):
+    """A complete report is never replaced by a run that has not finished: a rerun writes to
+    <gpu>-partial.* (a kill leaves the complete one as it was), and only once it completes does
+    it take the report's own name."""
+    argv = ["--only", "design", "--out", str(tmp_path)]
+    monkeypatch.setattr(gpu_check, "design_questions", lambda plan: {})
+    real_design = gpu_check.design_section
+    assert fake_machine(argv, tiny_plan()) == 0
+    (first,) = tmp_path.glob("*.json")
+    complete = first.read_text()
+    assert json.loads(complete)["complete"]
+
+    def killed(*args, **kwargs):
+        assert first.read_text() == complete  # untouched while the rerun runs
+        assert json.loads((tmp_path / f"{first.stem}-partial.json").read_text())["sections"]
+        raise KeyboardInterrupt  # the run is killed here
+
+    monkeypatch.setattr(gpu_check, "design_section", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fake_machine(argv, tiny_plan())
+    assert first.read_text() == complete
+    partial = json.loads((tmp_path / f"{first.stem}-partial.json").read_text())
+    assert not partial["complete"] and "KeyboardInterrupt" in partial["interrupted"]
+    assert (tmp_path / f"{first.stem}-partial.md").is_file()
+
+    # a rerun that completes replaces the complete report, and no partial file is left
+    monkeypatch.setattr(gpu_check, "design_section", real_design)
+    assert fake_machine(argv, tiny_plan()) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name, f"{first.stem}.md"]
+    assert json.loads(first.read_text())["complete"] and first.read_text() != complete
+
+
+def test_a_rerun_after_a_killed_run_overwrites_the_partial_report(
+    fake_machine, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(gpu_check, "design_questions", lambda plan: {})
+    argv = ["--only", "design", "--out", str(tmp_path)]
+    assert fake_machine(argv, tiny_plan()) == 0
+    (path,) = tmp_path.glob("*.json")
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps({**report, "complete": False}))  # as a killed run leaves it
+    assert fake_machine(argv, tiny_plan()) == 0
+    assert [p.name for p in tmp_path.glob("*.json")] == [path.name]
+    assert json.loads(path.read_text())["complete"]
 
 
 def test_without_compute_sanitizer_memcheck_is_skipped(fake_machine, monkeypatch, tmp_path):

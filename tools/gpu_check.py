@@ -43,7 +43,10 @@ After each section, and in phase 2 after each configuration, it rewrites
 ``reports/gpu/<gpu>.json`` and ``<gpu>.md`` (the Markdown by
 :mod:`attncourse.benchmarks.gpu_report`), so a run killed at its time limit still leaves what
 it measured; a measurement that raises is recorded (with its traceback) and the others go on.
-A time budget (``--budget-s``) skips the remaining optional measurements, saying
+A rerun never replaces a complete report before it completes itself: it writes
+``<gpu>-partial.json`` and ``.md`` meanwhile, and renames them when it completes. SIGTERM or
+Ctrl-C kills phase 1's processes (in their own sessions, the signal does not reach them) and
+saves the report, ``interrupted``. A time budget (``--budget-s``) skips the remaining optional measurements, saying
 so in the report, rather than overrun. The exit status is 1 when a correctness check failed
 or could not finish, 0 otherwise: timings never fail the run.
 """
@@ -819,6 +822,9 @@ def child_env(**extra: str) -> Dict[str, str]:
     return env
 
 
+_STARTED_JOBS: List[Job] = []  # every job started, so that an interrupted run can kill them
+
+
 def start_job(job: Job, cwd: Path) -> None:
     """Start ``job`` in its own process group (so a time-out can kill its children too)."""
     log(f"start {job.name}: {shlex.join(job.command)}")
@@ -832,6 +838,25 @@ def start_job(job: Job, cwd: Path) -> None:
             start_new_session=True,
         )
     job.started = time.monotonic()
+    _STARTED_JOBS.append(job)
+
+
+def kill_job(job: Job) -> None:
+    """Kill ``job``'s process group (its children too) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.process.pid, signal.SIGKILL)
+    job.process.wait()
+
+
+def stop_jobs() -> List[str]:
+    """Kill every started job still running (their own sessions do not get the signal that
+    stopped this process); return their names."""
+    stopped = []
+    for job in _STARTED_JOBS:
+        if job.process is not None and job.process.poll() is None:
+            kill_job(job)
+            stopped.append(job.name)
+    return stopped
 
 
 def wait_for(jobs: List[Job], deadline: float) -> None:
@@ -844,9 +869,7 @@ def wait_for(jobs: List[Job], deadline: float) -> None:
                 log(f"{job.name}: {job.outcome()} in {job.seconds} s")
                 running.remove(job)
             elif time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(job.process.pid, signal.SIGKILL)
-                job.process.wait()
+                kill_job(job)
                 job.timed_out, job.seconds = True, round(time.monotonic() - job.started, 1)
                 log(f"{job.name}: {job.outcome()}")
                 running.remove(job)
@@ -1908,36 +1931,76 @@ def run_phase1(
         return {"error": first_line(error)}
 
 
+def writing_slug(folder: Path, slug: str) -> str:
+    """The name a run writes its report under while it runs: ``slug``, or ``slug-partial`` where
+    ``<slug>.json`` is a complete report, which is kept until this run completes (a run killed
+    on the way never replaces a complete report with a partial one)."""
+    try:
+        complete = json.loads((folder / f"{slug}.json").read_text()).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        complete = False
+    return f"{slug}-partial" if complete else slug
+
+
+def promote(folder: Path, partial: str, slug: str) -> Path:
+    """Give a completed run's report (``partial``) the report's own name ``slug``."""
+    for suffix in (".md", ".json"):
+        os.replace(folder / f"{partial}{suffix}", folder / f"{slug}{suffix}")
+    return folder / f"{slug}.json"
+
+
+class Terminated(BaseException):
+    """SIGTERM (a time limit's kill): raised in the main process so that the report is saved
+    and phase 1's processes are killed on the way out."""
+
+
+def _terminate(signum, frame):
+    raise Terminated(f"signal {signum} (SIGTERM)")
+
+
 def run_check(args: argparse.Namespace, device="cuda") -> int:
     """The whole check: phase 1's processes, then phase 2's timings; returns the exit status."""
     plan = plan_for(args.quick, args.budget_s)
     budget = Budget(plan.budget_s)
     selected = args.only or SECTIONS
     env = environment(device)
-    slug = report_slug(str(env["gpu"]), plan.quick, args.only)
+    folder = Path(args.out).resolve()
+    final = report_slug(str(env["gpu"]), plan.quick, args.only)
+    slug = writing_slug(folder, final)
     report = new_report(args, plan, env)
-    folder = Path(args.out)
+    kept = f" (the complete {final}.json there is kept until this run completes)"
     log(
         f"gpu check on {env['gpu']} ({env['sm']}), torch {env['torch']}, triton"
-        f" {env['triton']}; report {folder / slug}.json"
+        f" {env['triton']}; report {folder / slug}.json and .md{kept if slug != final else ''}"
     )
-    save(report, folder, slug)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        warm = run_phase1(plan, selected, Path(work), report, budget, folder, slug)
-    if warm:
-        report["warmup"] = warm
-    capability = capability_of(env)
     checkpoint = lambda: save(report, folder, slug)
-    phase2 = {
-        "timings": lambda: timings_section(plan, device, budget, report, warm, checkpoint),
-        "span": lambda: span_section(plan, device, budget, report, capability, checkpoint),
-        "design": lambda: design_section(plan, device, budget, report, env, checkpoint),
-    }
-    for name in TIMING:
-        if name in selected:
-            run_section(report, name, phase2[name], folder, slug)
+    try:
+        checkpoint()
+        with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+            warm = run_phase1(plan, selected, Path(work), report, budget, folder, slug)
+        if warm:
+            report["warmup"] = warm
+        capability = capability_of(env)
+        phase2 = {
+            "timings": lambda: timings_section(plan, device, budget, report, warm, checkpoint),
+            "span": lambda: span_section(plan, device, budget, report, capability, checkpoint),
+            "design": lambda: design_section(plan, device, budget, report, env, checkpoint),
+        }
+        for name in TIMING:
+            if name in selected:
+                run_section(report, name, phase2[name], folder, slug)
+    except BaseException as error:  # Ctrl-C, SIGTERM: kill phase 1's processes, keep the report
+        stopped = stop_jobs()
+        report["interrupted"] = first_line(error) + (
+            f"; killed {', '.join(stopped)}" if stopped else ""
+        )
+        save(report, folder, slug)
+        log(f"interrupted ({report['interrupted']}); the report so far: {folder / slug}.json")
+        raise
     report["complete"], report["finished_utc"] = True, utc_now()
     path = save(report, folder, slug)
+    if slug != final:
+        path = promote(folder, slug, final)
     verdict = report["correctness"]
     log(f"done: {path} and {path.with_suffix('.md')}; correctness: {verdict['summary']}")
     return 0 if verdict["ok"] else 1
@@ -1957,6 +2020,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return sweep_worker(args.sweep_shard, args.result, args.quick)
     if args.warm_shard is not None:
         return warm_worker(args.warm_shard, args.result, plan_for(args.quick))
+    signal.signal(signal.SIGTERM, _terminate)
     return run_check(args)
 
 
