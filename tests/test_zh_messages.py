@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gettext
 import json
+import re
 
 import pytest
 import torch
@@ -182,3 +183,97 @@ def _core_mistakes(exercise_id: str) -> str:
 
     assert exercise_id == "multi-head/parameter-count"
     return ch02_multihead._COUNT_MISTAKES
+
+
+# -- what a learner reads is marked for translation, and set off from the Chinese around it ----
+
+
+def test_every_message_a_learner_reads_is_marked_for_translation():
+    """An English ``what`` handed to ``number`` or ``check_number``, or a known mistake's message
+    used as a dict key, never passes through gettext: the bilingual run of the checker tests
+    cannot see it, and a Chinese learner reads 'accuracy应为一个数'."""
+    assert messages.unmarked_messages() == []
+
+
+def test_the_unmarked_text_check_sees_each_form(tmp_path):
+    source = tmp_path / "ch99_example.py"
+    source.write_text(
+        "def _check(answer):\n"
+        "    value = number(answer, 'accuracy')\n"  # a what, unmarked
+        "    check_number(answer, A, M, what='ratio', right=_('Right.'), otherwise=_('No.'))\n"
+        "    wrong = {'You masked the queries instead of the keys.': 1}\n"  # a mistake's message
+        "    wrong['The causal part is missing: AND the lower triangle.'] = 2\n"
+        "    raise Mistake(f'{value} is not the answer')\n"  # an f-string
+        "    number(answer, _('accuracy'))\n"  # marked: fine
+        "    number(answer, answer_field('gap'))\n"  # built from marked text: fine
+        "    re.search('Cannot access global variable (\\\\w+)', text)\n"  # not shown: fine
+    )
+    found = [text for _line, text in messages.unmarked(source)]
+    assert found == [
+        "number(): accuracy",
+        "check_number(): ratio",
+        "a mistake's message: You masked the queries instead of the keys.",
+        "a mistake's message: The causal part is missing: AND the lower triangle.",
+        "Mistake(): f'{value} is not the answer'",
+    ]
+
+
+_GLUED = re.compile(r"[A-Za-z0-9_)\]}'`%][\u4e00-\u9fff]|[\u4e00-\u9fff][A-Za-z0-9_(\[{'`]")
+
+
+def test_latin_values_filled_into_chinese_are_set_off_by_a_space():
+    assert _i18n.spaced("positions的形状应为 (2, 3)") == "positions 的形状应为 (2, 3)"
+    assert _i18n.spaced("你的核函数写到了Y 的第 3 行") == "你的核函数写到了 Y 的第 3 行"
+    assert _i18n.spaced("x (2, 6, 8) 上的 apply_rope的形状") == "x (2, 6, 8) 上的 apply_rope 的形状"
+    assert _i18n.spaced("The mask of (2, 3) is wrong.") == "The mask of (2, 3) is wrong."
+
+
+def test_a_chinese_check_message_has_no_latin_glued_to_chinese(chinese):
+    # rope's checker names the call "apply_rope for x (2, 6, 8)", a Latin value in a template
+    # whose Chinese puts it right before 的形状
+    result = check("language-model/rope", lambda x, positions: torch.zeros(3, dtype=x.dtype))
+    assert not result.passed
+    assert "apply_rope 的形状" in result.message, result.message
+    assert not _GLUED.search(result.message), result.message
+    # a number of the wrong kind: its what is translated, and the quoted value set off
+    result = check("cross-attention/diagonal-baseline", "0.5")
+    assert "准确率" in result.message and "accuracy" not in result.message, result.message
+    assert not _GLUED.search(result.message), result.message
+
+
+# -- one term list for the book and the checkers ------------------------------------------------
+
+
+def test_one_term_list_serves_the_book_and_the_checkers():
+    """terminology.tsv's words that are no glossary terms (a GPU kernel, the additive mask, the
+    unit of a loss, the source texts) are checked in the checkers' catalogue as in the book's:
+    the preferred rendering, no variant, no English left untranslated, “” for quotes."""
+    words = {english: chinese for english, chinese, _ in zh.words()}
+    assert words["kernel"] == "核函数" and words["additive mask"] == "加性掩码"
+    assert words["nats"] == "奈特" and words["source texts"] == "源文本"
+    cases = [
+        ("Pass your kernel.", "请传入你的 kernel。", "'kernel' left in English"),
+        ("With an additive mask", "使用可加掩码时", "'可加掩码' is a variant"),
+        ("the source texts' formula", "原始资料中的公式", "'source texts' is rendered"),
+        ("the loss in nats", "以 nats 为单位的损失", "'nats' left in English"),
+        ("True means 'may attend'", "True 表示「可以关注」", "quotes with “ and ”"),
+    ]
+    for english, chinese, problem in cases:
+        found = zh.terminology_problems(english, chinese, "messages")
+        assert any(problem in p for p in found), (chinese, found)
+    assert zh.terminology_problems("Pass your kernel.", "请传入你的核函数（kernel）。") == []
+    assert messages.problems() == []
+
+
+def test_exercise_titles_read_the_same_in_the_index_and_in_list_exercises(chinese):
+    """The exercise index page (book/exercises.md, in Chinese) and list_exercises() name each
+    exercise the same way."""
+    page = zh.chinese_markdown(zh.BOOK / "exercises.md")
+    rows = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 5 and cells[3].startswith("`") and "/" in cells[3]:
+            rows[cells[3].strip("`")] = cells[2]
+    listed = {e["id"]: e["title"] for e in list_exercises()}
+    differ = {i: (rows[i], listed[i]) for i in rows if i in listed and rows[i] != listed[i]}
+    assert rows and not differ, differ

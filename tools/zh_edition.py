@@ -464,16 +464,31 @@ _LABEL = re.compile(r"^\([\w-]+\)=\s*$", re.M)
 _DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\s*\{(?P<name>[\w:-]+)\}", re.M)
 
 
-def terminology() -> List[tuple]:
-    """(english, chinese, [variants to avoid]) per glossary term."""
+def _rows() -> List[tuple]:
+    """(english, chinese, [variants to avoid], kind) per row of the terminology table; kind is
+    ``""`` for a glossary term, ``"word"`` for a word of the edition that is not one."""
     rows = []
     for line in TERMINOLOGY.read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         english, chinese, *rest = line.split("\t")
         avoid = [w for w in (rest[0] if rest else "").split(",") if w]
-        rows.append((english, chinese, avoid))
+        kind = rest[1].strip() if len(rest) > 1 else ""
+        rows.append((english, chinese, avoid, kind))
     return rows
+
+
+def terminology() -> List[tuple]:
+    """(english, chinese, [variants to avoid]) per glossary term."""
+    return [(english, chinese, avoid) for english, chinese, avoid, kind in _rows() if not kind]
+
+
+def words() -> List[tuple]:
+    """(english, chinese, [variants to avoid]) per word of the edition that is no glossary term
+    (a GPU kernel's 核函数, the additive mask's 加性掩码): one rendering in the book and in the
+    checkers' messages alike, checked like the terms, and the English word itself left in the
+    Chinese at most once, glossed in brackets (核函数（kernel）)."""
+    return [(english, chinese, avoid) for english, chinese, avoid, kind in _rows() if kind]
 
 
 def _role_target(role: str, body: str) -> str:
@@ -595,9 +610,35 @@ def _mentions(text: str, term: str) -> bool:
     )
 
 
+def _bare(term: str) -> re.Pattern:
+    """``term`` as a word of prose: not part of a name, a path, a call or an index."""
+    return re.compile(r"(?<![\w.`/-])" + re.escape(term) + r"(?:s|es)?(?![\w`/(\[-])", re.I)
+
+
 def terminology_problems(english: str, chinese: str, page: str = "") -> List[str]:
     found = []
     english_prose = unquoted(prose(english))
+    chinese_prose = unquoted(prose(chinese))
+    for term, canonical, avoid in words():
+        if (
+            " " in term
+            and _mentions(english_prose, term)
+            and canonical.lower() not in chinese.lower()
+        ):
+            found.append(f"{term!r} is rendered {canonical!r} in this edition")
+        glossed = re.sub(r"（" + re.escape(term) + r"(?:s|es)?）", " ", chinese_prose, flags=re.I)
+        if page != "glossary.md" and _bare(term).search(glossed):
+            found.append(
+                f"{term!r} left in English: this edition writes {canonical!r} (the English "
+                "at most once, in brackets after it)"
+            )
+        if page != "glossary.md":
+            for variant in avoid:
+                if variant in prose(chinese):
+                    found.append(f"{variant!r} is a variant: this edition writes {canonical!r}")
+    for mark in ("「", "」"):
+        if mark in chinese:
+            found.append(f"{mark!r}: this edition quotes with “ and ”")
     for term, canonical, avoid in terminology():
         multiword = " " in term or "-" in term
         if (

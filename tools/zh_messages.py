@@ -74,6 +74,89 @@ def marked(path: Path) -> List[Tuple[str, int]]:
     return out
 
 
+#: The helpers whose arguments a learner reads: ``name -> (positions, keywords)`` of those
+#: arguments. Each must arrive marked (``_("...")``, or a value built from marked text).
+SHOWN_ARGUMENTS = {
+    "Mistake": ((0,), ()),
+    "NotAttempted": ((0,), ()),
+    "Result": ((2,), ("message",)),
+    "number": ((1,), ("what",)),
+    "integer": ((1,), ("what",)),
+    "as_shape": ((1,), ("what",)),
+    "expect_tensor": ((2,), ("what",)),
+    "choice": ((2,), ("what",)),
+    "check_number": ((), ("what", "right", "otherwise")),
+    "diagnose": ((), ("default",)),
+    "several": ((0,), ()),
+}
+_PROSE = re.compile(r"[A-Za-z]{2,}")
+_SENTENCE = re.compile(r"[A-Za-z]{2,}[ ,]+[a-z]{2,}[ ,]+[a-z]{2,}")
+
+
+def _unmarked(node: ast.AST, pattern: re.Pattern) -> Optional[str]:
+    """The English of ``node`` when it is text that reaches the learner without passing through
+    a marker: a literal, an f-string, a literal's ``.format``, a sum or a choice of such."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value if pattern.search(node.value) else None
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        return ast.unparse(node) if pattern.search(text) else None
+    if isinstance(node, ast.BinOp):
+        return _unmarked(node.left, pattern) or _unmarked(node.right, pattern)
+    if isinstance(node, ast.IfExp):
+        return _unmarked(node.body, pattern) or _unmarked(node.orelse, pattern)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("format", "join")
+    ):
+        return _unmarked(node.func.value, pattern)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return next((t for t in (_unmarked(e, pattern) for e in node.elts) if t), None)
+    return None
+
+
+def unmarked(path: Path) -> List[Tuple[int, str]]:
+    """``(line, text)`` for each piece of English a learner reads that is not marked for
+    translation: an argument of a helper that shows it (:data:`SHOWN_ARGUMENTS`: a ``what``, a
+    mistake's message, a note), and a sentence used as a key of a dict of known mistakes
+    (``{"You masked the queries ...": wrong_output}``, the messages :func:`diagnose` returns).
+    A Chinese learner would read these in English: gettext never sees them."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name not in SHOWN_ARGUMENTS:
+                continue
+            positions, keywords = SHOWN_ARGUMENTS[name]
+            shown = [node.args[i] for i in positions if i < len(node.args)]
+            shown += [k.value for k in node.keywords if k.arg in keywords]
+            for arg in shown:
+                text = _unmarked(arg, _PROSE)
+                if text:
+                    out.append((node.lineno, f"{name}(): {text}"))
+        keys = []
+        if isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Assign):
+            keys = [t.slice for t in node.targets if isinstance(t, ast.Subscript)]
+        for key in keys:
+            text = _unmarked(key, _SENTENCE)
+            if text:
+                out.append((key.lineno, f"a mistake's message: {text}"))
+    return sorted(out)
+
+
+def unmarked_messages() -> List[str]:
+    """Every unmarked message of the checkers (:func:`unmarked`), as 'file:line: text'."""
+    return [
+        f"attncourse/exercises/{path.name}:{line}: not marked for translation: {text[:80]!r}"
+        for path in sorted(SOURCE.glob("*.py"))
+        for line, text in unmarked(path)
+    ]
+
+
 def concealed_texts(path: Path) -> List[str]:
     """The concealed messages of ``path``: the values of each concealed JSON object of known
     mistakes (``{"wrong value": "message"}``)."""
@@ -235,7 +318,7 @@ def problems() -> List[str]:
     sys.path.insert(0, str(ROOT / "tools"))
     import zh_edition
 
-    out = []
+    out = unmarked_messages()
     plain, concealed = messages()
     for found, catalog in zip((plain, concealed), catalogues()):
         for text, locations in found.items():

@@ -65,6 +65,12 @@ def stub_field(name: str) -> str:
     ).format(name=name)
 
 
+def answer_field(name: str) -> str:
+    """The field ``name`` of a dict answer, as the ``what`` of :func:`number` and the like:
+    the key is code and stays as it is, the word around it is translated."""
+    return _("field {name!r}").format(name=name)
+
+
 def several(messages: Sequence[str]) -> str:
     """One message for the known mistakes an answer matches: the message itself when one
     does, every one of them when several give the same value (the value alone cannot tell
@@ -302,7 +308,15 @@ def check(exercise_id: str, answer: Any) -> Result:
 
 
 def _check(exercise_id: str, answer: Any) -> Result:
-    """:func:`check` in the language spoken now."""
+    """:func:`check` in the language spoken now; in Chinese, Latin values filled into a message
+    are set off from the Chinese around them by a space (:func:`_i18n.spaced`)."""
+    result = _check_in_language(exercise_id, answer)
+    if _i18n.get_language() == "en":
+        return result
+    return replace(result, message=_i18n.spaced(result.message))
+
+
+def _check_in_language(exercise_id: str, answer: Any) -> Result:
     ex = _get(exercise_id)
     global _CONTEXT
     context, outer = _Context(ex), _CONTEXT

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gettext as _gettext
 import os
+import re
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, TypeVar
 
@@ -145,6 +146,20 @@ def catalogue_entries(code: str) -> Dict[str, str]:
         hidden = getattr(_catalogue(CONCEALED_DOMAIN), "_catalog", {})
     plain.update({reveal(k): reveal(v) for k, v in hidden.items() if k and isinstance(k, str)})
     return {k: v for k, v in plain.items() if isinstance(k, str) and k and v}
+
+
+#: A Latin letter, digit or closing bracket right before a Chinese character, and the reverse.
+_LATIN_THEN_CJK = re.compile(r"([A-Za-z0-9_)\]}'`%])([\u4e00-\u9fff])")
+_CJK_THEN_LATIN = re.compile(r"([\u4e00-\u9fff])([A-Za-z0-9_(\[{'`])")
+
+
+def spaced(text: str) -> str:
+    """``text`` with a space between Chinese and the Latin text next to it (``positions 的形状``,
+    ``写到了 Y 的第 3 行``), as the catalogues write it: a value filled into a Chinese template
+    (a name, a shape, a number) is set off like the template's own Latin words. Text without
+    Chinese comes back unchanged."""
+    text = _LATIN_THEN_CJK.sub(r"\1 \2", text)
+    return _CJK_THEN_LATIN.sub(r"\1 \2", text)
 
 
 def N_(message: str) -> str:  # noqa: N802 - gettext's own name for "mark, translate later"

@@ -175,26 +175,32 @@ def _variants(query, key, value, mask=None):
     }
     if mask is not None:
         w = torch.softmax(raw / d_k**0.5, dim=-1)
-        out["The mask is ignored: positions where mask is False must get zero weight."] = (
+        out[_("The mask is ignored: positions where mask is False must get zero weight.")] = (
             w @ value,
             w,
         )
         out[
-            "The mask polarity is inverted: True means 'may attend', so fill the positions where"
-            " mask is False."
+            _(
+                "The mask polarity is inverted: True means 'may attend', so fill the positions where"
+                " mask is False."
+            )
         ] = finish(raw.masked_fill(mask, float("-inf")) / d_k**0.5)
         kept = w * mask
         out[
-            "The mask is applied after the softmax, so the kept weights no longer sum to 1: mask"
-            " the scores, then take the softmax."
+            _(
+                "The mask is applied after the softmax, so the kept weights no longer sum to 1: mask"
+                " the scores, then take the softmax."
+            )
         ] = (
             kept @ value,
             kept,
         )
         big = torch.softmax((raw / d_k**0.5).masked_fill(~mask, -1e9), dim=-1)
         out[
-            "A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give"
-            " a row with no allowed key zero weights and zero output."
+            _(
+                "A fully masked row came out uniform, as filling with -1e9 instead of -inf gives. Give"
+                " a row with no allowed key zero weights and zero output."
+            )
         ] = (
             big @ value,
             big,
@@ -395,7 +401,7 @@ def _check_variance(answer) -> str:
         answer,
         _VARIANCE,
         _VARIANCE_MISTAKES,
-        what="variance",
+        what=_("variance"),
         rel_tol=0.03,
         mistake_rel_tol=0.05,  # estimates pass too
         right=(
@@ -546,7 +552,7 @@ def _check_gradient_ratio(answer) -> str:
         answer,
         _GRADIENT_RATIO,
         _GRADIENT_RATIO_MISTAKES,
-        what="ratio",
+        what=_("ratio"),
         rel_tol=0.15,
         mistake_rel_tol=0.03,
         right=(

@@ -193,9 +193,11 @@ def _check_causal(fn) -> str:
             }
             if shift:
                 mistakes[
-                    "Your mask aligns the first query with the first key (top-left, like"
-                    " is_causal=True in torch's SDPA). With a cache the queries are the last"
-                    " query_len positions: align the last query with the last key."
+                    _(
+                        "Your mask aligns the first query with the first key (top-left, like"
+                        " is_causal=True in torch's SDPA). With a cache the queries are the last"
+                        " query_len positions: align the last query with the last key."
+                    )
                 ] = torch.tril(ones)
             raise Mistake(
                 diagnose(
@@ -304,15 +306,19 @@ def _check_attention_mask(fn) -> str:
             }
             if causal:
                 mistakes[
-                    "The causal part is missing: with causal=True, AND the lower triangle (j <= i)."
+                    _(
+                        "The causal part is missing: with causal=True, AND the lower triangle (j <= i)."
+                    )
                 ] = pad[:, None, :].expand(B, max_len, -1)
                 mistakes[
-                    "You combined the masks with OR; a key is kept only if BOTH masks keep it:"
-                    " use &."
+                    _(
+                        "You combined the masks with OR; a key is kept only if BOTH masks keep it:"
+                        " use &."
+                    )
                 ] = tri | pad[:, None, :]
             else:
                 mistakes[
-                    "With causal=False there is no causal part: only the padding is masked."
+                    _("With causal=False there is no causal part: only the padding is masked.")
                 ] = tri & pad[:, None, :]
             raise Mistake(
                 diagnose(
@@ -372,7 +378,7 @@ def _check_allowed(answer) -> str:
         answer,
         _ALLOWED,
         _ALLOWED_MISTAKES,
-        what="count",
+        what=_("count"),
         right=_("Right: the causal triangle of 21, cut by each sequence's padded keys."),
         otherwise=(
             _(
@@ -441,7 +447,7 @@ def _check_padded_scores(fn) -> str:
             }
         else:
             wrong = {}
-        wrong["The mask polarity is inverted: keep is 1 at real tokens; fill where it is 0."] = (
+        wrong[_("The mask polarity is inverted: keep is 1 at real tokens; fill where it is 0.")] = (
             torch.softmax(
                 scores.masked_fill(keep[:, None, None, :] == 1, float("-inf")), -1
             ).nan_to_num(0.0)

@@ -80,15 +80,20 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
     if target.size(1) == source.size(1):  # with L == S the transposed weights have the right shape
         for k, scores in enumerate((transposed, transposed.masked_fill(keys, float("-inf")))):
             out[
-                "Your weights are (B, S, L), one row per source position: you computed key @"
-                " query^T. Queries come from the target and keys from the source: scores = (target"
-                " @ w_q) @ (source @ w_k)^T, (B, L, S)." + " " * k
+                _(
+                    "Your weights are (B, S, L), one row per source position: you computed key @"
+                    " query^T. Queries come from the target and keys from the source: scores ="
+                    " (target @ w_q) @ (source @ w_k)^T, (B, L, S)."
+                )
+                + " " * k
             ] = soft(scores)
     if target.size(1) == source.size(1):  # only then does a query-side mask broadcast
         out[
-            "You masked the queries (rows) instead of the keys (columns): the padding is in the"
-            " source, so a padded source position must get no weight from any target position. Use"
-            " source_mask[:, None, :] (B, 1, S)."
+            _(
+                "You masked the queries (rows) instead of the keys (columns): the padding is in the"
+                " source, so a padded source position must get no weight from any target position. Use"
+                " source_mask[:, None, :] (B, 1, S)."
+            )
         ] = soft((raw / d_k**0.5).masked_fill(~source_mask[:, :, None], float("-inf")))
     return out
 
@@ -412,7 +417,7 @@ def _diagonal_baseline() -> tuple:
     solution=_DIAGONAL_SOLUTION,
 )
 def _check_diagonal_baseline(answer) -> str:
-    value = number(answer, "accuracy")
+    value = number(answer, _("accuracy"))
     right, first_word, with_eos = _diagonal_baseline()
     if abs(value - right) <= 0.005:
         return _(

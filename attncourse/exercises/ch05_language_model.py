@@ -67,7 +67,7 @@ def _check_initial_loss(answer) -> str:
         answer,
         _LOSS,
         _LOSS_MISTAKES,
-        what="loss",
+        what=_("loss"),
         rel_tol=1e-3,
         mistake_rel_tol=1e-3,
         right=(
@@ -495,7 +495,7 @@ def _check_temperature(answer) -> str:
         fraction,
         _TEMP,
         _TEMP_MISTAKES,
-        what="frequency",
+        what=_("frequency"),
         rel_tol=0.03,
         mistake_rel_tol=0.03,  # 20,000 draws: sd about 0.0034
         right=(

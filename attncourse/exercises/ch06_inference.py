@@ -15,6 +15,7 @@ from ..training import next_token_loss
 from ._core import (
     Mistake,
     NotAttempted,
+    answer_field,
     call,
     check_number,
     diagnose,
@@ -509,7 +510,7 @@ def _check_mqa_gap(answer) -> str:
     model, tokens = answer["model"], answer["tokens"]
     if answer["gap"] is None or answer["gap"] is Ellipsis:
         raise NotAttempted(stub_field("gap"))
-    gap = number(answer["gap"], "gap")
+    gap = number(answer["gap"], answer_field("gap"))
     blocks = getattr(model, "blocks", None)
     if blocks is None or not all(
         isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks

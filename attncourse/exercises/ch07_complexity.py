@@ -441,7 +441,7 @@ def _check_ratio(answer) -> str:
         answer,
         _RATIO,
         _RATIO_MISTAKES,
-        what="ratio",
+        what=_("ratio"),
         rel_tol=0.01 / 0.5625,
         mistake_rel_tol=0.01,
         right=(

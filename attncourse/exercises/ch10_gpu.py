@@ -37,6 +37,7 @@ import torch
 from ._core import (
     Mistake,
     NotAttempted,
+    answer_field,
     call,
     check_number,
     diagnose,
@@ -2163,7 +2164,7 @@ def _check_roofline(answer) -> str:
     sizes = _("batch={B}, heads={H}, L={L}, S={S}, d={d}, causal={causal}").format(
         B=B, H=H, L=L, S=S, d=d, causal=causal
     )
-    flops = number(fields["flops"], "flops")
+    flops = number(fields["flops"], answer_field("flops"))
     full = 4 * B * H * L * S * d
     exact = 4 * B * H * d * _causal_pairs(L, S, causal)
     right = [exact] + ([full / 2] if causal and L == S else [])
@@ -2241,7 +2242,7 @@ def _check_roofline(answer) -> str:
             ).format(flops=flops, sizes=sizes, full=float(full), exact=float(exact))
         )
     # the time: possible on some GPU?
-    ms = number(fields["ms"], "ms")
+    ms = number(fields["ms"], answer_field("ms"))
     if ms <= 0:
         raise Mistake(_("ms should be a positive time, got {ms:g}.").format(ms=ms))
     if ms < max(1e-3, flops / _FASTEST * 1e3):
@@ -2265,7 +2266,7 @@ def _check_roofline(answer) -> str:
             ).format(ms=ms, flops=flops, rate=flops / (ms * 1e-3) / 1e12)
         )
     # achieved TFLOP/s
-    tflops = number(fields["tflops"], "tflops")
+    tflops = number(fields["tflops"], answer_field("tflops"))
     achieved = flops / (ms * 1e-3) / 1e12
     if not _close(tflops, achieved):
         known = [
@@ -2302,7 +2303,7 @@ def _check_roofline(answer) -> str:
             ).format(tflops=tflops, flops=flops, ms=ms, achieved=achieved)
         )
     # the GPU's numbers, in their units
-    peak = number(fields["peak_flops"], "peak_flops")
+    peak = number(fields["peak_flops"], answer_field("peak_flops"))
     if not _PEAK_RANGE[0] <= peak <= _PEAK_RANGE[1]:
         raise Mistake(
             _(
@@ -2311,7 +2312,7 @@ def _check_roofline(answer) -> str:
                 "FLOP/s are meant?"
             ).format(peak=peak)
         )
-    bandwidth = number(fields["bandwidth"], "bandwidth")
+    bandwidth = number(fields["bandwidth"], answer_field("bandwidth"))
     if not _BANDWIDTH_RANGE[0] <= bandwidth <= _BANDWIDTH_RANGE[1]:
         raise Mistake(
             _(
@@ -2319,7 +2320,7 @@ def _check_roofline(answer) -> str:
                 "H100); {bandwidth:.4g} is no GPU's. GB/s or TB/s where bytes/s are meant?"
             ).format(bandwidth=bandwidth)
         )
-    intensity = number(fields["intensity"], "intensity")
+    intensity = number(fields["intensity"], answer_field("intensity"))
     least_bytes = 2 * B * H * (2 * L * d + 2 * S * d)  # Q, K, V, O once, 2 bytes an element
     most = flops / least_bytes
     if intensity > 1.02 * most:
@@ -2340,7 +2341,7 @@ def _check_roofline(answer) -> str:
             ).format(intensity=intensity, half=d / 2)
         )
     # the roofline and the fraction of it
-    fraction = number(fields["fraction"], "fraction")
+    fraction = number(fields["fraction"], answer_field("fraction"))
     memory = intensity * bandwidth
     roofline = min(peak, memory)
     expected = tflops * 1e12 / roofline
