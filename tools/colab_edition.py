@@ -103,7 +103,7 @@ WORDS = {
         "generated": "由 tools/colab_edition.py 从 {doc}.ipynb 与其译文"
         " book/locale/zh_CN/LC_MESSAGES/{stem}.po 生成：请修改这两个文件，而不是本文件。",
         "setup title": "设置：如果缺少课程包就安装它",
-        "gpu": "> **本章宜用 GPU 运行时。** 在 GPU 上，本章的 Triton 内核会被编译，并在更大的尺寸上"
+        "gpu": "> **本章宜用 GPU 运行时。** 在 GPU 上，本章的 Triton 核函数会被编译，并在更大的尺寸上"
         "运行，还会显示计时；在 CPU 运行时上，它们改由 Triton 的解释器运行，速度慢，也没有计时。"
         "切换方法：**代码执行程序（Runtime）> 更改运行时类型（Change runtime type）> T4 GPU**，"
         "然后从头运行本笔记本。",
