@@ -602,12 +602,14 @@ def test_outputs_of_pytest_and_compute_sanitizer_are_read():
         "failed": 2,
         "errors": 1,
         "skipped": 30,
+        "summary": True,
     }
     assert gpu_check.parse_pytest("collected nothing") == {
         "passed": 0,
         "failed": 0,
         "errors": 0,
         "skipped": 0,
+        "summary": False,
     }
     clean = "memcheck case forward: done\n========= ERROR SUMMARY: 0 errors\n"
     assert gpu_check.memcheck_verdict(0, clean, "forward")["clean"]
@@ -617,6 +619,43 @@ def test_outputs_of_pytest_and_compute_sanitizer_are_read():
     assert not gpu_check.memcheck_verdict(0, "ERROR SUMMARY: 0 errors", "forward")["clean"]
     command = gpu_check.test_command(gpu_check.plan_for(False))
     assert command[command.index("-o") + 1] == "addopts=" and "tests/test_kernels.py" in command
+
+
+def test_a_killed_pytest_still_reports_the_tests_it_had_finished():
+    """Killed at phase 1's limit, pytest prints no summary: the counts come from its verbose
+    per-test lines (pytest-xdist's form and the plain one), with the failing tests named."""
+    command = gpu_check.test_command(gpu_check.plan_for(True))
+    assert "-v" in command and "-q" not in command
+    killed = (
+        "created: 6/6 workers\n6 workers [40 items]\n\n"
+        "[gw0] [  2%] PASSED tests/test_kernels.py::test_softmax_rows[cuda] \n"
+        "[gw1] [  5%] SKIPPED tests/test_kernels.py::test_softmax_rows[cpu] \n"
+        "[gw2] [  7%] FAILED tests/test_kernels.py::test_bfloat16_on_cuda[cuda] \n"
+        "[gw3] [ 10%] PASSED tests/test_kernels.py::test_scale_argument[cuda] \n"
+    )
+    counts = gpu_check.parse_pytest(killed)
+    assert counts == {"passed": 2, "failed": 1, "errors": 0, "skipped": 1, "summary": False}
+    assert gpu_check.failed_tests(killed) == ["tests/test_kernels.py::test_bfloat16_on_cuda[cuda]"]
+    plain = (
+        "tests/test_kernels.py::test_softmax_rows[cuda] PASSED                    [ 50%]\n"
+        "tests/test_kernels.py::test_scale_argument[cuda] ERROR                   [100%]\n"
+    )
+    assert gpu_check.parse_pytest(plain)["errors"] == 1
+    finished = killed + (
+        "=========================== short test summary info ============================\n"
+        "FAILED tests/test_kernels.py::test_bfloat16_on_cuda[cuda] - AssertionError: x\n"
+        "=================== 30 passed, 1 failed, 9 skipped in 61.0s ===================\n"
+    )
+    assert gpu_check.parse_pytest(finished) == {
+        "passed": 30,
+        "failed": 1,
+        "errors": 0,
+        "skipped": 9,
+        "summary": True,
+    }
+    assert gpu_check.failed_tests(finished) == [
+        "tests/test_kernels.py::test_bfloat16_on_cuda[cuda]"
+    ]
 
 
 def test_targets_follow_the_measurements():

@@ -882,8 +882,10 @@ def tool_command(*args: str) -> List[str]:
 
 def test_command(plan: Plan) -> List[str]:
     """pytest over the kernel tests, compiled on CUDA (pyproject's addopts name nbval, which the
-    GPU machine lacks, hence ``-o addopts=``); on several workers where pytest-xdist is there."""
-    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q"]
+    GPU machine lacks, hence ``-o addopts=``); on several workers where pytest-xdist is there.
+    Verbose (``-v``): a line per test as it ends, so that a run killed at phase 1's limit,
+    which prints no summary, still tells what had passed and failed."""
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-v"]
     command += ["-rfE", *plan.test_files]
     if plan.test_filter:
         command += ["-k", plan.test_filter]
@@ -894,15 +896,45 @@ def test_command(plan: Plan) -> List[str]:
     return command
 
 
-def parse_pytest(output: str) -> Dict[str, int]:
-    """The counts of pytest's last summary line (``3 passed, 1 failed, 2 skipped in 4.0s``)."""
-    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+_OUTCOMES = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+# a verbose per-test line: pytest-xdist's "[gw0] [ 12%] PASSED id", or plain "id PASSED [ 12%]"
+_PROGRESS = re.compile(
+    rf"^(?:\[gw\d+\] \[\s*\d+%\] (?P<a>{_OUTCOMES}) (?P<ida>\S+::\S+)"
+    rf"|(?P<idb>\S+::\S+) (?P<b>{_OUTCOMES})\b)",
+    re.MULTILINE,
+)
+_SHORT = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+)", re.MULTILINE)  # -rfE's short summary
+
+
+def parse_pytest(output: str) -> Dict[str, object]:
+    """The counts of pytest's last summary line (``3 passed, 1 failed, 2 skipped in 4.0s``);
+    without one (pytest killed), those of its verbose per-test lines. ``summary``: whether the
+    summary line was there."""
+    counts: Dict[str, object] = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
-    if not lines:
-        return counts
-    for number, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", lines[-1]):
-        counts["errors" if word.startswith("error") else word] = int(number)
-    return counts
+    if lines:
+        for number, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", lines[-1]):
+            counts["errors" if word.startswith("error") else word] = int(number)
+        return {**counts, "summary": True}
+    names = {"PASSED": "passed", "XFAIL": "passed", "XPASS": "passed", "FAILED": "failed"}
+    names.update(ERROR="errors", SKIPPED="skipped")
+    for match in _PROGRESS.finditer(output):
+        key = names[match["a"] or match["b"]]
+        counts[key] += 1
+    return {**counts, "summary": False}
+
+
+def failed_tests(output: str) -> List[str]:
+    """The tests that failed or errored: from the short summary where pytest printed it, else
+    from the per-test lines."""
+    short = _SHORT.findall(output)
+    if short:
+        return list(dict.fromkeys(short))
+    found = []
+    for match in _PROGRESS.finditer(output):
+        if (match["a"] or match["b"]) in ("FAILED", "ERROR"):
+            found.append(match["ida"] or match["idb"])
+    return list(dict.fromkeys(found))
 
 
 def collect_tests(job: Job) -> Dict[str, object]:
@@ -914,6 +946,7 @@ def collect_tests(job: Job) -> Dict[str, object]:
         "outcome": job.outcome(),
         "seconds": job.seconds,
         **counts,
+        "failed_tests": failed_tests(output)[:50],
         "ok": ok,
         "tail": output[-4000:],
     }
