@@ -6,7 +6,8 @@ each chapter's Markdown cells into plain CommonMark with links to the published 
 copies every code cell byte for byte:
 
 * ``{term}`queries <query>``` -> a link to the term on the glossary page of the published site;
-* ``{cite:p}`key``` -> "(Vaswani et al., 2017)", linked to the references page (authors and
+* ``{cite:p}`key``` -> "(Vaswani et al., 2017)", in the Chinese edition "（Vaswani 等，2017）",
+  linked to the references page (authors and
   year from ``book/references.bib``);
 * ``{numref}`label``` -> "Figure 3.2" / "Section 6.5" / "Exercise 1.2", linked to the chapter
   page; the numbers are the book's: the chapter's place in the numbered part of ``_toc.yml``,
@@ -75,6 +76,13 @@ WORDS = {
         "Equation": "Equation",
         "exercise heading": "### Exercise {number}{title}",
         "title separator": ": ",
+        "two authors": "{first} and {second}",
+        "many authors": "{first} et al.",
+        "no date": "n.d.",
+        "cite:p": "{authors}, {year}",
+        "cite:t": "{authors} ({year})",
+        "citations separator": "; ",
+        "cite brackets": "({refs})",
         "solution": "Solution to Exercise {number}",
         "chapter": "chapter {number}",
         "a chapter": "a chapter",
@@ -96,6 +104,13 @@ WORDS = {
         "Equation": "公式",
         "exercise heading": "### 练习 {number}{title}",
         "title separator": "：",
+        "two authors": "{first} 和 {second}",
+        "many authors": "{first} 等",
+        "no date": "无日期",
+        "cite:p": "{authors}，{year}",
+        "cite:t": "{authors}（{year}）",
+        "citations separator": "；",
+        "cite brackets": "（{refs}）",
         "solution": "练习 {number} 的解答",
         "chapter": "第 {number} 章",
         "a chapter": "一章",
@@ -254,14 +269,17 @@ def bibliography() -> dict[str, tuple[str, str]]:
         ):  # no author: the title (its original words, before a translation in parentheses)
             title = _latex_to_text(entry.fields.get("title", key))
             names = [f"*{title.split(' (')[0].strip()}*"]
+        if LANGUAGE == "zh":  # a Chinese name without its romanisation: 肖桐, not 肖桐 (Xiao Tong)
+            names = [re.sub(r"^([\u4e00-\u9fff]+) \(.*\)$", r"\1", n) for n in names]
         authors = (
             names[0]
             if len(names) == 1
-            else f"{names[0]} and {names[1]}"
+            else word("two authors", first=names[0], second=names[1])
             if len(names) == 2
-            else f"{names[0]} et al."
+            else word("many authors", first=names[0])
         )
         year = _latex_to_text(entry.fields.get("year", "n.d."))
+        year = word("no date") if year == "n.d." else year
         out[key] = (authors, year)
     return out
 
@@ -516,11 +534,12 @@ class Converter:
                 authors, year = bibliography()[key]
                 link = page_url("book/references", cite_anchor(key))
                 refs.append(
-                    f"[{authors} ({year})]({link})"
+                    f"[{word('cite:t', authors=authors, year=year)}]({link})"
                     if name.startswith("cite:t")
-                    else f"[{authors}, {year}]({link})"
+                    else f"[{word('cite:p', authors=authors, year=year)}]({link})"
                 )
-            return "; ".join(refs) if name.startswith("cite:t") else f"({'; '.join(refs)})"
+            joined = word("citations separator").join(refs)
+            return joined if name.startswith("cite:t") else word("cite brackets", refs=joined)
         if name == "numref":
             found = self.find(target.strip())
             if found.number is None:
@@ -618,6 +637,8 @@ class Converter:
                 self.fail(f"an exercise without a :label: of a numbered chapter ({args!r})")
             title = self.inline(args)
             separator = word("title separator")
+            if separator.strip() and separator.strip() in title:  # 练习 1.4 找 bug：…, one colon
+                separator = " "
             head = word(
                 "exercise heading",
                 number=found.number,
