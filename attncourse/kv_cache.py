@@ -145,6 +145,12 @@ class KVCache:
             return self.keys, self.values, self.positions
         return self.keys[:, :, :n], self.values[:, :, :n], self.positions[:n]
 
+    def _key_positions(self, new_positions: Tensor) -> Tensor:
+        """``(S,)`` the positions of the rows :meth:`update` returns: the stored ones, then ``new_positions``."""
+        if self.positions is None:
+            return new_positions
+        return torch.cat([self._stored()[2].to(new_positions.device), new_positions])
+
     def update(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Add the keys and values of ``L`` new positions; return what the new queries attend over.
 

@@ -28,6 +28,7 @@ from ._checks import (
 from .attention import _attention
 from .kv_cache import KVCache, _repeat_kv
 from .masks import combine_masks
+from .positions import _alibi, _rope
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "mean_pool_kv_heads"]
 
@@ -82,6 +83,13 @@ class MultiHeadAttention(nn.Module):
             must divide ``num_heads``. Each K/V head serves ``num_heads // num_kv_heads``
             consecutive query heads: grouped-query attention, multi-query with ``1``
             (chapter 6). The key and value projections are ``num_kv_heads * head_dim`` wide.
+        positional: ``None`` (default): the layer knows nothing of positions. ``"rope"``
+            rotates each head's queries and keys by their absolute positions
+            (:func:`attncourse.positions.apply_rope`), ``"alibi"`` adds ALiBi's bias
+            ``-slope_h * (m - n)`` to the scores (chapter 5): both make a score depend on the
+            offset ``m - n`` only. Positions are those of self-attention: keys ``0 .. S - 1``
+            and the queries the last ``L`` of them, or, with a ``cache``, the positions the cache
+            gives them (a cache stores the keys already rotated).
 
     Shapes in :meth:`forward`: query ``(B, L, embed_dim)``, key ``(B, S, kdim)``, value
     ``(B, S, vdim)``; output ``(B, L, embed_dim)`` and per-head weights ``(B, h, L, S)``.
@@ -97,6 +105,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         num_kv_heads: Optional[int] = None,
+        positional: Optional[str] = None,
     ) -> None:
         super().__init__()
         require_positive_int("embed_dim", embed_dim)
@@ -114,6 +123,7 @@ class MultiHeadAttention(nn.Module):
                 "(each key/value head serves num_heads // num_kv_heads query heads)"
             )
         self.num_kv_heads = num_kv_heads
+        self.positional = _check_positional(positional, embed_dim // num_heads)
         kdim = embed_dim if kdim is None else kdim
         vdim = embed_dim if vdim is None else vdim
         require_positive_int("kdim", kdim)
@@ -239,9 +249,23 @@ class MultiHeadAttention(nn.Module):
         q = _split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
         k = _split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
         v = _split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        if self.positional is not None:  # absolute positions of the new queries and keys
+            first = source - length if cache is None else cache.seen
+            query_positions = torch.arange(first, first + length, device=query.device)
+            key_positions = (
+                torch.arange(k.size(2), device=query.device)
+                if cache is None
+                else cache._key_positions(query_positions)
+            )  # (S,): what the queries attend over, cached rows first
+        if self.positional == "rope":  # the cache stores the keys rotated
+            q = _rope(q, query_positions)
+            k = _rope(k, query_positions if cache is not None else key_positions)
         if cache is not None:
             k, v, cache_mask = cache._append(k, v)  # (B, h_kv, S, head_dim), cached rows first
             mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
+        if self.positional == "alibi":
+            bias = _alibi(self.num_heads, query_positions, key_positions, q.dtype)  # (h, L, S)
+            mask = bias if mask is None else combine_masks(mask, bias)
         group = self.num_heads // self.num_kv_heads
         k, v = (
             _repeat_kv(k, group),
@@ -302,6 +326,26 @@ class MultiHeadAttention(nn.Module):
         return layer
 
 
+def _check_positional(positional: object, head_dim: int) -> Optional[str]:
+    """``positional`` of :class:`MultiHeadAttention`: ``None``, ``"rope"`` or ``"alibi"``."""
+    if positional is not None and not isinstance(positional, str):
+        raise TypeError(
+            "positional must be None, 'rope' or 'alibi', got"
+            f" {type(positional).__name__} {positional!r}"
+        )
+    if positional not in (None, "rope", "alibi"):
+        raise ValueError(
+            "positional must be None, 'rope' or 'alibi' (relative positions inside attention),"
+            f" got {positional!r}"
+        )
+    if positional == "rope" and head_dim % 2:
+        raise ValueError(
+            f"positional='rope' rotates pairs of features, so head_dim must be even, got"
+            f" head_dim={head_dim}"
+        )
+    return positional
+
+
 def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHeadAttention:
     """A grouped-query copy of a multi-head ``MultiHeadAttention`` layer, its K/V heads mean-pooled.
 
@@ -329,6 +373,7 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
         bias=bias,
         dropout=layer.dropout,
         num_kv_heads=num_kv_heads,
+        positional=layer.positional,
     )
     pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
     group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim

@@ -97,6 +97,26 @@ def apply_rope(x: Tensor, positions: Tensor, *, base: float = 10000.0) -> Tensor
             f"positions {fmt_shape(positions.shape)} must have one entry per row of x"
             f" {fmt_shape(x.shape)}"
         )
+    return _rotate(x, angles)
+
+
+def _rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+    """:func:`apply_rope` without the checks (``MultiHeadAttention(..., positional="rope")``)."""
+    theta = base ** (
+        -torch.arange(0, x.size(-1), 2, device=positions.device, dtype=torch.float64) / x.size(-1)
+    )
+    return _rotate(x, positions.to(torch.float64)[:, None] * theta)
+
+
+def _alibi(num_heads: int, query_positions: Tensor, key_positions: Tensor, dtype) -> Tensor:
+    """ALiBi's bias ``(num_heads, L, S)`` from absolute positions, ``-slope_h * (m - n)``, unchecked."""
+    slopes = torch.tensor(alibi_slopes(num_heads), device=query_positions.device, dtype=dtype)
+    distance = (query_positions[:, None] - key_positions[None, :]).to(dtype)
+    return -slopes[:, None, None] * distance
+
+
+def _rotate(x: Tensor, angles: Tensor) -> Tensor:
+    """Rotate the pairs of ``x`` ``(..., L, head_dim)`` by ``angles`` ``(L, head_dim / 2)``."""
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (L, head_dim / 2)
     even, odd = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)

@@ -48,6 +48,13 @@ from .positions import sinusoidal_encoding
 
 __all__ = ["FeedForward", "TransformerBlock", "CausalLM", "Seq2SeqTransformer"]
 
+#: ``CausalLM``'s ``positional``: added to the token embeddings (``"learned"``,
+#: ``"sinusoidal"``), nothing (``"none"``), or inside every self-attention (``"rope"``,
+#: ``"alibi"``, which the blocks must be built with).
+POSITIONAL = ("learned", "sinusoidal", "none", "rope", "alibi")
+_TABLES = ("learned", "sinusoidal")  # encodings with a table of max_len rows
+_IN_ATTENTION = ("rope", "alibi")
+
 
 class FeedForward(nn.Module):
     """Position-wise feed-forward sublayer: ``W2 ReLU(W1 x + b1) + b2``, ``(..., d_model) -> (..., d_model)``."""
@@ -101,6 +108,8 @@ class TransformerBlock(nn.Module):
         norm_first: pre-LayerNorm: normalise each sublayer's input and leave the residual
             stream un-normalised (stack a final LayerNorm after the last such block, as
             ``CausalLM(..., final_norm=True)`` does).
+        positional: ``None``, ``"rope"`` or ``"alibi"``: relative positions inside the
+            self-attention (``MultiHeadAttention``'s ``positional``; chapters 5 and 6).
 
     After each call, ``self_weights`` (and ``cross_weights``) hold the detached attention
     weights ``(B, num_heads, L, S)`` of the last forward pass, for plotting.
@@ -115,6 +124,7 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
         dropout: float = 0.0,
         norm_first: bool = False,
+        positional: Optional[str] = None,
     ) -> None:
         super().__init__()
         require_positive_int("d_model", d_model)
@@ -129,7 +139,9 @@ class TransformerBlock(nn.Module):
         require_bool("cross_attention", cross_attention)
         require_bool("norm_first", norm_first)
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, positional=positional
+        )
         self.norm1 = nn.LayerNorm(d_model)
         self.cross_attn = (
             MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
@@ -217,10 +229,13 @@ class _Embedding(nn.Module):
         self, vocab_size: int, d_model: int, max_len: int, positional: str = "learned"
     ) -> None:
         super().__init__()
-        if positional not in ("learned", "sinusoidal", "none"):
-            raise ValueError(
-                f"positional must be 'learned', 'sinusoidal' or 'none', got {positional!r}"
+        if not isinstance(positional, str):
+            raise TypeError(
+                f"positional must be one of {POSITIONAL}, got {type(positional).__name__}"
+                f" {positional!r}"
             )
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, got {positional!r}")
         self.positional, self.max_len = positional, max_len
         self.tokens = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_len, d_model) if positional == "learned" else None
@@ -234,10 +249,18 @@ class _Embedding(nn.Module):
         assert isinstance(tokens, Tensor)
         require_rank(name, tokens, 2, "(B, L)")
         require_token_ids(name, tokens, self.tokens.num_embeddings)
-        if offset + tokens.size(1) > self.max_len:
+        if self.positional in _TABLES and offset + tokens.size(1) > self.max_len:
+            reason = (
+                f": its {self.positional} position table has rows for positions 0 .. "
+                f"{self.max_len - 1} only, and a rolling buffer (new_cache(window=...)) bounds the"
+                " keys, not the positions; decoding past max_len needs relative positions"
+                " (positional='rope' or 'alibi')"
+                if offset > 0
+                else ""
+            )
             raise ValueError(
                 f"{name} has length {tokens.size(1)} at offset {offset} but the model has"
-                f" max_len={self.max_len} ({name} shape {fmt_shape(tokens.shape)})"
+                f" max_len={self.max_len} ({name} shape {fmt_shape(tokens.shape)}){reason}"
             )
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
@@ -272,6 +295,26 @@ def _check_blocks(blocks: object, d_model: int) -> list:
     return list(blocks)
 
 
+def _check_block_positions(blocks: Sequence[nn.Module], positional: str) -> None:
+    """``"rope"``/``"alibi"`` act in the blocks: each must be a TransformerBlock built with it."""
+    expected = positional if positional in _IN_ATTENTION else None
+    for i, block in enumerate(blocks):
+        attn = getattr(block, "self_attn", None)
+        has = getattr(attn, "positional", None)
+        if expected is not None and not isinstance(block, TransformerBlock):
+            raise TypeError(
+                f"positional={positional!r} is applied inside attention, but blocks[{i}] is a"
+                f" {type(block).__name__}: use TransformerBlock(..., positional={positional!r})"
+                f" blocks (CausalLM.standard(..., positional={positional!r}) builds them)"
+            )
+        if has != expected:
+            raise ValueError(
+                f"positional={positional!r} but blocks[{i}] was built with positional={has!r}:"
+                f" build every block with positional={expected!r}"
+                f" (CausalLM.standard(..., positional={positional!r}) does)"
+            )
+
+
 def _check_cached_batch(tokens: Tensor, cache: Sequence[KVCache]) -> None:
     """``tokens`` continue the cached sequences: the same batch size as the cache holds."""
     require_tensor("tokens", tokens)
@@ -290,9 +333,17 @@ class CausalLM(nn.Module):
     Args:
         vocab_size: number of token ids.
         d_model: hidden width.
-        max_len: longest sequence the position embedding covers.
+        max_len: longest sequence the position table covers (``"learned"``, ``"sinusoidal"``):
+            the longest input, and the last position a cache may reach. With ``"none"``,
+            ``"rope"`` or ``"alibi"`` there is no table and positions go on past it (a
+            rolling-buffer cache decodes for ever); :func:`attncourse.sampling.generate` still
+            crops its context to ``max_len``.
         blocks: the layers, each called as ``block(x, mask)`` with the ``(L, L)`` causal mask.
-        positional: ``"learned"`` (default), ``"sinusoidal"`` or ``"none"`` position embeddings.
+        positional: ``"learned"`` (default) or ``"sinusoidal"`` vectors added to the token
+            embeddings, ``"none"``, or ``"rope"`` / ``"alibi"`` applied inside the
+            self-attention of every block (chapter 5): each block must then be a
+            :class:`TransformerBlock` built with the same ``positional``, as
+            :meth:`standard` builds them.
         dropout: dropout on the sum of token and position embeddings (training mode only).
         final_norm: a LayerNorm after the last block (needed after pre-LayerNorm blocks, whose
             residual stream is never normalised otherwise).
@@ -317,8 +368,10 @@ class CausalLM(nn.Module):
             require_positive_int(name, value)
         self.max_len = max_len
         self.embed = _Embedding(vocab_size, d_model, max_len, positional)
+        self.positional = positional
         self.dropout = nn.Dropout(_check_dropout(dropout))
         self.blocks = nn.ModuleList(_check_blocks(blocks, d_model))
+        _check_block_positions(self.blocks, positional)
         require_bool("final_norm", final_norm)
         self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
@@ -344,8 +397,16 @@ class CausalLM(nn.Module):
         weights, residuals), as nanoGPT does.
         """
         require_positive_int("num_layers", num_layers)
+        in_attention = positional if positional in _IN_ATTENTION else None
         blocks = [
-            TransformerBlock(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first)
+            TransformerBlock(
+                d_model,
+                num_heads,
+                d_ff,
+                dropout=dropout,
+                norm_first=norm_first,
+                positional=in_attention,
+            )
             for _ in range(num_layers)
         ]
         return cls(

@@ -19,7 +19,8 @@ from attncourse.kv_cache import (
     window_mask_from_positions,
 )
 from attncourse.masks import causal_mask
-from attncourse.multihead import mean_pool_kv_heads, merge_heads
+from attncourse.multihead import mean_pool_kv_heads, merge_heads, split_heads
+from attncourse.positions import apply_rope
 from attncourse.sampling import generate
 
 
@@ -475,3 +476,88 @@ def test_a_decoding_step_checks_its_inputs_once():
         sliding_window_mask(6, window=3),
     )[0][:, -1:]
     torch.testing.assert_close(out, reference)
+
+
+# -- relative positions and the cache (chapter 6) ------------------------------------------
+
+
+def _relative_model(positional, max_len=8, seed=0):
+    torch.manual_seed(seed)
+    return (
+        CausalLM.standard(
+            11, d_model=16, num_heads=4, d_ff=32, max_len=max_len, positional=positional
+        )
+        .double()
+        .eval()
+    )
+
+
+def _windowed_logits(model, tokens, window):
+    """One uncached pass under the sliding-window mask (no max_len for relative positions)."""
+    x = model.embed(tokens)
+    mask = sliding_window_mask(tokens.size(1), window=window)
+    for block in model.blocks:
+        x = block(x, mask)
+    return model.head(x)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+@pytest.mark.parametrize("chunks", [[8], [3, 1, 1, 1, 1, 1], [1] * 8, [5, 3]])
+def test_relative_model_cached_decoding_equals_the_forward_pass(device, positional, chunks):
+    model = _relative_model(positional).to(device)
+    tokens = torch.randint(11, (3, 8), generator=_gen(1)).to(device)
+    with torch.no_grad():
+        full = model(tokens)
+        cache, steps, start = model.new_cache(), [], 0
+        for n in chunks:
+            steps.append(model(tokens[:, start : start + n], cache))
+            start += n
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_rolling_buffer_decodes_past_max_len_with_relative_positions(positional, window):
+    model = _relative_model(positional, max_len=8)
+    tokens = torch.randint(11, (2, 30), generator=_gen(2))  # almost four times max_len
+    with torch.no_grad():
+        cache = model.new_cache(window=window)
+        steps = torch.cat([model(tokens[:, t : t + 1], cache) for t in range(30)], dim=1)
+        reference = _windowed_logits(model, tokens, window)
+    torch.testing.assert_close(steps, reference)
+    assert cache[0].seen == 30 and cache[0].keys.shape[2] == window
+
+
+def test_rope_cache_stores_the_keys_rotated_at_their_positions():
+    model = _relative_model("rope", max_len=8)
+    tokens = torch.randint(11, (1, 12), generator=_gen(3))
+    block = model.blocks[0]
+    with torch.no_grad():
+        cache = model.new_cache(window=4)
+        for t in range(12):
+            model(tokens[:, t : t + 1], cache)
+        x = model.embed(tokens)
+        keys = apply_rope(split_heads(block.self_attn.k_proj(x), 4), torch.arange(12))
+    for slot, p in enumerate(cache[0].positions.tolist()):
+        torch.testing.assert_close(cache[0].keys[:, :, slot], keys[:, :, p])
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_rolling_buffer_with_a_position_table_refuses_past_max_len(positional):
+    model = _relative_model(positional, max_len=8)
+    cache = model.new_cache(window=4)
+    tokens = torch.randint(11, (1, 9), generator=_gen(4))
+    with torch.no_grad():
+        for t in range(8):
+            model(tokens[:, t : t + 1], cache)
+        with pytest.raises(ValueError, match="offset 8.*max_len=8.*relative positions"):
+            model(tokens[:, 8:9], cache)
+    assert cache[0].seen == 8  # nothing was stored
+
+
+def test_mean_pooled_copy_keeps_rope():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, positional="rope")
+    assert mean_pool_kv_heads(layer, 2).positional == "rope"
+    x = torch.randn(1, 5, 16)
+    torch.testing.assert_close(mean_pool_kv_heads(layer, 4)(x, x, x)[0], layer(x, x, x)[0])

@@ -8,8 +8,10 @@ import torch
 from torch import nn
 
 from attncourse import MultiHeadAttention, scaled_dot_product_attention
-from attncourse.masks import causal_mask, from_multihead_masks, padding_mask
+from attncourse.kv_cache import KVCache, repeat_kv
+from attncourse.masks import causal_mask, combine_masks, from_multihead_masks, padding_mask
 from attncourse.multihead import merge_heads, split_heads
+from attncourse.positions import alibi_bias, apply_rope
 
 MASK_KINDS = [
     "none",
@@ -366,3 +368,66 @@ def test_forward_uses_the_chapter_1_attention(monkeypatch):
         torch.ones(3, 4, 5, dtype=torch.bool),
     )
     assert calls == [((3, 2, 4, 4), (3, 2, 5, 4), (3, 1, 4, 5))]
+
+
+# -- relative positions inside attention (chapters 5 and 6) ----------------------------------
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2])
+def test_rope_layer_equals_rotated_queries_and_keys(device, num_kv_heads):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, positional="rope")
+    layer = layer.to(device=device, dtype=torch.float64)
+    x = torch.randn(2, 7, 16, device=device, dtype=torch.float64)
+    mask = causal_mask(7, device=device)
+    out, _ = layer(x, x, x, mask)
+    positions = torch.arange(7, device=device)
+    q = apply_rope(split_heads(layer.q_proj(x), 4), positions)
+    k = apply_rope(split_heads(layer.k_proj(x), num_kv_heads), positions)
+    v = split_heads(layer.v_proj(x), num_kv_heads)
+    group = 4 // num_kv_heads
+    heads = scaled_dot_product_attention(q, repeat_kv(k, group), repeat_kv(v, group), mask)[0]
+    torch.testing.assert_close(out, layer.out_proj(merge_heads(heads)))
+
+
+def test_alibi_layer_equals_the_bias_added_to_the_scores(device):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, positional="alibi").to(device=device, dtype=torch.float64)
+    plain = MultiHeadAttention(16, 4).to(device=device, dtype=torch.float64)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 6, 16, device=device, dtype=torch.float64)
+    mask = causal_mask(6, device=device)
+    bias = alibi_bias(4, 6, device=device, dtype=torch.float64)
+    expected = plain(x, x, x, combine_masks(mask, bias)[None])[0]  # (1, h, L, S)
+    torch.testing.assert_close(layer(x, x, x, mask)[0], expected)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_relative_layer_depends_on_offsets_only(positional):
+    """The same keys and queries at positions shifted by a constant: the same outputs."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, positional=positional).double()
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    fresh = layer(x, x, x, causal_mask(5))[0]
+    cache = KVCache()
+    cache.seen = 1000  # as if 1000 positions had gone through a rolling buffer and left it
+    shifted = layer(x, x, x, cache=cache)[0]
+    torch.testing.assert_close(shifted, fresh)
+
+
+def test_positional_checks_name_the_argument():
+    with pytest.raises(ValueError, match="positional"):
+        MultiHeadAttention(16, 4, positional="rotary")
+    with pytest.raises(TypeError, match="positional"):
+        MultiHeadAttention(16, 4, positional=True)
+    with pytest.raises(ValueError, match="head_dim must be even.*head_dim=3"):
+        MultiHeadAttention(9, 3, positional="rope")
+    MultiHeadAttention(9, 3, positional="alibi")  # ALiBi needs no pairs
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_gradients_flow_through_relative_positions(positional):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2, positional=positional).double()
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: layer(t, t, t, causal_mask(4))[0], (x,))

@@ -4,8 +4,9 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
-from attncourse import CausalLM, MultiHeadAttention
+from attncourse import CausalLM, MultiHeadAttention, TransformerBlock
 from attncourse.positions import (
     alibi_bias,
     alibi_slopes,
@@ -113,7 +114,7 @@ def test_position_functions_check_their_input():
         alibi_slopes(0)
 
 
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "none"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "none", "rope", "alibi"])
 def test_causal_lm_positional_options(positional):
     torch.manual_seed(0)
     model = CausalLM.standard(
@@ -125,19 +126,54 @@ def test_causal_lm_positional_options(positional):
     # the same token at two positions gets the same embedding only without positions
     same = torch.full((1, 12), 3)
     emb = model.embed(same)[0]
-    assert torch.allclose(emb[0], emb[5]) == (positional == "none")
+    # ... or with positions inside attention (RoPE, ALiBi), which add nothing to the embeddings
+    assert torch.allclose(emb[0], emb[5]) == (positional in ("none", "rope", "alibi"))
     if positional == "sinusoidal":
         torch.testing.assert_close(
             emb - model.embed.tokens.weight[3], sinusoidal_encoding(12, 16, dtype=torch.float64)
         )
         assert not any("table" in name for name in model.state_dict())  # fixed, not saved
-    with pytest.raises(ValueError, match="max_len=12"):
-        model(torch.zeros(1, 13, dtype=torch.long))
+    if positional in ("learned", "sinusoidal"):  # a table of max_len rows
+        with pytest.raises(ValueError, match="max_len=12"):
+            model(torch.zeros(1, 13, dtype=torch.long))
+    else:  # no table: any length
+        assert model(torch.zeros(1, 13, dtype=torch.long)).shape == (1, 13, 10)
 
 
 def test_bad_positional_is_rejected():
     with pytest.raises(ValueError, match="positional"):
-        CausalLM.standard(10, positional="rope")
+        CausalLM.standard(10, positional="rotary")
+    with pytest.raises(TypeError, match="positional"):
+        CausalLM.standard(10, positional=None)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_relative_positions_must_be_built_into_the_blocks(positional):
+    blocks = [TransformerBlock(16, 2, 32)]
+    with pytest.raises(ValueError, match=f"positional='{positional}'.*blocks\\[0\\]"):
+        CausalLM(10, 16, 12, blocks, positional=positional)
+    with pytest.raises(ValueError, match="blocks\\[0\\] was built with positional"):
+        CausalLM(10, 16, 12, [TransformerBlock(16, 2, 32, positional=positional)])
+    with pytest.raises(TypeError, match="inside attention"):
+        CausalLM(10, 16, 12, [nn.Linear(16, 16)], positional=positional)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_relative_positions_train(positional):
+    """Gradients reach every parameter, and the model tells positions apart."""
+    torch.manual_seed(0)
+    model = CausalLM.standard(10, d_model=16, num_heads=2, d_ff=32, positional=positional)
+    tokens = torch.randint(10, (2, 9))
+    model(tokens).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    # "1 2 3" and "2 1 3": the last token sees the same set of tokens in another order (in one
+    # layer without positions, a set)
+    logits = model(torch.tensor([[1, 2, 3], [2, 1, 3]]))[:, -1]
+    assert not torch.allclose(logits[0], logits[1])
+    none = CausalLM.standard(10, d_model=16, num_heads=2, num_layers=1, positional="none")
+    plain = none(torch.tensor([[1, 2, 3], [2, 1, 3]]))[:, -1]
+    torch.testing.assert_close(plain[0], plain[1])  # without positions: a set
 
 
 # --- dtypes and positions that have no real meaning are refused ---------------------------------
