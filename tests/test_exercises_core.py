@@ -1,12 +1,13 @@
 """The exercise machinery: check/hint/solution, results, the registry and concealed answers."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 import attncourse
-from attncourse.exercises import check, hint, list_exercises, solution
+from attncourse.exercises import check, hint, list_exercises, set_language, solution
 from attncourse.exercises._core import (
     _REGISTRY,
     FAILED,
@@ -29,9 +30,9 @@ def test_every_exercise_has_a_title_hint_and_solution():
         assert isinstance(solution(entry["id"]), Reveal) and solution(entry["id"]).text.strip()
 
 
-def test_unknown_exercise_lists_the_known_ones():
+def test_unknown_exercise_names_the_nearest_known_ones():
     with pytest.raises(KeyError, match="dot-product/attention"):
-        check("no/such-exercise", 1)
+        check("dot-product/attentoin", 1)
 
 
 @pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
@@ -59,7 +60,7 @@ def test_results_display_as_text_and_html():
 def test_hints_and_solutions_are_collapsed_in_html():
     for reveal_obj in (hint("dot-product/attention"), solution("dot-product/attention")):
         html = reveal_obj._repr_html_()
-        assert html.startswith("<details>") and "</details>" in html
+        assert html.startswith("<details") and "</details>" in html
     assert "<pre>" in solution("dot-product/attention")._repr_html_()  # code keeps its layout
 
 
@@ -79,3 +80,129 @@ def test_value_answers_are_not_readable_in_the_package_or_the_notebooks():
         worked = ex.solution()
         for sentence in (s.strip() for s in worked.split(".") if len(s.strip()) > 25):
             assert not any(sentence in source for source in sources), (ex.exercise_id, sentence)
+
+
+# -- an unknown exercise id: the nearest ids, in the learner's language ---------------------------
+
+
+@pytest.mark.parametrize(
+    "typed, nearest",
+    [
+        ("inference/repeat_kv", "inference/repeat-kv"),
+        ("repeat-kv", "inference/repeat-kv"),
+        ("dot-product/atention", "dot-product/attention"),
+        ("Masking/Causal-Mask", "masking/causal-mask"),
+    ],
+)
+def test_an_unknown_id_names_the_nearest_ones(typed, nearest):
+    for call in (lambda: check(typed, 1), lambda: hint(typed), lambda: solution(typed)):
+        with pytest.raises(KeyError) as raised:
+            call()
+        message = str(raised.value)
+        assert f"Did you mean {nearest!r}" in message or f"{nearest!r} or" in message, message
+        assert "list_exercises()" in message
+        assert len(message) < 300  # the nearest few, not all the ids
+        assert message.count("/") <= 8
+
+
+def test_an_unknown_id_far_from_all_says_so_and_where_to_look():
+    with pytest.raises(KeyError) as raised:
+        check("no/such-exercise", 1)
+    message = str(raised.value)
+    assert "no exercise id is close" in message and "list_exercises()" in message
+    assert "dot-product/" in message and "dot-product/attention" not in message
+    with pytest.raises(KeyError):
+        check(42, 1)  # not a string: no crash, the same KeyError
+
+
+def test_an_unknown_id_in_chinese():
+    set_language("zh")
+    try:
+        with pytest.raises(KeyError) as raised:
+            hint("inference/repeat_kv")
+        message = str(raised.value)
+        assert "你是不是想找" in message and "'inference/repeat-kv'" in message
+    finally:
+        set_language("en")
+
+
+# -- the boxes of check, hint and solution: readable in light and dark mode ------------------------
+
+
+def _luminance(colour: str) -> float:
+    """WCAG 2.x relative luminance of a #rrggbb colour."""
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_contrast_ratio_is_wcags():
+    assert round(contrast("#000000", "#ffffff"), 1) == 21.0
+    assert round(contrast("#777777", "#ffffff"), 2) == 4.48  # the classic just-fails grey
+
+
+def _rules(css: str) -> dict:
+    """``{scope: {selector: {property: value}}}`` of the emitted style sheet: scope "" for the
+    light rules, the media query or the theme selector for the dark ones."""
+    found: dict = {}
+    media = re.search(r"@media \(prefers-color-scheme: dark\)\{(.*?\})\}", css)
+    assert media, "no prefers-color-scheme: dark rules"
+    plain = css.replace(media.group(0), "")
+    blocks = [("@media", media.group(1)), ("", plain)]
+    for where, text in blocks:
+        for selector, body in re.findall(r"([^{}]+)\{([^{}]*)\}", text):
+            selector = selector.strip()
+            scope = where
+            for prefix in (":root:not([data-theme=light]) ", "html[data-theme=dark] ",
+                           "body[data-jp-theme-light=false] "):  # fmt: skip
+                if selector.startswith(prefix):
+                    scope = f"{where} {prefix.strip()}".strip()
+                    selector = selector[len(prefix) :]
+            props = dict(
+                (k.strip(), v.strip()) for k, v in (p.split(":", 1) for p in body.split(";") if p)
+            )
+            found.setdefault(scope, {}).setdefault(selector, {}).update(props)
+    return found
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        lambda: check("dot-product/score-variance", 64),
+        lambda: check("dot-product/score-variance", 8),
+        lambda: check("dot-product/score-variance", ...),
+        lambda: hint("dot-product/attention"),
+        lambda: solution("dot-product/attention"),
+    ],
+    ids=["passed", "failed", "not-attempted", "hint", "solution"],
+)
+def test_boxes_meet_wcag_aa_in_light_and_dark_mode(shown):
+    """Every colour the HTML sets, text on its background, is 4.5:1 or more in the light scheme
+    and in each way a page can be dark: the system (prefers-color-scheme), the book's theme
+    (data-theme=dark) and JupyterLab's (data-jp-theme-light=false). No colour is set inline,
+    where the dark rules could not override it."""
+    page = shown()._repr_html_()
+    css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    body = re.sub(r"<style>.*?</style>", "", page, flags=re.S)
+    assert not re.search(r"style=\"[^\"]*color", body), "an inline colour: dark mode cannot undo it"
+    box_class = re.search(r'class="(attncourse-box[^"]*)"', body).group(1).split()
+    rules = _rules(css)
+    scopes = {"": "light", "@media :root:not([data-theme=light])": "system dark",
+              "html[data-theme=dark]": "book dark", "body[data-jp-theme-light=false]": "lab dark"}  # fmt: skip
+    assert set(scopes) <= set(rules), set(rules)
+    for scope, name in scopes.items():
+        box = rules[scope][".attncourse-box"]
+        text, background = box["color"], box["background"]
+        assert contrast(text, background) >= 4.5, (name, text, background)
+        for kind in ("passed", "failed", "pending"):
+            status = rules[scope][f".attncourse-{kind} .attncourse-status"]["color"]
+            assert contrast(status, background) >= 4.5, (name, kind, status, background)
+        # a <pre> (a solution's code) takes the box's colours, not the page's light ones
+        pre = rules[scope][".attncourse-box pre"]
+        assert (pre["color"], pre["background"]) == ("inherit", "transparent")
+    assert "attncourse-box" in box_class

@@ -10,7 +10,8 @@ What a learner reads comes from three places, all collected here:
 
 * every message marked ``_("...")`` or ``N_("...")`` in ``attncourse/exercises/*.py`` (found in
   the source's syntax tree, so a message is collected whether or not a test reaches it);
-* each exercise's title and hint (``@exercise(title=..., hint=...)``), as the registry holds them;
+* each exercise's title and hints, every level (``@exercise(title=..., hint=(...))``), as the
+  registry holds them;
 * text concealed in the package (the wrong values' messages of numeric exercises, worked
   answers): kept in a second catalogue whose entries are concealed on both sides, so that
   installing the Chinese catalogue does not publish what the English source conceals.
@@ -187,7 +188,8 @@ def messages() -> Tuple[Dict[str, List[tuple]], Dict[str, List[tuple]]]:
     for exercise in _core._REGISTRY.values():
         where = (f"exercise {exercise.exercise_id}", 0)
         plain.setdefault(exercise.title, []).append(where)
-        plain.setdefault(exercise.hint, []).append(where)
+        for level in exercise.hints:  # every level of hints (hint(id), hint(id, 2), ...)
+            plain.setdefault(level, []).append(where)
         if not exercise.solution_is_code:
             concealed.setdefault(exercise.solution(), []).append(where)
     return plain, concealed

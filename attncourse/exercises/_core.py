@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import decimal
+import difflib
 import html
 import inspect
 import json
@@ -22,7 +23,7 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -85,6 +86,60 @@ def several(messages: Sequence[str]) -> str:
     ).format(len_unique=len(unique), items=items)
 
 
+#: The colours of the boxes of check, hint and solution: text on background, and the status
+#: colours on the same background, in a light and a dark scheme; every pair meets WCAG AA
+#: (4.5:1, tests/test_exercises_core.py computes it). The dark scheme applies where the reader's
+#: system is dark (``prefers-color-scheme``) unless the page says it is light, and under a dark
+#: page theme (the book's ``data-theme``, JupyterLab's ``data-jp-theme-light``). An output
+#: sanitised of its style sheet shows the boxes in the page's own colours.
+COLOURS = {
+    "light": {
+        "text": "#1f2328", "background": "#f6f8fa", "border": "#d0d7de",
+        "passed": "#1a7f37", "failed": "#b3261e", "pending": "#57606a",
+    },
+    "dark": {
+        "text": "#e6edf3", "background": "#161b22", "border": "#30363d",
+        "passed": "#3fb950", "failed": "#ff7b72", "pending": "#9da7b3",
+    },
+}  # fmt: skip
+
+
+def _scheme_css(scheme: Dict[str, str], scope: str = "") -> str:
+    box = f"{scope}.attncourse-box"
+    css = (
+        f"{box}{{color:{scheme['text']};background:{scheme['background']};"
+        f"border-color:{scheme['border']}}}"
+        f"{box} pre{{color:inherit;background:transparent}}"
+    )
+    for kind in ("passed", "failed", "pending"):
+        css += (
+            f"{scope}.attncourse-{kind}{{border-left-color:{scheme[kind]}}}"
+            f"{scope}.attncourse-{kind} .attncourse-status{{color:{scheme[kind]}}}"
+        )
+    return css
+
+
+def _style() -> str:
+    dark = COLOURS["dark"]
+    return (
+        "<style>"
+        ".attncourse-box{border:1px solid;border-left:4px solid;border-radius:4px;"
+        "padding:0.4em 0.8em;margin:0.3em 0}"
+        ".attncourse-box pre{margin:0.4em 0 0;padding:0;border:0}"
+        + _scheme_css(COLOURS["light"])
+        + "@media (prefers-color-scheme: dark){"
+        + _scheme_css(dark, ":root:not([data-theme=light]) ")
+        + "}"
+        + _scheme_css(dark, "html[data-theme=dark] ")
+        + _scheme_css(dark, "body[data-jp-theme-light=false] ")
+        + "</style>"
+    )
+
+
+#: The style sheet each box of check, hint and solution carries (scoped by its classes).
+STYLE = _style()
+
+
 @dataclass(frozen=True)
 class Result:
     """The outcome of :func:`check`: ``passed`` is a bool, ``message`` the feedback."""
@@ -119,12 +174,12 @@ class Result:
         return _bundle(self)
 
     def _repr_html_(self) -> str:
-        colour = {PASSED: "#1b7f3b", FAILED: "#b3261e"}.get(self.status, "#6b6b6b")
+        kind = {PASSED: "passed", FAILED: "failed"}.get(self.status, "pending")
         mark = {PASSED: "✔", FAILED: "✘"}.get(self.status, "…")
         body = html.escape(self.message).replace("\n", "<br>")
         return (
-            f'<div style="border-left:4px solid {colour};padding:0.4em 0.8em;margin:0.3em 0">'
-            f'<b style="color:{colour}">{mark} {html.escape(self.exercise_id)}:'
+            f'{STYLE}<div class="attncourse-box attncourse-{kind}">'
+            f'<b class="attncourse-status">{mark} {html.escape(self.exercise_id)}:'
             f" {html.escape(self._status())}</b><br>{body}</div>"
         )
 
@@ -151,9 +206,10 @@ class Reveal:
         inner = html.escape(self.text)
         inner = f"<pre>{inner}</pre>" if self.code else inner.replace("\n", "<br>")
         return (
-            f"<details><summary><b>{html.escape(self.label)}</b>"
+            f'<details class="attncourse-box attncourse-reveal"><summary>'
+            f"<b>{html.escape(self.label)}</b>"
             f" {html.escape(_i18n.in_language(self.language, lambda: _('(click to show)')))}"
-            f"</summary>{inner}</details>"
+            f"</summary>{inner}</details>{STYLE}"
         )
 
 
@@ -182,7 +238,7 @@ class Exercise:
     exercise_id: str
     title: str
     checker: Callable[[Any], Optional[str]]
-    hint: str
+    hints: Tuple[str, ...]  # the levels of hints, each saying more than the one before
     solution: Callable[[], str]
     solution_is_code: bool
     reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
@@ -206,6 +262,11 @@ class Exercise:
         except (TypeError, ValueError):
             return True
 
+    @property
+    def hint(self) -> str:
+        """The first hint (``hints[0]``)."""
+        return self.hints[0]
+
 
 _REGISTRY: Dict[str, Exercise] = {}
 
@@ -214,7 +275,7 @@ def exercise(
     exercise_id: str,
     *,
     title: str,
-    hint: str,
+    hint: Union[str, Sequence[str]],
     solution: Any,
     solution_is_code: Optional[bool] = None,
     keep_dtype: bool = True,
@@ -226,7 +287,9 @@ def exercise(
     ``solution`` is a function (its source is shown: a reference implementation, which the
     checker must accept and which the checker mutation tests mutate) or a string produced by
     :func:`conceal` (shown decoded: a worked answer that must not appear in plain text in the
-    source). ``keep_dtype`` (default True): every floating tensor the learner's function
+    source). ``hint``: one string, or the levels of hints from a nudge that does not give the
+    answer away to the most explicit (``hint(id)`` shows the first, ``hint(id, 2)`` the
+    second, ...). ``keep_dtype`` (default True): every floating tensor the learner's function
     returns must have the dtype of its floating tensor inputs (torch's type promotion of
     them), so float64 inputs answered in float32 fail with a message saying so; pass False
     for an exercise whose output dtype legitimately differs. ``answer_is_function``: by
@@ -248,11 +311,14 @@ def exercise(
             text = lambda: reveal(solution)
             is_code = False if solution_is_code is None else solution_is_code
         reference = solution if callable(solution) and is_code else None
+        levels = (hint,) if isinstance(hint, str) else tuple(hint)
+        if not levels or not all(isinstance(h, str) and h.strip() for h in levels):
+            raise ValueError(f"exercise {exercise_id!r} needs at least one hint")
         _REGISTRY[exercise_id] = Exercise(
             exercise_id,
             title,
             checker,
-            textwrap.dedent(hint).strip(),
+            tuple(textwrap.dedent(h).strip() for h in levels),
             text,
             is_code,
             reference,
@@ -272,12 +338,47 @@ def _public_source(function: Callable[..., Any], name: Optional[str]) -> str:
     return re.sub(rf"(?<![\w.]){re.escape(private)}\b", public, source)
 
 
+class UnknownExercise(KeyError):
+    """An exercise id that is not registered (a typo in the notebook); the message names the
+    nearest ids."""
+
+    def __str__(self) -> str:  # KeyError's own str() shows the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+def nearest_exercises(exercise_id: Any, n: int = 3) -> List[str]:
+    """The registered ids nearest to ``exercise_id`` (difflib), best first: a typo, another
+    spelling, or the exercise's name without its chapter (``"repeat-kv"``)."""
+    if not isinstance(exercise_id, str) or not exercise_id.strip():
+        return []
+    typed = exercise_id.strip().lower().replace("_", "-").replace(" ", "-")
+    known = list(_REGISTRY)
+    near = difflib.get_close_matches(typed, known, n=n, cutoff=0.6)
+    names = {k.split("/", 1)[-1]: k for k in known}
+    near += [names[m] for m in difflib.get_close_matches(typed, list(names), n=n, cutoff=0.75)]
+    return list(dict.fromkeys(near))[:n]
+
+
 def _get(exercise_id: str) -> Exercise:
-    """The registered exercise; an unknown id (a typo in the notebook) raises ``KeyError``."""
-    if not isinstance(exercise_id, str) or exercise_id not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"no exercise {exercise_id!r}; the exercises are: {known}")
-    return _REGISTRY[exercise_id]
+    """The registered exercise; an unknown id (a typo in the notebook) raises
+    :class:`UnknownExercise`, a ``KeyError`` whose message names the nearest ids."""
+    if isinstance(exercise_id, str) and exercise_id in _REGISTRY:
+        return _REGISTRY[exercise_id]
+    near = nearest_exercises(exercise_id)
+    if near:
+        message = _(
+            "There is no exercise {exercise_id!r}. Did you mean {nearest}? "
+            "list_exercises() lists every exercise."
+        ).format(exercise_id=exercise_id, nearest=_(" or ").join(repr(k) for k in near))
+    else:
+        message = _(
+            "There is no exercise {exercise_id!r}, and no exercise id is close to it. "
+            "list_exercises() lists every exercise; their ids start with {prefixes}."
+        ).format(
+            exercise_id=exercise_id,
+            prefixes=", ".join(dict.fromkeys(k.split("/")[0] + "/" for k in _REGISTRY)),
+        )
+    raise UnknownExercise(message)
 
 
 def check(exercise_id: str, answer: Any) -> Result:
@@ -412,17 +513,49 @@ class _Preserved:
                     pass
 
 
-def hint(exercise_id: str) -> Reveal:
-    """A hint for the exercise, collapsed until opened."""
-    shown = _hint(exercise_id)
-    others = _in_other_languages(lambda: _hint(exercise_id))
+def hint(exercise_id: str, level: int = 1) -> Reveal:
+    """A hint for the exercise, collapsed until opened. ``level`` 1 (the default) is a nudge
+    that does not give the answer away; ``hint(id, 2)`` says more, and so on; the last level
+    says that ``solution(id)`` comes next, and a level past the last says so."""
+    shown = _hint(exercise_id, level)
+    others = _in_other_languages(lambda: _hint(exercise_id, level))
     return replace(shown, translations=others) if others else shown
 
 
-def _hint(exercise_id: str) -> Reveal:
-    return Reveal(
-        _("Hint for {exercise_id}").format(exercise_id=exercise_id), _(_get(exercise_id).hint)
-    )
+def _hint(exercise_id: str, level: int = 1) -> Reveal:
+    ex = _get(exercise_id)
+    count = len(ex.hints)
+    if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+        raise ValueError(
+            _(
+                "The hint level is a whole number from 1 to {count} (hint({exercise_id!r}, 2) "
+                "shows the second hint); got {level!r}."
+            ).format(count=count, exercise_id=exercise_id, level=level)
+        )
+    if level > count:
+        return Reveal(
+            _("Hint {level} for {exercise_id}").format(level=level, exercise_id=exercise_id),
+            _(
+                "There is no hint {level}: {exercise_id} has {count} levels of hints, and "
+                "hint({exercise_id!r}, {count}) is the last. What comes next is the answer: "
+                "solution({exercise_id!r})."
+            ).format(level=level, exercise_id=exercise_id, count=count),
+        )
+    if level < count:
+        after = _("Still stuck? hint({exercise_id!r}, {level}) says more.").format(
+            exercise_id=exercise_id, level=level + 1
+        )
+    else:
+        after = _("That was the last hint; solution({exercise_id!r}) shows the answer.").format(
+            exercise_id=exercise_id
+        )
+    if count == 1:
+        label = _("Hint for {exercise_id}").format(exercise_id=exercise_id)
+    else:
+        label = _("Hint {level} of {count} for {exercise_id}").format(
+            level=level, count=count, exercise_id=exercise_id
+        )
+    return Reveal(label, f"{_(ex.hints[level - 1])}\n\n{after}")
 
 
 def solution(exercise_id: str) -> Reveal:

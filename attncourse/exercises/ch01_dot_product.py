@@ -26,11 +26,19 @@ def _scores_solution(query, key):
 @exercise(
     "dot-product/scores",
     title="Scaled scores Q K^T / sqrt(d_k)",
-    hint="""
-        Multiply each query by each key: query (..., L, d_k) @ key^T (..., d_k, S) gives (..., L, S).
-        Transpose only the last two dimensions of key (key.transpose(-2, -1)), so that leading
-        batch dimensions stay where they are, then divide by the square root of d_k = query.size(-1).
-    """,
+    hint=(
+        """
+            Each score is the dot product of one query with one key, and one matrix
+            product can compute them all at once. Which dimensions of key have to swap for
+            the product to pair every query with every key, and why does the result need
+            scaling?
+        """,
+        """
+            Multiply each query by each key: query (..., L, d_k) @ key^T (..., d_k, S) gives (..., L, S).
+            Transpose only the last two dimensions of key (key.transpose(-2, -1)), so that leading
+            batch dimensions stay where they are, then divide by the square root of d_k = query.size(-1).
+        """,
+    ),
     solution=_scores_solution,
     name="scaled_scores",
 )
@@ -240,14 +248,22 @@ def _compare(case: str, got, expected, variants) -> None:
 @exercise(
     "dot-product/attention",
     title="Scaled dot-product attention with a mask",
-    hint="""
-        1. scores = query @ key.transpose(-2, -1), times scale (1 / sqrt(d_k) by default).
-        2. Boolean mask: True = may attend, so fill the scores where the mask is False with -inf.
-           Float mask: add it to the scores.
-        3. weights = softmax over the last dimension (the keys).
-        4. A row that is -inf everywhere would give NaN: detect it and give it zero weights.
-        5. output = weights @ value. Return (output, weights).
-    """,
+    hint=(
+        """
+            Follow the chapter's steps in order: scores, then the mask, then the softmax,
+            then the weighted sum of the values. Where must the mask act so that the
+            weights of a row still sum to 1, and what should a row that may see no key
+            get?
+        """,
+        """
+            1. scores = query @ key.transpose(-2, -1), times scale (1 / sqrt(d_k) by default).
+            2. Boolean mask: True = may attend, so fill the scores where the mask is False with -inf.
+               Float mask: add it to the scores.
+            3. weights = softmax over the last dimension (the keys).
+            4. A row that is -inf everywhere would give NaN: detect it and give it zero weights.
+            5. output = weights @ value. Return (output, weights).
+        """,
+    ),
     solution=_attention_solution,
     name="attention",
 )
@@ -389,11 +405,18 @@ _VARIANCE_SOLUTION = (
 @exercise(
     "dot-product/score-variance",
     title="The variance of q·k when d_k = 64",
-    hint="""
-        Write q·k as a sum of d_k products q_i k_i. What are the mean and the variance of one
-        product of two independent standard normal numbers? How do variances of independent
-        terms combine? You can also estimate it: torch.randn(100_000, 64) gives many q's.
-    """,
+    hint=(
+        """
+            Write q·k as a sum of d_k products of independent standard normal numbers.
+            What is the variance of one product, and how do the variances of independent
+            terms combine?
+        """,
+        """
+            Write q·k as a sum of d_k products q_i k_i. What are the mean and the variance of one
+            product of two independent standard normal numbers? How do variances of independent
+            terms combine? You can also estimate it: torch.randn(100_000, 64) gives many q's.
+        """,
+    ),
     solution=_VARIANCE_SOLUTION,
 )
 def _check_variance(answer) -> str:
@@ -432,11 +455,17 @@ def _fixed_masked_attention_solution(query, key, value, mask):
 @exercise(
     "dot-product/fix-mask-after-softmax",
     title="Find the bug: a mask applied after the softmax",
-    hint="""
-        Run the given function on a small example and sum each row of its weights. Which step
-        produces weights that do not sum to 1? Masking must happen where the -inf can still be
-        normalised away: on the scores, before the softmax.
-    """,
+    hint=(
+        """
+            Run the given function on a small example and sum each row of its weights.
+            Which step produces weights that do not sum to 1?
+        """,
+        """
+            Run the given function on a small example and sum each row of its weights. Which step
+            produces weights that do not sum to 1? Masking must happen where the -inf can still be
+            normalised away: on the scores, before the softmax.
+        """,
+    ),
     solution=_fixed_masked_attention_solution,
     name="fixed_attention",
 )
@@ -538,13 +567,20 @@ _GRADIENT_RATIO_SOLUTION = (
 @exercise(
     "dot-product/saturation-gradient",
     title="Measure how much gradient reaches unscaled scores at d_k = 512",
-    hint="""
-        Repeat the chapter's saturation experiment at one size: q (n, 1, 512) and k (n, 16, 512)
-        standard normal, scores = (q @ k^T).squeeze(1) of shape (n, 16), a random upstream
-        signal of the same shape, loss = (softmax(scores) * upstream).sum(). Take scores with
-        requires_grad, call backward, and average the L2 norm of each row of scores.grad. Do it
-        for raw scores and for scores / sqrt(512), with n of 5,000 or more, and divide.
-    """,
+    hint=(
+        """
+            Measure rather than derive: repeat the chapter's saturation experiment at one
+            size, once with raw scores and once with scaled scores, and compare the sizes
+            of the gradients that reach the scores.
+        """,
+        """
+            Repeat the chapter's saturation experiment at one size: q (n, 1, 512) and k (n, 16, 512)
+            standard normal, scores = (q @ k^T).squeeze(1) of shape (n, 16), a random upstream
+            signal of the same shape, loss = (softmax(scores) * upstream).sum(). Take scores with
+            requires_grad, call backward, and average the L2 norm of each row of scores.grad. Do it
+            for raw scores and for scores / sqrt(512), with n of 5,000 or more, and divide.
+        """,
+    ),
     solution=_GRADIENT_RATIO_SOLUTION,
 )
 def _check_gradient_ratio(answer) -> str:

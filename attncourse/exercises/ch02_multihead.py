@@ -58,11 +58,18 @@ def _split_mistakes(x: torch.Tensor, num_heads: int) -> dict:
 @exercise(
     "multi-head/split-heads",
     title="Split the projected queries into heads",
-    hint="""
-        x has shape (B, L, E) with E = h * head_dim. First make the head a dimension of its own:
-        x.view(B, L, h, head_dim). Then move it in front of the positions with transpose(1, 2),
-        so that each head is a (L, head_dim) matrix: (B, h, L, head_dim).
-    """,
+    hint=(
+        """
+            The embedding width is the heads side by side. First give the head a dimension
+            of its own, then move that dimension in front of the positions: a view and a
+            transpose, no copy of the numbers.
+        """,
+        """
+            x has shape (B, L, E) with E = h * head_dim. First make the head a dimension of its own:
+            x.view(B, L, h, head_dim). Then move it in front of the positions with transpose(1, 2),
+            so that each head is a (L, head_dim) matrix: (B, h, L, head_dim).
+        """,
+    ),
     solution=_split_solution,
     name="split_into_heads",
 )
@@ -189,12 +196,19 @@ def _with_softmax_over_queries(compute):
 @exercise(
     "multi-head/forward",
     title="A multi-head forward pass from the weight matrices",
-    hint="""
-        1. Project: q = x_q @ w_q.T, k = x_kv @ w_k.T, v = x_kv @ w_v.T (each (B, ., E)).
-        2. Split each into heads: (B, h, ., head_dim), as in the previous exercise.
-        3. Per head: softmax(q k^T / sqrt(head_dim)) v, batched over B and h at once.
-        4. Concatenate the heads back to (B, L, E) (transpose(1, 2), then reshape) and multiply by w_o.T.
-    """,
+    hint=(
+        """
+            Four steps: project the inputs, split each projection into heads, attend in
+            every head at once (batched over the batch and the heads), then merge the
+            heads back and apply the output projection.
+        """,
+        """
+            1. Project: q = x_q @ w_q.T, k = x_kv @ w_k.T, v = x_kv @ w_v.T (each (B, ., E)).
+            2. Split each into heads: (B, h, ., head_dim), as in the previous exercise.
+            3. Per head: softmax(q k^T / sqrt(head_dim)) v, batched over B and h at once.
+            4. Concatenate the heads back to (B, L, E) (transpose(1, 2), then reshape) and multiply by w_o.T.
+        """,
+    ),
     solution=_forward_solution,
     name="multi_head",
 )
@@ -274,10 +288,16 @@ _COUNT_SOLUTION = (
 @exercise(
     "multi-head/parameter-count",
     title="How many parameters has MultiHeadAttention(512, 8)?",
-    hint="""
-        The layer has four nn.Linear(512, 512) projections: W^Q, W^K, W^V and W^O, each with a bias.
-        How many weights has one, how many biases? Does splitting into heads add or remove any?
-    """,
+    hint=(
+        """
+            List the layer's projections and count each one's weights and biases. Does
+            splitting into heads add or remove any parameter?
+        """,
+        """
+            The layer has four nn.Linear(512, 512) projections: W^Q, W^K, W^V and W^O, each with a bias.
+            How many weights has one, how many biases? Does splitting into heads add or remove any?
+        """,
+    ),
     solution=_COUNT_SOLUTION,
 )
 def _check_count(answer) -> str:
@@ -309,12 +329,19 @@ def _merge_solution(heads):
 @exercise(
     "multi-head/fix-merge",
     title="Find the bug: merging the heads with a reshape alone",
-    hint="""
-        merge must undo split_heads: head i's d columns of position t must land in columns
-        i*d ... (i+1)*d - 1 of row t. In (B, h, L, d) memory, the L positions of head 0 come
-        first; a reshape keeps that order. Bring the positions in front of the heads first
-        (transpose(1, 2)), then reshape (a view needs .contiguous() after a transpose).
-    """,
+    hint=(
+        """
+            merge must undo split_heads. In what order are the numbers of a (B, h, L, d)
+            tensor laid out in memory, and in what order must they be for a (B, L, h * d)
+            result?
+        """,
+        """
+            merge must undo split_heads: head i's d columns of position t must land in columns
+            i*d ... (i+1)*d - 1 of row t. In (B, h, L, d) memory, the L positions of head 0 come
+            first; a reshape keeps that order. Bring the positions in front of the heads first
+            (transpose(1, 2)), then reshape (a view needs .contiguous() after a transpose).
+        """,
+    ),
     solution=_merge_solution,
     name="merge",
 )
@@ -414,12 +441,18 @@ _DROPOUT_STD_SOLUTION = (
 @exercise(
     "multi-head/dropout-row-sum",
     title="Measure how much dropout on the weights shakes a row's sum",
-    hint="""
-        weights = torch.full((N, 10), 0.1) is N rows of uniform attention over 10 keys. Apply
-        torch.nn.functional.dropout(weights, p=0.5, training=True), sum each row (sum(-1)), and
-        take the standard deviation of the N sums (N = 100,000 is quick). Check the mean too:
-        dropout divides the survivors by 1 - p, so the mean stays 1.
-    """,
+    hint=(
+        """
+            Simulate it: apply dropout in training mode to many rows of uniform attention
+            weights, sum each row, and measure the spread of those sums.
+        """,
+        """
+            weights = torch.full((N, 10), 0.1) is N rows of uniform attention over 10 keys. Apply
+            torch.nn.functional.dropout(weights, p=0.5, training=True), sum each row (sum(-1)), and
+            take the standard deviation of the N sums (N = 100,000 is quick). Check the mean too:
+            dropout divides the survivors by 1 - p, so the mean stays 1.
+        """,
+    ),
     solution=_DROPOUT_STD_SOLUTION,
 )
 def _check_dropout_std(answer) -> str:

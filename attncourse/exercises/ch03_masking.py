@@ -37,11 +37,18 @@ def _padding_solution(lengths, max_len):
 @exercise(
     "masking/padding-mask",
     title="A padding mask from the lengths",
-    hint="""
-        Compare the positions 0, 1, ..., max_len - 1 with each sequence's length: position j is a real
-        token of sequence b when j < lengths[b]. Broadcasting a row of positions (1, S) against a
-        column of lengths (B, 1) gives the whole (B, S) mask in one comparison.
-    """,
+    hint=(
+        """
+            Position j of sequence b is a real token when j is less than that sequence's
+            length. One comparison, broadcast between the positions and the lengths, gives
+            the whole mask.
+        """,
+        """
+            Compare the positions 0, 1, ..., max_len - 1 with each sequence's length: position j is a real
+            token of sequence b when j < lengths[b]. Broadcasting a row of positions (1, S) against a
+            column of lengths (B, 1) gives the whole (B, S) mask in one comparison.
+        """,
+    ),
     solution=_padding_solution,
     name="make_padding_mask",
 )
@@ -128,11 +135,18 @@ def _causal_solution(query_len, key_len):
 @exercise(
     "masking/causal-mask",
     title="A causal mask, also when the queries read a cache",
-    hint="""
-        Start with the square case (query_len == key_len): query i may see key j when j <= i, the
-        lower triangle, diagonal included. With a cache, the queries are the LAST query_len positions
-        of the key_len keys: query i sits at position i + (key_len - query_len).
-    """,
+    hint=(
+        """
+            Start with the square case: which keys may query i see? Then think about a
+            cache: the queries are the last positions of the keys, so where does query i
+            sit?
+        """,
+        """
+            Start with the square case (query_len == key_len): query i may see key j when j <= i, the
+            lower triangle, diagonal included. With a cache, the queries are the LAST query_len positions
+            of the key_len keys: query i sits at position i + (key_len - query_len).
+        """,
+    ),
     solution=_causal_solution,
     name="make_causal_mask",
 )
@@ -231,11 +245,18 @@ def _attention_mask_solution(lengths, max_len, causal):
 @exercise(
     "masking/attention-mask",
     title="The self-attention mask of a padded batch, causal or not",
-    hint="""
-        Start from the (B, S) padding mask. It is about the keys, so it must hold for every query:
-        keys[:, None, :] has shape (B, 1, S); expand it to (B, L, S). For a decoder (causal=True)
-        combine it with the (L, L) lower triangle by a logical AND: a key is kept only if both keep it.
-    """,
+    hint=(
+        """
+            The padding mask is about the keys, so it holds for every query: give it a
+            query dimension. For a decoder it must be combined with the causal mask so
+            that a key is kept only if both keep it.
+        """,
+        """
+            Start from the (B, S) padding mask. It is about the keys, so it must hold for every query:
+            keys[:, None, :] has shape (B, 1, S); expand it to (B, L, S). For a decoder (causal=True)
+            combine it with the (L, L) lower triangle by a logical AND: a key is kept only if both keep it.
+        """,
+    ),
     solution=_attention_mask_solution,
     name="make_attention_mask",
 )
@@ -365,12 +386,18 @@ _ALLOWED_SOLUTION = (
 @exercise(
     "masking/count-allowed",
     title="Predict how many query-key pairs a decoder mask keeps",
-    hint="""
-        Count per sequence, query by query. Query i of a sequence with n real tokens may see the
-        keys j <= i (causal) that are also real (j < n): min(i + 1, n) keys. Add over the 6 queries
-        of each sequence (the padded queries too: their rows are not removed by a key padding
-        mask), then over the 3 sequences.
-    """,
+    hint=(
+        """
+            Count sequence by sequence and query by query: a key is allowed when it is not
+            in the future and is a real token. Do not forget the padded queries.
+        """,
+        """
+            Count per sequence, query by query. Query i of a sequence with n real tokens may see the
+            keys j <= i (causal) that are also real (j < n): min(i + 1, n) keys. Add over the 6 queries
+            of each sequence (the padded queries too: their rows are not removed by a key padding
+            mask), then over the 3 sequences.
+        """,
+    ),
     solution=_ALLOWED_SOLUTION,
 )
 def _check_allowed(answer) -> str:
@@ -399,11 +426,18 @@ def _padded_scores_solution(scores, keep):
 @exercise(
     "masking/fix-padding-broadcast",
     title="Find the bug: a padding mask that does not line up",
-    hint="""
-        Write down the shapes aligned from the right: scores (B, h, L, S) against
-        keep.unsqueeze(1), which is (B, 1, S). Which dimension of the scores does the mask's B
-        meet? The mask must vary along the batch and the keys only: give it shape (B, 1, 1, S).
-    """,
+    hint=(
+        """
+            Write the shapes of the scores and of the mask one under the other, aligned
+            from the right. Which dimension of the scores does the mask's batch dimension
+            meet?
+        """,
+        """
+            Write down the shapes aligned from the right: scores (B, h, L, S) against
+            keep.unsqueeze(1), which is (B, 1, S). Which dimension of the scores does the mask's B
+            meet? The mask must vary along the batch and the keys only: give it shape (B, 1, 1, S).
+        """,
+    ),
     solution=_padded_scores_solution,
     name="masked_scores",
 )

@@ -176,13 +176,20 @@ def _check_case(case, fn, args, value_mistake_possible):
 @exercise(
     "cross-attention/single-head",
     title="Cross-attention from a target to a padded source",
-    hint="""
-        1. query = target @ w_q (B, L, d_k); key = source @ w_k (B, S, d_k); value = source @ w_v (B, S, d_v).
-        2. scores = query @ key.transpose(-2, -1) / sqrt(d_k): shape (B, L, S), one row per target position.
-        3. The padding is in the source, that is in the keys (the columns): source_mask (B, S) becomes
-           source_mask[:, None, :] (B, 1, S); fill the scores where it is False with -inf.
-        4. softmax over the last dimension (the source positions), then weights @ value.
-    """,
+    hint=(
+        """
+            It is the attention of chapter 1 with the queries taken from the target and
+            the keys and values from the source. Where is the padding, in the queries or
+            the keys, and so along which dimension of the scores must the mask act?
+        """,
+        """
+            1. query = target @ w_q (B, L, d_k); key = source @ w_k (B, S, d_k); value = source @ w_v (B, S, d_v).
+            2. scores = query @ key.transpose(-2, -1) / sqrt(d_k): shape (B, L, S), one row per target position.
+            3. The padding is in the source, that is in the keys (the columns): source_mask (B, S) becomes
+               source_mask[:, None, :] (B, 1, S); fill the scores where it is False with -inf.
+            4. softmax over the last dimension (the source positions), then weights @ value.
+        """,
+    ),
     solution=_cross_attention_solution,
     name="cross_attention",
 )
@@ -283,13 +290,19 @@ def _as_shape(value, name):
 @exercise(
     "cross-attention/shapes",
     title="The shapes of cross-attention in a decoder",
-    hint="""
-        The queries come from the decoder (the target), keys and values from the encoder (the
-        source). The weights have one row per query and one column per key, for each head. The
-        output has one row per query, and the layer's out projection brings it back to embed_dim.
-        A key padding mask must line up with the last dimension of the weights and broadcast over
-        the heads and the queries: put a 1 where those dimensions are.
-    """,
+    hint=(
+        """
+            Which side gives the queries, and which the keys and values? The weights have
+            one row per query and one column per key, for each head.
+        """,
+        """
+            The queries come from the decoder (the target), keys and values from the encoder (the
+            source). The weights have one row per query and one column per key, for each head. The
+            output has one row per query, and the layer's out projection brings it back to embed_dim.
+            A key padding mask must line up with the last dimension of the weights and broadcast over
+            the heads and the queries: put a 1 where those dimensions are.
+        """,
+    ),
     solution=_SHAPES_SOLUTION,
 )
 def _check_shapes(answer) -> str:
@@ -345,11 +358,17 @@ _CROSS_COUNT_SOLUTION = (
 @exercise(
     "cross-attention/parameter-count",
     title="How many parameters has MultiHeadAttention(48, 4, kdim=32, vdim=32)?",
-    hint="""
-        Four nn.Linear layers, each with a bias of its output width. W^Q maps the queries'
-        width to embed_dim, W^K and W^V map kdim and vdim to embed_dim, W^O maps embed_dim to
-        embed_dim. The number of heads does not change the count.
-    """,
+    hint=(
+        """
+            Four projections, each with a weight matrix and a bias. Which width does each
+            one map from, and which to? The number of heads plays no part.
+        """,
+        """
+            Four nn.Linear layers, each with a bias of its output width. W^Q maps the queries'
+            width to embed_dim, W^K and W^V map kdim and vdim to embed_dim, W^O maps embed_dim to
+            embed_dim. The number of heads does not change the count.
+        """,
+    ),
     solution=_CROSS_COUNT_SOLUTION,
 )
 def _check_cross_count(answer) -> str:
@@ -407,13 +426,20 @@ def _diagonal_baseline() -> tuple:
 @exercise(
     "cross-attention/diagonal-baseline",
     title="Measure the alignment accuracy of a head that ignores content",
-    hint="""
-        Build the held-out data as the chapter does (split_numbers(0.2, seed=0), make_data).
-        A head that looks at the same position is one-hot weights: torch.eye(L, S) expanded to
-        (N, L, S), with L = test_data.alignment.size(1) and S = test_data.src.size(1). Score it
-        with alignment_accuracy(weights, test_data.alignment), which skips the end-of-sentence
-        token. Give a fraction between 0 and 1.
-    """,
+    hint=(
+        """
+            Build a head that always looks at the same position as the query (one-hot
+            weights on the diagonal) and score it with the chapter's alignment accuracy on
+            the held-out data.
+        """,
+        """
+            Build the held-out data as the chapter does (split_numbers(0.2, seed=0), make_data).
+            A head that looks at the same position is one-hot weights: torch.eye(L, S) expanded to
+            (N, L, S), with L = test_data.alignment.size(1) and S = test_data.src.size(1). Score it
+            with alignment_accuracy(weights, test_data.alignment), which skips the end-of-sentence
+            token. Give a fraction between 0 and 1.
+        """,
+    ),
     solution=_DIAGONAL_SOLUTION,
 )
 def _check_diagonal_baseline(answer) -> str:
@@ -481,11 +507,17 @@ _WHICH_BUG_CHOICES = ("a", "b", "c", "d", "e")
 @exercise(
     "cross-attention/which-bug",
     title="Find the bug: which line of this cross-attention is wrong?",
-    hint="""
-        Run the function on a batch whose second sentence has padding and look for NaN. Then
-        sum its weights over the last dimension: a query's weights should sum to 1 over the
-        source positions. Which line decides over which dimension they sum?
-    """,
+    hint=(
+        """
+            Run the function on a batch with padding and look for NaN, then check over
+            which dimension its weights sum to 1.
+        """,
+        """
+            Run the function on a batch whose second sentence has padding and look for NaN. Then
+            sum its weights over the last dimension: a query's weights should sum to 1 over the
+            source positions. Which line decides over which dimension they sum?
+        """,
+    ),
     solution=_WHICH_BUG_SOLUTION,
 )
 def _check_which_bug(answer) -> str:

@@ -54,12 +54,19 @@ _LOSS_SOLUTION = (
 @exercise(
     "language-model/initial-loss",
     title="The loss of an untrained character model",
-    hint="""
-        An untrained model whose output layer is zero gives every character the same logit.
-        What probability does softmax then give the right character, and what is the
-        cross-entropy (natural logarithm) of that probability? The vocabulary is
-        CharTokenizer(load_text()).vocab_size characters.
-    """,
+    hint=(
+        """
+            An untrained model whose output layer is zero gives every character the same
+            logit. What probability does the right character get, and what is the
+            cross-entropy of that probability?
+        """,
+        """
+            An untrained model whose output layer is zero gives every character the same logit.
+            What probability does softmax then give the right character, and what is the
+            cross-entropy (natural logarithm) of that probability? The vocabulary is
+            CharTokenizer(load_text()).vocab_size characters.
+        """,
+    ),
     solution=_LOSS_SOLUTION,
 )
 def _check_initial_loss(answer) -> str:
@@ -146,12 +153,19 @@ def _sinusoidal_variants(length, d_model):
 @exercise(
     "language-model/sinusoidal",
     title="Sinusoidal position encodings",
-    hint="""
-        Build a (length, 1) column of positions and a (d_model / 2,) row of inverse frequencies
-        10000^(-2i / d_model) for 2i = 0, 2, 4, ...; their product is the (length, d_model / 2)
-        table of angles. Write sin(angles) into the even columns pe[:, 0::2] and cos(angles)
-        into the odd columns pe[:, 1::2].
-    """,
+    hint=(
+        """
+            Each pair of columns is a sine and a cosine of the position at one frequency,
+            the frequencies falling geometrically across the pairs. Build the table of
+            angles by broadcasting positions against frequencies.
+        """,
+        """
+            Build a (length, 1) column of positions and a (d_model / 2,) row of inverse frequencies
+            10000^(-2i / d_model) for 2i = 0, 2, 4, ...; their product is the (length, d_model / 2)
+            table of angles. Write sin(angles) into the even columns pe[:, 0::2] and cos(angles)
+            into the odd columns pe[:, 1::2].
+        """,
+    ),
     solution=_sinusoidal_solution,
     name="sinusoidal",
 )
@@ -232,13 +246,20 @@ def _rope_variants(x, positions):
 @exercise(
     "language-model/rope",
     title="Rotary position embedding",
-    hint="""
-        Pair the features as (x[..., 0::2], x[..., 1::2]): each pair is a point in the plane.
-        Rotate the pair of position m by the angle m * theta_i, theta_i = 10000^(-2i/d):
-        (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). Put the results back interleaved
-        (torch.stack([...], dim=-1).flatten(-2)). Or view the pairs as complex numbers and
-        multiply by exp(i m theta).
-    """,
+    hint=(
+        """
+            RoPE treats the features in pairs, each pair a point in the plane, and rotates
+            the pair of position m by an angle proportional to m, with a different
+            frequency per pair.
+        """,
+        """
+            Pair the features as (x[..., 0::2], x[..., 1::2]): each pair is a point in the plane.
+            Rotate the pair of position m by the angle m * theta_i, theta_i = 10000^(-2i/d):
+            (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). Put the results back interleaved
+            (torch.stack([...], dim=-1).flatten(-2)). Or view the pairs as complex numbers and
+            multiply by exp(i m theta).
+        """,
+    ),
     solution=_rope_solution,
     name="rope",
 )
@@ -351,11 +372,18 @@ def _over_rows(logits, k, temperature):
 @exercise(
     "language-model/top-k",
     title="Temperature and top-k sampling",
-    hint="""
-        1. Find the k-th largest logit of each row: torch.topk(logits, k, dim=-1).values[..., -1:].
-        2. Set every logit below it to -inf.
-        3. Return softmax(logits / temperature) over the last dimension.
-    """,
+    hint=(
+        """
+            Keep the k largest logits of each row and make every other token impossible
+            before the softmax. What value of a logit makes a token's probability exactly
+            zero?
+        """,
+        """
+            1. Find the k-th largest logit of each row: torch.topk(logits, k, dim=-1).values[..., -1:].
+            2. Set every logit below it to -inf.
+            3. Return softmax(logits / temperature) over the last dimension.
+        """,
+    ),
     solution=_top_k_solution,
     name="top_k_distribution",
 )
@@ -401,10 +429,16 @@ def _shifted_loss_solution(logits, tokens):
 @exercise(
     "language-model/shifted-loss",
     title="Find the bug: a language-model loss that is too easy",
-    hint="""
-        A causal model's logits at position t have seen tokens 0..t. Which token may they be
-        asked to predict? Drop the last position's logits and the first token.
-    """,
+    hint=(
+        """
+            A causal model's logits at position t have seen tokens 0..t. Which token may
+            they be asked to predict?
+        """,
+        """
+            A causal model's logits at position t have seen tokens 0..t. Which token may they be
+            asked to predict? Drop the last position's logits and the first token.
+        """,
+    ),
     solution=_shifted_loss_solution,
     name="lm_loss",
 )
@@ -480,12 +514,19 @@ _TEMP_SOLUTION = (
 @exercise(
     "language-model/temperature-experiment",
     title="Measure what temperature 0.5 does",
-    hint="""
-        logits = torch.log(torch.tensor([0.5, 0.3, 0.2])) is a model's output for three tokens.
-        Draw 20,000 tokens at temperature 0.5 (softmax(logits / 0.5), then torch.multinomial
-        with replacement=True and a seeded generator) and pass the drawn token ids: the check
-        counts the fraction that are token 0.
-    """,
+    hint=(
+        """
+            Sample many tokens from the given logits at temperature 0.5 (softmax of the
+            logits divided by the temperature, then torch.multinomial), and pass the drawn
+            token ids.
+        """,
+        """
+            logits = torch.log(torch.tensor([0.5, 0.3, 0.2])) is a model's output for three tokens.
+            Draw 20,000 tokens at temperature 0.5 (softmax(logits / 0.5), then torch.multinomial
+            with replacement=True and a seeded generator) and pass the drawn token ids: the check
+            counts the fraction that are token 0.
+        """,
+    ),
     solution=_TEMP_SOLUTION,
 )
 def _check_temperature(answer) -> str:

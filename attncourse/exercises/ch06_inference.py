@@ -61,12 +61,19 @@ _CACHE_BYTES_SOLUTION = (
 @exercise(
     "inference/cache-bytes",
     title="Predict the KV cache of Llama 2 70B",
-    hint="""
-        Every layer caches one key and one value vector per K/V head per position:
-        2 (K and V) x layers x kv_heads x head_dim x L x bytes per element. Llama 2 70B has 80
-        layers, 64 query heads but only 8 K/V heads (grouped-query attention), head_dim = 8192 / 64.
-        bfloat16 takes 2 bytes.
-    """,
+    hint=(
+        """
+            Every layer caches one key vector and one value vector per K/V head and per
+            position. Multiply those counts by the bytes of one number; with grouped-query
+            attention, count the K/V heads, not the query heads.
+        """,
+        """
+            Every layer caches one key and one value vector per K/V head per position:
+            2 (K and V) x layers x kv_heads x head_dim x L x bytes per element. Llama 2 70B has 80
+            layers, 64 query heads but only 8 K/V heads (grouped-query attention), head_dim = 8192 / 64.
+            bfloat16 takes 2 bytes.
+        """,
+    ),
     solution=_CACHE_BYTES_SOLUTION,
 )
 def _check_cache_bytes(answer) -> str:
@@ -109,12 +116,19 @@ def _repeat_kv_solution(x, n_rep):
 @exercise(
     "inference/repeat-kv",
     title="Share each K/V head among a group of query heads",
-    hint="""
-        n_rep is the size of a group (h/g query heads per K/V head), not the number of groups.
-        Query head i reads K/V head i // n_rep. So the output's heads are K/V head 0 n_rep
-        times, then K/V head 1 n_rep times, and so on: repeat each head in place
-        (x.repeat_interleave(n_rep, dim=1)), not the whole block.
-    """,
+    hint=(
+        """
+            n_rep is the size of a group, not the number of groups. Which K/V head does
+            query head i read? Write the order of the output's heads for n_rep = 2 and two
+            K/V heads, then find the torch function that produces that order.
+        """,
+        """
+            n_rep is the size of a group (h/g query heads per K/V head), not the number of groups.
+            Query head i reads K/V head i // n_rep. So the output's heads are K/V head 0 n_rep
+            times, then K/V head 1 n_rep times, and so on: repeat each head in place
+            (x.repeat_interleave(n_rep, dim=1)), not the whole block.
+        """,
+    ),
     solution=_repeat_kv_solution,
     name="my_repeat_kv",
 )
@@ -203,12 +217,18 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
 @exercise(
     "inference/cached-step",
     title="Find the bug in a cached attention step",
-    hint="""
-        Run the buggy function with one new query and a cache of 5 positions and look at which
-        keys it may attend to. F.scaled_dot_product_attention's is_causal=True aligns the first
-        query with the first key (top left): with L = 1 query and S = 6 keys, which keys does
-        that leave? The cache needs the bottom-right alignment of causal_mask(L, S).
-    """,
+    hint=(
+        """
+            Run the buggy function with one new query and a short cache, and look at which
+            keys the query may attend to. Which key should the last query be aligned with?
+        """,
+        """
+            Run the buggy function with one new query and a cache of 5 positions and look at which
+            keys it may attend to. F.scaled_dot_product_attention's is_causal=True aligns the first
+            query with the first key (top left): with L = 1 query and S = 6 keys, which keys does
+            that leave? The cache needs the bottom-right alignment of causal_mask(L, S).
+        """,
+    ),
     solution=_cached_attention_solution,
     name="cached_attention",
 )
@@ -358,12 +378,19 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
 @exercise(
     "inference/rolling-buffer",
     title="A rolling-buffer KV cache",
-    hint="""
-        The buffer has W = keys.size(-2) slots. Position p goes to slot p % W; once p >= W it
-        overwrites position p - W, which has just left the window. Record which position each
-        slot holds in positions (-1 = empty): the rows are no longer in time order, and the
-        attention mask is computed from positions.
-    """,
+    hint=(
+        """
+            The buffer has a fixed number of slots, reused in turn: which slot does
+            position p go to, and which position does it overwrite? The rows are then no
+            longer in time order, so the mask must come from the positions recorded.
+        """,
+        """
+            The buffer has W = keys.size(-2) slots. Position p goes to slot p % W; once p >= W it
+            overwrites position p - W, which has just left the window. Record which position each
+            slot holds in positions (-1 = empty): the rows are no longer in time order, and the
+            attention mask is computed from positions.
+        """,
+    ),
     solution=_rolling_update_solution,
     name="rolling_update",
     keep_dtype=False,  # the checker checks the dtypes itself, to name integer positions turned floating
@@ -484,12 +511,19 @@ def _mqa_gap_solution(model, val_tokens):
 @exercise(
     "inference/mqa-gap",
     title="Measure what mean-pooling to one K/V head costs",
-    hint="""
-        Convert a copy (copy.deepcopy) of the trained model: replace every block's self_attn by
-        mean_pool_kv_heads(block.self_attn, 1). Then gap = loss of the converted copy minus
-        loss of the original, both with next_token_loss on the same validation tokens, in
-        eval() mode. Pass {"model": the original model, "tokens": those tokens, "gap": your gap}.
-    """,
+    hint=(
+        """
+            Convert a copy of the trained model to a single K/V head per layer, with the
+            chapter's conversion, and compare its validation loss with the original's,
+            both in eval mode.
+        """,
+        """
+            Convert a copy (copy.deepcopy) of the trained model: replace every block's self_attn by
+            mean_pool_kv_heads(block.self_attn, 1). Then gap = loss of the converted copy minus
+            loss of the original, both with next_token_loss on the same validation tokens, in
+            eval() mode. Pass {"model": the original model, "tokens": those tokens, "gap": your gap}.
+        """,
+    ),
     solution=_mqa_gap_solution,
     name="measure_gap",
     answer_is_function=False,  # the answer is the measured gap in a dict; the solution computes it

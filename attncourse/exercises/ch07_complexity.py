@@ -113,14 +113,21 @@ def _triple(fn, *args):
 @exercise(
     "complexity/online-softmax",
     title="The online softmax update for one new block",
-    hint="""
-        1. new_max = the larger of the old running max and the largest score of the new block (per query).
-        2. correction = exp(old_max - new_max): what was summed against the old max shrinks by this factor.
-        3. weights = exp(scores - new_max) for the new block, using the NEW max.
-        4. new_sum = old_sum * correction + weights summed over the block;
-           new_acc = acc * correction[:, None] + weights @ value.
-        Before the first block old_max is -inf, and exp(-inf - new_max) = 0 makes the empty sums vanish.
-    """,
+    hint=(
+        """
+            The new block may raise the running maximum. Everything summed so far was
+            computed against the old maximum: by what factor must it be rescaled so that
+            it is measured against the new one?
+        """,
+        """
+            1. new_max = the larger of the old running max and the largest score of the new block (per query).
+            2. correction = exp(old_max - new_max): what was summed against the old max shrinks by this factor.
+            3. weights = exp(scores - new_max) for the new block, using the NEW max.
+            4. new_sum = old_sum * correction + weights summed over the block;
+               new_acc = acc * correction[:, None] + weights @ value.
+            Before the first block old_max is -inf, and exp(-inf - new_max) = 0 makes the empty sums vanish.
+        """,
+    ),
     solution=_online_update_solution,
     name="update",
 )
@@ -245,12 +252,18 @@ _FLOPS_SOLUTION = (
 @exercise(
     "complexity/multihead-flops",
     title="The FLOPs of a multi-head attention layer",
-    hint="""
-        Count the matrix products, 2 FLOPs per multiply-add (an (m x k) @ (k x n) product costs 2 m k n).
-        The layer has four projections E x E applied to L rows each (W^Q, W^K, W^V and W^O), and per
-        head two attention products of width d = E / h: Q K^T and P V. Check with
-        attncourse.benchmarks.measure.multihead_flops, or with torch.utils.flop_counter.FlopCounterMode.
-    """,
+    hint=(
+        """
+            Count the matrix products of the layer, the projections and the attention
+            products of each head, at 2 FLOPs per multiply-add.
+        """,
+        """
+            Count the matrix products, 2 FLOPs per multiply-add (an (m x k) @ (k x n) product costs 2 m k n).
+            The layer has four projections E x E applied to L rows each (W^Q, W^K, W^V and W^O), and per
+            head two attention products of width d = E / h: Q K^T and P V. Check with
+            attncourse.benchmarks.measure.multihead_flops, or with torch.utils.flop_counter.FlopCounterMode.
+        """,
+    ),
     solution=_FLOPS_SOLUTION,
 )
 def _check_flops(answer) -> str:
@@ -308,12 +321,18 @@ _CELLS_SOLUTION = (
 @exercise(
     "complexity/causal-cells",
     title="Predict the scores a causal tiled attention computes",
-    hint="""
-        tiled_attention walks over query blocks of 256. With causal=True, query block i (queries
-        256 i .. 256 i + 255) needs no key after its last query: its key range stops at 256 (i + 1),
-        and its last key tile is cut there. Count the scores of each query block, then sum over the
-        16 blocks. The tiles that cross the diagonal are computed in full, then masked.
-    """,
+    hint=(
+        """
+            With causal=True, a query block needs no key after its last query. Count the
+            scores each query block computes, then add over the blocks.
+        """,
+        """
+            tiled_attention walks over query blocks of 256. With causal=True, query block i (queries
+            256 i .. 256 i + 255) needs no key after its last query: its key range stops at 256 (i + 1),
+            and its last key tile is cut there. Count the scores of each query block, then sum over the
+            16 blocks. The tiles that cross the diagonal are computed in full, then masked.
+        """,
+    ),
     solution=_CELLS_SOLUTION,
 )
 def _check_cells(answer) -> str:
@@ -372,11 +391,18 @@ _BUG_SOLUTION = (
 @exercise(
     "complexity/find-the-bug",
     title="Find the bug in a blocked softmax",
-    hint="""
-        Run the function against torch.softmax(q @ k.transpose(-2, -1) * scale, -1) @ v, first with one
-        block (block >= S), then with several. Which running quantity is weighted with the old
-        maximum and never brought to the new one?
-    """,
+    hint=(
+        """
+            Compare the function with plain attention, first with one block, then with
+            several. A bug that shows only with several blocks is in what carries over
+            from block to block.
+        """,
+        """
+            Run the function against torch.softmax(q @ k.transpose(-2, -1) * scale, -1) @ v, first with one
+            block (block >= S), then with several. Which running quantity is weighted with the old
+            maximum and never brought to the new one?
+        """,
+    ),
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:
@@ -429,11 +455,17 @@ _RATIO_SOLUTION = (
 @exercise(
     "complexity/causal-flops",
     title="Measure the FLOPs that causal tiling saves",
-    hint="""
-        Wrap each call in `with torch.no_grad(), FlopCounterMode(display=False) as counter:` and read
-        counter.get_total_flops(), once with causal=True and once with causal=False, on the same
-        (1, 8, 2048, 64) inputs and the default block sizes. Report causal / non-causal.
-    """,
+    hint=(
+        """
+            Count the FLOPs of one causal and one non-causal call on the same inputs with
+            torch's FlopCounterMode, and divide.
+        """,
+        """
+            Wrap each call in `with torch.no_grad(), FlopCounterMode(display=False) as counter:` and read
+            counter.get_total_flops(), once with causal=True and once with causal=False, on the same
+            (1, 8, 2048, 64) inputs and the default block sizes. Report causal / non-causal.
+        """,
+    ),
     solution=_RATIO_SOLUTION,
 )
 def _check_ratio(answer) -> str:

@@ -73,11 +73,18 @@ def _mask_mistakes(distance, span, ramp):
 @exercise(
     "adaptive-span/soft-mask",
     title="The soft span mask m_z(x)",
-    hint="""
-        m_z(x) = min(max((R + z - x) / R, 0), 1): compute (ramp + span - distance) / ramp, then clamp
-        it into [0, 1] (tensor.clamp(0, 1)). Broadcasting does the rest: span of shape (H, 1, 1) and
-        distance of shape (L, S) give (H, L, S).
-    """,
+    hint=(
+        """
+            The mask is 1 up to the span, falls linearly to 0 over the ramp, and is 0
+            beyond. Write the linear part as a function of the distance, then keep it
+            between 0 and 1; broadcasting does the rest.
+        """,
+        """
+            m_z(x) = min(max((R + z - x) / R, 0), 1): compute (ramp + span - distance) / ramp, then clamp
+            it into [0, 1] (tensor.clamp(0, 1)). Broadcasting does the rest: span of shape (H, 1, 1) and
+            distance of shape (L, S) give (H, L, S).
+        """,
+    ),
     solution=_mask_solution,
     name="span_mask",
 )
@@ -135,11 +142,17 @@ def _window_solution(spans, ramp):
 @exercise(
     "adaptive-span/window",
     title="How many keys back must a layer compute?",
-    hint="""
-        The mask is non-zero exactly when x < z + R. The largest such whole distance is
-        ceil(z + R) - 1, so distances 0 .. ceil(z + R) - 1 are needed: ceil(z + R) keys. All the
-        heads of a layer share one computation, so the longest span decides.
-    """,
+    hint=(
+        """
+            For which distances is the soft mask non-zero? The window must hold every such
+            key, and the heads of a layer share one window.
+        """,
+        """
+            The mask is non-zero exactly when x < z + R. The largest such whole distance is
+            ceil(z + R) - 1, so distances 0 .. ceil(z + R) - 1 are needed: ceil(z + R) keys. All the
+            heads of a layer share one computation, so the longest span decides.
+        """,
+    ),
     solution=_window_solution,
     name="keys_to_keep",
 )
@@ -292,11 +305,17 @@ def _over_queries(scores, span, ramp):
 @exercise(
     "adaptive-span/weights",
     title="Mask the probabilities and renormalise",
-    hint="""
-        1. distance[i, j] = i - j (how far back key j is from query i); keys with j > i are the future.
-        2. probs = softmax over the keys of the scores, with the future set to -inf.
-        3. weights = probs * m_z(distance), then divide each row by its sum.
-    """,
+    hint=(
+        """
+            Compute the causal softmax first, multiply it by the soft mask of each key's
+            distance, then renormalise each row.
+        """,
+        """
+            1. distance[i, j] = i - j (how far back key j is from query i); keys with j > i are the future.
+            2. probs = softmax over the keys of the scores, with the future set to -inf.
+            3. weights = probs * m_z(distance), then divide each row by its sum.
+        """,
+    ),
     solution=_weights_solution,
     name="span_weights",
 )
@@ -357,11 +376,18 @@ _CELLS_SOLUTION = (
 @exercise(
     "adaptive-span/cells",
     title="Predict the scores a trimmed layer computes",
-    hint="""
-        One window for the whole layer: W = ceil(max_h z_h + R). Queries go in blocks of 16; each block
-        is compared with its own 16 keys and the W - 1 keys before them. Multiply by the number of
-        blocks, the queries per block and the heads.
-    """,
+    hint=(
+        """
+            The whole layer uses one window, set by the longest span. Count what one query
+            block compares with, then multiply by the number of blocks, the queries per
+            block and the heads.
+        """,
+        """
+            One window for the whole layer: W = ceil(max_h z_h + R). Queries go in blocks of 16; each block
+            is compared with its own 16 keys and the W - 1 keys before them. Multiply by the number of
+            blocks, the queries per block and the heads.
+        """,
+    ),
     solution=_CELLS_SOLUTION,
 )
 def _check_cells(answer) -> str:
@@ -411,10 +437,16 @@ _BUG_SOLUTION = (
 @exercise(
     "adaptive-span/find-the-bug",
     title="Find the bug in an adaptive-span head",
-    hint="""
-        Print the mask for a small L, say 6, with span 1 and ramp 1. Which keys get a mask below 1?
-        They should be the far PAST keys.
-    """,
+    hint=(
+        """
+            Print the mask for a small L with a small span and ramp. Which keys get a mask
+            below 1, and which should?
+        """,
+        """
+            Print the mask for a small L, say 6, with span 1 and ramp 1. Which keys get a mask below 1?
+            They should be the far PAST keys.
+        """,
+    ),
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:

@@ -61,11 +61,17 @@ _COUNT_SOLUTION = (
 @exercise(
     "all-attention/parameter-count",
     title="The parameters of one all-attention layer",
-    hint="""
-        Count the four projections W^Q, W^K, W^V, W^O first (no biases). Then the persistent
-        vectors: each of the h heads has N keys and N values, each a vector of d_h = d / h
-        numbers. Multiply out: how many numbers do all heads' keys and values hold together?
-    """,
+    hint=(
+        """
+            Count the projections first, then the persistent vectors: each head has its
+            own persistent keys and values, each vector of the head's width.
+        """,
+        """
+            Count the four projections W^Q, W^K, W^V, W^O first (no biases). Then the persistent
+            vectors: each of the h heads has N keys and N values, each a vector of d_h = d / h
+            numbers. Multiply out: how many numbers do all heads' keys and values hold together?
+        """,
+    ),
     solution=_COUNT_SOLUTION,
 )
 def _check_count(answer) -> str:
@@ -185,12 +191,19 @@ def _head_outputs(fn, *args):
 @exercise(
     "all-attention/persistent-head",
     title="One head over the context and the persistent vectors",
-    hint="""
-        1. Append the memory after the context: keys = cat([key, memory_key], dim=-2), the same for values.
-        2. Extend the (L, L) mask with N columns of True: the persistent vectors are always visible.
-        3. scores = query @ keys^T / sqrt(d_h); fill -inf where the extended mask is False.
-        4. ONE softmax over the last dimension (all L + N keys), then weights @ values.
-    """,
+    hint=(
+        """
+            The persistent vectors are extra keys and values that every query may see.
+            Append them to the context's keys and values, extend the mask to match, and
+            take one softmax over all the keys together.
+        """,
+        """
+            1. Append the memory after the context: keys = cat([key, memory_key], dim=-2), the same for values.
+            2. Extend the (L, L) mask with N columns of True: the persistent vectors are always visible.
+            3. scores = query @ keys^T / sqrt(d_h); fill -inf where the extended mask is False.
+            4. ONE softmax over the last dimension (all L + N keys), then weights @ values.
+        """,
+    ),
     solution=_persistent_head_solution,
     name="persistent_head",
 )
@@ -277,12 +290,19 @@ def _ffn_solution(w1, w2):
 @exercise(
     "all-attention/ffn-as-attention",
     title="Turning FFN weights into persistent keys and values",
-    hint="""
-        Hidden unit i of W2 softmax(W1 x) is softmax_i(w1_i . x): a score of x against the row
-        w1_i of W1. It then contributes its weight times the column i of W2 to the output.
-        Each key and each value is a vector of width d_model, one per hidden unit: both tensors
-        have shape (d_ff, d_model).
-    """,
+    hint=(
+        """
+            Read the feed-forward layer as attention: the input is the query, each hidden
+            unit is one key and one value. Which row of W1 scores the input for hidden
+            unit i, and which column of W2 does that unit add to the output?
+        """,
+        """
+            Hidden unit i of W2 softmax(W1 x) is softmax_i(w1_i . x): a score of x against the row
+            w1_i of W1. It then contributes its weight times the column i of W2 to the output.
+            Each key and each value is a vector of width d_model, one per hidden unit: both tensors
+            have shape (d_ff, d_model).
+        """,
+    ),
     solution=_ffn_solution,
     name="ffn_to_memory",
 )
@@ -372,10 +392,16 @@ _MACS_SOLUTION = (
 @exercise(
     "all-attention/memory-cost",
     title="Predict the multiply-adds of the persistent memory",
-    hint="""
-        In one head: N scores, each a dot product of width d_h, then a weighted sum of N values of
-        width d_h. Then multiply by the h heads; remember d_h = d / h.
-    """,
+    hint=(
+        """
+            Count the work of one head over the persistent vectors (the scores and the
+            weighted sum), then multiply by the heads, remembering the head's width.
+        """,
+        """
+            In one head: N scores, each a dot product of width d_h, then a weighted sum of N values of
+            width d_h. Then multiply by the h heads; remember d_h = d / h.
+        """,
+    ),
     solution=_MACS_SOLUTION,
 )
 def _check_macs(answer) -> str:
@@ -423,10 +449,16 @@ _BUG_SOLUTION = (
 @exercise(
     "all-attention/find-the-bug",
     title="Find the bug in a persistent-memory head",
-    hint="""
-        Run it with N = 4 and look at the weights of the first query: how much goes to the
-        persistent columns? Which line decides which columns each query may see?
-    """,
+    hint=(
+        """
+            Run it with a few persistent vectors and look at the weights of the first
+            query: how much goes to the persistent columns?
+        """,
+        """
+            Run it with N = 4 and look at the weights of the first query: how much goes to the
+            persistent columns? Which line decides which columns each query may see?
+        """,
+    ),
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:

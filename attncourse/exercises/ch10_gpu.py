@@ -140,12 +140,19 @@ def _as_list(result) -> List[int]:
 @exercise(
     "gpu/causal-key-blocks",
     title="The key blocks a causal query block must visit",
-    hint="""
-        Query i may attend to key j when j <= i + (S - L) (the last query aligned with the last key).
-        The block holds the queries block_m * query_block .. min(block_m * (query_block + 1), L) - 1;
-        its LAST query sees the most keys. The key blocks to visit are 0 .. (that last key) // block_n,
-        and none at all when that last key is negative (L > S: the first queries come before every key).
-    """,
+    hint=(
+        """
+            Which query of the block sees the most keys, and which is the last key it may
+            see? The key blocks to visit run from the first up to the one holding that
+            key; think about a block that sees no key at all.
+        """,
+        """
+            Query i may attend to key j when j <= i + (S - L) (the last query aligned with the last key).
+            The block holds the queries block_m * query_block .. min(block_m * (query_block + 1), L) - 1;
+            its LAST query sees the most keys. The key blocks to visit are 0 .. (that last key) // block_n,
+            and none at all when that last key is negative (L > S: the first queries come before every key).
+        """,
+    ),
     solution=_key_blocks_solution,
 )
 def _check_key_blocks(fn) -> str:
@@ -228,12 +235,19 @@ _SKIPPED_SOLUTION = (
 @exercise(
     "gpu/span-skipped-tiles",
     title="The tiles an adaptive-span head skips",
-    hint="""
-        The head's keys with a weight are those at distance 0 .. W - 1 with W = ceil(z + R). With L = 4096
-        and 64 x 64 tiles, query block r needs the key blocks from the one holding key max(0, 64 r - W + 1)
-        up to block r (the diagonal). Add the tiles over r = 0 .. 63 and subtract from the causal count
-        64 * 65 / 2. Check with attncourse.kernels.tiles.tile_map.
-    """,
+    hint=(
+        """
+            Find the head's window of keys with a weight, then for each query block the
+            key blocks that window reaches. Compare the tiles with the causal tiles;
+            tile_map can check your count.
+        """,
+        """
+            The head's keys with a weight are those at distance 0 .. W - 1 with W = ceil(z + R). With L = 4096
+            and 64 x 64 tiles, query block r needs the key blocks from the one holding key max(0, 64 r - W + 1)
+            up to block r (the diagonal). Add the tiles over r = 0 .. 63 and subtract from the causal count
+            64 * 65 / 2. Check with attncourse.kernels.tiles.tile_map.
+        """,
+    ),
     solution=_SKIPPED_SOLUTION,
 )
 def _check_skipped(answer) -> str:
@@ -1234,15 +1248,22 @@ def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
 @exercise(
     "gpu/masked-softmax-kernel",
     title="A masked row softmax in Triton",
-    hint="""
-        One program per row: row = tl.program_id(0), cols = tl.arange(0, BLOCK). Load the row's
-        length
-        with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with that
-        mask and
-        other=float("-inf"), subtract its maximum before tl.exp, and divide by the sum. A row of
-        length 0 has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0)
-        and give it zeros. Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
-    """,
+    hint=(
+        """
+            One program per row: load the row with a mask for its length, filling the rest
+            with -inf, subtract the row's maximum, exponentiate and divide by the sum.
+            What should a row of length 0 give?
+        """,
+        """
+            One program per row: row = tl.program_id(0), cols = tl.arange(0, BLOCK). Load the row's
+            length
+            with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with that
+            mask and
+            other=float("-inf"), subtract its maximum before tl.exp, and divide by the sum. A row of
+            length 0 has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0)
+            and give it zeros. Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
+        """,
+    ),
     solution=masked_softmax_kernel,
 )
 def _check_masked_softmax(kernel) -> str:
@@ -1575,17 +1596,24 @@ def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
 @exercise(
     "gpu/online-softmax-kernel",
     title="The online softmax over key tiles in Triton",
-    hint="""
-        Keep, for each of the BLOCK_M rows, the running maximum m (start at -inf), the running sum
-        l and
-        the accumulator acc (BLOCK_M, D), all float32. For each tile of BLOCK_N keys: load the
-        scores with
-        the mask (rows < n_rows) & (keys < n_keys) and other=float("-inf"), and the value rows
-        keys < n_keys;
-        m_new = max(m, max of the tile); alpha = exp(m - m_new); p = exp(s - m_new[:, None]);
-        l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store
-        acc / l[:, None] for the rows < n_rows.
-    """,
+    hint=(
+        """
+            It is the online softmax of chapter 7 inside a kernel: keep the running
+            maximum, the running sum and the accumulator per row, in float32, and rescale
+            them when a tile raises the maximum.
+        """,
+        """
+            Keep, for each of the BLOCK_M rows, the running maximum m (start at -inf), the running sum
+            l and
+            the accumulator acc (BLOCK_M, D), all float32. For each tile of BLOCK_N keys: load the
+            scores with
+            the mask (rows < n_rows) & (keys < n_keys) and other=float("-inf"), and the value rows
+            keys < n_keys;
+            m_new = max(m, max of the tile); alpha = exp(m - m_new); p = exp(s - m_new[:, None]);
+            l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store
+            acc / l[:, None] for the rows < n_rows.
+        """,
+    ),
     solution=online_softmax_kernel,
 )
 def _check_online_softmax(kernel) -> str:
@@ -1749,13 +1777,19 @@ _BUG_SOLUTION = (
 @exercise(
     "gpu/find-the-bug",
     title="Find the bug in a causal softmax kernel",
-    hint="""
-        Run the kernel (or work it by hand) with L = N = 4: which keys does query 0 see, and which
-        should it
-        see? The package's causal mask lets query i attend to key j when j <= i + (N - L), the
-        last query
-        aligned with the last key.
-    """,
+    hint=(
+        """
+            Work through a small case by hand: which keys does query 0 see, and which
+            should it see under the package's causal mask?
+        """,
+        """
+            Run the kernel (or work it by hand) with L = N = 4: which keys does query 0 see, and which
+            should it
+            see? The package's causal mask lets query i attend to key j when j <= i + (N - L), the
+            last query
+            aligned with the last key.
+        """,
+    ),
     solution=_BUG_SOLUTION,
 )
 def _check_find_the_bug(answer) -> str:
@@ -1857,13 +1891,20 @@ def _backward_variants(query, key, value, out, lse, dout) -> Dict[str, Tuple[tor
 @exercise(
     "gpu/backward",
     title="The backward pass from the saved log-sum-exp",
-    hint="""
-        With s = Q K^T * scale (scale = 1/sqrt(d_k)): P = exp(s - lse[..., None]) recomputes the
-        weights.
-        dV = P^T dO; dP = dO V^T; D = rowsum(dO * O) (one number per query, keepdim=True);
-        dS = P * (dP - D); dQ = dS K * scale; dK = dS^T Q * scale. Transpose only the last two
-        dimensions.
-    """,
+    hint=(
+        """
+            Recompute the weights from the saved log-sum-exp, then go back through the two
+            products and the softmax one at a time. The softmax's backward needs one
+            number per query.
+        """,
+        """
+            With s = Q K^T * scale (scale = 1/sqrt(d_k)): P = exp(s - lse[..., None]) recomputes the
+            weights.
+            dV = P^T dO; dP = dO V^T; D = rowsum(dO * O) (one number per query, keepdim=True);
+            dS = P * (dP - D); dQ = dS K * scale; dK = dS^T Q * scale. Transpose only the last two
+            dimensions.
+        """,
+    ),
     solution=attention_backward,
 )
 def _check_backward(fn) -> str:
@@ -2093,17 +2134,24 @@ def _named(value: float, known: List[Tuple[float, str]], right: List[float]) -> 
 @exercise(
     "gpu/roofline-fraction",
     title="Achieved TFLOP/s and the roofline",
-    hint="""
-        1. On the GPU, make q, k, v (float16, say B=4, H=8, L=S=2048, d=64) and call the kernel a few
-        times first (the first call compiles it). Then time 20 calls, each between two
-        torch.cuda.Event(enable_timing=True) recorded before and after it, with
-        torch.cuda.synchronize() before start.elapsed_time(end), and keep the median (ms).
-        2. FLOPs: two products of 2 L S d each per (batch, head), 4 B H L S d in all, about half of
-        it with causal=True when L = S. TFLOP/s = FLOPs / (ms * 1e-3) / 1e12.
-        3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B H L d elements
-        of 2 bytes when L = S). Roofline = min(peak, intensity * bandwidth), in FLOP/s; fraction =
-        achieved FLOP/s / roofline, a number between 0 and 1.
-    """,
+    hint=(
+        """
+            Time the kernel on the GPU after a warm-up, count its FLOPs, and compare the
+            achieved rate with the roofline of this GPU at the kernel's arithmetic
+            intensity.
+        """,
+        """
+            1. On the GPU, make q, k, v (float16, say B=4, H=8, L=S=2048, d=64) and call the kernel a few
+            times first (the first call compiles it). Then time 20 calls, each between two
+            torch.cuda.Event(enable_timing=True) recorded before and after it, with
+            torch.cuda.synchronize() before start.elapsed_time(end), and keep the median (ms).
+            2. FLOPs: two products of 2 L S d each per (batch, head), 4 B H L S d in all, about half of
+            it with causal=True when L = S. TFLOP/s = FLOPs / (ms * 1e-3) / 1e12.
+            3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B H L d elements
+            of 2 bytes when L = S). Roofline = min(peak, intensity * bandwidth), in FLOP/s; fraction =
+            achieved FLOP/s / roofline, a number between 0 and 1.
+        """,
+    ),
     solution=_roofline_solution,
     name="measure_roofline",
     answer_is_function=False,  # the answer is the measurement in a dict; the solution takes it

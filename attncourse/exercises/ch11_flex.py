@@ -260,12 +260,19 @@ def _document_window_mistakes(document: torch.Tensor, window: int) -> Dict[str, 
 @exercise(
     "flex/document-window-mask",
     title="A mask_mod: causal, within a window and within a document",
-    hint="""
-        Three conditions, each a comparison of index tensors: the key is in the query's document
-        (document[q_idx] == document[kv_idx]), it is not in the future (kv_idx <= q_idx), and it
-        is fewer than window positions back (q_idx - kv_idx < window). Combine them with &, not
-        with `and`: the indices are tensors. Return the inner function, not its value.
-    """,
+    hint=(
+        """
+            Three conditions must all hold: same document, not in the future, inside the
+            window. The indices are tensors, so combine the comparisons with an operator
+            that works element by element.
+        """,
+        """
+            Three conditions, each a comparison of index tensors: the key is in the query's document
+            (document[q_idx] == document[kv_idx]), it is not in the future (kv_idx <= q_idx), and it
+            is fewer than window positions back (q_idx - kv_idx < window). Combine them with &, not
+            with `and`: the indices are tensors. Return the inner function, not its value.
+        """,
+    ),
     solution=_document_window_mask_solution,
     name="document_window_mask",
 )
@@ -401,12 +408,19 @@ def _alibi_mistakes(score, heads, query_len, key_len) -> Dict[str, Optional[torc
 @exercise(
     "flex/alibi-score-mod",
     title="A score_mod: ALiBi",
-    hint="""
-        Put alibi_slopes(num_heads) in a tensor before defining score_mod, so that slopes[h]
-        works on index tensors. The distance of query q_idx to key kv_idx is
-        q_idx + (key_len - query_len) - kv_idx (the queries are the last ones); return
-        score - slopes[h] * distance, in the dtype of score.
-    """,
+    hint=(
+        """
+            ALiBi subtracts a head's slope times the distance from the query to the key.
+            Prepare the slopes as a tensor before score_mod, and mind where the queries
+            sit when there are more keys than queries.
+        """,
+        """
+            Put alibi_slopes(num_heads) in a tensor before defining score_mod, so that slopes[h]
+            works on index tensors. The distance of query q_idx to key kv_idx is
+            q_idx + (key_len - query_len) - kv_idx (the queries are the last ones); return
+            score - slopes[h] * distance, in the dtype of score.
+        """,
+    ),
     solution=_alibi_mod_solution,
     name="alibi_mod",
 )
@@ -569,13 +583,20 @@ def _block_mistakes(length: int, window: int, block: int) -> Dict[str, Tuple[int
 @exercise(
     "flex/predict-blocks",
     title="Predict the blocks of a sliding window",
-    hint="""
-        Loop over the pairs (query block, key block). In a block, the distances q - k run from
-        nearest = first query - last key to farthest = last query - first key. The block is
-        empty when no distance lies in [0, window), full when all of them do, partial otherwise.
-        Keys after a block's last query are never kept, so the key blocks after the query block
-        are all empty.
-    """,
+    hint=(
+        """
+            For each pair of a query block and a key block, find the smallest and the
+            largest distance between its queries and keys, and compare them with the
+            window.
+        """,
+        """
+            Loop over the pairs (query block, key block). In a block, the distances q - k run from
+            nearest = first query - last key to farthest = last query - first key. The block is
+            empty when no distance lies in [0, window), full when all of them do, partial otherwise.
+            Keys after a block's last query are never kept, so the key blocks after the query block
+            are all empty.
+        """,
+    ),
     solution=_window_blocks_solution,
     name="window_blocks",
 )
@@ -683,12 +704,18 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
 @exercise(
     "flex/fix-causal",
     title="Find the bug: a causal mask_mod for a decoding step",
-    hint="""
-        Evaluate the given mask_mod with create_mask (or on torch.arange grids) for 4 queries
-        after 10 keys and compare it with causal_mask(4, 10): which keys does the last query
-        see? The package aligns the last query with the last key: query i is at position
-        i + (key_len - query_len).
-    """,
+    hint=(
+        """
+            Evaluate the given mask_mod for a few queries after a longer cache and compare
+            it with the package's causal_mask: which keys does the last query see?
+        """,
+        """
+            Evaluate the given mask_mod with create_mask (or on torch.arange grids) for 4 queries
+            after 10 keys and compare it with causal_mask(4, 10): which keys does the last query
+            see? The package aligns the last query with the last key: query i is at position
+            i + (key_len - query_len).
+        """,
+    ),
     solution=_fixed_causal_solution,
     name="fixed_causal",
 )
@@ -831,11 +858,17 @@ def _blocks_mistakes(block_mask) -> Dict[str, Optional[float]]:
 @exercise(
     "flex/computed-blocks",
     title="Explain a timing ratio: the blocks computed",
-    hint="""
-        A BlockMask stores, for each batch entry, head and block of queries, how many key blocks
-        are partial (kv_num_blocks) and how many are full (full_kv_num_blocks). The kernel
-        computes both kinds and skips the rest. Sum both counts over everything.
-    """,
+    hint=(
+        """
+            A BlockMask records, for each query block, how many key blocks are partial and
+            how many are full. Which of them does the kernel compute?
+        """,
+        """
+            A BlockMask stores, for each batch entry, head and block of queries, how many key blocks
+            are partial (kv_num_blocks) and how many are full (full_kv_num_blocks). The kernel
+            computes both kinds and skips the rest. Sum both counts over everything.
+        """,
+    ),
     solution=_computed_blocks_solution,
     name="computed_blocks",
 )
