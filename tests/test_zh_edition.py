@@ -287,3 +287,12 @@ def test_the_chinese_sources_build_configuration(tmp_path):
     assert (tmp_path / "src" / "book" / "api.md").read_text() == (
         ROOT / "book" / "api.md"
     ).read_text()
+
+
+def test_the_chinese_glossary_names_every_avoided_rendering():
+    """terminology.tsv's third column lists the words this edition does not use outside the
+    glossary (跨度, 全注意力, 词元, ...): the Chinese glossary names each, so that a reader who
+    knows the word from the sources or from other books finds this edition's."""
+    text = zh.chinese_markdown(ROOT / "book" / "glossary.md")
+    missing = [(e, v) for e, _, avoid in zh.terminology() for v in avoid if v not in text]
+    assert not missing, f"avoided words the Chinese glossary does not name: {missing}"
