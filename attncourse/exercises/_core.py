@@ -352,11 +352,15 @@ def nearest_exercises(exercise_id: Any, n: int = 3) -> List[str]:
     if not isinstance(exercise_id, str) or not exercise_id.strip():
         return []
     typed = exercise_id.strip().lower().replace("_", "-").replace(" ", "-")
-    known = list(_REGISTRY)
-    near = difflib.get_close_matches(typed, known, n=n, cutoff=0.6)
-    names = {k.split("/", 1)[-1]: k for k in known}
-    near += [names[m] for m in difflib.get_close_matches(typed, list(names), n=n, cutoff=0.75)]
-    return list(dict.fromkeys(near))[:n]
+    scores: Dict[str, float] = {}
+    for known in _REGISTRY:  # the whole id, or its name alone when the chapter is left out
+        for against, cutoff in ((known, 0.6), (known.split("/", 1)[-1], 0.75)):
+            ratio = difflib.SequenceMatcher(None, typed, against).ratio()
+            if ratio >= cutoff:
+                scores[known] = max(scores.get(known, 0.0), ratio)
+    ranked = sorted(scores, key=lambda k: -scores[k])
+    # the clear winner alone; the others only when they come close to it
+    return [k for k in ranked if scores[k] >= scores[ranked[0]] - 0.1][:n] if ranked else []
 
 
 def _get(exercise_id: str) -> Exercise:
