@@ -35,9 +35,9 @@ A reader on a phone or a tablet:
   an inline formula too long for its line scrolls instead of being cut off (the theme gives
   ``span.math`` ``overflow: hidden``; MathJax's hidden copy for screen readers, often a few
   pixels wider than the formula drawn, is kept within it, or every such formula would scroll),
-  a table whose last column is an identifier a reader types
-  (the exercise index) shows one row per block, and the full-screen button (no use on a phone)
-  makes room for the header's other buttons.
+  a table whose last column is an identifier a reader types (the exercise index) shows one row
+  per block, and the full-screen button (no use on a phone) makes room for the header's other
+  buttons.
 * Figures. Every image links to its own file, so that a tap opens it full size.
 
 The Chinese edition translates the strings of Sphinx and of the themes that their own
@@ -75,7 +75,8 @@ FONT_STACK = (
 
 #: The book's own templates, before the theme's (the sidebar toggles with translatable titles).
 TEMPLATES = Path(__file__).resolve().parent / "book_templates"
-#: The site's own rules for narrow screens, after the theme's stylesheets.
+#: The site's own rules for narrow screens (and long formulas). They are written into the page's
+#: head before the theme's stylesheets, so each is more specific than the theme's rule it undoes.
 NARROW_CSS = """
 .bd-article { overflow-wrap: break-word; }
 .bd-article span.math { overflow-x: auto; overflow-y: hidden; }
