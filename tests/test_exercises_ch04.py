@@ -97,7 +97,8 @@ def test_a_stub_is_not_attempted_and_a_crash_is_reported():
 
 
 def test_hint_and_solution_are_available():
-    assert "source_mask[:, None, :]" in hint(ID).text
+    assert "source_mask[:, None, :]" in hint(ID, 2).text  # the second level; the first nudges
+    assert "source_mask[:, None, :]" not in hint(ID).text
     assert "def cross_attention(" in solution(ID).text
 
 
