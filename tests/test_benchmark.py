@@ -7,9 +7,10 @@ import torch
 
 from attncourse.attention import scaled_dot_product_attention
 from attncourse.benchmarks import attention as benchmark
-from attncourse.benchmarks import measure
+from attncourse.benchmarks import measure, positions
 from attncourse.benchmarks.__main__ import build_parser, main
 from attncourse.benchmarks.common import RESULTS, write_result
+from attncourse.benchmarks.positions import ENCODINGS, load_positions, train_positional
 from attncourse.masks import causal_mask
 
 
@@ -241,3 +242,42 @@ def test_committed_span_time_falls_with_the_span():
     assert result["length"] == 4096
     seconds = [r["seconds"] for r in sorted(result["rows"], key=lambda r: r["span"])]
     assert seconds == sorted(seconds) and seconds[0] < 0.5 * seconds[-1]
+
+
+# -- chapter 5's comparison of positional encodings ------------------------------------------
+
+_TINY = dict(d_model=8, num_heads=2, d_ff=8, num_layers=1, context=8, batch_size=2, val_batches=1)
+
+
+def test_train_positional_is_seeded_and_names_its_arguments():
+    first = train_positional("rope", seed=3, steps=2, **_TINY)
+    assert first == train_positional("rope", seed=3, steps=2, **_TINY)  # deterministic
+    assert 0 < first < 10
+    with pytest.raises(ValueError, match="positional"):
+        train_positional("rotary", steps=1, **_TINY)
+    with pytest.raises(ValueError, match="steps"):
+        train_positional("rope", steps=0)
+
+
+def test_compare_positions_writes_what_the_chapter_prints(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        positions, "train_positional", lambda e, *, seed, steps: {"none": 3.0}.get(e, 2.0) + seed
+    )
+    result = positions.compare_positions(seeds=[0, 1], steps=5)
+    assert result["seeds"] == [0, 1] and result["steps"] == 5
+    assert result["summary"]["none"]["mean"] == 3.5 and result["summary"]["rope"]["std"] > 0
+    assert "load_average_at_start" in result["machine"] or not hasattr(
+        __import__("os"), "getloadavg"
+    )
+    table = positions.positions_table(result)
+    assert table.splitlines()[-1].startswith("none")  # the worst last
+    write_result(result, tmp_path, positions.NAME)
+    assert positions.load_positions(tmp_path) == json.loads((tmp_path / positions.NAME).read_text())
+    with pytest.raises(ValueError, match="encodings"):
+        positions.compare_positions(encodings=["rotary"])
+
+
+def test_committed_positions_comparison_is_complete():
+    result = load_positions()
+    assert set(result["summary"]) == set(ENCODINGS) and len(result["seeds"]) >= 3
+    assert all(len(result["runs"][e]) == len(result["seeds"]) for e in ENCODINGS)
