@@ -1294,7 +1294,8 @@ _OVERRIDES: list = []
 
 @contextlib.contextmanager
 def launch_override(kernel: Optional[str] = None, **fields: object) -> Iterator[None]:
-    """Within it, the launcher uses ``fields`` in place of those :func:`launch_config` picks.
+    """Within it, the launcher uses ``fields`` in place of those that
+    :func:`~attncourse.kernels.config.launch_config` picks.
 
     For measuring the alternatives on a GPU (``make gpu-check``): e.g.
     ``with launch_override("forward", block_m=128, num_stages=3):`` or
