@@ -308,6 +308,31 @@ def test_flexattention_is_not_compiled_again_after_two_failures(
     assert len(course) == 8 and all(r["status"] == "ok" for r in course)
 
 
+def test_a_failing_block_mask_costs_only_flexattentions_rows(fake_machine, monkeypatch, tmp_path):
+    """create_block_mask (the causal settings' mask) raising, as a torch whose signature
+    differs would: FlexAttention's row says why, the course's and SDPA's rows are measured."""
+
+    def block_mask(*args, **kwargs):
+        raise TypeError("create_block_mask() got an unexpected keyword argument 'device'")
+
+    flex = {"compiled": lambda q, k, v, block_mask=None: q.clone(), "block_mask": block_mask}
+    monkeypatch.setattr(gpu_check, "flex_support", lambda: (flex, None))
+    monkeypatch.setattr(gpu_check, "sdpa_backends_of_build", lambda: ([], {}))
+    plan = tiny_plan(flex_lengths=(16,), budget_s=600.0)
+    assert fake_machine(["--only", "timings", "--out", str(tmp_path)], plan) == 0
+    _, report = read_report(tmp_path)
+    rows = report["timings"]["rows"]
+    assert "errors" not in report["timings"]
+    for causal in (False, True):
+        course = [r for r in rows if r["impl"] == "course" and r["causal"] == causal]
+        flex_rows = [r for r in rows if r["impl"] == "flex" and r["causal"] == causal]
+        assert len(course) == len(flex_rows) == 2 and all(r["status"] == "ok" for r in course)
+        if causal:
+            assert all("unexpected keyword argument" in r["reason"] for r in flex_rows)
+        else:
+            assert all(r["status"] == "ok" for r in flex_rows)
+
+
 def test_flexattention_that_failed_every_warmup_compile_is_not_tried():
     warm = {
         "items": [

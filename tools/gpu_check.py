@@ -1280,12 +1280,24 @@ def implementations(
     for backend in sdpa_names:
         forwards[f"sdpa-{backend}"] = _restricted(backend, q, k, v, s.causal)
     if flex is not None:
-        mask = None
-        if s.causal:
-            causal = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx
-            mask = flex["block_mask"](causal, None, None, s.length, s.length, device=q.device)
-        forwards["flex"] = lambda: flex["compiled"](q, k, v, block_mask=mask)
+        forwards["flex"] = _flex_call(flex, s, q, k, v)
     return {name: step(fn, (q, k, v), dout, s.backward) for name, fn in forwards.items()}
+
+
+def _flex_call(flex: Dict[str, object], s: Setting, q, k, v) -> Callable[[], torch.Tensor]:
+    """Compiled FlexAttention at ``s``; a causal setting's block mask is built at the first call
+    (the probe, untimed) and kept, so that an error there is FlexAttention's alone."""
+    masks: Dict[str, object] = {}
+
+    def call():
+        if s.causal and "causal" not in masks:
+            causal = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx
+            masks["causal"] = flex["block_mask"](
+                causal, None, None, s.length, s.length, device=q.device
+            )
+        return flex["compiled"](q, k, v, block_mask=masks.get("causal"))
+
+    return call
 
 
 def _restricted(backend: str, q, k, v, causal: bool) -> Callable[[], torch.Tensor]:
