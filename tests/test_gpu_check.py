@@ -685,6 +685,36 @@ def test_a_killed_pytest_still_reports_the_tests_it_had_finished():
     ]
 
 
+def test_memcheck_names_its_errors_by_kind():
+    """compute-sanitizer's error headers are kept (a long output's tail can lose them), split
+    into the kernels' memory accesses and CUDA API calls that returned an error (torch's, as
+    a rule): the verdict stays strict, the report tells a kernel bug from the rest."""
+    output = (
+        "========= COMPUTE-SANITIZER\n"
+        '========= Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on'
+        " CUDA API call to cudaFuncGetAttributes.\n"
+        "=========     Saved host backtrace up to driver entry point at error\n"
+        "=========         Host Frame: [0x1] in libtorch_cuda.so\n"
+        + "memcheck case forward: done\n"
+        * 200
+        + "========= Invalid __global__ read of size 2 bytes\n"
+        "=========     at _forward_kernel+0x1a0\n"
+        "=========     by thread (3,0,0) in block (1,0,0)\n"
+        "========= Target application returned an error\n"
+        "========= ERROR SUMMARY: 2 errors\n"
+    )
+    verdict = gpu_check.memcheck_verdict(1, output, "forward")
+    assert not verdict["clean"] and verdict["errors"] == 2
+    assert verdict["access_errors"] == ["Invalid __global__ read of size 2 bytes"]
+    assert verdict["api_errors"] == [
+        'Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on CUDA API call'
+        " to cudaFuncGetAttributes."
+    ]
+    clean = "memcheck case forward: done\n========= ERROR SUMMARY: 0 errors\n"
+    verdict = gpu_check.memcheck_verdict(0, clean, "forward")
+    assert verdict["clean"] and verdict["access_errors"] == verdict["api_errors"] == []
+
+
 def test_targets_follow_the_measurements():
     report = json.loads(EXAMPLE.read_text())
     rows = report["timings"]["rows"]

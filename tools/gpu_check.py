@@ -952,18 +952,29 @@ def collect_tests(job: Job) -> Dict[str, object]:
     }
 
 
+# an error's first line in compute-sanitizer's output (its details follow, indented)
+_SANITIZER_HEADER = re.compile(r"^========= (?! )(.+?)\s*$", re.MULTILINE)
+_NOT_AN_ERROR = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY", "Target application")
+
+
 def memcheck_verdict(returncode: Optional[int], output: str, name: str) -> Dict[str, object]:
     """Whether a case ran clean under ``compute-sanitizer --tool memcheck``: it finished, printed
-    its done line, and the sanitizer counted 0 errors."""
+    its done line, and the sanitizer counted 0 errors. The first few errors are kept by kind:
+    ``api_errors``, CUDA API calls that returned an error ("Program hit ...", from torch as a
+    rule), and ``access_errors``, everything else (the kernels' invalid accesses)."""
     summary = re.findall(r"ERROR SUMMARY: (\d+) errors?", output)
     finished = f"memcheck case {name}: done" in output
     errors = int(summary[-1]) if summary else None
+    headers = [h for h in _SANITIZER_HEADER.findall(output) if not h.startswith(_NOT_AN_ERROR)]
+    api = [h for h in headers if h.startswith("Program hit")]
     return {
         "name": name,
         "clean": returncode == 0 and finished and errors == 0,
         "returncode": returncode,
         "errors": errors,
         "case_finished": finished,
+        "access_errors": [h for h in headers if h not in api][:5],
+        "api_errors": api[:5],
     }
 
 
