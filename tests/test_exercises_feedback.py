@@ -186,7 +186,8 @@ def test_a_cached_step_hiding_its_own_key_is_not_told_to_append():
 def _notebook_stubs():
     """``[(exercise id, stub cell source, name passed to check)]`` from every chapter of book/."""
     found = []
-    for path in sorted((ROOT / "book").glob("0[1-9]_*.ipynb")):
+    # every chapter but 10, whose stubs are Triton kernels (tests/test_exercises_ch10_gpu.py)
+    for path in sorted(p for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb") if p.name[:2] != "10"):
         cells = json.loads(path.read_text())["cells"]
         for before, cell in zip(cells, cells[1:]):
             source = "".join(cell["source"])
@@ -206,7 +207,7 @@ class _Anything(dict):
         return object()
 
 
-def test_every_exercise_of_chapters_1_to_9_has_a_notebook_stub():
+def test_every_exercise_outside_chapter_10_has_a_notebook_stub():
     ids = {eid for eid, _, _ in STUBS}
     assert {eid for eid in _REGISTRY if not eid.startswith("gpu/")} <= ids
 
