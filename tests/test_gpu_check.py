@@ -547,6 +547,80 @@ def test_a_phase1_process_past_its_time_is_killed(tmp_path):
     assert job.process.poll() is not None
 
 
+def test_cuda_event_timing_reads_each_pair_after_one_synchronisation(monkeypatch):
+    """time_round_robin itself, the CUDA-only path the other tests stub out: a fake CUDA event
+    reads a fake GPU clock that each call advances (a: 2 ms, b: 5 ms); every call between its
+    own pair of events, round-robin after the warm-up, and no event read before the
+    synchronisation (elapsed_time on an unfinished event raises on a GPU)."""
+    gpu = {"clock": 0.0, "synchronized": False}
+    calls = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self, stream=None):
+            gpu["synchronized"] = False
+            self.at = gpu["clock"]
+
+        def elapsed_time(self, end):
+            assert gpu["synchronized"], "elapsed_time before torch.cuda.synchronize()"
+            return end.at - self.at
+
+    def synchronize(device=None):
+        gpu["synchronized"] = True
+
+    def work(name, ms):
+        def fn():
+            calls.append(name)
+            gpu["clock"] += ms
+
+        return fn
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    timed = gpu_check.time_round_robin({"a": work("a", 2.0), "b": work("b", 5.0)}, 3, 2)
+    assert calls == ["a", "b"] * 5
+    assert timed["a"]["times_ms"] == [2.0] * 3 and timed["b"]["median_ms"] == 5.0
+    assert timed["b"]["p20_ms"] == timed["b"]["p80_ms"] == 5.0
+
+
+def test_chapter_cells_plot_where_ipython_is_missing(tmp_path):
+    """On the GPU machine there is no IPython, so the runner's stand-in is what matplotlib
+    finds in sys.modules: pyplot's first figure asks it for get_ipython() (its REPL display
+    hook) and the canvas for version_info. Run in a fresh process, IPython hidden, so that
+    pyplot resolves its backend under the stand-in, as chapter 10's plotting cells do there."""
+    cells = [
+        ("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1, 2])\nplt.show()", []),
+        ("from IPython.display import Markdown, display\ndisplay(Markdown('**hi**'))", []),
+        ("from attncourse import runtime\nruntime._skip_cells_that_need_kernels('note')", []),
+    ]
+    notebook = write_notebook(tmp_path / "nb.ipynb", cells)
+    result = tmp_path / "result.json"
+    code = (
+        "import sys\n"
+        "sys.modules['IPython'] = sys.modules['IPython.display'] = None  # no IPython\n"
+        "from project_tools import tool\n"
+        f"sys.exit(tool('gpu_check').main(['--chapter', {str(notebook)!r},"
+        f" '--result', {str(result)!r}]))\n"
+    )
+    env = gpu_check.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    chapter = json.loads(result.read_text())
+    assert chapter["ipython_stub"] is True
+    assert [(c["status"], c["detail"]) for c in chapter["cells"]] == [("ok", None)] * 3
+    assert "**hi**" in done.stdout
+
+
 # -- the pieces ---------------------------------------------------------------------------------
 
 

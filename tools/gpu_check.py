@@ -1048,7 +1048,10 @@ def code_cells(notebook: Path) -> List[Dict[str, object]]:
 
 def install_ipython_stub() -> bool:
     """Where IPython is missing, a stand-in ``IPython.display`` (``Markdown``, ``display``) that
-    prints; returns whether it was installed."""
+    prints; returns whether it was installed. The stand-in package also answers what others
+    ask of an ``IPython`` they find in ``sys.modules`` as IPython outside a shell would:
+    ``get_ipython()`` is ``None`` (matplotlib's pyplot asks it at its first figure, its canvas
+    reads ``version_info``)."""
     try:
         import IPython.display  # noqa: F401
 
@@ -1072,7 +1075,8 @@ def install_ipython_stub() -> bool:
 
     package, module = types.ModuleType("IPython"), types.ModuleType("IPython.display")
     module.Markdown, module.display = Markdown, display
-    package.display = module
+    package.display, package.get_ipython = module, lambda: None
+    package.version_info, package.__version__ = (0, 0, 0, "stand-in"), "0+stand-in"
     sys.modules.update({"IPython": package, "IPython.display": module})
     return True
 
