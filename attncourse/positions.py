@@ -9,6 +9,10 @@ the same way. A model learns order only from positions put into it:
   proportional to its position, so their dot product depends on ``m - n`` only;
 * a bias on the scores (ALiBi, Press et al., 2022): :func:`alibi_slopes` and :func:`alibi_bias`
   subtract ``slope_h * (m - n)`` from the score of query ``m`` and key ``n`` in head ``h``.
+
+The last two act inside attention: ``MultiHeadAttention(..., positional="rope")`` (or
+``"alibi"``) applies them at the absolute positions of its queries and keys, a KV cache keeping
+the keys rotated, and ``CausalLM(..., positional="rope")`` builds its blocks so.
 """
 
 from __future__ import annotations
