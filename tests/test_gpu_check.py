@@ -10,6 +10,7 @@ report (made-up numbers) for the reader.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -370,6 +371,29 @@ def test_an_interrupted_run_kills_phase1_and_saves_the_report(fake_machine, monk
     _, report = read_report(tmp_path / "out")
     assert not report["complete"] and "SIGTERM" in report["interrupted"]
     assert "sweep 0/1" in report["interrupted"]
+
+
+def test_a_second_sigterm_does_not_cut_the_last_save_short(fake_machine, monkeypatch, tmp_path):
+    previous = signal.signal(signal.SIGTERM, gpu_check._terminate)  # as main() installs it
+    try:
+        real_save = gpu_check.save
+
+        def save(report, folder, slug):
+            if "interrupted" in report:
+                os.kill(os.getpid(), signal.SIGTERM)  # the time limit signals again
+            return real_save(report, folder, slug)
+
+        def design(*args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(gpu_check, "save", save)
+        monkeypatch.setattr(gpu_check, "design_section", design)
+        with pytest.raises(KeyboardInterrupt):
+            fake_machine(["--only", "design", "--out", str(tmp_path)], tiny_plan())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _, report = read_report(tmp_path)
+    assert report["interrupted"].startswith("KeyboardInterrupt")
 
 
 def test_the_report_is_written_even_when_its_summary_fails(tmp_path, monkeypatch):

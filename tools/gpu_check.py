@@ -2050,6 +2050,8 @@ def run_check(args: argparse.Namespace, device="cuda") -> int:
             if name in selected:
                 run_section(report, name, phase2[name], folder, slug)
     except BaseException as error:  # Ctrl-C, SIGTERM: kill phase 1's processes, keep the report
+        if signal.getsignal(signal.SIGTERM) is _terminate:  # a second SIGTERM must wait
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stopped = stop_jobs()
         report["interrupted"] = first_line(error) + (
             f"; killed {', '.join(stopped)}" if stopped else ""
