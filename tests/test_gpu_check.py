@@ -147,6 +147,23 @@ def test_refuses_without_a_gpu(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_nvidia_smi_gives_the_driver_and_the_compute_mode(monkeypatch):
+    def run(command, **kwargs):
+        assert "--query-gpu=driver_version,compute_mode,name" in command
+        out = "580.65.06, Exclusive_Process, NVIDIA H100 80GB HBM3\n"
+        return subprocess.CompletedProcess(command, 0, out, "")
+
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(gpu_check.subprocess, "run", run)
+    assert gpu_check.nvidia_smi() == {
+        "driver": "580.65.06",
+        "compute_mode": "Exclusive_Process",
+        "name": "NVIDIA H100 80GB HBM3",
+    }
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
+    assert gpu_check.nvidia_smi() is None
+
+
 def test_report_names_come_from_the_gpu_model():
     assert gpu_check.report_slug("NVIDIA H100 80GB HBM3", False) == "nvidia-h100-80gb-hbm3"
     assert gpu_check.report_slug("NVIDIA H200", True) == "nvidia-h200-quick"

@@ -330,12 +330,18 @@ def report_slug(gpu: str, quick: bool, only: Optional[Sequence[str]] = None) -> 
 
 
 def nvidia_smi() -> Optional[Dict[str, str]]:
-    """The driver version and GPU name that ``nvidia-smi`` reports, or ``None`` without it."""
+    """The driver version, compute mode and GPU name that ``nvidia-smi`` reports, or ``None``
+    without it. The compute mode matters here: phase 1 runs many CUDA processes at once, which
+    a GPU in ``Exclusive_Process`` mode refuses (one context at a time)."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
         done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+            [
+                "nvidia-smi",
+                "--query-gpu=driver_version,compute_mode,name",
+                "--format=csv,noheader",
+            ],
             capture_output=True,
             text=True,
             timeout=30,
@@ -343,10 +349,10 @@ def nvidia_smi() -> Optional[Dict[str, str]]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     line = done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
-    if done.returncode != 0 or "," not in line:
+    if done.returncode != 0 or line.count(",") < 2:
         return None
-    driver, name = (part.strip() for part in line.split(",", 1))
-    return {"driver": driver, "name": name}
+    driver, mode, name = (part.strip() for part in line.split(",", 2))
+    return {"driver": driver, "compute_mode": mode, "name": name}
 
 
 def environment(device: str = "cuda") -> Dict[str, object]:
@@ -369,6 +375,7 @@ def environment(device: str = "cuda") -> Dict[str, object]:
         "cudnn": str(cudnn) if cudnn else "none",
         "driver": smi["driver"] if smi else "unknown",
         "driver_source": "nvidia-smi" if smi else "none: nvidia-smi is not on the PATH",
+        "compute_mode": smi["compute_mode"] if smi else "unknown",
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_cores": os.cpu_count(),
@@ -2033,6 +2040,11 @@ def run_check(args: argparse.Namespace, device="cuda") -> int:
         f"gpu check on {env['gpu']} ({env['sm']}), torch {env['torch']}, triton"
         f" {env['triton']}; report {folder / slug}.json and .md{kept if slug != final else ''}"
     )
+    if env.get("compute_mode") not in ("Default", "unknown", None):
+        log(
+            f"warning: the GPU's compute mode is {env['compute_mode']}: phase 1's processes"
+            " share the GPU at once, and may be refused a CUDA context (nvidia-smi -c DEFAULT)"
+        )
     checkpoint = lambda: save(report, folder, slug)
     try:
         checkpoint()
