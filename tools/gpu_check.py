@@ -23,9 +23,16 @@ needs 120 s left, for its compile), then the timing configurations still to come
 (``timed out`` in the report, a failed correctness check). Every one is listed under
 ``skipped`` with its reason.
 
+GPU memory: no L x L buffer anywhere (torch's math backend is never timed, FlexAttention only
+compiled, at L = 4096): a timed configuration (B * L = 16384 tokens, H * d = 1024) needs a few
+hundred MiB; the sweep's offset case 4 GiB (skipped with its reason below 6 GiB free); phase
+1's processes a CUDA context each, about 18 at once.
+
 Run with the GPU machine's own Python and its own torch and triton (nothing is installed or
 downloaded), from the repository root: ``PYTHONPATH=. python3 tools/gpu_check.py [--quick]``.
-Without a CUDA GPU it refuses in one sentence and exits with status 2.
+Without a CUDA GPU it refuses in one sentence and exits with status 2. The report goes to
+reports/gpu, or to ``--out DIR`` (on a borrowed machine whose results come back from one
+folder: ``make gpu-check GPU_CHECK_ARGS="--out $OUT"``); its first and last lines say where.
 
 It runs in two phases, printing timestamped progress as it goes:
 
