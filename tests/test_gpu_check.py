@@ -381,6 +381,13 @@ def test_an_interrupted_run_kills_phase1_and_saves_the_report(fake_machine, monk
         assert sleeper.process.poll() is None
         gpu_check._terminate(15, None)  # what the SIGTERM handler of main() does
 
+    def rmtree(path, *args, **kwargs):  # the work folder goes: its processes must be dead
+        assert sleeper.process.poll() is not None, "work folder removed under a running job"
+        real_rmtree(path, *args, **kwargs)
+
+    real_rmtree = gpu_check.tempfile._shutil.rmtree
+    monkeypatch.setattr(gpu_check.tempfile._shutil, "rmtree", rmtree)
+
     monkeypatch.setattr(gpu_check, "wait_for", interrupted)
     with pytest.raises(gpu_check.Terminated):
         fake_machine(["--only", "sweep", "--out", str(tmp_path / "out")], tiny_plan())

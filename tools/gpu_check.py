@@ -809,6 +809,7 @@ class Job:
     started: float = 0.0
     seconds: Optional[float] = None
     timed_out: bool = False
+    interrupted: bool = False  # killed because this run was interrupted
 
     def outcome(self) -> str:
         if self.timed_out:
@@ -864,13 +865,12 @@ def kill_job(job: Job) -> None:
 
 def stop_jobs() -> List[str]:
     """Kill every started job still running (their own sessions do not get the signal that
-    stopped this process); return their names."""
-    stopped = []
+    stopped this process); return the names of all it killed, this call or an earlier one."""
     for job in _STARTED_JOBS:
         if job.process is not None and job.process.poll() is None:
             kill_job(job)
-            stopped.append(job.name)
-    return stopped
+            job.interrupted = True
+    return [job.name for job in _STARTED_JOBS if job.interrupted]
 
 
 def wait_for(jobs: List[Job], deadline: float) -> None:
@@ -1982,7 +1982,11 @@ def run_phase1(
         for job in group:
             start_job(job, ROOT if job.section == "tests" else cwd)
     deadline = time.monotonic() + max(min(plan.phase1_s, budget.left() - 15), 5)
-    wait_for([job for group in jobs.values() for job in group], deadline)
+    try:
+        wait_for([job for group in jobs.values() for job in group], deadline)
+    except BaseException:  # killed before their folder goes (SIGTERM, Ctrl-C)
+        stop_jobs()
+        raise
     collectors = {
         "sweep": lambda: collect_sweep(jobs["sweep"], plan.quick, report),
         "tests": lambda: collect_tests(jobs["tests"][0]),
@@ -2053,9 +2057,10 @@ def run_check(args: argparse.Namespace, device="cuda") -> int:
             " share the GPU at once, and may be refused a CUDA context (nvidia-smi -c DEFAULT)"
         )
     checkpoint = lambda: save(report, folder, slug)
+    _STARTED_JOBS.clear()  # this run's
     try:
         checkpoint()
-        with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+        with tempfile.TemporaryDirectory(prefix="gpu-check-", ignore_cleanup_errors=True) as work:
             warm = run_phase1(plan, selected, Path(work), report, budget, folder, slug)
         if warm:
             report["warmup"] = warm
