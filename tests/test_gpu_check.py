@@ -193,7 +193,7 @@ def test_timings_span_and_design_end_to_end(fake_machine, monkeypatch, tmp_path)
     assert report["complete"] and report["environment"]["gpu"] == "Fake GPU 80GB"
     assert {n: s["status"] for n, s in report["sections"].items()} == {
         **{n: "done" for n in ("timings", "span", "design")},
-        **{n: "skipped" for n in ("sweep", "tests", "chapter", "memcheck")},
+        **{n: "skipped" for n in ("sweep", "tests", "chapter", "memcheck", "masks")},
     }
     rows = report["timings"]["rows"]
     assert {r["impl"] for r in rows} == {
@@ -221,6 +221,50 @@ def test_timings_span_and_design_end_to_end(fake_machine, monkeypatch, tmp_path)
     assert markdown == (
         gpu_report.summary_markdown(report) + "\n" + gpu_report.targets_markdown(report)
     )
+
+
+def test_chapter_11s_masks_are_timed_with_the_chapters_own_function(
+    fake_machine, monkeypatch, tmp_path
+):
+    """The masks section calls benchmarks.flex.time_flex_against_sdpa on the GPU in float16
+    (stubbed here: its compile takes seconds) and keeps what it returns."""
+    from attncourse.benchmarks import flex as flex_timing
+
+    calls = []
+
+    def measured(device, **kwargs):
+        calls.append((device, kwargs))
+        return {"rows": [{"mask": "causal", "flex_over_sdpa": 0.5}], "compile_s": 1.0}
+
+    monkeypatch.setattr(flex_timing, "time_flex_against_sdpa", measured)
+    status = fake_machine(["--only", "masks", "--out", str(tmp_path)], tiny_plan())
+    assert status == 0
+    _, report = read_report(tmp_path)
+    assert report["sections"]["masks"]["status"] == "done"
+    assert report["masks"]["rows"][0]["flex_over_sdpa"] == 0.5
+    ((device, kwargs),) = calls
+    assert kwargs["dtype"] == torch.float16 and kwargs["length"] == gpu_check.MASKS_QUICK_LENGTH
+
+
+@pytest.mark.parametrize("why", ["no FlexAttention", "budget"])
+def test_chapter_11s_masks_are_skipped_with_the_reason(fake_machine, monkeypatch, tmp_path, why):
+    from attncourse import flex
+    from attncourse.benchmarks import flex as flex_timing
+
+    def never(device, **kwargs):
+        raise AssertionError("nothing may be timed")
+
+    monkeypatch.setattr(flex_timing, "time_flex_against_sdpa", never)
+    if why == "no FlexAttention":
+        monkeypatch.setattr(flex, "flex_available", lambda: (False, "this torch has none"))
+        plan = tiny_plan()
+    else:
+        plan = tiny_plan(budget_s=1.0)
+    assert fake_machine(["--only", "masks", "--out", str(tmp_path)], plan) == 0
+    _, report = read_report(tmp_path)
+    assert report["sections"]["masks"]["status"] == "skipped"
+    reason = {e["what"]: e["reason"] for e in report["skipped"]}["chapter 11's masks"]
+    assert ("this torch has none" if why == "no FlexAttention" else "time budget") in reason
 
 
 def test_a_crashed_section_is_recorded_and_the_report_saved_after_each(
@@ -932,7 +976,7 @@ def test_summary_names_the_machine_and_computes_the_ratios():
         assert fact in summary
     lines = summary.splitlines()
     tables = [i for i, line in enumerate(lines) if line.startswith("|---")]
-    assert len(tables) == 3  # the comparison, adaptive span, the design questions
+    assert len(tables) == 4  # the comparison, adaptive span, the design questions, the masks
     for i in tables:  # each headed by the GPU, the versions and the date
         caption = lines[i - 3]
         assert all(fact in caption for fact in (env["gpu"], env["torch"], report["date"]))
@@ -953,6 +997,12 @@ def test_summary_names_the_machine_and_computes_the_ratios():
     assert f"| {forward[4096.0] / forward[256.0]:.2f}× | {2080 / 369:.2f}× |" in summary
     assert "35 of 36 cases passed" in summary and "4 of 4 cases clean" in summary
     assert "| grid_order | 4096 | 64 | yes | forward+backward | heads first | " in summary
+    for row in report["masks"]["rows"]:  # chapter 11's masks, the ratio as the file has it
+        assert (
+            f"| {row['mask']} | {row['kept']} of {row['total']} | {row['flex_ms']:.3f}"
+            f" | {row['sdpa_ms']:.3f} | {row['tiled_ms']:.3f} | {row['flex_over_sdpa']:.2f} |"
+        ) in summary
+    assert f"compiled ({report['masks']['compile_s']:.1f} s to compile" in summary
     targets = gpu_report.targets_markdown(report)
     assert targets.count("| missed |") == sum(t["met"] is False for t in report["targets"])
     assert env["gpu"] in targets and report["date"] in targets

@@ -109,7 +109,7 @@ NOTEBOOK = ROOT / "book" / "10_gpu_attention.ipynb"
 REPORTS = ROOT / "reports" / "gpu"
 
 CORRECTNESS = ("sweep", "tests", "chapter", "memcheck")
-TIMING = ("timings", "span", "design")
+TIMING = ("timings", "span", "design", "masks")
 SECTIONS = CORRECTNESS + TIMING
 
 MEMCHECK_CASES = ("softmax_rows", "forward", "backward", "span")
@@ -495,7 +495,8 @@ def run_section(
     log(f"section {name}: started")
     try:
         report[name] = measure()
-        status = {"status": "done"}
+        skipped = report["sections"].get(name, {}).get("status") == "skipped"  # by the section
+        status = {"status": "skipped" if skipped else "done"}
     except Exception as error:  # a section's crash must not lose the others
         status = {
             "status": "crashed",
@@ -2036,6 +2037,40 @@ def _terminate(signum, frame):
     raise Terminated(f"signal {signum} (SIGTERM)")
 
 
+# -- chapter 11 on the GPU: one FlexAttention program, three masks ---------------------------
+
+MASKS_LENGTH, MASKS_QUICK_LENGTH = 4096, 2048
+
+
+def masks_section(plan: Plan, device, budget: Budget, report) -> Dict[str, object]:
+    """Chapter 11's measurement on this GPU: one compiled FlexAttention program (causal, a
+    sliding window of 256, 8 packed documents) beside SDPA and the package's tiled attention,
+    in float16 (:func:`attncourse.benchmarks.flex.time_flex_against_sdpa`, the same function
+    the chapter runs on the CPU). Last of the sections: it is the first to go when the budget
+    runs short, and a torch without FlexAttention skips it with the reason."""
+    from attncourse.benchmarks.flex import time_flex_against_sdpa
+    from attncourse.flex import flex_available
+
+    available, why = flex_available()
+    if not available:
+        skip(report, "chapter 11's masks", why, section="masks")
+        return {"skipped": why}
+    if not budget.allows(reserve=45):  # a compile (10-40 s on a GPU) and three masks
+        skip(report, "chapter 11's masks", budget.reason(), section="masks")
+        return {"skipped": budget.reason()}
+    return time_flex_against_sdpa(
+        device,
+        length=MASKS_QUICK_LENGTH if plan.quick else MASKS_LENGTH,
+        num_heads=16,
+        head_dim=64,
+        window=256,
+        documents=8,
+        dtype=torch.float16,
+        repeats=10 if plan.quick else 20,
+        warmup=3,
+    )
+
+
 def run_check(args: argparse.Namespace, device="cuda") -> int:
     """The whole check: phase 1's processes, then phase 2's timings; returns the exit status."""
     plan = plan_for(args.quick, args.budget_s)
@@ -2069,6 +2104,7 @@ def run_check(args: argparse.Namespace, device="cuda") -> int:
             "timings": lambda: timings_section(plan, device, budget, report, warm, checkpoint),
             "span": lambda: span_section(plan, device, budget, report, capability, checkpoint),
             "design": lambda: design_section(plan, device, budget, report, env, checkpoint),
+            "masks": lambda: masks_section(plan, device, budget, report),
         }
         for name in TIMING:
             if name in selected:

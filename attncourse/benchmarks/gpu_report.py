@@ -190,6 +190,7 @@ def summary_markdown(report: Dict[str, object]) -> str:
         _comparison_table(report),
         _span_table(report),
         _design_table(report),
+        _masks_table(report),
         _skipped_lines(report),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -326,6 +327,37 @@ def _design_table(report: Dict[str, object]) -> str:
         [
             f"Design questions on {design['target']}, float16 (`by`: the runner-up's time over"
             " the winner's)",
+            _caption(report),
+            "",
+            *lines,
+        ]
+    )
+
+
+def _masks_table(report: Dict[str, object]) -> str:
+    """Chapter 11's three masks: FlexAttention compiled beside SDPA and the tiled attention."""
+    masks = report.get("masks") or {}
+    if not masks.get("rows"):
+        return ""
+    lines = [
+        "| mask | blocks kept | FlexAttention (ms) | SDPA (ms) | tiled (ms) | flex / SDPA |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in masks["rows"]:
+        lines.append(
+            f"| {row['mask']} | {row['kept']} of {row['total']} | {_number(row['flex_ms'], '.3f')}"
+            f" | {_number(row['sdpa_ms'], '.3f')} | {_number(row['tiled_ms'], '.3f')}"
+            f" | {_number(row['flex_over_sdpa'], '.2f')} |"
+        )
+    return "\n".join(
+        [
+            f"Chapter 11's masks at L = {masks['length']}, {masks['num_heads']} heads,"
+            f" d = {masks['head_dim']}, {masks['dtype']}: one FlexAttention program, "
+            + (
+                f"compiled ({_number(masks['compile_s'])} s to compile, not in the times)"
+                if masks.get("compiled")
+                else f"run eagerly ({masks.get('note') or 'not compiled'})"
+            ),
             _caption(report),
             "",
             *lines,
