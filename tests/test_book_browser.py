@@ -933,6 +933,80 @@ def test_chinese_search_finds_the_chapters_that_use_a_word(book, tab):
     assert all(set(pages) & chapters for pages in found.values()), found
 
 
+def test_the_language_switch_keeps_the_tab_the_search_and_the_anchor(book, tab):
+    """From the English search page for a word, the switch opens the Chinese search page for
+    the same word in the same tab; from a section of a chapter, the same section."""
+    origin, _ = book
+    pages = len(tab.context.pages)
+    for start, expected in (
+        ("search.html?q=cache", f"{CHINESE}search.html?q=cache"),
+        (f"{chapter_files()[0]}.html#exercises", f"{CHINESE}{chapter_files()[0]}.html#exercises"),
+    ):
+        report = PageReport(start)
+        page = open_page(tab, f"{origin}/{start}", report)
+        with page.expect_navigation():
+            page.click("a.btn-language-switch")
+        assert page.url == f"{origin}/{expected}", (start, page.url)
+        assert len(tab.context.pages) == pages  # no new tab
+    assert search_results(tab, origin, "缓存", CHINESE)  # and the search ran there
+
+
+# The text of the boxes that check(), hint() and solution() print, against the background it is
+# drawn on (the nearest opaque one), as WCAG computes contrast: every text of a box, in the light
+# and the dark colour scheme.
+BOX_CONTRAST = """() => {
+  const rgb = (c) => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(",").map(Number);
+    return p.length === 4 && p[3] === 0 ? null : p.slice(0, 3);
+  };
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const contrast = (a, b) => {
+    const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+    return (hi + 0.05) / (lo + 0.05);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c) return c;
+    }
+    return [255, 255, 255];
+  };
+  const boxes = [...document.querySelectorAll(
+    ".cell_output .attncourse-box, .cell_output div[style*='background']")];
+  const low = [];
+  for (const box of boxes) {
+    for (const el of [box, ...box.querySelectorAll("*")]) {
+      const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+      if (!own || el.getClientRects().length === 0) continue;
+      const ratio = contrast(rgb(getComputedStyle(el).color), background(el));
+      if (ratio < 4.5) low.push(`${ratio.toFixed(2)}:1 ${el.textContent.trim().slice(0, 50)}`);
+    }
+  }
+  return { boxes: boxes.length, low, theme: document.documentElement.dataset.theme };
+}"""
+
+
+def test_exercise_boxes_are_readable_in_the_light_and_the_dark_scheme(book, tab):
+    """check()'s, hint()'s and solution()'s boxes on a chapter page: every text at least 4.5:1
+    against what it is drawn on (WCAG AA), with the reader's system light and dark."""
+    origin, _ = book
+    doc = chapter_files()[0]
+    try:
+        for scheme in ("light", "dark"):
+            tab.emulate_media(color_scheme=scheme)
+            page = open_page(tab, f"{origin}/{doc}.html", PageReport(f"{doc}.html"))
+            found = page.evaluate(BOX_CONTRAST)
+            assert found["theme"] == scheme and found["boxes"] > 3, found
+            assert found["low"] == [], (scheme, found["low"])
+    finally:
+        tab.emulate_media(color_scheme=None)
+
+
 def narrow_problems(report: PageReport) -> list[str]:
     """A page read at a phone's width: wider than the screen, or an inline formula cut off."""
     problems = [f"inline formula cut off: {text}" for text in report.narrow["clipped"]]

@@ -538,3 +538,19 @@ def test_the_books_colab_button_opens_the_colab_edition():
     assert fixes.colab_edition_url(
         "https://mybinder.org/v2/gh/x/y/main?urlpath=tree/book/a.ipynb"
     ).startswith("https://mybinder")
+
+
+def test_the_sites_ipynb_download_is_the_colab_edition_and_there_is_no_binder():
+    """A chapter page's "Download .ipynb" (``_sources/book/<name>.ipynb``) is the chapter's
+    Colab edition in the page's language, not its MyST source; no page offers Binder."""
+    if not (BUILT / "index.html").is_file():
+        pytest.skip("the book is not built (make book)")
+    for doc in CHAPTERS:
+        name = Path(doc).name
+        for site, edition in ((BUILT, "notebooks"), (BUILT / "zh", "notebooks/zh")):
+            page = (site / f"{doc}.html").read_text(encoding="utf-8")
+            assert f'_sources/{doc}.ipynb"' in page, (site, doc)  # the download link
+            downloaded = (site / "_sources" / f"{doc}.ipynb").read_bytes()
+            assert downloaded == (ROOT / edition / f"{name}.ipynb").read_bytes(), (site, doc)
+            assert b"{term}" not in downloaded and b"{cite:p}" not in downloaded
+            assert "mybinder" not in page.lower(), (site, doc)

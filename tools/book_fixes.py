@@ -13,7 +13,8 @@ a Jupyter Book 1 site would otherwise show in the reader's browser:
 
 The site has two editions, English at the root and Chinese under ``zh/`` (built from the sources
 that ``tools/zh_edition.py`` generates, with ``language: zh_CN``). Every page gets a header
-button to the same page in the other edition, and a font stack that names CJK fonts after the
+button to the same page in the other edition (in the same tab, with the page's search query and
+anchor), and a font stack that names CJK fonts after the
 theme's Latin ones, so that Chinese (the glossary's words, the whole Chinese edition) never
 renders as boxes where such a font is installed.
 
@@ -40,6 +41,11 @@ A reader on a phone or a tablet:
   buttons.
 * Figures. Every image links to its own file, so that a tap opens it full size.
 
+A chapter's "Download .ipynb" gives its Colab edition (``notebooks/<name>.ipynb``, or
+``notebooks/zh/`` for the Chinese pages): a notebook whose Markdown any Jupyter front end
+renders, where the MyST source would show raw roles and directives. The site has no Binder
+button (``_config.yml`` names no Binder hub): Binder would build the full development lock.
+
 The Chinese edition translates the strings of Sphinx and of the themes that their own
 ``zh_CN`` catalogues lack or give in Traditional Chinese: ``tools/zh_edition.py`` compiles the
 catalogues of ``book/locale/zh_CN/theme`` into the Chinese sources' ``locale`` folder, which
@@ -52,6 +58,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shutil
 from pathlib import Path
 
 from docutils import nodes
@@ -99,6 +106,20 @@ NARROW_CSS = """
 """
 
 
+#: The theme opens every header link in a new tab. The language switch opens the other edition
+#: in the same tab instead, and carries the page's query and anchor with it (a search's words,
+#: the section read), set at the click so that they are the ones of that moment.
+SWITCH_IN_PLACE = """<script>
+document.addEventListener("DOMContentLoaded", () => {
+  for (const link of document.querySelectorAll("a.btn-language-switch")) {
+    link.removeAttribute("target");
+    const page = link.href.split(/[?#]/)[0];
+    link.addEventListener("click", () => { link.href = page + location.search + location.hash; });
+  }
+});
+</script>"""
+
+
 def is_chinese(app) -> bool:
     return str(app.config.language or "").lower().startswith("zh")
 
@@ -138,7 +159,7 @@ def _language_switch(app, pagename, templatename, context, doctree) -> None:
     if not pagename.startswith("_modules/") or pagename.startswith("_modules/attncourse"):
         context.setdefault("header_buttons", []).insert(0, button)
     style = f"<style>:root {{ --pst-font-family-base: {FONT_STACK}; }}{NARROW_CSS}</style>"
-    context["metatags"] = context.get("metatags", "") + style
+    context["metatags"] = context.get("metatags", "") + style + SWITCH_IN_PLACE
 
 
 def _fix_page(app, pagename, templatename, context, doctree) -> None:
@@ -219,8 +240,27 @@ def _image_links(app, doctree, docname) -> None:
         link.append(image)
 
 
+def _download_colab_edition(app, exception) -> None:
+    """Put each chapter's Colab edition where the "Download .ipynb" link points
+    (``_sources/book/<name>.ipynb``), in place of the MyST source Sphinx copied there."""
+    if exception is not None or app.builder.format != "html":
+        return
+    folder = Path(app.confdir) / COLAB_FOLDER
+    if is_chinese(app):
+        folder = folder / CHINESE
+    for source in (Path(app.outdir) / "_sources" / "book").glob("*.ipynb"):
+        edition = folder / source.name
+        if not edition.is_file():
+            raise FileNotFoundError(
+                f"{edition} is missing: the download of {source.name} must be its Colab edition"
+                " (python tools/colab_edition.py writes it)"
+            )
+        shutil.copyfile(edition, source)
+
+
 def setup(app):
     app.connect("config-inited", _configure)
+    app.connect("build-finished", _download_colab_edition)
     app.connect("doctree-resolved", _identifier_tables)
     app.connect("doctree-resolved", _image_links)
     app.connect("html-page-context", _fix_page)

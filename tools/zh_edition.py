@@ -389,6 +389,8 @@ def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = Tru
     )
     shutil.copy(ROOT / "tools" / "book_fixes.py", out / "tools" / "book_fixes.py")
     shutil.copytree(ROOT / "tools" / "book_templates", out / "tools" / "book_templates")
+    # the Chinese Colab edition, which the pages' "Download .ipynb" gives (tools/book_fixes.py)
+    shutil.copytree(ROOT / "notebooks" / "zh", out / "notebooks" / "zh")
     write_theme_catalogues(out)
     (out / SEARCH_WORDS).write_text("\n".join(search_words()) + "\n", encoding="utf-8")
     shutil.copy(ROOT / "pyproject.toml", out / "pyproject.toml")
