@@ -273,6 +273,16 @@ NARROW_JS = page_js(r"""
 }
 """)
 
+# A chapter read in a desktop's window: the input code blocks that scroll sideways (a line wider
+# than the code column; the chapters are formatted at 80 characters, book/ruff.toml).
+WIDE_WIDTH = 1280
+WIDE_CODE_JS = r"""
+() => [...document.querySelectorAll(".cell_input pre")]
+  .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+  .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ` +
+    pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90))
+"""
+
 # Chinese characters (CJK Unified Ideographs) in a text.
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Font families that have Chinese glyphs (Linux's Noto CJK and WenQuanYi, macOS, Windows).
@@ -386,6 +396,7 @@ class PageReport:
     final_url: str = ""  # differs from the page's own URL after a redirect
     cjk: dict = field(default_factory=dict)  # cjk_fonts() of a page with Chinese text
     narrow: dict = field(default_factory=dict)  # NARROW_JS at a phone's width
+    wide_code: list = field(default_factory=list)  # WIDE_CODE_JS at WIDE_WIDTH (chapters)
 
 
 def site_path(url: str, origin: str) -> str | None:
@@ -527,6 +538,13 @@ def visit(
                 pass
             after = page.evaluate(SOLUTION_STATE_JS, index)
             report.solutions.append((before, after))
+    if chapter:  # at a desktop's width, whatever the crawl's window is
+        size = page.viewport_size
+        page.set_viewport_size({"width": WIDE_WIDTH, "height": size["height"]})
+        try:
+            report.wide_code = page.evaluate(WIDE_CODE_JS)
+        finally:
+            page.set_viewport_size(size)
     if narrow:  # the same page, as a phone lays it out (no reload: the layout follows the width)
         size = page.viewport_size
         page.set_viewport_size({"width": NARROW_WIDTH, "height": size["height"]})
@@ -926,6 +944,44 @@ def test_search_finds_each_chapter_by_a_word_of_it(book, tab):
 CHINESE_SEARCHES = ("缓存", "因果掩码", "分块")
 
 
+# The results' summaries on the search page: their text, whether they were typeset (the book's
+# script marks each one) and how many formulas MathJax drew in them.
+SUMMARIES_JS = r"""
+() => [...document.querySelectorAll("#search-results p.context")].map((p) => ({
+  text: p.innerText, typeset: p.dataset.typeset || null,
+  formulas: p.querySelectorAll("mjx-container").length,
+}))
+"""
+
+
+def search_summaries(tab, origin: str, query: str, edition: str = "") -> list[dict]:
+    """The summaries of the results of ``query`` on an edition's search page, once typeset."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    assert search_results(tab, origin, query, edition)
+    try:  # MathJax typesets each summary once it is written (tools/book_fixes.py)
+        tab.wait_for_function(
+            "() => [...document.querySelectorAll('#search-results p.context')]"
+            ".every((p) => p.dataset.typeset === 'done')",
+            timeout=10_000,
+        )
+    except PlaywrightTimeout:
+        pass  # judged below: a summary left as the page's raw text
+    return tab.evaluate(SUMMARIES_JS)
+
+
+def test_search_summaries_show_formulas_typeset_not_raw_tex(book, tab):
+    """A search for a word next to formulas: the summaries show them drawn by MathJax, never as
+    TeX (\\( ... \\), \\[ ... \\], $$), in both editions."""
+    origin, _ = book
+    for edition in ("", CHINESE):
+        summaries = search_summaries(tab, origin, "softmax", edition)
+        assert summaries, edition
+        raw = [s["text"][:160] for s in summaries if re.search(r"\\[()\[\]]|\$\$", s["text"])]
+        assert raw == [], (edition, raw)
+        assert any(s["formulas"] for s in summaries), (edition, summaries[:3])
+
+
 def test_chinese_search_finds_the_chapters_that_use_a_word(book, tab):
     origin, reports = book
     chapters = {f"{CHINESE}{doc}.html" for doc in chapter_files()}
@@ -951,9 +1007,9 @@ def test_the_language_switch_keeps_the_tab_the_search_and_the_anchor(book, tab):
     assert search_results(tab, origin, "缓存", CHINESE)  # and the search ran there
 
 
-# The text of the boxes that check(), hint() and solution() print, against the background it is
-# drawn on (the nearest opaque one), as WCAG computes contrast: every text of a box, in the light
-# and the dark colour scheme.
+# The text of the HTML outputs of a chapter (the boxes that check(), hint() and solution() print),
+# against the background it is drawn on (the nearest opaque one), as WCAG computes contrast: every
+# text of every such output, in the light and the dark colour scheme.
 BOX_CONTRAST = """() => {
   const rgb = (c) => {
     const m = c.match(/rgba?\\(([^)]+)\\)/);
@@ -976,8 +1032,7 @@ BOX_CONTRAST = """() => {
     }
     return [255, 255, 255];
   };
-  const boxes = [...document.querySelectorAll(
-    ".cell_output .attncourse-box, .cell_output div[style*='background']")];
+  const boxes = [...document.querySelectorAll(".cell_output .output.text_html")];
   const low = [];
   for (const box of boxes) {
     for (const el of [box, ...box.querySelectorAll("*")]) {
@@ -1013,6 +1068,14 @@ def narrow_problems(report: PageReport) -> list[str]:
     if report.narrow["width"] > NARROW_WIDTH:
         problems.insert(0, f"{report.narrow['width']} px wide at {NARROW_WIDTH} px")
     return problems
+
+
+def test_no_input_code_block_scrolls_sideways_at_1280_px(book):
+    """Every input code block of every chapter, in both editions, fits the code column of a
+    1280-px window: 80 characters a line (book/ruff.toml) in the font size book_fixes.py sets."""
+    origin, reports = book
+    pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in chapter_files()]
+    _assert_none({page: reports[page].wide_code for page in pages})
 
 
 def test_no_page_is_wider_than_a_phone_and_no_formula_is_cut_off(book):
