@@ -105,14 +105,14 @@ mutation-package-sample: $(BIN)/.installed
 	$(BIN)/python tools/mutate_package.py --sample 3 --seed 0 --min-rate 0.6
 
 # Chapter 10's kernels compiled for sm_75, sm_80, sm_86, sm_89 and sm_90 without a GPU, every
-# variant, dtype and head size the launcher takes (attncourse.kernels.compile), on both cores at
+# variant, dtype and head size the launcher takes (tools/kernel_compile), on both cores at
 # nice 10: shared memory, registers, spills and tensor-core instructions, written into the package
 # for the chapter's table. Compiles are cached (~/.cache/attncourse/compile), so a rerun after a
 # kernel change compiles only what changed. CI checks every request's kernels against the
 # committed fingerprints without compiling (--check) and compiles a sample of five requests
 # (tests/test_compile_matrix.py).
 compile-matrix: $(BIN)/.installed
-	env -u TRITON_INTERPRET $(BIN)/python -m attncourse.kernels.compile --workers 2 --nice 10 \
+	env -u TRITON_INTERPRET $(BIN)/python tools/kernel_compile --workers 2 --nice 10 \
 		--out attncourse/results/ch10_compile_matrix.json
 
 # On a machine with a CUDA GPU (tools/gpu_check.py): the kernel tests on CUDA, a sweep against

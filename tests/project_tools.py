@@ -1,6 +1,9 @@
 """The repository's own tools, importable from the tests (``tools/`` is not a package).
 
 The one way tests import ``tools/<name>.py``: ``tool(name)`` (the same module on every call).
+A package under ``tools/`` (``tools/kernel_compile/``) is imported by its name with
+``tool_package(name)``, which puts ``tools/`` on ``sys.path`` (last): its process pools spawn
+workers that import it again by that name, and they inherit the path.
 """
 
 import importlib.util
@@ -8,6 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "tools"
 
 
 def tool(name: str):
@@ -19,6 +23,13 @@ def tool(name: str):
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def tool_package(name: str):
+    """``tools/<name>/`` (a package, or ``package.module``) imported by that name, ``tools/`` on ``sys.path``."""
+    if str(TOOLS) not in sys.path:
+        sys.path.append(str(TOOLS))
+    return importlib.import_module(name)
 
 
 normalize = tool("normalize_notebooks")

@@ -1,4 +1,5 @@
-"""The compile harness (attncourse.kernels.compile): chapter 10's kernels compiled, no GPU.
+"""The compile harness (tools/kernel_compile) and chapter 10's reader of its results
+(attncourse.kernels.compile): chapter 10's kernels compiled, no GPU.
 
 The harness needs triton imported without its interpreter, which conftest switches on for the
 kernel tests, so the compiling runs in a child process (a fresh interpreter without
@@ -16,7 +17,11 @@ import torch
 
 pytest.importorskip("triton")
 
-from attncourse.kernels import compile as kc  # no triton import at module level
+from project_tools import TOOLS, tool_package
+
+from attncourse.kernels import compile as reader  # chapter 10's reader of the results
+
+kc = tool_package("kernel_compile")  # the harness: no triton import at module level
 
 
 def run_child(script: str, timeout: int = 600) -> dict:
@@ -46,7 +51,10 @@ def facts(tmp_path_factory):
         import json, torch, triton
         from triton.runtime.driver import driver
         from triton import knobs
-        from attncourse.kernels import compile as kc
+        import sys
+        sys.path.insert(0, {str(TOOLS)!r})
+        import kernel_compile as kc
+        from kernel_compile.specs import compile_specs
         cache = {str(cache)!r}
         out = {{}}
         def state():
@@ -75,7 +83,7 @@ def facts(tmp_path_factory):
         requests = [("sm_80", "causal", "float16", 64), ("sm_75", "span", "float32", 128),
                     ("sm_90", "lengths", "bfloat16", 32), ("sm_86", "plain", "float16", 48)]
         for target, variant, dtype, d in requests:
-            specs = flash.compile_specs(kc.TARGETS[target].capability, kc.DTYPES[dtype], d,
+            specs = compile_specs(kc.TARGETS[target].capability, kc.DTYPES[dtype], d,
                                         causal=variant == "causal", lengths=variant == "lengths",
                                         span=variant == "span", batch=2, heads=16, length=256)
             for launch in kc.capture_launches(target, variant, dtype, d):
@@ -178,7 +186,7 @@ def test_subset_is_a_part_of_the_matrix():
 
 def test_capture_agrees_with_the_launchers_own_specs(facts):
     """The hook sees what Triton's binder makes of the launcher's real arguments; the launcher's
-    compile_specs builds the same from its launch functions: signature, constants, divisibility
+    compile_specs builds the same from the launcher's kernel_launches: signature, constants, divisibility
     attributes and options agree kernel by kernel."""
     assert len(facts["agree"]) == 16
     for target, variant, kernel, *same in facts["agree"]:
@@ -195,11 +203,11 @@ def test_tables_need_no_triton():
     script = textwrap.dedent("""
         import sys
         sys.modules["triton"] = None  # as if triton were not installed
-        from attncourse.kernels import compile as kc, sdpa
+        from attncourse.kernels import compile as reader, sdpa
         import torch
-        results = kc.load_results()
-        assert kc.summary_table(results).count("sm_") == len(kc.TARGETS)
-        assert "| GPU (target) |" in kc.compile_table(results)
+        results = reader.load_results()
+        assert reader.summary_table(results).count("sm_") == len(results["targets"]) == 5
+        assert "| GPU (target) |" in reader.compile_table(results)
         assert sdpa.sdpa_backend((7, 5), torch.float16, 64) == "efficient"
         print("ok")
     """)
@@ -278,7 +286,7 @@ def fake_results():
 
 def test_tables_count_what_the_results_hold():
     results = fake_results()
-    t4, h100 = kc.target_summary(results)
+    t4, h100 = reader.target_summary(results)
     assert (t4["requests"], t4["compiled"], t4["refused"], t4["fit"]) == (2, 1, ["bfloat16"], 0)
     assert (t4["max_shared"], t4["half"], t4["half_spill_free"], t4["max_spill"]) == (
         96 * 1024,
@@ -289,7 +297,7 @@ def test_tables_count_what_the_results_hold():
     assert t4["tensor_cores"]["float16"] == ["none (FMA)"]
     assert (h100["fit"], h100["half_spill_free"], h100["max_spill"]) == (1, 0, 8)
     assert h100["tensor_cores"]["float16"] == ["wgmma"]  # the preprocess kernel has no tl.dot
-    assert kc.exceeding(results) == [
+    assert reader.exceeding(results) == [
         {
             "target": "sm_75",
             "variant": "causal",
@@ -300,12 +308,12 @@ def test_tables_count_what_the_results_hold():
             "limit": 64 * 1024,
         }
     ]
-    table = kc.compile_table(results).splitlines()
+    table = reader.compile_table(results).splitlines()
     assert len(table) == 2 + 3 + 3  # header, rule, three kernels per target (no preprocess)
     assert "96 of 64 KiB **too much**" in table[3] and "none (FMA)" in table[3]
     assert "64 of 64 KiB |" in table[4]  # exactly the limit fits
-    assert kc.request_kernels(results, "sm_75", "causal", "bfloat16", 128) is None
+    assert reader.request_kernels(results, "sm_75", "causal", "bfloat16", 128) is None
     with pytest.raises(KeyError):
-        kc.request_kernels(results, "sm_80", "causal", "float16", 128)
-    summary = kc.summary_table(results)
+        reader.request_kernels(results, "sm_80", "causal", "float16", 128)
+    summary = reader.summary_table(results)
     assert "| T4 (sm_75) | 1 of 2 (bfloat16 refused) | 0 of 1 | 96 of 64 KiB |" in summary

@@ -5,14 +5,14 @@
 too slow for CI, so this test checks it in two cheaper ways:
 
 * **without compiling**, that every committed request is still what the kernels and the
-  launcher give: ``python -m attncourse.kernels.compile --check`` captures all 300 requests
+  launcher give: ``python tools/kernel_compile --check`` captures all 300 requests
   again (seconds) and compares each kernel's fingerprint (triton version, target, the kernel's
   source and its callees', the constexpr globals they read, the launch's signature,
   constexprs, attributes and options; no line numbers) with the one recorded, and whether the
   launcher refuses the request. A kernel or launch configuration changed without ``make
   compile-matrix`` fails here; so does the check itself, on doctored results, if it stops
   seeing what changed;
-* **by compiling a sample** (``python -m attncourse.kernels.compile --subset``, CI's subset):
+* **by compiling a sample** (``python tools/kernel_compile --subset``, CI's subset):
   at d = 128, the largest tiles, causal float16 on sm_75 (the T4: the FMA path), sm_80
   (``mma.sync``) and sm_90 (``wgmma``), adaptive span in bfloat16 on sm_90, and the same on
   sm_75, which the launcher refuses. Each request must give exactly the committed kernels:
@@ -35,17 +35,21 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from attncourse.kernels import compile as kc  # no triton import at module level
+from project_tools import TOOLS, tool_package
+
+from attncourse.kernels import compile as reader  # chapter 10's reader of the results
+
+kc = tool_package("kernel_compile")  # the harness: no triton import at module level
 
 HALF = ("float16", "bfloat16")
 
 
 def run_compile(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    """``python -m attncourse.kernels.compile ARGS`` in a process that compiles (no
+    """``python tools/kernel_compile ARGS`` in a process that compiles (no
     TRITON_INTERPRET: conftest switches the interpreter on for the kernel tests)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     return subprocess.run(
-        [sys.executable, "-m", "attncourse.kernels.compile", *args],
+        [sys.executable, str(TOOLS / "kernel_compile"), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -63,7 +67,7 @@ def subset(tmp_path_factory):
     print(
         done.stderr.strip().splitlines()[-1]
     )  # requests, kernels and seconds (pytest -s shows it)
-    return kc.load_results(out)
+    return reader.load_results(out)
 
 
 @pytest.fixture(scope="module", params=["subset", "committed"])
@@ -72,7 +76,7 @@ def results(request):
     compile-matrix, compiled with the same kernels and launcher): each must hold the facts."""
     if request.param == "subset":
         return request.getfixturevalue("subset")
-    committed = kc.load_results()
+    committed = reader.load_results()
     assert set(rows(committed)) == set(kc.matrix_requests()), (
         "the committed results are not the full matrix: rerun make compile-matrix"
     )
@@ -103,7 +107,7 @@ def test_the_check_names_what_changed(tmp_path):
     """The check itself, on committed requests doctored as stale results would read: a kernel
     whose fingerprint changed, a request recorded as compiled that the launcher refuses and the
     reverse, a request recorded with a kernel fewer than it launches; the intact one passes."""
-    committed = kc.load_results()
+    committed = reader.load_results()
     by_request = rows(committed)
     changed = ("sm_80", "causal", "float16", 64)
     refused_now = ("sm_75", "span", "bfloat16", 64)  # to be recorded as compiled
@@ -227,7 +231,7 @@ def test_committed_results_match_the_compiler(subset):
     """The package's results (make compile-matrix) hold, for every request of the subset, the
     same kernels as compiling now, fingerprints included: rerun make compile-matrix after
     changing a kernel or its launch."""
-    committed = kc.load_results()
+    committed = reader.load_results()
     assert committed["triton"] == subset["triton"], (
         "compiled with another triton: rerun make compile-matrix"
     )
@@ -243,10 +247,10 @@ def test_committed_results_match_the_compiler(subset):
 
 def test_the_chapter_tables_render():
     """Chapter 10's tables, from the committed full matrix as the chapter reads it."""
-    committed = kc.load_results()
-    table = kc.compile_table(committed)
+    committed = reader.load_results()
+    table = reader.compile_table(committed)
     assert table.count("\n") == 1 + 3 * len(kc.TARGETS)  # header, rule, 3 kernels per target
     assert "wgmma" in table and "mma.sync" in table and "none (FMA)" in table
-    summary = kc.summary_table(committed)
+    summary = reader.summary_table(committed)
     assert summary.count("\n") == 1 + len(kc.TARGETS)
     assert "(bfloat16 refused)" in summary

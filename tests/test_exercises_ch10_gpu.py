@@ -12,10 +12,12 @@ import pytest
 import torch
 from exercise_helpers import assert_fails, stub
 
-from attncourse.exercises import _core, check, solution
+from attncourse.exercises import _core, check, registry, solution
 from attncourse.exercises.ch10_gpu import _CASES, _key_blocks_solution
 from attncourse.kernels.tiles import key_block_range, tile_map
 from attncourse.masks import causal_mask
+
+REGISTRY = registry()  # every exercise by id (read-only)
 
 ID = "gpu/causal-key-blocks"
 
@@ -1405,7 +1407,7 @@ def test_every_mutant_of_the_roofline_solution_is_rejected_or_a_listed_equivalen
     from project_tools import tool
 
     mutate = tool("mutate_checkers")
-    reference = _core._REGISTRY[ROOFLINE].reference
+    reference = REGISTRY[ROOFLINE].reference
     source = textwrap.dedent(inspect.getsource(reference))
     for answer in _run_simulated(source, reference.__name__, reference.__globals__, monkeypatch):
         assert check(ROOFLINE, answer).passed, answer  # the solution itself is right

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 import attncourse
-from attncourse.exercises import check, hint, list_exercises, set_language, solution
+from attncourse.exercises import check, hint, list_exercises, registry, set_language, solution
 from attncourse.exercises._core import (
-    _REGISTRY,
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
@@ -17,6 +16,8 @@ from attncourse.exercises._core import (
     conceal,
     reveal,
 )
+
+REGISTRY = registry()  # every exercise by id (read-only)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,14 +36,14 @@ def test_unknown_exercise_names_the_nearest_known_ones():
         check("dot-product/attentoin", 1)
 
 
-@pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
+@pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
 def test_untouched_stubs_are_not_attempted(exercise_id):
     def stub(*args, **kwargs):
         raise NotImplementedError
 
     for untouched in (stub, ..., None):
         result = check(exercise_id, untouched)
-        if untouched is stub and not _REGISTRY[exercise_id].solution_is_code:
+        if untouched is stub and not REGISTRY[exercise_id].solution_is_code:
             assert result.status in (FAILED, NOT_ATTEMPTED)  # a value exercise given a function
             continue
         assert result.status == NOT_ATTEMPTED and not result.passed, result
@@ -74,7 +75,7 @@ def test_value_answers_are_not_readable_in_the_package_or_the_notebooks():
     """The worked solution of every value exercise appears nowhere in plain text."""
     sources = [p.read_text() for p in Path(attncourse.__file__).parent.rglob("*.py")]
     sources += [json.dumps(json.loads(p.read_text())) for p in (ROOT / "book").glob("*.ipynb")]
-    for ex in _REGISTRY.values():
+    for ex in REGISTRY.values():
         if ex.solution_is_code:
             continue
         worked = ex.solution()

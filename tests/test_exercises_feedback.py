@@ -19,9 +19,8 @@ import pytest
 import torch
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
-from attncourse.exercises import _core, check, solution
+from attncourse.exercises import _core, check, registry, solution
 from attncourse.exercises._core import (
-    _REGISTRY,
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
@@ -30,6 +29,8 @@ from attncourse.exercises._core import (
     reveal,
 )
 
+REGISTRY = registry()  # every exercise by id (read-only)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,7 +38,7 @@ def _spy_number_exercises():
     """``{id: (right value, rel_tol, {mistake value: message}, mistake tolerance, otherwise)}`` of
     every exercise graded by check_number, found by spying on the checkers."""
     found = {}
-    for eid, ex in sorted(_REGISTRY.items()):
+    for eid, ex in sorted(REGISTRY.items()):
         if ex.answer_is_function:
             continue
         module = sys.modules[ex.checker.__module__]
@@ -209,7 +210,7 @@ class _Anything(dict):
 
 def test_every_exercise_outside_chapter_10_has_a_notebook_stub():
     ids = {eid for eid, _, _ in STUBS}
-    assert {eid for eid in _REGISTRY if not eid.startswith("gpu/")} <= ids
+    assert {eid for eid in REGISTRY if not eid.startswith("gpu/")} <= ids
 
 
 @pytest.mark.parametrize("exercise_id, source, name", STUBS, ids=[s[0] for s in STUBS])
@@ -235,7 +236,7 @@ def test_an_untouched_notebook_stub_is_not_attempted_in_its_own_terms(exercise_i
         assert result.message == STUB_VALUE
 
 
-@pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
+@pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
 def test_no_solution_shows_a_private_name(exercise_id):
     text = solution(exercise_id).text
     assert not re.findall(r"(?<![\w.])_[A-Za-z]\w*", text), text
@@ -243,7 +244,7 @@ def test_no_solution_shows_a_private_name(exercise_id):
 
 def test_solutions_use_the_notebook_names():
     stubs = {eid: name for eid, source, name in STUBS}
-    for eid, ex in _REGISTRY.items():
+    for eid, ex in REGISTRY.items():
         if ex.answer_is_function and eid in stubs:
             assert f"def {stubs[eid]}(" in solution(eid).text, eid
 
@@ -254,7 +255,7 @@ def test_solutions_use_the_notebook_names():
 def _choice_exercises():
     """Exercises whose checker validates with ``choice``: found by spying."""
     found = {}
-    for eid, ex in sorted(_REGISTRY.items()):
+    for eid, ex in sorted(REGISTRY.items()):
         module = sys.modules[ex.checker.__module__]
         if getattr(module, "choice", None) is not _core.choice:
             continue
@@ -412,7 +413,7 @@ def test_the_mqa_check_grades_a_valid_model_with_an_odd_number_of_heads():
     """3 heads: 2 K/V heads (a known mistake's value) are not defined; the answer is graded all the same."""
     model = _tiny_model(num_heads=3)
     tokens = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
-    right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
+    right = REGISTRY["inference/mqa-gap"].reference(model, tokens)
     assert check("inference/mqa-gap", right).passed
     wrong = check(
         "inference/mqa-gap", {"model": model, "tokens": tokens, "gap": right["gap"] + 1.0}
@@ -420,9 +421,9 @@ def test_the_mqa_check_grades_a_valid_model_with_an_odd_number_of_heads():
     assert wrong.status == FAILED and _core.UNGRADABLE not in wrong.message, wrong.message
 
 
-@pytest.mark.parametrize("exercise_id", sorted(_REGISTRY))
+@pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
 def test_check_leaves_torch_random_state_and_answers_as_found(exercise_id):
-    ex = _REGISTRY[exercise_id]
+    ex = REGISTRY[exercise_id]
     answer = ex.reference if ex.answer_is_function else 1.0
     torch.manual_seed(123)
     rng = torch.get_rng_state()
@@ -434,7 +435,7 @@ def test_check_leaves_torch_random_state_and_answers_as_found(exercise_id):
 
 SOFTMAX_EXERCISES = sorted(
     eid
-    for eid, ex in _REGISTRY.items()
+    for eid, ex in REGISTRY.items()
     # kernel exercises (gpu/*) are excluded: their softmax is tl.exp and tl.sum inside a Triton
     # kernel, which softmax_over() cannot turn; their checkers name a kernel's own mistakes
     if ex.answer_is_function
@@ -459,7 +460,7 @@ def test_the_softmax_exercises_are_found():
 
 @pytest.mark.parametrize("exercise_id", SOFTMAX_EXERCISES)
 def test_a_softmax_over_the_wrong_dimension_is_named(exercise_id):
-    reference = _REGISTRY[exercise_id].reference
+    reference = REGISTRY[exercise_id].reference
 
     def over_queries(*args, **kwargs):
         with _core.softmax_over(-2):
@@ -477,7 +478,7 @@ def test_a_forgotten_scale_is_named_in_multi_head_forward():
     import inspect
     import textwrap
 
-    reference = _REGISTRY["multi-head/forward"].reference
+    reference = REGISTRY["multi-head/forward"].reference
     source = textwrap.dedent(inspect.getsource(reference))
     unscaled = source.replace("scale=q.size(-1) ** -0.5", "scale=1.0").replace(
         "/ q.size(-1) ** 0.5", ""
@@ -526,7 +527,7 @@ def test_the_mqa_gap_grades_every_valid_model(num_heads, layers, train, dtype, b
     )
     tokens = torch.randint(11, (batch, 9), generator=torch.Generator().manual_seed(2))
     before = _state({"model": model})
-    right = _REGISTRY["inference/mqa-gap"].reference(model, tokens)
+    right = REGISTRY["inference/mqa-gap"].reference(model, tokens)
     model.train(train)  # the reference measures in eval mode
     before = _state({"model": model})
     assert check("inference/mqa-gap", right).passed

@@ -24,9 +24,8 @@ import torch
 from project_tools import ROOT, tool
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
-from attncourse.exercises import _core, check
+from attncourse.exercises import _core, check, registry
 from attncourse.exercises._core import (
-    _REGISTRY,
     FAILED,
     NOT_ATTEMPTED,
     UNGRADABLE,
@@ -36,16 +35,18 @@ from attncourse.exercises._core import (
     reveal,
 )
 
+REGISTRY = registry()  # every exercise by id (read-only)
+
 mutate = tool("mutate_checkers")
 
 CODING = sorted(
-    eid for eid, ex in _REGISTRY.items() if ex.answer_is_function
+    eid for eid, ex in REGISTRY.items() if ex.answer_is_function
 )  # the answer is a function
 MUTATED = sorted(mutate.coding_exercises())
-ALL = sorted(_REGISTRY)
+ALL = sorted(REGISTRY)
 # Triton kernels (chapter 10): the checker launches the answer, so a Python wrapper around the
 # solution is no answer; their right answers in other styles are in test_exercises_ch10_gpu.py
-KERNELS = {eid for eid in CODING if "constexpr" in str(inspect.signature(_REGISTRY[eid].reference))}
+KERNELS = {eid for eid in CODING if "constexpr" in str(inspect.signature(REGISTRY[eid].reference))}
 
 
 # -- generic answers built from an exercise's own solution -------------------------------------
@@ -142,7 +143,7 @@ def float32_output(reference):
 def test_generic_right_answers_pass(exercise_id, style):
     if exercise_id in KERNELS:
         pytest.skip("a Triton kernel: wrappers in Python are no kernel")
-    result = check(exercise_id, style(_REGISTRY[exercise_id].reference))
+    result = check(exercise_id, style(REGISTRY[exercise_id].reference))
     assert result.passed, result.message
 
 
@@ -150,7 +151,7 @@ def test_generic_right_answers_pass(exercise_id, style):
 def test_complex_outputs_are_rejected(exercise_id):
     if not _uses_float64(exercise_id) and exercise_id != "adaptive-span/soft-mask":
         pytest.skip("no floating output to make complex")
-    result = check(exercise_id, complex_output(_REGISTRY[exercise_id].reference))
+    result = check(exercise_id, complex_output(REGISTRY[exercise_id].reference))
     assert result.status == FAILED and UNGRADABLE not in result.message, result.message
 
 
@@ -161,7 +162,7 @@ def _uses_float64(exercise_id):
         seen.extend(
             a.dtype for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)
         )
-        return _REGISTRY[exercise_id].reference(*args, **kwargs)
+        return REGISTRY[exercise_id].reference(*args, **kwargs)
 
     check(exercise_id, spy)
     return torch.float64 in seen
@@ -171,7 +172,7 @@ def _uses_float64(exercise_id):
 def test_float64_inputs_answered_in_float32_are_rejected(exercise_id):
     if not _uses_float64(exercise_id):
         pytest.skip("no float64 input")
-    result = check(exercise_id, float32_output(_REGISTRY[exercise_id].reference))
+    result = check(exercise_id, float32_output(REGISTRY[exercise_id].reference))
     assert result.status == FAILED and "keep the input's dtype" in result.message, result.message
 
 
@@ -179,7 +180,7 @@ def test_float64_inputs_answered_in_float32_are_rejected(exercise_id):
 
 
 def test_mutation_covers_at_least_200_mutants_over_every_coding_exercise():
-    counts = {eid: len(mutate.mutants_of(eid, _REGISTRY[eid].reference)) for eid in MUTATED}
+    counts = {eid: len(mutate.mutants_of(eid, REGISTRY[eid].reference)) for eid in MUTATED}
     assert sum(counts.values()) >= 200, counts
     assert all(n >= 2 for n in counts.values()), counts
 
@@ -221,7 +222,7 @@ def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercis
     monkeypatch.setattr(mutate, "compile_mutant", building)
     monkeypatch.setattr(mutate, "_judge", judging)
     equivalents = mutate.load_equivalents()
-    report = mutate.run(exercise_id, _REGISTRY[exercise_id].reference, equivalents)
+    report = mutate.run(exercise_id, REGISTRY[exercise_id].reference, equivalents)
     assert not report.survivors, "mutants the checker accepts:\n" + "\n".join(report.survivors)
     listed = {k for k in equivalents if k.startswith(exercise_id + " :: ")}
     assert listed <= set(report.equivalent), (
@@ -241,7 +242,7 @@ def test_every_mutant_of_the_solution_is_rejected_or_a_listed_equivalent(exercis
 def test_every_listed_equivalent_has_a_reason_and_a_known_exercise():
     equivalents = json.loads((ROOT / "tools" / "checker_mutants_equivalent.json").read_text())
     for key, reason in equivalents.items():
-        assert key.split(" :: ")[0] in _REGISTRY and " => " in key, key
+        assert key.split(" :: ")[0] in REGISTRY and " => " in key, key
         assert len(reason) > 20, key
 
 
@@ -258,7 +259,7 @@ def test_the_mutation_run_reports_a_weak_checker(monkeypatch):
         return "ok"
 
     monkeypatch.setitem(
-        _REGISTRY,
+        _core._REGISTRY,  # a test exercise, registered for this test only
         "test/weak",
         Exercise("test/weak", "weak", weak_checker, "", lambda: "", True, solution),
     )
@@ -587,7 +588,9 @@ def test_a_checker_that_crashes_is_reported_not_raised(monkeypatch):
         return answer.no_such_attribute
 
     monkeypatch.setitem(
-        _REGISTRY, "test/broken", Exercise("test/broken", "broken", broken, "", lambda: "", False)
+        _core._REGISTRY,  # a test exercise, registered for this test only
+        "test/broken",
+        Exercise("test/broken", "broken", broken, "", lambda: "", False),
     )
     result = check("test/broken", 3)
     assert result.status == FAILED and result.message.startswith(UNGRADABLE)
@@ -637,7 +640,7 @@ def test_a_hanging_function_is_stopped_and_reported(short_limit):
         _core, "TIME_LIMIT_S", 10.0
     )  # the reference's 0.3 s can run out on a loaded machine
     assert check(
-        "dot-product/attention", _REGISTRY["dot-product/attention"].reference
+        "dot-product/attention", REGISTRY["dot-product/attention"].reference
     ).passed  # usable afterwards
 
 
@@ -646,7 +649,7 @@ def test_an_outer_timer_is_put_back(short_limit):
     previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(True))
     try:
         signal.setitimer(signal.ITIMER_REAL, 100.0)
-        assert check("dot-product/scores", _REGISTRY["dot-product/scores"].reference).passed
+        assert check("dot-product/scores", REGISTRY["dot-product/scores"].reference).passed
         left, _ = signal.getitimer(signal.ITIMER_REAL)
         assert 0 < left <= 100.0 and not fired
     finally:
@@ -655,7 +658,7 @@ def test_an_outer_timer_is_put_back(short_limit):
 
 
 def test_the_limit_counts_the_learner_time_of_all_calls(short_limit):
-    reference = _REGISTRY["dot-product/attention"].reference
+    reference = REGISTRY["dot-product/attention"].reference
 
     def slow(*args, **kwargs):  # 0.1 s per call: fine once, too slow over the checker's 8 calls
         time.sleep(0.1)
@@ -777,7 +780,7 @@ def test_each_wrong_scale_gets_its_own_diagnosis():
 
 
 def test_a_float_mask_added_before_the_scale_is_rejected():
-    reference = _REGISTRY["dot-product/attention"].reference
+    reference = REGISTRY["dot-product/attention"].reference
 
     def before(query, key, value, mask=None, *, scale=None):
         if mask is None or mask.dtype == torch.bool:
@@ -792,7 +795,7 @@ def test_a_float_mask_added_before_the_scale_is_rejected():
 
 def test_max_len_ignored_is_rejected_with_its_diagnosis():
     def ignores(lengths, max_len, causal):
-        return _REGISTRY["masking/attention-mask"].reference(lengths, int(lengths.max()), causal)
+        return REGISTRY["masking/attention-mask"].reference(lengths, int(lengths.max()), causal)
 
     result = check("masking/attention-mask", ignores)
     assert result.status == FAILED and "max_len is ignored" in result.message, result.message
@@ -806,7 +809,7 @@ def test_where_the_ceil_goes_matters():
 
 
 def test_a_sqrt_length_scale_is_caught_in_multi_head_forward():
-    reference = _REGISTRY["multi-head/forward"].reference
+    reference = REGISTRY["multi-head/forward"].reference
     source = (
         __import__("inspect").getsource(reference).replace("q.size(-1) ** 0.5", "q.size(-2) ** 0.5")
     )
@@ -821,10 +824,10 @@ def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     right-answer styles call it, and its mutants are run on the tool's inputs, their values checked.
     """
     assert (
-        not _REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in CODING
+        not REGISTRY["inference/mqa-gap"].answer_is_function and "inference/mqa-gap" not in CODING
     )
     assert "inference/mqa-gap" in MUTATED and "inference/mqa-gap" in mutate.VALUE_INPUTS
-    reference = _REGISTRY["inference/mqa-gap"].reference
+    reference = REGISTRY["inference/mqa-gap"].reference
     assert (
         reference is not None and __import__("inspect").signature(reference).parameters
     )  # it has parameters
@@ -843,7 +846,7 @@ def _number_exercises():
     import sys as _sys
 
     found = {}
-    for eid, ex in sorted(_REGISTRY.items()):
+    for eid, ex in sorted(REGISTRY.items()):
         if ex.answer_is_function:
             continue
         module = _sys.modules[ex.checker.__module__]

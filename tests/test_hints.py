@@ -21,9 +21,11 @@ import textwrap
 import pytest
 import test_answers_not_above as scan
 
-from attncourse.exercises import _core, hint, set_language, solution
+from attncourse.exercises import hint, registry, set_language, solution
 
-EXERCISES = list(_core._REGISTRY)
+REGISTRY = registry()  # every exercise by id (read-only)
+
+EXERCISES = list(REGISTRY)
 
 
 def _code_spans(text: str) -> list:
@@ -52,14 +54,14 @@ def first_hint_gives_away(exercise_id: str, text: str) -> list:
 
 def _first(exercise_id: str) -> str:
     """The first hint as registered (the only one, before hints had levels)."""
-    ex = _core._REGISTRY[exercise_id]
+    ex = REGISTRY[exercise_id]
     return getattr(ex, "hints", (ex.hint,))[0]
 
 
 @pytest.mark.parametrize("exercise_id", EXERCISES)
 def test_every_exercise_has_hints_in_levels(exercise_id):
     """At least two levels, the second saying more than the first."""
-    levels = _core._REGISTRY[exercise_id].hints
+    levels = REGISTRY[exercise_id].hints
     assert len(levels) >= 2, f"{exercise_id}: one level of hints"
     assert len(set(levels)) == len(levels)
 
@@ -93,7 +95,7 @@ def test_the_scan_catches_a_hint_that_gives_the_answer(exercise_id, text):
 
 def test_hint_levels_and_the_end_of_them():
     exercise_id = "inference/repeat-kv"
-    levels = _core._REGISTRY[exercise_id].hints
+    levels = REGISTRY[exercise_id].hints
     first, default = hint(exercise_id, 1), hint(exercise_id)
     assert first.text == default.text and first.label == default.label  # backward compatible
     assert levels[0] in first.text and f"hint({exercise_id!r}, 2)" in first.text
@@ -131,7 +133,7 @@ def key_lines(exercise_id: str) -> list:
     returns (``scan.code_keys``), and each statement's expression as the source writes it
     (comments and spacing normalised), of eight tokens or more, as tokens with the solution's
     own names (arguments and locals) free (``None``)."""
-    reference = _core._REGISTRY[exercise_id].reference
+    reference = REGISTRY[exercise_id].reference
     if reference is None:
         return []
     returned, _whole = scan.code_keys(reference)
@@ -191,7 +193,7 @@ def writes_a_key_line(exercise_id: str, text: str, share: float = 0.6) -> list:
 @pytest.mark.parametrize("exercise_id", EXERCISES)
 def test_every_level_of_hints_speaks_chinese(exercise_id):
     """tools/zh_messages.py collects every level: each is translated, none left in English."""
-    levels = _core._REGISTRY[exercise_id].hints
+    levels = REGISTRY[exercise_id].hints
     set_language("zh")
     try:
         for level, english in enumerate(levels, start=1):

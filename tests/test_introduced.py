@@ -1,11 +1,11 @@
 """Nothing used before it is taught.
 
 Every public name of the package records the chapter that introduces it
-(``attncourse._introduced.INTRODUCED``). A chapter's code cells may use (import, or reach by
+(``tests/introduced.py``'s ``INTRODUCED``). A chapter's code cells may use (import, or reach by
 attribute access) only names introduced in that chapter or an earlier one, and a public
 function or class may rely only on names of its own chapter or earlier ones (following the
 package's private helpers), except for the optional features listed in
-``attncourse._introduced.LATER_FEATURES``.
+``tests/introduced.py``'s ``LATER_FEATURES``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
+from introduced import INTRODUCED, LATER_FEATURES
 
 import attncourse
-from attncourse._introduced import INTRODUCED, LATER_FEATURES
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -178,9 +178,9 @@ def test_every_public_name_has_a_chapter():
     stale = sorted(set(INTRODUCED) - names)
     assert not missing, (
         "public names without the chapter that introduces them; add each to "
-        f"attncourse/_introduced.py: {missing}"
+        f"tests/introduced.py: {missing}"
     )
-    assert not stale, f"attncourse/_introduced.py lists names the package no longer has: {stale}"
+    assert not stale, f"tests/introduced.py lists names the package no longer has: {stale}"
     assert all(isinstance(c, int) and 1 <= c <= len(CHAPTERS) for c in INTRODUCED.values())
 
 

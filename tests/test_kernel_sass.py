@@ -2,8 +2,9 @@
 compiling test needs triton and its bundled nvdisasm, and skips without them)."""
 
 import pytest
+from project_tools import tool_package
 
-from attncourse.kernels import sass
+sass = tool_package("kernel_compile.sass")  # tools/kernel_compile/sass.py
 
 LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -52,7 +53,7 @@ def test_compiled_kernels_have_a_whole_tile_loop_cheaper_than_the_boundary_loops
         pytest.skip(
             "TRITON_INTERPRET=1 makes the kernels interpreted functions: run this file without it"
         )
-    fn, signature, consts, attrs, options = flash.compile_specs(
+    fn, signature, consts, attrs, options = tool_package("kernel_compile").compile_specs(
         (9, 0), torch.float16, 64, causal=True
     )["forward"]
     cubin = sass.compile_cubin(fn, signature, consts, attrs, options, (9, 0))

@@ -1,6 +1,8 @@
 """The package's import graph, read from its source: no loops, the library apart from the course's
 scaffolding, no function-level imports (except the one that keeps triton optional), and the
-scaffolding using the library's public names only."""
+scaffolding using the library's public names only. And the line between the package and the
+repository's tools: ``attncourse/`` holds what learners use (no compile harness, no process
+pool, no private Triton API), and ``tools/`` reaches the package through its public names."""
 
 import ast
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 from project_tools import ROOT
 
 PACKAGE = ROOT / "attncourse"
+TOOLS = ROOT / "tools"
 # Course scaffolding: the library (every other module) never imports these.
 SCAFFOLDING = (
     "attncourse.course",
@@ -133,3 +136,101 @@ def test_the_benchmarks_import_each_other_only_through_their_shared_helpers():
     assert not [
         t for t in GRAPH["attncourse.benchmarks.common"] if t.startswith("attncourse.benchmarks")
     ]
+
+
+# -- the package and the tools ------------------------------------------------------------------
+
+# Tooling that lives in tools/, never in the package: a process pool (the compile harness's) and
+# Triton's private API (its driver, knobs, compiler and backends: what capturing
+# and compiling a launch without a GPU needs). A learner's code needs none of them; chapter 10's
+# exercise compiles a learner's kernel in a child Python whose script is text, not an import.
+TOOLING_IMPORTS = (
+    "concurrent.futures",
+    "multiprocessing",
+    "triton.knobs",
+    "triton.runtime.driver",
+    "triton.compiler",
+    "triton.backends",
+)
+# Modules that moved out of the package (issue 32): the compile harness's SASS counter went to
+# tools/kernel_compile/, the map of public names to chapters to tests/introduced.py.
+MOVED_OUT = ("attncourse.kernels.sass", "attncourse._introduced")
+# Private modules a tool may import, with the reason. zh_messages.py is the translators' tool of
+# the checkers' own messages: it reads the gettext domains and conceals/reveals the concealed
+# answers, the exercises' internals.
+TOOLS_PRIVATE_ALLOWED = {
+    ("zh_messages.py", "attncourse.exercises._core"),
+    ("zh_messages.py", "attncourse.exercises._i18n"),
+}
+
+
+def _external_imports(tree: ast.AST):
+    """``(module, line)`` of every absolute import outside the package, with ``from`` names."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module, node.lineno
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node.lineno
+
+
+def _is_private(dotted: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
+
+
+def test_the_package_holds_no_tooling():
+    found = sorted(
+        (m, name, line)
+        for m, path in MODULES.items()
+        for name, line in _external_imports(ast.parse(path.read_text()))
+        if any(name == t or name.startswith(t + ".") for t in TOOLING_IMPORTS)
+        or (name.startswith("triton.") and _is_private(name))
+    )
+    moved = [m for m in MOVED_OUT if m in MODULES]
+    assert not found and not moved, (
+        f"tooling in the package (it belongs in tools/): {found}, {moved}"
+    )
+
+
+def _tool_private_uses(path: Path):
+    """Private names of the package a tool imports or reaches by attribute: ``(name, line)``."""
+    tree = ast.parse(path.read_text())
+    bound = set()  # names the tool binds to something of the package
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("attncourse"):
+                    bound.add((alias.asname or alias.name).split(".")[0])
+                    if _is_private(alias.name):
+                        yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").startswith("attncourse"):
+                for alias in node.names:
+                    bound.add(alias.asname or alias.name)
+                    if _is_private(f"{node.module}.{alias.name}"):
+                        yield f"{node.module}.{alias.name}", node.lineno
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                yield f"{ast.unparse(node.value)}.{node.attr}", node.lineno
+
+
+def test_tools_use_public_names_of_the_package_only():
+    tools = sorted(TOOLS.rglob("*.py"))
+    found = sorted(
+        (str(path.relative_to(TOOLS)), name, line)
+        for path in tools
+        for name, line in _tool_private_uses(path)
+        if not any(
+            (str(path.relative_to(TOOLS)), module) in TOOLS_PRIVATE_ALLOWED
+            and (name == module or name.startswith(module + "."))
+            for module in {m for _, m in TOOLS_PRIVATE_ALLOWED}
+        )
+    )
+    assert not found, f"private names of the package used in tools/: {found}"
+    assert TOOLS / "kernel_compile" / "__init__.py" in tools  # the rule reads the packages too

@@ -424,22 +424,20 @@ def _value_inputs(exercise_id: str) -> tuple:
 def coding_exercises() -> Dict[str, Callable]:
     """The exercises mutated: every coding exercise (the answer is a function; a solution without
     parameters computes a value answer), and the value exercises of :data:`VALUE_INPUTS`."""
-    import attncourse.exercises  # noqa: F401 - registers every exercise
-    from attncourse.exercises._core import _REGISTRY
+    from attncourse.exercises import registry  # importing it registers every exercise
 
     return {
         ex.exercise_id: ex.reference
-        for ex in _REGISTRY.values()
+        for ex in registry().values()
         if ex.reference is not None and (ex.answer_is_function or ex.exercise_id in VALUE_INPUTS)
     }
 
 
 def _judge(exercise_id: str, fn: Callable):
     """check() of ``fn`` as the learner would pass it: the function itself, or the value it computes."""
-    from attncourse.exercises import check
-    from attncourse.exercises._core import _REGISTRY
+    from attncourse.exercises import check, registry
 
-    if _REGISTRY[exercise_id].answer_is_function:
+    if registry()[exercise_id].answer_is_function:
         return check(exercise_id, fn)
     return check(exercise_id, fn(*_value_inputs(exercise_id)))
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-
-from attncourse.kernels import sass
+from kernel_compile import sass  # tools/kernel_compile: this file's folder is on sys.path
 
 
 def load_jit_functions(path: Path) -> dict:

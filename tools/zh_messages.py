@@ -40,7 +40,7 @@ from babel.messages.pofile import read_po, write_po
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attncourse.exercises import _core, _i18n  # noqa: E402
+from attncourse.exercises import _core, _i18n, registry  # noqa: E402
 
 SOURCE = ROOT / "attncourse" / "exercises"
 LOCALE = SOURCE / "locale" / "zh_CN" / "LC_MESSAGES"
@@ -185,7 +185,7 @@ def messages() -> Tuple[Dict[str, List[tuple]], Dict[str, List[tuple]]]:
             plain.setdefault(text, []).append((name, line))
         for text in concealed_texts(path):
             concealed.setdefault(text, []).append((name, 0))
-    for exercise in _core._REGISTRY.values():
+    for exercise in registry().values():
         where = (f"exercise {exercise.exercise_id}", 0)
         plain.setdefault(exercise.title, []).append(where)
         for level in exercise.hints:  # every level of hints (hint(id), hint(id, 2), ...)

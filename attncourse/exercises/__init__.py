@@ -1,14 +1,14 @@
 """Self-graded exercises: ``check(exercise_id, answer)``, ``hint(exercise_id)``, ``solution(exercise_id)``.
 
 Every chapter's exercises live in a module of this package and register themselves on
-import; ``list_exercises()`` shows them all. ``set_language("zh")`` makes them speak Chinese
-(简体中文); English is the default.
+import; ``list_exercises()`` shows them all, ``registry()`` maps each id to its
+exercise. ``set_language("zh")`` makes them speak Chinese (简体中文); English is the default.
 """
 
 import importlib
 import pkgutil
 
-from ._core import Result, check, hint, list_exercises, solution
+from ._core import Result, check, hint, list_exercises, registry, solution
 from ._i18n import get_language, set_language
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
@@ -19,6 +19,7 @@ __all__ = [
     "hint",
     "solution",
     "list_exercises",
+    "registry",
     "Result",
     "set_language",
     "get_language",

@@ -23,7 +23,8 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from types import MappingProxyType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -577,6 +578,13 @@ def _solution(exercise_id: str) -> Reveal:
         text,
         code=ex.solution_is_code,
     )
+
+
+def registry() -> Mapping[str, Exercise]:
+    """Every registered exercise by id, in chapter order: a read-only view (it follows later
+    registrations; it cannot be written to). Each :class:`Exercise` holds the checker, the
+    hints, the reference solution and the flags the course's tests and tools read."""
+    return MappingProxyType(_REGISTRY)
 
 
 def list_exercises() -> List[Dict[str, str]]:

@@ -41,7 +41,7 @@ import math
 import os
 from dataclasses import fields as dataclass_fields
 from dataclasses import replace
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 import triton
@@ -64,7 +64,7 @@ __all__ = [
     "flash_attention_forward",
     "adaptive_span_flash_attention",
     "softmax_rows",
-    "compile_specs",
+    "kernel_launches",
     "launch_override",
 ]
 
@@ -1375,7 +1375,7 @@ def _constexprs(q: Tensor, causal: bool, lengths, spans, config: LaunchConfig) -
 
 def _forward_launch(q, k, v, out, lse, causal, lengths, spans, windows, ramp, scale, config):
     """``(kernel, grid, args, constexprs)`` of the forward pass: what the launcher runs and what
-    :func:`compile_specs` compiles."""
+    :func:`kernel_launches` returns."""
     batch, heads, length, _ = q.shape
     dummy = lse  # stands for the pointers a configuration does not read
     args = (
@@ -1559,7 +1559,7 @@ def _backward(
     return dq, dk, dv, dspan.sum(dim=(0, 2))
 
 
-def compile_specs(
+def kernel_launches(
     capability: Tuple[int, int],
     dtype: torch.dtype,
     head_dim: int,
@@ -1570,20 +1570,16 @@ def compile_specs(
     batch: int = 2,
     heads: int = 4,
     length: int = 1024,
-) -> dict:
-    """What the launcher would compile on a GPU of ``capability``, for a compile test without a GPU.
+) -> Dict[str, tuple]:
+    """What the launcher would launch on a GPU of ``capability``, built without a GPU (no data).
 
-    Returns ``{kernel name: (jit function, signature, constexprs, attrs, options)}`` for
+    Returns ``{kernel name: ((jit function, grid, args, constexprs), LaunchConfig)}`` for
     ``forward``, ``backward_preprocess``, ``backward_dkdv`` and ``backward_dq``, built by the very
-    functions the launcher calls (on tensors of the ``meta`` device, which hold no data), with the
-    argument specialisation Triton applies at launch (integers equal to 1 become constants, those
-    divisible by 16 and 16-byte aligned pointers are marked so). ``triton.compile(ASTSource(fn,
-    signature, constexprs, attrs), target=GPUTarget("cuda", major * 10 + minor, 32), options=options)``
-    compiles one.
+    functions the launcher calls, on tensors of the ``meta`` device (which hold no data), with the
+    configuration :func:`~attncourse.kernels.config.launch_config` picks for ``capability``. The
+    repository's compile harness (``tools/kernel_compile``) specialises these as Triton does at
+    launch and compiles them for that GPU.
     """
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
     configs = {
         "forward": launch_config(
             capability, dtype, head_dim, "forward_span" if span else "forward"
@@ -1636,42 +1632,7 @@ def compile_specs(
         backward_configs,
     ):
         launches[name] = (launch, config)
-    types = {
-        torch.float16: "fp16",
-        torch.bfloat16: "bf16",
-        torch.float32: "fp32",
-        torch.int32: "i32",
-    }
-    specs = {}
-    for name, ((kernel, _, args, constexprs), config) in launches.items():
-        signature, attrs, consts = {}, {}, dict(constexprs)
-        params = [p for p in kernel.arg_names if p not in constexprs]
-        for param, value in zip(params, args):
-            if isinstance(value, Tensor):
-                signature[param], attrs[(kernel.arg_names.index(param),)] = (
-                    "*" + types[value.dtype],
-                    [["tt.divisibility", 16]],
-                )
-                continue
-            kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
-            if kind == "constexpr":
-                consts[param] = value
-                signature[param] = "constexpr"
-            else:
-                signature[param] = kind
-                if attr == "D":
-                    attrs[(kernel.arg_names.index(param),)] = [["tt.divisibility", 16]]
-        for c in constexprs:
-            signature[c] = "constexpr"
-        signature = {p: signature[p] for p in kernel.arg_names}
-        specs[name] = (
-            kernel,
-            signature,
-            consts,
-            attrs,
-            dict(num_warps=config.num_warps, num_stages=config.num_stages),
-        )
-    return specs
+    return launches
 
 
 class _FlashAttention(torch.autograd.Function):

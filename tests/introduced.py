@@ -1,9 +1,10 @@
 """The chapter that introduces each public name of the package.
 
 ``INTRODUCED`` maps a public name (where it is defined: ``module.name``; a constant by the
-module that holds it) to the chapter that first teaches it. ``tests/test_introduced.py``
-fails when a public name is missing here, when a chapter's code uses a name a later chapter
-introduces, and when a name relies on a later chapter's name outside ``LATER_FEATURES``.
+module that holds it) to the chapter that first teaches it. ``tests/test_introduced.py`` (the
+one reader of this file) fails when a public name is missing here, when a chapter's code uses a
+name a later chapter introduces, and when a name relies on a later chapter's name outside
+``LATER_FEATURES``.
 Add a new public name here with its chapter: the chapter whose text teaches it.
 """
 
@@ -60,28 +61,13 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.exercises.ch10_gpu.online_softmax_kernel": 10,
     "attncourse.exercises.ch10_gpu.run_masked_softmax": 10,
     "attncourse.exercises.ch10_gpu.run_online_softmax": 10,
-    "attncourse.kernels.compile.CompileResult": 10,
-    "attncourse.kernels.compile.DTYPES": 10,
-    "attncourse.kernels.compile.HEAD_DIMS": 10,
-    "attncourse.kernels.compile.KernelLaunch": 10,
     "attncourse.kernels.compile.RESULTS": 10,
-    "attncourse.kernels.compile.TARGETS": 10,
-    "attncourse.kernels.compile.Target": 10,
-    "attncourse.kernels.compile.VARIANTS": 10,
-    "attncourse.kernels.compile.cache_dir": 10,
-    "attncourse.kernels.compile.capture_launches": 10,
-    "attncourse.kernels.compile.compile_launch": 10,
-    "attncourse.kernels.compile.compile_matrix": 10,
     "attncourse.kernels.compile.compile_table": 10,
-    "attncourse.kernels.compile.compile_variant": 10,
     "attncourse.kernels.compile.exceeding": 10,
     "attncourse.kernels.compile.load_results": 10,
-    "attncourse.kernels.compile.main": 10,
-    "attncourse.kernels.compile.matrix_requests": 10,
     "attncourse.kernels.compile.request_kernels": 10,
     "attncourse.kernels.compile.summary_table": 10,
     "attncourse.kernels.compile.target_summary": 10,
-    "attncourse.kernels.compile.tensor_core_kind": 10,
     "attncourse.kernels.config.KERNELS": 10,
     "attncourse.kernels.config.LaunchConfig": 10,
     "attncourse.kernels.config.TARGETS": 10,
@@ -89,17 +75,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.kernels.config.launch_config": 10,
     "attncourse.kernels.config.shared_memory_per_block": 10,
     "attncourse.kernels.config.supports_bfloat16": 10,
-    "attncourse.kernels.flash.compile_specs": 10,
-    "attncourse.kernels.sass.Loop": 10,
-    "attncourse.kernels.sass.compile_cubin": 10,
-    "attncourse.kernels.sass.disassemble": 10,
-    "attncourse.kernels.sass.loops": 10,
-    "attncourse.kernels.sass.mma_loops": 10,
-    "attncourse.kernels.sass.our_counts": 10,
-    "attncourse.kernels.sass.per_scores": 10,
-    "attncourse.kernels.sass.specialise": 10,
-    "attncourse.kernels.sass.tool_path": 10,
-    "attncourse.kernels.sass.whole_tile_loop": 10,
+    "attncourse.kernels.flash.kernel_launches": 10,
     "attncourse.kernels.sdpa.SDPA_BACKENDS": 10,
     "attncourse.kernels.sdpa.restrict_sdpa": 10,
     "attncourse.kernels.sdpa.sdpa_backend": 10,
@@ -124,6 +100,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.exercises._core.check": 1,
     "attncourse.exercises._core.hint": 1,
     "attncourse.exercises._core.list_exercises": 1,
+    "attncourse.exercises._core.registry": 1,
     "attncourse.exercises._core.solution": 1,
     "attncourse.exercises._i18n.get_language": 1,
     "attncourse.exercises._i18n.set_language": 1,

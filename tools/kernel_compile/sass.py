@@ -206,7 +206,7 @@ def our_counts(
     (the dK/dV loop plus the dQ loop)."""
     import torch
 
-    from .flash import compile_specs
+    from .specs import compile_specs
 
     specs = compile_specs(capability, torch.float16, head_dim, causal=True, length=length)
     counts = {}
@@ -223,7 +223,7 @@ def our_counts(
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m attncourse.kernels.sass [80 90 ...]``: our instructions per 4,096 scores per
+    """``PYTHONPATH=tools python -m kernel_compile.sass [80 90 ...]``: our instructions per 4,096 scores per
     target (``tools/sass_ratios.py`` adds Triton's tutorial beside them, given its path)."""
     import sys
 
