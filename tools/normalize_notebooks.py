@@ -58,11 +58,12 @@ def setup_source() -> str:
     ``importlib.invalidate_caches()`` lets the next cell import the package just installed.
     """
     url, branch = repository()
-    # In ruff format's layout (the chapters' 80 columns), so that `ruff format book` leaves it.
+    # In ruff format's layout within the chapters' 80 columns (comments too), so that
+    # `ruff format book` and `ruff check book` leave it.
     return (
-        f"{SETUP_MARKER}: install the course package only if it is missing.\n"
-        f"# To install it from elsewhere (a fork, a local checkout), set {INSTALL_URL_VARIABLE} to"
-        " a pip URL.\n"
+        f"{SETUP_MARKER}: install the course package only if it\n"
+        "# is missing. To install it from elsewhere (a fork, a local checkout), set\n"
+        f"# {INSTALL_URL_VARIABLE} to a pip URL.\n"
         "import importlib.util\n"
         "import os\n"
         "import subprocess\n"
