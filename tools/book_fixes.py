@@ -56,6 +56,7 @@ drawn from ``tools/book_templates``.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shutil
@@ -88,6 +89,10 @@ NARROW_CSS = """
 .bd-article { overflow-wrap: break-word; }
 .bd-article span.math { overflow-x: auto; overflow-y: hidden; }
 .bd-article span.math mjx-assistive-mml { max-width: 100% !important; }
+@media (min-width: 1200px) {
+  .bd-article .cell_input pre { font-size: 13px; }
+  .bd-article .admonition .cell_input pre { font-size: 12px; }
+}
 @media (max-width: 575.98px) {
   .bd-article code.literal, .bd-article code.literal span.pre,
   .bd-article dt.sig, .bd-article dt.sig span.pre {
@@ -104,6 +109,42 @@ NARROW_CSS = """
   table.identifier-table td:last-child { grid-column: 1 / -1; padding-top: 0; }
 }
 """
+
+
+#: The search page's summaries are the pages' text, formulas as TeX between ``\(``/``\)`` and
+#: ``\[``/``\]``: each summary, once written, is typeset by MathJax (loaded on the search page by
+#: :func:`_search_mathjax`), after a formula that the summary cuts at its start or its end is
+#: replaced by "...", which MathJax would leave as raw TeX.
+SEARCH_MATH = r"""<script>
+document.addEventListener("DOMContentLoaded", () => {
+  const results = document.getElementById("search-results");
+  if (!results) return;
+  const cut = (text) => {
+    for (const [open, close] of [["\\(", "\\)"], ["\\[", "\\]"], ["$$", "$$"]]) {
+      const first = text.indexOf(close), start = text.indexOf(open);
+      if (open !== close && first !== -1 && (start === -1 || first < start)) {
+        text = "..." + text.slice(first + close.length);
+      }
+      const last = text.lastIndexOf(open);
+      const opened = open === close ? text.split(open).length % 2 === 0 : last > text.lastIndexOf(close);
+      if (last !== -1 && opened) text = text.slice(0, last) + "...";
+    }
+    return text;
+  };
+  let queue = Promise.resolve();
+  const typeset = (summary) => {
+    summary.dataset.typeset = "pending";
+    summary.textContent = cut(summary.textContent);
+    queue = queue.then(() => window.MathJax && MathJax.startup && MathJax.startup.promise)
+      .then(() => window.MathJax && MathJax.typesetPromise && MathJax.typesetPromise([summary]))
+      .catch((error) => console.warn("search summary not typeset:", error))
+      .then(() => { summary.dataset.typeset = "done"; });
+  };
+  new MutationObserver(() => {
+    for (const summary of results.querySelectorAll("p.context:not([data-typeset])")) typeset(summary);
+  }).observe(results, {childList: true, subtree: true});
+});
+</script>"""
 
 
 #: The theme opens every header link in a new tab. The language switch opens the other edition
@@ -160,6 +201,19 @@ def _language_switch(app, pagename, templatename, context, doctree) -> None:
         context.setdefault("header_buttons", []).insert(0, button)
     style = f"<style>:root {{ --pst-font-family-base: {FONT_STACK}; }}{NARROW_CSS}</style>"
     context["metatags"] = context.get("metatags", "") + style + SWITCH_IN_PLACE
+
+
+def _search_mathjax(app, pagename, templatename, context, doctree) -> None:
+    """MathJax on the search page too (Sphinx loads it only where a page has math), with the
+    script that typesets the results' summaries (``SEARCH_MATH``)."""
+    if pagename != "search" or app.builder.format != "html":
+        return
+    if app.builder.math_renderer_name == "mathjax" and app.config.mathjax_path:
+        if app.config.mathjax3_config:
+            body = f"window.MathJax = {json.dumps(app.config.mathjax3_config)}"
+            app.builder.add_js_file("", body=body)
+        app.builder.add_js_file(app.config.mathjax_path, defer="defer")
+    context["metatags"] = context.get("metatags", "") + SEARCH_MATH
 
 
 def _fix_page(app, pagename, templatename, context, doctree) -> None:
@@ -263,6 +317,7 @@ def setup(app):
     app.connect("build-finished", _download_colab_edition)
     app.connect("doctree-resolved", _identifier_tables)
     app.connect("doctree-resolved", _image_links)
+    app.connect("html-page-context", _search_mathjax, priority=450)  # before _fix_page
     app.connect("html-page-context", _fix_page)
     app.connect(
         "html-page-context", _colab_buttons, priority=600
