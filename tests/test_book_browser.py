@@ -539,21 +539,21 @@ def visit(
             after = page.evaluate(SOLUTION_STATE_JS, index)
             report.solutions.append((before, after))
     if chapter:  # at a desktop's width, whatever the crawl's window is
-        size = page.viewport_size
-        page.set_viewport_size({"width": WIDE_WIDTH, "height": size["height"]})
-        try:
-            report.wide_code = page.evaluate(WIDE_CODE_JS)
-        finally:
-            page.set_viewport_size(size)
+        report.wide_code = evaluate_at_width(page, WIDE_WIDTH, WIDE_CODE_JS)
     if narrow:  # the same page, as a phone lays it out (no reload: the layout follows the width)
-        size = page.viewport_size
-        page.set_viewport_size({"width": NARROW_WIDTH, "height": size["height"]})
-        try:
-            report.narrow = page.evaluate(NARROW_JS)
-        finally:
-            page.set_viewport_size(size)
+        report.narrow = evaluate_at_width(page, NARROW_WIDTH, NARROW_JS)
     page.traffic.settle()
     return report
+
+
+def evaluate_at_width(page, width: int, script: str):
+    """``script`` evaluated with the window ``width`` px wide, then the window's width put back."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": width, "height": size["height"]})
+    try:
+        return page.evaluate(script)
+    finally:
+        page.set_viewport_size(size)
 
 
 def crawl(
