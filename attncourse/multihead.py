@@ -175,6 +175,45 @@ class MultiHeadAttention(nn.Module):
             ValueError: a wrong rank or feature size, batch sizes or key/value lengths that
                 differ, a mask that does not broadcast, inputs on another device.
         """
+        mask, source = self._check_inputs(query, key, value, mask, cache)
+        length = query.size(1)
+        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
+        k = _split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        v = _split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
+        if self.positional is not None:
+            query_positions, key_positions = self._positions(source, length, cache, query.device)
+        if self.positional == "rope":  # the cache stores the keys rotated
+            q = _rope(q, query_positions)
+            k = _rope(k, query_positions if cache is not None else key_positions)
+        if cache is not None:
+            # K and V of the new positions join the cache: (B, h_kv, S, head_dim), cached rows first
+            k, v, cache_mask = cache._append(k, v)
+            mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
+        if self.positional == "alibi":
+            bias = _alibi(self.num_heads, query_positions, key_positions, q.dtype)  # (h, L, S)
+            mask = bias if mask is None else combine_masks(mask, bias)
+        # (B, h, S, head_dim): K/V head g serves query heads g * group ... (g + 1) * group - 1
+        group = self.num_heads // self.num_kv_heads
+        k, v = _repeat_kv(k, group), _repeat_kv(v, group)
+        heads, weights = _attention(q, k, v, mask, self.head_dim**-0.5)
+        if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
+            weights = nn.functional.dropout(weights, self.dropout)
+            heads = weights @ v
+        return self.out_proj(_merge_heads(heads)), weights
+
+    def _check_inputs(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Optional[Tensor],
+        cache: Optional[KVCache],
+    ) -> Tuple[Optional[Tensor], int]:
+        """:meth:`forward`'s checks, once, at the boundary: its steps after them are unchecked.
+
+        Returns the mask with a head axis where it had none (``(B, L, S)`` -> ``(B, 1, L, S)``)
+        and ``S``, the length attended over (the cached and the new positions with a cache).
+        """
         require_floating("query", query)
         require_floating("key", key)
         require_floating("value", value)
@@ -216,7 +255,8 @@ class MultiHeadAttention(nn.Module):
             )
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
         batch, length, source = query.size(0), query.size(1), key.size(1)
-        if cache is not None:  # key, value: the new positions; the queries also see the cached ones
+        # with a cache, key and value are the new positions; the queries also see the cached ones
+        if cache is not None:
             source = cache.attended_length(source)
         if mask is not None:
             require_tensor("mask", mask)
@@ -230,7 +270,8 @@ class MultiHeadAttention(nn.Module):
                     " the layer takes (L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:,"
                     " None, :] to mask the keys of every query"
                 )
-            if mask.dim() == 3:  # (B, L, S): the same mask for every head
+            # (B, L, S): the same mask for every head
+            if mask.dim() == 3:
                 check_mask(mask, (batch, length, source), layout="(B, L, S)")
                 mask = mask.unsqueeze(1)
             elif mask.dim() in (2, 4):
@@ -245,37 +286,18 @@ class MultiHeadAttention(nn.Module):
                     f" {fmt_shape((batch, self.num_heads, length, source))}, got"
                     f" {fmt_shape(mask.shape)}"
                 )
-        # The inputs are checked above, once: the steps below are the unchecked private ones.
-        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, h, L, head_dim)
-        k = _split_heads(self.k_proj(key), self.num_kv_heads)  # (B, h_kv, S, head_dim)
-        v = _split_heads(self.v_proj(value), self.num_kv_heads)  # (B, h_kv, S, head_dim)
-        if self.positional is not None:  # absolute positions of the new queries and keys
-            first = source - length if cache is None else cache.seen
-            query_positions = torch.arange(first, first + length, device=query.device)
-            key_positions = (
-                torch.arange(k.size(2), device=query.device)
-                if cache is None
-                else cache._key_positions(query_positions)
-            )  # (S,): what the queries attend over, cached rows first
-        if self.positional == "rope":  # the cache stores the keys rotated
-            q = _rope(q, query_positions)
-            k = _rope(k, query_positions if cache is not None else key_positions)
-        if cache is not None:
-            k, v, cache_mask = cache._append(k, v)  # (B, h_kv, S, head_dim), cached rows first
-            mask = cache_mask if mask is None else combine_masks(cache_mask, mask)
-        if self.positional == "alibi":
-            bias = _alibi(self.num_heads, query_positions, key_positions, q.dtype)  # (h, L, S)
-            mask = bias if mask is None else combine_masks(mask, bias)
-        group = self.num_heads // self.num_kv_heads
-        k, v = (
-            _repeat_kv(k, group),
-            _repeat_kv(v, group),
-        )  # (B, h, S, head_dim): K/V head g serves query heads g*group ...
-        heads, weights = _attention(q, k, v, mask, self.head_dim**-0.5)
-        if self.training and self.dropout > 0.0:  # attention dropout on the weights, training only
-            weights = nn.functional.dropout(weights, self.dropout)
-            heads = weights @ v
-        return self.out_proj(_merge_heads(heads)), weights
+        return mask, source
+
+    def _positions(
+        self, source: int, length: int, cache: Optional[KVCache], device: torch.device
+    ) -> Tuple[Tensor, Tensor]:
+        """Absolute positions ``(L,)`` of the new queries and ``(S,)`` of the keys they attend
+        over, cached rows first: the last ``L`` of ``0 .. S - 1``, or those the cache gives."""
+        first = source - length if cache is None else cache.seen
+        query_positions = torch.arange(first, first + length, device=device)
+        if cache is None:
+            return query_positions, torch.arange(source, device=device)
+        return query_positions, cache._key_positions(query_positions)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
