@@ -1,12 +1,7 @@
-# The two set-up commands of the README:
-#   make book   builds the book into _build/html, executing every notebook
-#   make test   runs every test: unit tests, checker tests, every notebook under nbval, and the
-#               browser test of the built book (so it builds the book first when it is missing or stale)
-#   make mutation-checkers   mutation testing of the exercise checkers (also run by the tests)
-#   make compile-matrix   chapter 10's kernels compiled for five GPU architectures (no GPU needed)
-#   make gpu-check   on a machine with a CUDA GPU: chapter 10's kernels checked and timed there,
-#                    with that machine's own Python, torch and triton (GPU_PYTHON; no .venv)
-# Both create the virtual environment .venv from requirements.txt on first use.
+# `make help` lists every target with one line each: the `## ` comment on the target's line.
+# The README's two set-up commands are `make book` (the book, executing every notebook) and
+# `make test` (every test); both create the virtual environment .venv from requirements.txt on
+# first use, as does every target that runs the venv's Python.
 # PYTHON: the interpreter that creates .venv (Python 3.11 or newer). The first of python3.11,
 # python3.12, python3 and python on the PATH unless given: `make book PYTHON=/path/to/python`.
 PYTHON ?= $(firstword $(foreach name,python3.11 python3.12 python3 python,$(shell command -v $(name) 2>/dev/null)))
@@ -17,14 +12,20 @@ BIN := $(VENV)/Scripts
 else
 BIN := $(VENV)/bin
 endif
+help:  ## lists the targets, one line each (this list)
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_-]+:[^#]*## / {printf "  make %-25s %s\n", $$1, $$2}' \
+		$(MAKEFILE_LIST)
+
 # The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
 BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py tools/zh_edition.py \
 	$(wildcard tools/book_templates/*) \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: book test test-fast book-loaded lock lint colab benchmark clean mutation-checkers \
+.PHONY: help book test test-fast book-loaded lock lint colab clean mutation-checkers \
 	mutation-package mutation-package-sample compile-matrix gpu-check
+# Plain `make` lists the targets rather than building anything.
+.DEFAULT_GOAL := help
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
 .DELETE_ON_ERROR:
 
@@ -56,17 +57,17 @@ $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 	cp -R _build/zh/src/_build/html _build/html/zh
 	touch $@
 
-book: $(BOOK)
+book: $(BOOK)  ## builds both editions into _build/html, executing every notebook once under nbval
 
 # ruff, configured in pyproject.toml (book/ruff.toml: the chapters at 80 characters a line):
 # the lint rules, and the formatting checked, not applied (ruff format . applies it).
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed  ## ruff: the lint rules, and the formatting checked (ruff format . applies it)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 # The Colab edition: notebooks/ regenerated from book/, and notebooks/zh from book/ and its
 # Chinese catalogues (tests/test_colab_edition.py and tests/test_zh_edition.py check both).
-colab: $(BIN)/.installed
+colab: $(BIN)/.installed  ## regenerates the Colab editions, notebooks/ and notebooks/zh/, from book/
 	$(BIN)/python tools/colab_edition.py
 	$(BIN)/python tools/colab_edition.py --lang zh
 
@@ -74,34 +75,34 @@ colab: $(BIN)/.installed
 # longest first (tests/conftest.py), one torch thread per worker. The notebooks' own tests ran
 # under nbval in the book build this depends on (rebuilt when a chapter, the package or the
 # environment changed): `pytest` alone runs tests/ and book/ both.
-test: $(BIN)/.installed $(BOOK)
+test: $(BIN)/.installed $(BOOK)  ## every test: unit, checkers, the browser test of the book (built first if stale)
 	$(BIN)/python -m pytest -n 2 --dist loadscope tests
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment
 # (marker `slow`): what the macOS and Windows jobs of the workflow run. A few minutes.
-test-fast: $(BIN)/.installed
+test-fast: $(BIN)/.installed  ## the tests not marked slow: no notebooks, browser or fresh Colab-like runtime
 	$(BIN)/python -m pytest tests -m "not slow"
 
 # Every notebook of book/, one at a time, while two busy processes hold the cores: each must
 # finish within 150 s (tools/loaded_run.py; the weekly run of the workflow runs it).
-book-loaded: $(BIN)/.installed
+book-loaded: $(BIN)/.installed  ## every notebook while two busy processes hold the cores, each within 150 s
 	$(BIN)/python tools/loaded_run.py --budget 150 --busy 2
 
 # requirements.txt, the lock, rewritten from requirements.in (tools/lock_requirements.py).
-lock: $(BIN)/.installed
+lock: $(BIN)/.installed  ## rewrites the lock, requirements.txt, from requirements.in
 	$(BIN)/python tools/lock_requirements.py
 
 # every mutant of every exercise's solution through its checker: a table of kill rates per exercise
-mutation-checkers: $(BIN)/.installed
+mutation-checkers: $(BIN)/.installed  ## mutation testing of the exercise checkers (the tests run it too)
 	$(BIN)/python tools/mutate_checkers.py
 
 # Mutation testing of the package (tools/mutate_package.py): every mutant of attention, masks,
 # multihead, efficient, adaptive_span and all_attention against that module's unit tests.
 # The whole run takes tens of minutes on 2 cores; CI runs the fixed sample below.
-mutation-package: $(BIN)/.installed
+mutation-package: $(BIN)/.installed  ## mutation testing of the package: every mutant of six modules (tens of minutes)
 	$(BIN)/python tools/mutate_package.py --report reports/mutation-package.json --min-rate 0.9
 
-mutation-package-sample: $(BIN)/.installed
+mutation-package-sample: $(BIN)/.installed  ## mutation testing of the package: 3 mutants per module, as CI runs it
 	$(BIN)/python tools/mutate_package.py --sample 3 --seed 0 --min-rate 0.6
 
 # Chapter 10's kernels compiled for sm_75, sm_80, sm_86, sm_89 and sm_90 without a GPU, every
@@ -111,7 +112,7 @@ mutation-package-sample: $(BIN)/.installed
 # kernel change compiles only what changed. CI checks every request's kernels against the
 # committed fingerprints without compiling (--check) and compiles a sample of five requests
 # (tests/test_compile_matrix.py).
-compile-matrix: $(BIN)/.installed
+compile-matrix: $(BIN)/.installed  ## chapter 10's kernels compiled for five GPU architectures (no GPU needed)
 	env -u TRITON_INTERPRET $(BIN)/python tools/kernel_compile --workers 2 --nice 10 \
 		--out attncourse/results/ch10_compile_matrix.json
 
@@ -123,8 +124,8 @@ compile-matrix: $(BIN)/.installed
 # and installs nothing; it refuses without a GPU. GPU_CHECK_ARGS=--quick: a 2-minute run.
 GPU_PYTHON ?= python3
 GPU_CHECK_ARGS ?=
-gpu-check:
+gpu-check:  ## on a CUDA machine: chapter 10's kernels checked and timed (GPU_PYTHON; no .venv)
 	PYTHONPATH=. $(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
-clean:
+clean:  ## removes _build, so that the next make book builds afresh
 	rm -rf _build
