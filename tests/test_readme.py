@@ -123,3 +123,17 @@ def test_layout_names_every_tool_and_part_of_the_package():
             assert path.name in layout, path.name
     for name in re.findall(r"([\w]+\.py)", layout):
         assert list(ROOT.glob(f"**/{name}")), name
+
+
+def test_api_page_counts_the_scaffolding_right():
+    """book/api.md names every sub-package of the course's scaffolding (tests/test_layout.py's
+    list) and counts them right; it said "three" while there were four (issue 32)."""
+    from test_layout import SCAFFOLDING
+
+    text = " ".join((ROOT / "book" / "api.md").read_text().split())
+    sentence = text.split("scaffolding lives in ", 1)[1].split(". ", 1)[0]
+    count = sentence.split()[0]
+    numbers = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    named = set(re.findall(r"`(attncourse\.\w+)`", sentence))
+    assert named == set(SCAFFOLDING), named ^ set(SCAFFOLDING)
+    assert count == numbers[len(SCAFFOLDING) - 1], sentence
