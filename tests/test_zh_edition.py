@@ -53,6 +53,24 @@ def test_every_page_but_the_api_has_a_catalogue():
     }
 
 
+def test_the_exercise_table_is_written_in_chinese_not_translated():
+    """book/exercises.md's table is not a unit of its catalogue: the Chinese page gets the table
+    tools/exercise_index.py writes with each title as check() gives it in Chinese, so a new
+    exercise needs its title translated once, in the grader's catalogue (issue 32)."""
+    page = ROOT / "book" / "exercises.md"
+    index = tool("exercise_index")
+    assert not any("| exercise |" in unit.text for unit in zh.units(page))
+    chinese = zh.chinese_markdown(page)
+    table = index.table("zh")
+    assert table in chinese and index.table("en") not in chinese
+    english_rows = index.rows("en")
+    for (label, title, ident, _), (_, zh_title, _, _) in zip(english_rows, index.rows("zh")):
+        assert (
+            f"| {{numref}}`{label}` | {zh_title.replace('|', chr(92) + '|')} | `{ident}` |" in table
+        )
+        assert zh_title != title, ident  # every title has its Chinese
+
+
 def test_the_terminology_table_covers_every_glossary_term():
     colab.configure("en", ROOT, ROOT / "notebooks", "")
     english_terms = set(colab.glossary())

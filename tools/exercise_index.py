@@ -4,7 +4,9 @@ One row per exercise, in book order: the exercise's number (``{numref}`` of its 
 title the package registers for it (what ``list_exercises()`` prints and ``check`` names), the
 identifier its first ``check(...)`` cell uses (the number names and links the chapter). Run it after adding, moving or
 renaming an exercise (``python tools/exercise_index.py``); tests/test_reading_aids.py fails
-while the page and this table differ.
+while the page and this table differ. The Chinese edition's table is written from the same rows
+with the titles of the grader's Chinese catalogue (``table("zh")``, called by tools/zh_edition.py),
+so a new exercise needs no translation of this page.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 PAGE = BOOK / "exercises.md"
-HEADER = "| exercise | title | identifier |\n|---|---|---|\n"
+HEADERS = {
+    "en": "| exercise | title | identifier |\n|---|---|---|\n",
+    "zh": "| 练习 | 标题 | 标识符 |\n|---|---|---|\n",
+}
 TABLE = re.compile(r"^\| exercise \|.*\n\|[-| ]+\|\n(?:\|.*\|\n)*", re.MULTILINE)
 
 
@@ -25,13 +30,19 @@ def _chapter_text(notebook: Path) -> str:
     return "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"])
 
 
-def rows() -> list[tuple[str, str, str, str]]:
-    """``(label, title, identifier, chapter)`` of every exercise, in book order."""
+def rows(language: str = "en") -> list[tuple[str, str, str, str]]:
+    """``(label, title, identifier, chapter)`` of every exercise, in book order, each title in
+    ``language`` as ``check()`` shows it (``"zh"``: from the grader's Chinese catalogue)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from attncourse.exercises import list_exercises
+    from attncourse.exercises import get_language, list_exercises, set_language
 
-    titles = {item["id"]: item["title"] for item in list_exercises()}
+    spoken = get_language()
+    set_language(language)
+    try:
+        titles = {item["id"]: item["title"] for item in list_exercises()}
+    finally:
+        set_language(spoken)
     found = []
     for notebook in sorted(BOOK.glob("[0-9][0-9]_*.ipynb")):
         text = _chapter_text(notebook)
@@ -46,15 +57,15 @@ def rows() -> list[tuple[str, str, str, str]]:
     return found
 
 
-def table() -> str:
-    """The Markdown table of the exercise index."""
+def table(language: str = "en") -> str:
+    """The Markdown table of the exercise index, in ``language`` (``"zh"``: the Chinese edition's
+    table, which tools/zh_edition.py writes from this rather than from a translated catalogue)."""
     lines = []
-    for label, title, ident, _chapter in rows():
+    for label, title, ident, _chapter in rows(language):
         cell = title.replace("|", "\\|")  # a bar would end the table's cell
-        lines.append(
-            f"| {{numref}}`{label}` | {cell} | `{ident}` |"
-        )  # "Exercise 6.3" names the chapter
-    return HEADER + "\n".join(lines) + "\n"
+        # "Exercise 6.3" names the chapter
+        lines.append(f"| {{numref}}`{label}` | {cell} | `{ident}` |")
+    return HEADERS[language] + "\n".join(lines) + "\n"
 
 
 def page() -> str:

@@ -10,7 +10,9 @@ units, each the English text as ``msgid`` and its translation as ``msgstr``:
 * a Markdown page's blocks, the text between blank lines (a fenced code block is one block, and
   is not translated).
 
-Units without words (an ``exercise-end`` marker, a bare label) are copied as they are.
+Units without words (an ``exercise-end`` marker, a bare label) are copied as they are. A block a
+tool writes is written again in Chinese by that tool, not translated: the table of
+``book/exercises.md`` (tools/exercise_index.py, with the titles of the grader's catalogue).
 
 Commands::
 
@@ -41,6 +43,7 @@ from babel.messages.pofile import read_po, write_po
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 LOCALE = BOOK / "locale" / "zh_CN" / "LC_MESSAGES"
+TOOLS = ROOT / "tools"
 LANGUAGE = "zh_CN"
 #: Pages that stay English in the Chinese edition (generated from docstrings).
 UNTRANSLATED_PAGES = ("api",)
@@ -127,13 +130,27 @@ def _is_code_block(block: str) -> bool:
     return _CODE_FENCE.match(block.split("\n", 1)[0].strip()) is not None
 
 
+def generated_block(page: Path, block: str) -> Optional[str]:
+    """The Chinese of a block that a tool writes (``book/exercises.md``'s table of exercises, from
+    the grader's Chinese titles), or ``None`` for a block translated in the catalogue."""
+    if page.name != "exercises.md":
+        return None
+    if str(TOOLS) not in sys.path:
+        sys.path.append(str(TOOLS))
+    import exercise_index
+
+    if not exercise_index.TABLE.fullmatch(block + "\n"):
+        return None
+    return exercise_index.table("zh").rstrip("\n")
+
+
 def markdown_units(path: Path) -> Iterator[Unit]:
     """The translatable units of a Markdown page, in order."""
     text = path.read_text(encoding="utf-8")
     line = 1
     for block in markdown_blocks(text):
         where = f"line {text.count(chr(10), 0, text.find(block)) + 1}" if block else f"line {line}"
-        if not _is_code_block(block) and has_words(block):
+        if not _is_code_block(block) and has_words(block) and not generated_block(path, block):
             yield Unit(block, "block", where)
 
 
@@ -344,6 +361,8 @@ def chinese_markdown(page: Path, strict: bool = True) -> str:
     for block in markdown_blocks(page.read_text(encoding="utf-8")):
         if _is_code_block(block) or not has_words(block):
             out.append(block)
+        elif generated := generated_block(page, block):
+            out.append(generated)
         else:
             out.append(_translate(table, "block", block, page.name, strict))
     return "\n\n".join(out) + "\n"
