@@ -260,26 +260,22 @@ def adaptive_span_attention(
     pad = (0, 0, before, padded - length)
     keys = nn.functional.pad(key, pad).unfold(2, num_keys, block).transpose(-2, -1)
     values = nn.functional.pad(value, pad).unfold(2, num_keys, block).transpose(-2, -1)
-    scores = (queries * scale) @ keys.transpose(
-        -2, -1
-    )  # (B, H, n, b, b + W - 1), scaled before the product
+    # (B, H, n, b, b + W - 1), scaled before the product
+    scores = (queries * scale) @ keys.transpose(-2, -1)
 
     # Distance from query t (row r of block n) to key column c: t - (n b - before + c).
     rows = torch.arange(block, device=device)[:, None]
     cols = torch.arange(num_keys, device=device)
     distance = rows + before - cols  # (b, K), the same in every block
-    key_position = (
-        torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols
-    )  # (n, 1, K)
+    # (n, 1, K)
+    key_position = torch.arange(num_blocks, device=device)[:, None, None] * block - before + cols
     exists = (distance >= 0) & (key_position >= 0)  # (n, b, K): causal, and not padding
     if position_bias is not None:
         reach = position_bias.size(1) - 1
-        scores = (
-            scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]
-        )  # (H, 1, b, K)
-    mask = (
-        soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists
-    )  # (H, n, b, K)
+        # (H, 1, b, K)
+        scores = scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]
+    # (H, n, b, K)
+    mask = soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists
     scores = scores.masked_fill(mask == 0, float("-inf"))
     weights = safe_softmax(scores) * mask  # the soft mask multiplies the probabilities ...
     weights = weights / weights.sum(-1, keepdim=True)  # ... which are renormalised

@@ -153,9 +153,8 @@ class AllAttention(nn.Module):
         value = split_heads(p.v_proj(x), self.num_heads)  # (B, h, L, d_h)
         memory_key, memory_value = self.memory()  # (h, N, d_h) each
         n = self.num_persistent
-        key = torch.cat(
-            [key, memory_key.to(key.dtype).expand(batch, -1, -1, -1)], dim=2
-        )  # (B, h, L + N, d_h)
+        # (B, h, L + N, d_h)
+        key = torch.cat([key, memory_key.to(key.dtype).expand(batch, -1, -1, -1)], dim=2)
         value = torch.cat([value, memory_value.to(value.dtype).expand(batch, -1, -1, -1)], dim=2)
         if mask is not None and n:
             mask = _extend_mask(mask, n)  # (..., L, L + N): the persistent columns always visible
@@ -194,9 +193,8 @@ def _apply_span_mask(
     """Scale the context weights by ``span_mask`` and renormalise context and memory jointly."""
     weights = torch.cat([weights[..., :length] * span_mask, weights[..., length:]], dim=-1)
     total = weights.sum(dim=-1, keepdim=True)
-    weights = weights / total.clamp_min(
-        torch.finfo(weights.dtype).tiny
-    )  # a row left with nothing stays 0
+    # a row left with nothing stays 0
+    weights = weights / total.clamp_min(torch.finfo(weights.dtype).tiny)
     return weights @ value, weights
 
 

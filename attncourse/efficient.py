@@ -110,9 +110,8 @@ def _attend_query_block(
                 )
             else:
                 scores = scores.add_(tile) if inplace else scores + tile
-        if (
-            causal_offset is not None and k_stop - 1 > q_start + causal_offset
-        ):  # the tile crosses the diagonal
+        # the tile crosses the diagonal
+        if causal_offset is not None and k_stop - 1 > q_start + causal_offset:
             rows = torch.arange(q_start, q_start + block_q, device=query.device)[:, None]
             cols = torch.arange(k_start, k_stop, device=query.device)[None, :]
             future = cols > rows + causal_offset
@@ -122,17 +121,14 @@ def _attend_query_block(
                 else scores.masked_fill(future, float("-inf"))
             )
 
-        new_max = torch.maximum(
-            running_max, scores.detach().amax(dim=-1)
-        )  # the shift needs no gradient
-        shift = new_max.masked_fill(
-            torch.isneginf(new_max), 0.0
-        )  # a row with no key yet: avoid -inf - -inf
+        # the shift needs no gradient
+        new_max = torch.maximum(running_max, scores.detach().amax(dim=-1))
+        # a row with no key yet: avoid -inf - -inf
+        shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
         correction = torch.exp(running_max - shift)  # rescales what was summed against the old max
         if inplace:
-            weights = scores.sub_(
-                shift[..., None]
-            ).exp_()  # unnormalised weights, in the tile's memory
+            # unnormalised weights, in the tile's memory
+            weights = scores.sub_(shift[..., None]).exp_()
             running_sum.mul_(correction).add_(weights.sum(dim=-1))
             acc.mul_(correction[..., None]).add_(weights @ value[..., k_start:k_stop, :])
         else:

@@ -204,11 +204,8 @@ class KVCache:
         length = key.size(2)
         new_positions = torch.arange(self.seen, self.seen + length, device=key.device)
         if self.keys is None:
-            keys, values, positions = (
-                key.clone(),
-                value.clone(),
-                new_positions,
-            )  # owned, not the caller's
+            # owned, not the caller's
+            keys, values, positions = key.clone(), value.clone(), new_positions
         else:
             stored_keys, stored_values, stored_positions = self._stored()
             keys = torch.cat([stored_keys, key], dim=2)

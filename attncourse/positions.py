@@ -61,9 +61,8 @@ def sinusoidal_encoding(
     require_positive_number("base", base)
     require_floating_dtype("dtype", dtype)
     pos = torch.arange(length, device=device, dtype=torch.float64)[:, None]  # (L, 1)
-    inv_freq = base ** (
-        -torch.arange(0, d_model, 2, device=device, dtype=torch.float64) / d_model
-    )  # (d/2,)
+    # (d/2,)
+    inv_freq = base ** (-torch.arange(0, d_model, 2, device=device, dtype=torch.float64) / d_model)
     pe = torch.empty(length, d_model, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)

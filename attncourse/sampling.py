@@ -166,9 +166,8 @@ def generate(
     try:
         for _ in range(max_new_tokens):
             if cache is not None:
-                logits = model(step_input, cache)[
-                    :, -1
-                ]  # (B, V): only the new positions are computed
+                # (B, V): only the new positions are computed
+                logits = model(step_input, cache)[:, -1]
             else:
                 context = tokens if max_len is None else tokens[:, -max_len:]
                 logits = model(context)[:, -1]  # (B, V)

@@ -62,9 +62,8 @@ def _to_dense(weights_by_distance, length):
 def test_mask_at_its_breakpoints():
     z, ramp = 5.0, 4.0
     distance = torch.arange(-2, 13)
-    expected = (
-        [1, 1] + [1] * 6 + [0.75, 0.5, 0.25] + [0, 0, 0, 0]
-    )  # x = -2..12: 1 up to z = 5, 0 from z + R = 9
+    # x = -2..12: 1 up to z = 5, 0 from z + R = 9
+    expected = [1, 1] + [1] * 6 + [0.75, 0.5, 0.25] + [0, 0, 0, 0]
     torch.testing.assert_close(
         soft_span_mask(distance, z, ramp), torch.tensor(expected, dtype=torch.float32)
     )
@@ -141,12 +140,13 @@ def test_blocks_that_do_not_divide_the_length(length, block):
     q, k, v = _qkv(length=length, seed=7)
     span = torch.tensor([0.5, 1.0, 2.5], dtype=torch.float64)
     output, weights = adaptive_span_attention(q, k, v, span, 1.0, block=block)
+    # W = ceil(2.5 + 1)
     assert output.shape == (2, 3, length, 4) and weights.shape == (
         2,
         3,
         length,
         4,
-    )  # W = ceil(2.5 + 1)
+    )
     expected_out, expected_w = _reference(q, k, v, span, 1.0)
     torch.testing.assert_close(output, expected_out, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(_to_dense(weights, length), expected_w, atol=1e-12, rtol=1e-10)
@@ -169,9 +169,8 @@ def test_trimmed_equals_untrimmed(device):
     span = torch.tensor([2.0, 9.3, 5.0], device=device)
     trimmed_out, trimmed_w = adaptive_span_attention(q, k, v, span, 4.0, block=5)
     full_out, full_w = adaptive_span_attention(q, k, v, span, 4.0, window=40)
-    assert (
-        trimmed_w.size(-1) == 14 and full_w.size(-1) == 40
-    )  # ceil(9.3 + 4) = 14 keys instead of 40
+    # ceil(9.3 + 4) = 14 keys instead of 40
+    assert trimmed_w.size(-1) == 14 and full_w.size(-1) == 40
     torch.testing.assert_close(trimmed_out, full_out, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(trimmed_w, full_w[..., :14], atol=1e-6, rtol=1e-5)
     assert (full_w[..., 14:] == 0).all()
@@ -202,18 +201,16 @@ def test_one_long_head_keeps_the_layer_wide():
         layer.span.span_fraction.copy_(torch.tensor([0.0, 0.0, 0.0, 0.75]))
     layer(torch.randn(1, 100, 16))
     assert layer.cells == 4 * computed_cells(100, 56)  # W = ceil(48 + 8), set by the one long head
-    assert computed_cells(100, 56) == 7 * 16 * (
-        16 + 55
-    )  # 7 blocks of 16 queries, each with 16 + 55 keys
+    # 7 blocks of 16 queries, each with 16 + 55 keys
+    assert computed_cells(100, 56) == 7 * 16 * (16 + 55)
 
 
 def test_computed_cells_fall_with_the_window_and_never_exceed_the_plain_count():
     counts = [computed_cells(200, w) for w in range(1, 201)]
     assert all(c <= 200 * 200 for c in counts)
     assert counts == sorted(counts) and counts[-1] == 200 * 200
-    assert (
-        computed_cells(200, 8) == 13 * 16 * 23
-    )  # ceil(200 / 16) = 13 blocks of 16 queries, 16 + 7 keys each
+    # ceil(200 / 16) = 13 blocks of 16 queries, 16 + 7 keys each
+    assert computed_cells(200, 8) == 13 * 16 * 23
     assert computed_cells(200, 8, block=4) == 50 * 4 * 11
     assert computed_cells(10, 8) == 100  # one block with 10 + 7 keys would cost more than 10 x 10
 
@@ -228,9 +225,8 @@ def test_gradcheck_including_the_span():
 
 def test_span_gradient_is_nonzero_only_when_a_key_is_on_the_ramp():
     q, k, v = _qkv(1, 2, 12, 4, seed=6)
-    span = torch.tensor(
-        [3.5, 20.0], dtype=torch.float64, requires_grad=True
-    )  # head 1: ramp beyond the sequence
+    # head 1: ramp beyond the sequence
+    span = torch.tensor([3.5, 20.0], dtype=torch.float64, requires_grad=True)
     output, _ = adaptive_span_attention(q, k, v, span, 2.0)
     output.square().sum().backward()
     assert span.grad[0] != 0 and span.grad[1] == 0
@@ -289,9 +285,8 @@ def test_training_loop_clamps_and_the_penalty_shrinks_spans():
         8, max_span=16, ramp=2, d_model=16, num_heads=2, d_ff=0, max_len=24, init_span=16.0
     )
     tokens = torch.randint(8, (4, 24))
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=50.0
-    )  # big steps overshoot [0, 1] without the clamp
+    # big steps overshoot [0, 1] without the clamp
+    optimizer = torch.optim.SGD(model.parameters(), lr=50.0)
     losses = train(
         model,
         lambda step: tokens,
@@ -304,13 +299,11 @@ def test_training_loop_clamps_and_the_penalty_shrinks_spans():
     )
     assert len(losses) == 3
     fraction = model.blocks[0].self_attn.span.span_fraction
-    assert (
-        (fraction >= 0).all() and (fraction <= 1).all() and (fraction == 0).all()
-    )  # pushed below 0, clamped to 0
+    # pushed below 0, clamped to 0
+    assert (fraction >= 0).all() and (fraction <= 1).all() and (fraction == 0).all()
     model(tokens)
-    assert (
-        attention_cells(model) == 4 * 2 * computed_cells(24, 2) == 4 * 2 * 2 * 16 * 17
-    )  # W = ceil(0 + 2) = 2
+    # W = ceil(0 + 2) = 2
+    assert attention_cells(model) == 4 * 2 * computed_cells(24, 2) == 4 * 2 * 2 * 16 * 17
 
 
 def test_span_penalty_sums_over_layers():
@@ -490,9 +483,8 @@ def test_block_is_post_norm_residual_attention_and_ffn(d_ff):
     torch.testing.assert_close(block(x, mask), h)
     torch.testing.assert_close(block.self_weights, weights.detach())
     assert not block.self_weights.requires_grad
-    with pytest.raises(
-        TypeError, match="x must be a floating-point tensor"
-    ):  # the dtype is named first
+    # the dtype is named first
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         block(torch.ones(2, 9, dtype=torch.long))
 
 
@@ -538,9 +530,8 @@ def test_position_bias_is_added_per_head_and_distance(device):
     # reference: the bias enters the scores, i.e. multiplies each probability by exp(bias[h, i - j])
     i = torch.arange(21, device=device)
     distance = i[:, None] - i[None, :]
-    dense_bias = bias[
-        :, distance.clamp(0, 11)
-    ]  # (H, L, L); beyond distance 11 the mask is 0 anyway
+    # (H, L, L); beyond distance 11 the mask is 0 anyway
+    dense_bias = bias[:, distance.clamp(0, 11)]
     scores = q @ k.transpose(-2, -1) / 2 + dense_bias
     mask = soft_span_mask(distance.double(), span[:, None, None], 3.0) * (distance >= 0)
     weights = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), -1) * mask

@@ -185,9 +185,8 @@ def test_span_mask_that_removes_the_whole_context_without_memory_leaves_zero_row
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     out, weights = layer(x, span_mask=torch.zeros(5, 5, dtype=torch.float64))
     assert torch.equal(weights, torch.zeros(2, 4, 5, 5, dtype=torch.float64))
-    assert torch.equal(
-        out, torch.zeros(2, 5, 16, dtype=torch.float64)
-    )  # bias-free out_proj of zero heads
+    # bias-free out_proj of zero heads
+    assert torch.equal(out, torch.zeros(2, 5, 16, dtype=torch.float64))
     # only the rows left with nothing: the first row keeps its one key
     span = torch.ones(5, 5, dtype=torch.float64)
     span[1:] = 0

@@ -268,9 +268,8 @@ def _tokens(code: str) -> List[str]:
 
 def normalized_code(source: str) -> str:
     """Python code without comments, with one spelling of spacing and line breaks."""
-    lines = [
-        line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
-    ]  # IPython magics are not Python
+    # IPython magics are not Python
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
     try:
         return ast.unparse(ast.parse("\n".join(lines)))
     except SyntaxError:

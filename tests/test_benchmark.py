@@ -91,9 +91,8 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
         uncached = benchmark.build_decode("uncached", context)["fn"]()
         torch.testing.assert_close(cached, uncached, rtol=1e-4, atol=1e-5)
     step = benchmark.build_decode("cached", 9)["fn"]
-    torch.testing.assert_close(
-        step(), step(), rtol=0, atol=0
-    )  # every call starts from the same cache
+    # every call starts from the same cache
+    torch.testing.assert_close(step(), step(), rtol=0, atol=0)
     main(
         [
             "--cache",
@@ -161,9 +160,8 @@ def test_constants_at_tiny_sizes(tmp_path, capsys):
         and result["copy_bytes_per_s"] > 0
     )
     assert "1" in result["thread_flops_per_s"]
-    assert torch.get_num_threads() == int(
-        max(result["thread_flops_per_s"], key=int)
-    )  # the thread count is restored
+    # the thread count is restored
+    assert torch.get_num_threads() == int(max(result["thread_flops_per_s"], key=int))
 
 
 def test_committed_constants_load():

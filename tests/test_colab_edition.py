@@ -167,9 +167,8 @@ def test_code_cells_are_the_books_byte_for_byte(doc):
     assert generated(doc)["metadata"]["kernelspec"]["name"] == "python3"
     import nbformat
 
-    nbformat.validate(
-        nbformat.from_dict(generated(doc))
-    )  # a valid nbformat 4 notebook, as Colab needs
+    # a valid nbformat 4 notebook, as Colab needs
+    nbformat.validate(nbformat.from_dict(generated(doc)))
 
 
 @pytest.mark.parametrize("doc", CHAPTERS, ids=[Path(d).name for d in CHAPTERS])
@@ -386,9 +385,8 @@ def shown_number(html: str, anchor: str) -> str | None:
     element = soup.find(id=anchor)
     if element is None:
         return None
-    if element.find(
-        class_="caption-number"
-    ):  # a figure ("Fig. 1.2") or an exercise ("Exercise 1.2")
+    # a figure ("Fig. 1.2") or an exercise ("Exercise 1.2")
+    if element.find(class_="caption-number"):
         return element.find(class_="caption-number").get_text().strip()
     # A section: the <section> itself, or the empty <span id> a label puts at its top.
     section = element if element.name == "section" else None

@@ -57,13 +57,14 @@ from packaging.requirements import Requirement
 from project_tools import ROOT, colab, normalize
 
 # What a Colab runtime already has that matters to the notebooks; versions from requirements.txt.
+# Colab's torch ships triton
 RUNTIME_PACKAGES = (
     "torch",
     "numpy",
     "matplotlib",
     "ipykernel",
     "triton",
-)  # Colab's torch ships triton
+)
 # The Colab edition, in the order of _toc.yml (what the Colab buttons and the README open).
 NOTEBOOKS = [colab.OUT / f"{Path(doc).name}.ipynb" for doc, _ in colab.chapters()]
 # pip's words when it cannot reach a package index (then the test is skipped, not failed).
@@ -303,9 +304,8 @@ def test_only_an_unreachable_index_skips(tmp_path):
 
     assert index_unreachable(pip_download("http://127.0.0.1:9/simple"))  # nothing listens on port 9
     (tmp_path / "simple").mkdir()
-    assert not index_unreachable(
-        pip_download((tmp_path / "simple").as_uri())
-    )  # reachable, but empty
+    # reachable, but empty
+    assert not index_unreachable(pip_download((tmp_path / "simple").as_uri()))
 
 
 def setup_cell(nb) -> int:

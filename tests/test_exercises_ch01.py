@@ -36,9 +36,8 @@ def scores_key_first(query, key):
 
 
 def scores_with_dot_T(query, key):
-    return (
-        query @ key.T / query.size(-1) ** 0.5
-    )  # fine for 2-D, wrong (or an error) with batch dimensions
+    # fine for 2-D, wrong (or an error) with batch dimensions
+    return query @ key.T / query.size(-1) ** 0.5
 
 
 def scores_scaled_by_length(query, key):
@@ -255,9 +254,8 @@ def _fixed_einsum(query, key, value, mask):
 
 def _fixed_renormalised(query, key, value, mask):
     weights = torch.softmax(query @ key.transpose(-2, -1) / query.size(-1) ** 0.5, -1) * mask
-    return (
-        weights / weights.sum(-1, keepdim=True) @ value
-    )  # renormalising after the mask is also right
+    # renormalising after the mask is also right
+    return weights / weights.sum(-1, keepdim=True) @ value
 
 
 def _fixed_numpy(query, key, value, mask):
@@ -341,9 +339,8 @@ def _measure_gradient_ratio(n: int, seed: int) -> float:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gradient_ratio_accepts_independent_measurements(seed):
-    ratio = _measure_gradient_ratio(
-        5000, seed
-    )  # an independent measurement, as the learner makes it
+    # an independent measurement, as the learner makes it
+    ratio = _measure_gradient_ratio(5000, seed)
     assert check("dot-product/saturation-gradient", ratio).passed
     assert check("dot-product/saturation-gradient", torch.tensor(ratio)).passed
 

@@ -152,9 +152,10 @@ def test_attention_mask_rejects_more():
 
 def test_count_allowed_accepts_the_count_made_independently():
     lengths, n = [6, 4, 2], 6
+    # plain Python
     count = sum(
         1 for length in lengths for i in range(n) for j in range(n) if j <= i and j < length
-    )  # plain Python
+    )
     assert check("masking/count-allowed", count).passed
     assert check("masking/count-allowed", torch.tensor(count)).passed
     assert check("masking/count-allowed", float(count)).passed
@@ -192,9 +193,8 @@ def _padded_where(scores, keep):
 
 def _padded_large_negative(scores, keep):
     out = scores.clone()
-    out.masked_fill_(
-        ~keep.bool().view(keep.size(0), 1, 1, -1), -1e9
-    )  # in place, -1e9: right when a row keeps a key
+    # in place, -1e9: right when a row keeps a key
+    out.masked_fill_(~keep.bool().view(keep.size(0), 1, 1, -1), -1e9)
     return out
 
 

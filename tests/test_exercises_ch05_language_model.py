@@ -165,9 +165,8 @@ def rope_in_x_dtype(x, positions):
 
 def rope_float32_theta(x, positions):
     d = x.size(-1)
-    theta = 1.0 / 10000 ** (
-        torch.arange(0, d, 2).float() / d
-    )  # float32, as many tutorials write it
+    # float32, as many tutorials write it
+    theta = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
     a = positions[:, None] * theta
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()], dim=-1).flatten(

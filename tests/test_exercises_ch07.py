@@ -103,9 +103,8 @@ def test_flops_accepts_the_formula_and_counted_value():
     x = torch.randn(1, L, E)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         layer(x, x, x)
-    assert check(
-        "complexity/multihead-flops", counter.get_total_flops()
-    ).passed  # counted independently
+    # counted independently
+    assert check("complexity/multihead-flops", counter.get_total_flops()).passed
 
 
 @pytest.mark.parametrize(
@@ -215,9 +214,8 @@ def test_blocked_softmax_listing_is_wrong_on_line_13_only():
     reference = torch.softmax(q @ k.transpose(-2, -1) * 8**-0.5, -1) @ v
     buggy = run_listing(lines, "blocked_attention")
     assert not torch.allclose(buggy(q, k, v), reference, atol=1e-4)
-    torch.testing.assert_close(
-        buggy(q, k, v, block=300), reference
-    )  # one block: the bug is invisible
+    # one block: the bug is invisible
+    torch.testing.assert_close(buggy(q, k, v, block=300), reference)
     fixed = run_listing(
         lines,
         "blocked_attention",

@@ -219,9 +219,8 @@ def test_span_listing_is_wrong_on_line_6_only():
     )
     buggy = run_listing(lines, "span_weights")(scores, 3.0, 2.0)
     assert not torch.allclose(buggy, expected)
-    assert torch.allclose(
-        buggy, torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1)
-    )  # plain causal softmax
+    # plain causal softmax
+    assert torch.allclose(buggy, torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1))
     fixed = run_listing(lines, "span_weights", {6: "distance = i - j"})(scores, 3.0, 2.0)
     torch.testing.assert_close(fixed, expected)
     assert "j - i" in lines[6 - 1]

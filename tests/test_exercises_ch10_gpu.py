@@ -80,9 +80,8 @@ def _never_empty(qb, bm, bn, L, S):
     return _key_blocks_solution(qb, bm, bn, L, S) or [0]
 
 
-def _one_query_short(
-    qb, bm, bn, L, S
-):  # the block's second-to-last query: the last key block it opens is missed
+# the block's second-to-last query: the last key block it opens is missed
+def _one_query_short(qb, bm, bn, L, S):
     last = min(qb * bm + bm, L) - 2 + S - L
     return list(range(last // bn + 1)) if last >= 0 else []
 
@@ -275,10 +274,8 @@ def _from_source(source, name):
     [
         (dict(), None),  # the variant builder's right answer: the checker must accept it
         (dict(polarity=">="), "mask is inverted"),
-        (
-            dict(polarity="<="),
-            "read X[0, 37], past its last column",
-        ),  # cols <= length: one column too many
+        # cols <= length: one column too many
+        (dict(polarity="<="), "read X[0, 37], past its last column"),
         (dict(store="keep"), "still hold what Y held"),
         (dict(store=""), "wrote Y[0, 37], past its last column"),
         (dict(row_stride="n_cols"), "read X[0, 37]"),
@@ -1097,9 +1094,8 @@ def test_roofline_stub_is_not_attempted(gpu, monkeypatch):
         _measured(causal=False, ms=1.0, **T4_TENSOR),
         _measured(causal=False, ms=3.0, batch=8, heads=16, L=4096, S=4096, d=128, **H100),
         _measured(causal=True, ms=0.05, **H100),  # memory-bound? no: past the ridge
-        _measured(
-            batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR
-        ),  # memory-bound
+        # memory-bound
+        _measured(batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR),
         _measured(ms=3.1, device="Tesla T4"),
         _measured(ms=3.1, device=torch.device("cuda", 0)),
     ],

@@ -288,9 +288,8 @@ def test_kv_cache_bytes_llama2_7b():
     # Llama 2 7B: 32 layers, 32 heads of 128 (no GQA at 7B), fp16: 0.5 MiB per token, 2 GiB at 4096
     assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=1) == 2**19
     assert kv_cache_bytes(num_layers=32, num_kv_heads=32, head_dim=128, length=4096) == 2**31
-    assert (
-        kv_cache_bytes(num_layers=32, num_kv_heads=8, head_dim=128, length=4096) == 2**29
-    )  # Mistral 7B's 8 KV heads
+    # Mistral 7B's 8 KV heads
+    assert kv_cache_bytes(num_layers=32, num_kv_heads=8, head_dim=128, length=4096) == 2**29
     with pytest.raises(ValueError, match="head_dim"):
         kv_cache_bytes(num_layers=1, num_kv_heads=1, head_dim=0, length=1)
 

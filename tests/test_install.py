@@ -274,7 +274,6 @@ def test_the_gpu_extra_accepts_the_triton_of_each_recent_torch(uv, torch_version
 def test_the_gpu_extra_has_no_ceiling_and_the_floor_the_kernels_need():
     specifier = gpu_extra().specifier
     assert not any(s.operator in ("<", "<=", "==", "~=", "===") for s in specifier), specifier
-    assert not specifier.contains("2.3.1") and specifier.contains(
-        "3.0.0"
-    )  # tl.dot(input_precision=...)
+    # tl.dot(input_precision=...)
+    assert not specifier.contains("2.3.1") and specifier.contains("3.0.0")
     assert Version(locked()["triton"]) in specifier

@@ -230,16 +230,14 @@ def _dependencies(obj, seen: Set[int]) -> Set[str]:
                 if key != own:
                     found.add(key)
             elif value.__name__.startswith("_") and not defined_in.split(".")[-1].startswith("_"):
-                found |= _dependencies(
-                    value, seen
-                )  # a private helper of a public module: look inside
+                # a private helper of a public module: look inside
+                found |= _dependencies(value, seen)
     for key, _ in package_uses(tree):  # imports inside the function (lazy imports)
         if key != own:
             found.add(key)
     package = obj.__module__.rsplit(".", 1)[0]
-    for node in ast.walk(
-        tree
-    ):  # lazy relative imports: `from .transformer import Seq2SeqTransformer`
+    # lazy relative imports: `from .transformer import Seq2SeqTransformer`
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
             for alias in node.names:

@@ -84,9 +84,8 @@ def compare_with_torch(bias, widths, batch_first, kind, seed, dtype=torch.float6
         embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=batch_first
     )
     module = module.to(device, dtype).eval()
-    with (
-        torch.no_grad()
-    ):  # torch leaves in_proj_bias at zero and out_proj.bias at zero; make them count
+    # torch leaves in_proj_bias at zero and out_proj.bias at zero; make them count
+    with torch.no_grad():
         for name, p in module.named_parameters():
             if "bias" in name:
                 p.normal_()
@@ -206,9 +205,8 @@ def test_heads_equal_separate_small_projections():
 def test_parameter_count(embed_dim, num_heads, kdim, vdim, bias):
     layer = MultiHeadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias)
     E, k, v = embed_dim, kdim or embed_dim, vdim or embed_dim
-    expected = (
-        E * E + E * k + E * v + E * E + (4 * E if bias else 0)
-    )  # W^Q, W^K, W^V, W^O (+ biases)
+    # W^Q, W^K, W^V, W^O (+ biases)
+    expected = E * E + E * k + E * v + E * E + (4 * E if bias else 0)
     assert sum(p.numel() for p in layer.parameters()) == expected
     torch_layer = nn.MultiheadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim, bias=bias)
     assert sum(p.numel() for p in torch_layer.parameters()) == expected
@@ -258,9 +256,8 @@ def test_padding_content_changes_no_output(device):
     y = torch.where(keep[..., None], x, 1e3 * torch.randn_like(x))
     out2, _ = layer(y, y, y, keep[:, None, :])
     real = keep[..., None].expand_as(out)
-    assert torch.equal(
-        out[real], out2[real]
-    )  # every real position is untouched by the pads' content
+    # every real position is untouched by the pads' content
+    assert torch.equal(out[real], out2[real])
 
 
 def test_future_token_changes_no_earlier_output(device):

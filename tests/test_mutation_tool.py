@@ -46,9 +46,8 @@ def test_mutants_cover_each_operator_kind_and_skip_docstrings_and_messages():
         assert kind in kinds, kind
     for m, text in found:
         ast.parse(text)  # every mutant compiles
-        assert "Docstring" in text and (
-            "x must be >= 0" in text or m.kind == "raise removed"
-        )  # untouched
+        # untouched
+        assert "Docstring" in text and ("x must be >= 0" in text or m.kind == "raise removed")
         assert "__all__ = ['f']" in text
     assert len({m.key for m, _ in found}) == len(found)  # keys are unique
 

@@ -61,9 +61,8 @@ def attention_case(draw, dtypes=(torch.float64, torch.float32, torch.float16, to
     how = draw(st.sampled_from(["contiguous", "transposed", "expanded"]))
     seed = draw(st.integers(0, 2**16))
     g = torch.Generator().manual_seed(seed)
-    one = draw(
-        st.sampled_from(["none", "query", "key", "value"])
-    )  # an argument whose batch size 1 broadcasts
+    # an argument whose batch size 1 broadcasts
+    one = draw(st.sampled_from(["none", "query", "key", "value"]))
     q, k, v = (
         torch.randn(
             *((1,) + batch[1:] if name == one and batch else batch),
@@ -142,9 +141,8 @@ def test_half_precision_scores_do_not_overflow(dtype):
     q = (torch.randn(2, 4, 16, generator=g) * 100).to(dtype)
     k = (torch.randn(2, 5, 16, generator=g) * 100).to(dtype)
     v = torch.randn(2, 5, 16, generator=g).to(dtype)
-    assert not torch.isfinite(
-        (q @ k.transpose(-2, -1)).float().to(torch.float16)
-    ).all()  # the trap exists
+    # the trap exists
+    assert not torch.isfinite((q @ k.transpose(-2, -1)).float().to(torch.float16)).all()
     out, weights = scaled_dot_product_attention(q, k, v)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()

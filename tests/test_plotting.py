@@ -136,18 +136,18 @@ def _cell_colours(ax, cell_size):
 def test_attention_schematic_writes_the_shapes_of_every_step():
     ax = draw_attention_schematic(L=3, S=5, d_k=4, d_v=2)
     texts = _texts(ax)
+    # Q, K, V, scores and weights, output
     for shape in [
         "(3, 4)",
         "(5, 4)",
         "(5, 2)",
         "(3, 5)",
         "(3, 2)",
-    ]:  # Q, K, V, scores and weights, output
+    ]:
         assert shape in texts, shape
     assert texts.count("(3, 5)") == 2
-    assert (
-        len(ax.patches) == 3 * 4 + 5 * 4 + 5 * 2 + 2 * 3 * 5 + 3 * 2
-    )  # one square per matrix entry
+    # one square per matrix entry
+    assert len(ax.patches) == 3 * 4 + 5 * 4 + 5 * 2 + 2 * 3 * 5 + 3 * 2
     assert not ax.axison
 
 
@@ -160,9 +160,8 @@ def test_head_split_colours_each_head_and_its_rows_of_w_o():
     w_o = _cell_colours(ax, 0.22 * 0.6)  # the smaller cells: W^O, row by row
     assert len(w_o) == 12 * 12
     row_colour = [w_o[12 * i] for i in range(12)]
-    assert all(
-        row_colour[i] == row_colour[4 * (i // 4)] for i in range(12)
-    )  # rows 4i..4i+3 meet head i
+    # rows 4i..4i+3 meet head i
+    assert all(row_colour[i] == row_colour[4 * (i // 4)] for i in range(12))
     assert len({tuple(c) for c in row_colour}) == 3
     projected = _cell_colours(ax, 0.22)[2 * 12 : 2 * 12 + 12]  # first row of X W^Q
     assert [tuple(c) for c in projected[:4]] == [tuple(row_colour[0])] * 4
@@ -221,9 +220,8 @@ def test_draw_kv_cache_shows_the_positions_each_slot_holds():
 
     ax = draw_kv_cache(6, prompt_len=2)
     assert [t.get_text() for t in ax.texts[:2]] == ["0", "1"]  # the prompt's two slots
-    assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][
-        -5:
-    ]  # last row: every position
+    # last row: every position
+    assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][-5:]
     assert len(ax.patches) == 2 + 3 + 4 + 5 + 6  # the cache grows by one slot per step
     ax = draw_kv_cache(6, prompt_len=2, window=3)
     last = [t.get_text() for t in ax.texts[-3:]]
@@ -267,9 +265,8 @@ def test_plot_span_cells_marks_the_layer_window_and_computed_band():
     computed = (image > 0).sum()
     # the band drawn: each block of 16 queries against its own 16 keys and the 23 before them, inside the sequence
     in_sequence = sum(16 * (start + 16 - max(0, start - 23)) for start in range(0, 96, 16))
-    padding = sum(
-        16 * max(0, 23 - start) for start in range(0, 96, 16)
-    )  # what the counter adds before position 0
+    # what the counter adds before position 0
+    padding = sum(16 * max(0, 23 - start) for start in range(0, 96, 16))
     assert computed == in_sequence == computed_cells(96, 24, block=16) - padding
     assert (np.asarray(fig.axes[1].images[0].get_array()) > 0).sum() == (
         np.asarray(fig.axes[4].images[0].get_array()) > 0
@@ -325,9 +322,8 @@ def test_plot_roofline():
     fig = plot_roofline({"gpu": (100e12, 1e12)}, {"kernel": 50.0})
     line = fig.axes[0].get_lines()[0]
     x, y = line.get_data()
-    assert (
-        abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9
-    )  # flat at the peak, bandwidth-bound below the ridge
+    # flat at the peak, bandwidth-bound below the ridge
+    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9
     plt.close(fig)
     with pytest.raises(ValueError, match="intensity_range"):
         plot_roofline({}, {}, intensity_range=(10, 1))

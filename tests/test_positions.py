@@ -45,9 +45,8 @@ def test_sinusoidal_offset_is_a_linear_map():
     """The paper's motivation: PE[pos + k] is a fixed linear (rotation) function of PE[pos] for each k."""
     d, k = 8, 3
     pe = sinusoidal_encoding(50, d, dtype=torch.float64)
-    solution = torch.linalg.lstsq(
-        pe[:-k], pe[k:]
-    ).solution  # (d, d) fitted on all positions at once
+    # (d, d) fitted on all positions at once
+    solution = torch.linalg.lstsq(pe[:-k], pe[k:]).solution
     torch.testing.assert_close(pe[:-k] @ solution, pe[k:], atol=1e-9, rtol=0)
 
 

@@ -45,9 +45,8 @@ def test_readme_agrees():
             in readme
         ), path.name
         assert (ROOT / "notebooks" / path.name).is_file(), path.name
-    for link in re.findall(
-        r"colab\.research\.google\.com/github/(\S+?\.ipynb)", readme
-    ):  # none to book/
+    # none to book/
+    for link in re.findall(r"colab\.research\.google\.com/github/(\S+?\.ipynb)", readme):
         assert link.startswith(f"{owner_repo}/blob/{BRANCH}/notebooks/"), link
 
 
@@ -154,9 +153,8 @@ def test_setup_cell_installs_from_the_repository_only_when_the_package_is_missin
     (_, command, options), invalidate = _run_setup_cell(package_present=False)
     assert command[1:] == ["-m", "pip", "install", "--quiet", f"attncourse @ git+{URL}@{BRANCH}"]
     assert options == {"check": True}
-    assert invalidate == (
-        "invalidate_caches",
-    )  # after pip, so the next cell's import finds the package
+    # after pip, so the next cell's import finds the package
+    assert invalidate == ("invalidate_caches",)
 
 
 def test_setup_cell_honours_the_install_url_override(monkeypatch):
@@ -285,9 +283,8 @@ def test_figure_check_catches_a_stripped_notebook():
     stripped = json.loads(json.dumps(nb))
     for cell in stripped["cells"]:
         cell.get("metadata", {}).pop("mystnb", None)
-    assert len(figure_problems(stripped)) == 3 * len(
-        figures
-    )  # caption, name and alt of every figure
+    # caption, name and alt of every figure
+    assert len(figure_problems(stripped)) == 3 * len(figures)
     no_alt = json.loads(json.dumps(nb))
     next(c for c in no_alt["cells"] if "mystnb" in c["metadata"])["metadata"]["mystnb"].pop("image")
     assert len(figure_problems(no_alt)) == 1

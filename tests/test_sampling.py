@@ -37,9 +37,8 @@ def test_top_k_never_samples_outside_the_k_largest():
     logits = torch.randn(64, 30)
     allowed = torch.topk(logits, 5, dim=-1).indices
     g = torch.Generator().manual_seed(0)
-    draws = torch.cat(
-        [sample_next(logits, top_k=5, generator=g) for _ in range(200)], dim=1
-    )  # (64, 200)
+    # (64, 200)
+    draws = torch.cat([sample_next(logits, top_k=5, generator=g) for _ in range(200)], dim=1)
     assert (draws[:, :, None] == allowed[:, None, :]).any(-1).all()
     # and does sample more than one of them
     assert (draws != draws[:, :1]).any()

@@ -83,9 +83,8 @@ def test_get_batch_windows_are_consecutive_seeded_and_cover_the_ends():
     assert batch.shape == (4000, 8) and batch.dtype == data.dtype
     assert torch.equal(batch[:, 1:] - batch[:, :-1], torch.ones(4000, 7, dtype=torch.long))
     starts = batch[:, 0]
-    assert (
-        starts.min() == 0 and starts.max() == 50 - 8
-    )  # every start, the last full window included
+    # every start, the last full window included
+    assert starts.min() == 0 and starts.max() == 50 - 8
     # starts are uniform over the 43 possible offsets (chi-square far from its tail)
     counts = torch.bincount(starts, minlength=43).double()
     chi2 = ((counts - 4000 / 43) ** 2 / (4000 / 43)).sum().item()

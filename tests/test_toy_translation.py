@@ -46,9 +46,8 @@ def test_every_alignment_points_at_the_word_of_its_digit():
         digits = [int(c) for c in str(n)]
         assert sorted(set(alignment)) == sorted(alignment)  # one word per digit
         for i, (d, j) in enumerate(zip(digits, alignment)):
-            vocabulary = (
-                TENS if i == len(digits) - 2 else UNITS
-            )  # the tens digit is said as a tens word
+            # the tens digit is said as a tens word
+            vocabulary = TENS if i == len(digits) - 2 else UNITS
             assert words[j] == vocabulary[d - 1], (n, words, alignment)
 
 

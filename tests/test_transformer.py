@@ -170,12 +170,13 @@ def test_seq2seq_shapes_and_weights(device):
     tgt = torch.randint(1, 9, (3, 4), device=device)
     assert model(src, tgt).shape == (3, 4, 9)
     for block in model.decoder:
+        # queries from the target, keys from the source
         assert block.cross_weights.shape == (
             3,
             2,
             4,
             7,
-        )  # queries from the target, keys from the source
+        )
         torch.testing.assert_close(block.cross_weights.sum(-1), torch.ones(3, 2, 4, device=device))
 
 

@@ -319,8 +319,7 @@ def setup(app):
     app.connect("doctree-resolved", _image_links)
     app.connect("html-page-context", _search_mathjax, priority=450)  # before _fix_page
     app.connect("html-page-context", _fix_page)
-    app.connect(
-        "html-page-context", _colab_buttons, priority=600
-    )  # after the theme's launch buttons (501)
+    # after the theme's launch buttons (501)
+    app.connect("html-page-context", _colab_buttons, priority=600)
     app.connect("html-page-context", _language_switch, priority=601)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

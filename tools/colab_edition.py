@@ -264,9 +264,8 @@ def bibliography() -> dict[str, tuple[str, str]]:
     for key, entry in bib_entries().items():
         people = entry.persons.get("author") or entry.persons.get("editor") or []
         names = [_latex_to_text(" ".join(p.prelast_names + p.last_names) or str(p)) for p in people]
-        if (
-            not names
-        ):  # no author: the title (its original words, before a translation in parentheses)
+        # no author: the title (its original words, before a translation in parentheses)
+        if not names:
             title = _latex_to_text(entry.fields.get("title", key))
             names = [f"*{title.split(' (')[0].strip()}*"]
         if LANGUAGE == "zh":  # a Chinese name without its romanisation: 肖桐, not 肖桐 (Xiao Tong)

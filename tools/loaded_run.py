@@ -73,9 +73,8 @@ def run_notebook(path: Path, cell_timeout: int) -> tuple[float, str | None]:
         )
         try:
             client.execute()
-        except (
-            Exception
-        ) as exc:  # a failing cell or a timeout: report it, go on with the next notebook
+        # a failing cell or a timeout: report it, go on with the next notebook
+        except Exception as exc:
             last = str(exc).strip().splitlines()[-1:] or [""]
             error = f"{type(exc).__name__}: {last[0]}"
     return time.perf_counter() - start, error

@@ -73,9 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         draft = Path(folder) / "requirements.txt"
         if target.exists():
-            shutil.copy(
-                target, draft
-            )  # uv keeps the versions already locked unless told to upgrade
+            # uv keeps the versions already locked unless told to upgrade
+            shutil.copy(target, draft)
         compile_lock(draft, [], args.upgrade)
         exclude = sorted(set(LEFT_TO_TORCH.findall(draft.read_text())))
         compile_lock(draft, exclude, args.upgrade)

@@ -254,9 +254,8 @@ def _mutations(
         if node.lower is not None and not (
             isinstance(node.lower, ast.Constant) and node.lower.value == 0
         ):
-            yield lambda n: ast.Slice(
-                None, n.upper, n.step
-            )  # x[a:b] -> x[:b] (x[0:b] -> x[:b] is the same slice)
+            # x[a:b] -> x[:b] (x[0:b] -> x[:b] is the same slice)
+            yield lambda n: ast.Slice(None, n.upper, n.step)
         if node.upper is not None:
             yield lambda n: ast.Slice(n.lower, None, n.step)  # x[a:b] -> x[a:]
         if (node.lower is None) != (node.upper is None):
@@ -493,9 +492,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--list", action="store_true", help="print every mutant and its verdict")
     args = parser.parse_args(argv)
     sys.path.append(str(ROOT))  # the repository's package, unless PYTHONPATH names another
-    warnings.simplefilter(
-        "ignore"
-    )  # mutants trigger torch's deprecation warnings (x.T on 4-D tensors, ...)
+    # mutants trigger torch's deprecation warnings (x.T on 4-D tensors, ...)
+    warnings.simplefilter("ignore")
     equivalents = load_equivalents()
     exercises = coding_exercises()
     chosen = args.exercise or list(exercises)

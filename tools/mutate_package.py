@@ -115,9 +115,8 @@ class _Sites(ast.NodeVisitor):
     """Walk a module and record (node id, kind, apply-function) for every mutation site."""
 
     def __init__(self) -> None:
-        self.sites: List[
-            Tuple[ast.AST, str, str, object, Tuple[int, int]]
-        ] = []  # (node, function, kind, payload, lines)
+        # (node, function, kind, payload, lines)
+        self.sites: List[Tuple[ast.AST, str, str, object, Tuple[int, int]]] = []
         self.scope: List[str] = []
         self.statements: List[ast.stmt] = []
 
@@ -618,9 +617,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--warm", action="append", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.recheck and args.report is None and args.module and len(args.module) == 1:
-        args.report = (
-            REPORTS / f"mutation-{args.module[0]}.json"
-        )  # the report rechecked is the one updated
+        # the report rechecked is the one updated
+        args.report = REPORTS / f"mutation-{args.module[0]}.json"
     if args.worker:
         worker_main(args.worker, args.timeout, args.warm)
         return 0

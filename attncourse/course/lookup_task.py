@@ -103,9 +103,8 @@ def lookup_sequences(
         )
     noise = _check_noise(noise)
     _require_generator("generator", generator)
-    tokens = torch.randint(
-        vocab, (num_sequences, length), generator=generator
-    )  # the noise, and x_0, x_1
+    # the noise, and x_0, x_1
+    tokens = torch.randint(vocab, (num_sequences, length), generator=generator)
     use_table = torch.rand(num_sequences, length, generator=generator) >= noise
     for t in range(2, length):
         looked_up = table[tokens[:, t - 1], tokens[:, t - 2]]

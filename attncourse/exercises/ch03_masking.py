@@ -234,9 +234,8 @@ def _check_causal(fn) -> str:
 def _attention_mask_solution(lengths, max_len, causal):
     positions = torch.arange(max_len)
     keys = positions[None, :] < lengths[:, None]  # (B, S): the real keys
-    mask = keys[:, None, :].expand(
-        -1, max_len, -1
-    )  # (B, L, S): padding masks the KEYS, for every query
+    # (B, L, S): padding masks the KEYS, for every query
+    mask = keys[:, None, :].expand(-1, max_len, -1)
     if causal:
         mask = mask & (positions[None, :] <= positions[:, None])  # AND the (L, S) lower triangle
     return mask

@@ -323,9 +323,8 @@ def _triton() -> Tuple[Any, torch.device]:
 def _python_function(kernel: Any) -> Any:
     """The Python function of a kernel: the function decorated with ``@triton.jit``, or a plain
     one."""
-    fn = getattr(
-        kernel, "fn", kernel
-    )  # JITFunction and InterpretedFunction keep the function in .fn
+    # JITFunction and InterpretedFunction keep the function in .fn
+    fn = getattr(kernel, "fn", kernel)
     if not inspect.isfunction(fn):
         raise TypeError(
             _("kernel should be a function decorated with @triton.jit, got {type_name}").format(
@@ -552,9 +551,8 @@ def _launch(
     inputs = [(region, region.view.clone()) for region in regions if not region.writable]
     try:
         with _bounds_checked(regions, device), warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", RuntimeWarning
-            )  # numpy's, for inf - inf in the interpreter
+            # numpy's, for inf - inf in the interpreter
+            warnings.simplefilter("ignore", RuntimeWarning)
             kernel[grid](*args, **constants)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -1236,9 +1234,8 @@ _SOFTMAX_CONSTANTS = {6: 64}
 def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
     what, rows, cols, lengths, block, _sx, _sy, scale, _x = _SOFTMAX_CASES[index]
     x = scale * torch.randn(rows, cols, generator=torch.Generator().manual_seed(100 + index))
-    if (
-        index == 2
-    ):  # rows far from 0: a missing max subtraction overflows (or underflows) exp in float32
+    # rows far from 0: a missing max subtraction overflows (or underflows) exp in float32
+    if index == 2:
         x = x + torch.tensor([0.0, -200.0, 200.0, 90.0])[:, None]
     if index == 4:  # the masked-off columns hold the largest scores: they must not count at all
         x = x.masked_fill(torch.arange(cols) >= torch.tensor(lengths)[:, None], 300.0)
@@ -1511,9 +1508,8 @@ def _online_emulation(
     s, v = scores.double(), value.double()
     n_keys = s.size(1)
     pad = -n_keys % block_n
-    if (
-        pad_zero
-    ):  # masked scores loaded as 0 instead of -inf: the padding keys get a weight (with V = 0)
+    # masked scores loaded as 0 instead of -inf: the padding keys get a weight (with V = 0)
+    if pad_zero:
         s = torch.cat([s, s.new_zeros(s.size(0), pad)], 1)
         v = torch.cat([v, v.new_zeros(pad, v.size(1))], 0)
     m = torch.full((s.size(0),), float("-inf"), dtype=torch.float64)
@@ -1585,9 +1581,8 @@ def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(200 + index)
     scores = scale * torch.randn(n_rows, n_keys, generator=g)
     if index == 2:
-        scores = (
-            scores + torch.linspace(100.0, -100.0, n_keys)[None, :]
-        )  # the maximum falls over the tiles
+        # the maximum falls over the tiles
+        scores = scores + torch.linspace(100.0, -100.0, n_keys)[None, :]
         scores[3] -= 300.0
         scores[5, -1] = 250.0  # and one row's maximum comes last
     return scores.float(), torch.randn(n_keys, d, generator=g).float()
@@ -1833,9 +1828,8 @@ def _check_find_the_bug(answer) -> str:
 
 def attention_backward(query, key, value, out, lse, dout):
     scale = query.size(-1) ** -0.5
-    p = torch.exp(
-        query @ key.transpose(-2, -1) * scale - lse[..., None]
-    )  # P recomputed, (..., L, S)
+    # P recomputed, (..., L, S)
+    p = torch.exp(query @ key.transpose(-2, -1) * scale - lse[..., None])
     dv = p.transpose(-2, -1) @ dout
     dp = dout @ value.transpose(-2, -1)
     d = (dout * out).sum(-1, keepdim=True)  # D_i = rowsum(dO * O) = rowsum(P * dP)
