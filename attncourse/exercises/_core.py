@@ -727,9 +727,8 @@ def _run_with_time_limit(
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            if (
-                outer_delay > 0
-            ):  # someone else's timer (pytest-timeout, ...) was pending: put it back
+            # someone else's timer (pytest-timeout, ...) was pending: put it back
+            if outer_delay > 0:
                 left = outer_delay - (time.monotonic() - started)
                 signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)
     box: Dict[str, Any] = {}
@@ -1089,6 +1088,11 @@ def _short_repr(value: Any, limit: int = 80) -> str:
     except Exception:  # noqa: BLE001
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def random_tensor(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Standard normal draws of ``shape``, the same for the same ``seed``: a checker's input."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def expect_tensor(

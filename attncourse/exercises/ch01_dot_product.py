@@ -7,13 +7,18 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._core import Mistake, call, check_number, diagnose, exercise, expect_tensor, forbid, matches
+from ._core import (
+    Mistake,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tensor,
+    forbid,
+    matches,
+    random_tensor,
+)
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # -- 1. scaled scores ----------------------------------------------------------------------
 
@@ -45,7 +50,7 @@ def _scores_solution(query, key):
 def _check_scores(fn) -> str:
     # L = 4, S = 5, d_k = 9: sqrt(d_k) = 3 differs from L, S, sqrt(L), sqrt(S) and d_k ** 0.25,
     # so each wrong scale shows
-    query, key = _random(4, 9, seed=1), _random(5, 9, seed=2)
+    query, key = random_tensor(4, 9, seed=1), random_tensor(5, 9, seed=2)
     expected = query @ key.T / 3
     out = call(fn, query, key)
     if isinstance(out, torch.Tensor) and out.shape == (5, 4):
@@ -76,7 +81,7 @@ def _check_scores(fn) -> str:
                 ),
             )
         )
-    query, key = _random(2, 4, 3, 16, seed=3), _random(2, 4, 6, 16, seed=4)
+    query, key = random_tensor(2, 4, 3, 16, seed=3), random_tensor(2, 4, 6, 16, seed=4)
     advice = _(
         "Right for one matrix, wrong with batch dimensions: transpose only the last two "
         "dimensions of key (key.transpose(-2, -1), not key.T)."
@@ -269,7 +274,11 @@ def _compare(case: str, got, expected, variants) -> None:
 )
 def _check_attention(fn) -> str:
     forbid(fn, {"the package's scaled_dot_product_attention": scaled_dot_product_attention})
-    q, k, v = _random(4, 8, seed=10), _random(6, 8, seed=11), _random(6, 5, seed=12)
+    q, k, v = (
+        random_tensor(4, 8, seed=10),
+        random_tensor(6, 8, seed=11),
+        random_tensor(6, 5, seed=12),
+    )
     got = _outputs(fn, q, k, v)
     if isinstance(got[1], torch.Tensor) and got[1].shape == (6, 4):
         raise Mistake(
@@ -286,9 +295,9 @@ def _check_attention(fn) -> str:
     )
 
     q, k, v = (
-        _random(2, 3, 4, 8, seed=13),
-        _random(2, 3, 7, 8, seed=14),
-        _random(2, 3, 7, 6, seed=15),
+        random_tensor(2, 3, 4, 8, seed=13),
+        random_tensor(2, 3, 7, 8, seed=14),
+        random_tensor(2, 3, 7, 6, seed=15),
     )
     _compare(
         _("With batch dimensions (2, 3), L=4, S=7, d_k=8, d_v=6"),
@@ -297,7 +306,11 @@ def _check_attention(fn) -> str:
         _variants(q, k, v),
     )
 
-    q, k, v = _random(2, 5, 8, seed=16), _random(2, 6, 8, seed=17), _random(2, 6, 4, seed=18)
+    q, k, v = (
+        random_tensor(2, 5, 8, seed=16),
+        random_tensor(2, 6, 8, seed=17),
+        random_tensor(2, 6, 4, seed=18),
+    )
     mask = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(19)) > 0.4
     mask[..., 0] = True  # every row keeps at least one key here
     _compare(
@@ -319,9 +332,8 @@ def _check_attention(fn) -> str:
         },
     )
 
-    bias = 2 * _random(
-        2, 5, 6, seed=20
-    )  # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
+    # a finite float mask (a learned bias, ALiBi-like): it is added after the scale
+    bias = 2 * random_tensor(2, 5, 6, seed=20)
     scaled = (q @ k.transpose(-2, -1) + bias) / 8**0.5
     _compare(
         _("With a finite float mask (a bias added to the scaled scores)"),
@@ -475,9 +487,9 @@ def _check_fixed_masked_attention(fn) -> str:
     for case, shape in (("L=4, S=6", (4, 6)), (_("with a batch (2, 3)"), (2, 3, 4, 6))):
         *batch, L, S = shape
         q, k, v = (
-            _random(*batch, L, 8, seed=31),
-            _random(*batch, S, 8, seed=32),
-            _random(*batch, S, 5, seed=33),
+            random_tensor(*batch, L, 8, seed=31),
+            random_tensor(*batch, S, 8, seed=32),
+            random_tensor(*batch, S, 5, seed=33),
         )
         mask = torch.rand(*batch, L, S, generator=generator) > 0.5
         mask[..., 0] = True  # every query keeps at least one key

@@ -15,14 +15,10 @@ from ._core import (
     exercise,
     expect_tensor,
     matches,
+    random_tensor,
     softmax_over,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # -- 1. split into heads ----------------------------------------------------------------------
 
@@ -77,7 +73,7 @@ def _check_split(fn) -> str:
     for seed, (batch, length, num_heads, head_dim) in enumerate(
         [(2, 5, 3, 4), (3, 4, 2, 3), (1, 6, 4, 2)]
     ):
-        x = _random(batch, length, num_heads * head_dim, seed=seed)
+        x = random_tensor(batch, length, num_heads * head_dim, seed=seed)
         out = call(fn, x, num_heads)
         expected = split_heads(x, num_heads)
         if isinstance(out, torch.Tensor) and tuple(out.shape) == (
@@ -219,10 +215,12 @@ def _check_forward(fn) -> str:
     ):
         E = num_heads * head_dim
         x_q, x_kv = (
-            _random(batch, length, E, seed=10 + seed),
-            _random(batch, source, E, seed=20 + seed),
+            random_tensor(batch, length, E, seed=10 + seed),
+            random_tensor(batch, source, E, seed=20 + seed),
         )
-        w_q, w_k, w_v, w_o = (_random(E, E, seed=30 + 4 * seed + i) / E**0.5 for i in range(4))
+        w_q, w_k, w_v, w_o = (
+            random_tensor(E, E, seed=30 + 4 * seed + i) / E**0.5 for i in range(4)
+        )
         args = (x_q, x_kv, w_q, w_k, w_v, w_o, num_heads)
         out = call(fn, *args)
         if isinstance(out, tuple):
@@ -321,9 +319,8 @@ def _check_count(answer) -> str:
 
 def _merge_solution(heads):
     B, h, L, d = heads.shape
-    return heads.transpose(1, 2).reshape(
-        B, L, h * d
-    )  # (B, L, h, d): each position's heads side by side
+    # (B, L, h, d): each position's heads side by side
+    return heads.transpose(1, 2).reshape(B, L, h * d)
 
 
 @exercise(
@@ -348,7 +345,7 @@ def _merge_solution(heads):
 def _check_merge(fn) -> str:
     """Property: merge inverts the package's split_heads, on several shapes, and keeps dtype."""
     for B, h, L, d in ((2, 3, 4, 5), (1, 4, 6, 2), (3, 2, 2, 8)):
-        x = _random(B, L, h * d, seed=40 + h)
+        x = random_tensor(B, L, h * d, seed=40 + h)
         heads = split_heads(x, h).contiguous()  # (B, h, L, d), contiguous like an attention output
         try:
             out = call(fn, heads)

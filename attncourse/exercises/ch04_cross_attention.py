@@ -17,14 +17,10 @@ from ._core import (
     expect_tensor,
     matches,
     number,
+    random_tensor,
     reveal,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
 
 # -- 1. single-head cross-attention with a source padding mask ---------------------------------
 
@@ -196,11 +192,11 @@ def _check_case(case, fn, args, value_mistake_possible):
 def _check_cross_attention(fn) -> str:
     # L == S and d_k == d_v here, so that the usual mistakes run and can be recognised
     args = (
-        _random(2, 5, 6, seed=40),
-        _random(2, 5, 3, seed=41),
-        _random(6, 4, seed=42),
-        _random(3, 4, seed=43),
-        _random(3, 4, seed=44),
+        random_tensor(2, 5, 6, seed=40),
+        random_tensor(2, 5, 3, seed=41),
+        random_tensor(6, 4, seed=42),
+        random_tensor(3, 4, seed=43),
+        random_tensor(3, 4, seed=44),
         torch.tensor([[True] * 5, [True, True, True, False, False]]),
     )
     _check_case(
@@ -212,11 +208,11 @@ def _check_cross_attention(fn) -> str:
     # the general case: every size differs
     mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])
     args = (
-        _random(3, 4, 8, seed=45),
-        _random(3, 7, 5, seed=46),
-        _random(8, 6, seed=47),
-        _random(5, 6, seed=48),
-        _random(5, 2, seed=49),
+        random_tensor(3, 4, 8, seed=45),
+        random_tensor(3, 7, 5, seed=46),
+        random_tensor(8, 6, seed=47),
+        random_tensor(5, 6, seed=48),
+        random_tensor(5, 2, seed=49),
         mask,
     )
     _check_case(

@@ -16,14 +16,10 @@ from ._core import (
     expect_tensor,
     forbid,
     matches,
+    random_tensor,
     softmax_over,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # -- 1. the initial loss (predict a number) ------------------------------------------------------
 
@@ -264,7 +260,7 @@ def _rope_variants(x, positions):
     name="rope",
 )
 def _check_rope(fn) -> str:
-    x, positions = _random(2, 6, 8, seed=30), torch.arange(6)
+    x, positions = random_tensor(2, 6, 8, seed=30), torch.arange(6)
     out = expect_tensor(call(fn, x, positions), (2, 6, 8), _("apply_rope for x (2, 6, 8)"))
     if not matches(out, apply_rope(x, positions)):
         raise Mistake(
@@ -274,7 +270,7 @@ def _check_rope(fn) -> str:
                 default=_("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5."),
             )
         )
-    x, positions = _random(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
+    x, positions = random_tensor(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
     out = call(fn, x, positions)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake(
@@ -283,14 +279,12 @@ def _check_rope(fn) -> str:
                 "dimensions: use the positions you are given."
             )
         )
-    x, positions = _random(2, 6, 8, seed=34, dtype=torch.float32), torch.arange(6)
+    x, positions = random_tensor(2, 6, 8, seed=34, dtype=torch.float32), torch.arange(6)
     out = call(fn, x, positions)  # float32 in, float32 out (the dtype rule)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake(_("Right in float64, wrong for a float32 x (2, 6, 8) at positions 0..5."))
-    x, positions = (
-        _random(1, 4, 16, seed=35),
-        torch.tensor([0, 1, 4097, 100000]),
-    )  # a long context: angles up to 1e5 rad
+    # a long context: angles up to 1e5 rad
+    x, positions = random_tensor(1, 4, 16, seed=35), torch.tensor([0, 1, 4097, 100000])
     out = call(fn, x, positions)
     if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
         raise Mistake(
@@ -301,7 +295,7 @@ def _check_rope(fn) -> str:
                 "theta and the angles in float64 (or x's dtype)."
             )
         )
-    q, k = _random(1, 16, seed=32), _random(1, 16, seed=33)
+    q, k = random_tensor(1, 16, seed=32), random_tensor(1, 16, seed=33)
     score = lambda m, n: (call(fn, q, torch.tensor([m])) @ call(fn, k, torch.tensor([n])).T).item()  # noqa: E731
     if abs(score(7, 2) - score(105, 100)) > 1e-8:
         raise Mistake(_("The score of a rotated query and key should depend only on m - n."))
@@ -389,7 +383,7 @@ def _over_rows(logits, k, temperature):
 )
 def _check_top_k(fn) -> str:
     for shape, k, temperature in (((4, 10), 3, 0.7), ((2, 3, 50), 5, 1.5), ((5, 10), 10, 1.0)):
-        logits = _random(*shape, seed=40 + k)
+        logits = random_tensor(*shape, seed=40 + k)
         expected = next_token_distribution(logits, temperature=temperature, top_k=k)
         out = expect_tensor(
             call(fn, logits, k, temperature),
@@ -445,7 +439,7 @@ def _shifted_loss_solution(logits, tokens):
 def _check_shifted_loss(fn) -> str:
     forbid(fn, {"the package's next_token_loss": next_token_loss})
     logits, tokens = (
-        _random(3, 9, 11, seed=50),
+        random_tensor(3, 9, 11, seed=50),
         torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51)),
     )
     out = call(fn, logits, tokens)

@@ -23,15 +23,11 @@ from ._core import (
     expect_tensor,
     matches,
     number,
+    random_tensor,
     several,
     stub_field,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # -- 1. predict a number: the cache of Llama 2 70B ------------------------------------------
 
@@ -133,7 +129,7 @@ def _repeat_kv_solution(x, n_rep):
     name="my_repeat_kv",
 )
 def _check_repeat_kv(fn) -> str:
-    x = _random(2, 3, 5, 4, seed=60)
+    x = random_tensor(2, 3, 5, 4, seed=60)
     expected = repeat_kv(x, 4)
     out = call(fn, x.clone(), 4)
     if isinstance(out, torch.Tensor) and out.shape == (2, 3, 20, 4):
@@ -168,9 +164,9 @@ def _check_repeat_kv(fn) -> str:
         raise Mistake(_("Keep the input's dtype."))
     # the test that matters: attention with the repeated heads equals torch's grouped-query attention
     q, k, v = (
-        _random(2, 6, 5, 4, seed=61),
-        _random(2, 2, 5, 4, seed=62),
-        _random(2, 2, 5, 4, seed=63),
+        random_tensor(2, 6, 5, 4, seed=61),
+        random_tensor(2, 2, 5, 4, seed=62),
+        random_tensor(2, 2, 5, 4, seed=63),
     )
     mine = scaled_dot_product_attention(q, call(fn, k, 3), call(fn, v, 3))[0]
     if not matches(mine, F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
@@ -193,9 +189,8 @@ def _cached_attention_solution(query, new_key, new_value, past_key, past_value):
     # append first: the new positions must see themselves
     key = torch.cat([past_key, new_key], dim=-2)  # (..., S, d) with S = S_past + L
     value = torch.cat([past_value, new_value], dim=-2)
-    mask = causal_mask(
-        query.size(-2), key.size(-2), device=query.device
-    )  # bottom right: the last query sees every key
+    # bottom right: the last query sees every key
+    mask = causal_mask(query.size(-2), key.size(-2), device=query.device)
     output = scaled_dot_product_attention(query, key, value, mask)[0]
     return output, key, value
 
@@ -233,15 +228,13 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
     name="cached_attention",
 )
 def _check_cached_step(fn) -> str:
-    past_k, past_v = _random(2, 3, 5, 4, seed=64), _random(2, 3, 5, 4, seed=65)
-    for length in (
-        3,
-        1,
-    ):  # several new queries first: there the known mistakes give different outputs
+    past_k, past_v = random_tensor(2, 3, 5, 4, seed=64), random_tensor(2, 3, 5, 4, seed=65)
+    # several new queries first: there the known mistakes give different outputs
+    for length in (3, 1):
         q, k, v = (
-            _random(2, 3, length, 4, seed=66 + length),
-            _random(2, 3, length, 4, seed=68 + length),
-            _random(2, 3, length, 4, seed=70 + length),
+            random_tensor(2, 3, length, 4, seed=66 + length),
+            random_tensor(2, 3, length, 4, seed=68 + length),
+            random_tensor(2, 3, length, 4, seed=70 + length),
         )
         expected, key, value = _cached_attention_solution(q, k, v, past_k, past_v)
         result = call(fn, q, k, v, past_k.clone(), past_v.clone())
@@ -336,7 +329,7 @@ def _rolling_update_solution(keys, positions, new_key, position):
 
 def _run_buffer(fn, window: int, steps: int, seed: int):
     """Feed ``steps`` keys one by one to the learner's update; return (keys, positions, all keys)."""
-    stream = _random(1, 2, steps, 3, seed=seed)
+    stream = random_tensor(1, 2, steps, 3, seed=seed)
     keys = torch.zeros(1, 2, window, 3, dtype=torch.float64)
     positions = torch.full((window,), -1, dtype=torch.long)
     for p in range(steps):
@@ -442,7 +435,7 @@ def _check_rolling_buffer(fn) -> str:
                 )
     # the buffer in use: the newest query over the buffer equals sliding-window attention
     keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
-    query = _random(1, 2, 1, 3, seed=91)
+    query = random_tensor(1, 2, 1, 3, seed=91)
     mask = window_mask_from_positions(torch.tensor([8]), positions, 4)
     got = scaled_dot_product_attention(query, keys, keys, mask)[0]
     want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
@@ -529,9 +522,8 @@ def _mqa_gap_solution(model, val_tokens):
     answer_is_function=False,  # the answer is the measured gap in a dict; the solution computes it
 )
 def _check_mqa_gap(answer) -> str:
-    if callable(
-        answer
-    ):  # the measurement is a number in a dict; a function is only accepted as the untouched stub
+    # the measurement is a number in a dict; a function is only accepted as the untouched stub
+    if callable(answer):
         try:
             call(answer)
         except Mistake:

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Mistake, call, check_number, diagnose, exercise, integer, matches
+from ._core import Mistake, call, check_number, diagnose, exercise, integer, matches, random_tensor
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    return scale * torch.randn(
-        *shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
-    )
-
 
 # -- 1. the online softmax update for one new block -----------------------------------------
 
@@ -134,7 +127,7 @@ def _triple(fn, *args):
 def _check_online_update(fn) -> str:
     L, B, d_v = 4, 5, 3
     # one step from a state built from an earlier block, with a new block of larger scores
-    first, values_first = _random(L, B, seed=1), _random(B, d_v, seed=2)
+    first, values_first = random_tensor(L, B, seed=1), random_tensor(B, d_v, seed=2)
     state = _online_update_solution(
         torch.full((L,), float("-inf"), dtype=torch.float64),
         torch.zeros(L, dtype=torch.float64),
@@ -144,8 +137,9 @@ def _check_online_update(fn) -> str:
     )
     # rows 0 and 2 of the new block raise the maximum, rows 1 and 3 do not
     scores, value = (
-        _random(L, B, seed=3) + torch.tensor([[3.0], [-3.0], [3.0], [-3.0]], dtype=torch.float64),
-        _random(B, d_v, seed=4),
+        random_tensor(L, B, seed=3)
+        + torch.tensor([[3.0], [-3.0], [3.0], [-3.0]], dtype=torch.float64),
+        random_tensor(B, d_v, seed=4),
     )
     got = _triple(fn, *[t.clone() for t in state], scores.clone(), value.clone())
     expected = _online_update_solution(*state, scores, value)
@@ -169,10 +163,8 @@ def _check_online_update(fn) -> str:
         )
 
     # fold a whole row of scores block by block, starting from the empty state: acc / sum must be softmax @ V
-    scores, value = (
-        _random(3, 23, seed=5, scale=30.0),
-        _random(23, 2, seed=6),
-    )  # large scores: exp would overflow
+    # large scores: exp would overflow
+    scores, value = 30.0 * random_tensor(3, 23, seed=5), random_tensor(23, 2, seed=6)
     state = (
         torch.full((3,), float("-inf"), dtype=torch.float64),
         torch.zeros(3, dtype=torch.float64),

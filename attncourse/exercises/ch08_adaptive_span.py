@@ -17,14 +17,10 @@ from ._core import (
     expect_tensor,
     integer,
     matches,
+    random_tensor,
     softmax_over,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
 
 # -- 1. the soft mask m_z(x) ---------------------------------------------------------------------
 
@@ -162,10 +158,8 @@ def _check_window(fn) -> str:
         (torch.tensor([12.0, 4.0]), 8.0),
         (torch.tensor([0.0, 0.0, 0.0]), 4.0),
         (torch.tensor([30.6, 29.9]), 2.5),
-        (
-            torch.tensor([2.3, 0.6]),
-            1.5,
-        ),  # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
+        # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
+        (torch.tensor([2.3, 0.6]), 1.5),
     ]
     for spans, ramp in cases:
         got = call(fn, spans, ramp)
@@ -321,7 +315,7 @@ def _over_queries(scores, span, ramp):
 )
 def _check_weights(fn) -> str:
     for seed, span, ramp in [(1, 2.0, 2.0), (2, 4.5, 3.0), (3, 0.0, 1.5)]:
-        scores = _random(10, 10, seed=seed)
+        scores = random_tensor(10, 10, seed=seed)
         expected = _reference_weights(scores, span, ramp)[0]
         out = call(fn, scores.clone(), span, ramp)
         expect_tensor(out, (10, 10), _("The weights for scores of shape (10, 10)"))

@@ -17,14 +17,10 @@ from ._core import (
     expect_tensor,
     integer,
     matches,
+    random_tensor,
     softmax_over,
 )
 from ._i18n import _
-
-
-def _random(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
 
 # -- 1. the parameters of an all-attention layer --------------------------------------------------
 
@@ -223,10 +219,10 @@ def _check_persistent_head(fn) -> str:
     cases.append((_("A random boolean mask (L = 6, N = 2)"), (6, 8), 2, random_mask))
     for seed, (case, shape, n, mask) in enumerate(cases):
         *batch, length, d_h = shape
-        query, key, value = (_random(*shape, seed=10 * seed + k) for k in range(3))
+        query, key, value = (random_tensor(*shape, seed=10 * seed + k) for k in range(3))
         memory_key, memory_value = (
-            _random(*batch, n, d_h, seed=10 * seed + 3),
-            _random(*batch, n, d_h, seed=10 * seed + 4),
+            random_tensor(*batch, n, d_h, seed=10 * seed + 3),
+            random_tensor(*batch, n, d_h, seed=10 * seed + 4),
         )
         args = (query, key, value, memory_key, memory_value, mask)
         expected_out, expected_w = _persistent_head_solution(*args)
@@ -260,8 +256,8 @@ def _check_persistent_head(fn) -> str:
             )
         )
     # nothing visible in the context: the memory alone must take all the weight, without NaN
-    query, key, value = (_random(4, 4, seed=40 + k) for k in range(3))
-    memory_key, memory_value = _random(3, 4, seed=43), _random(3, 4, seed=44)
+    query, key, value = (random_tensor(4, 4, seed=40 + k) for k in range(3))
+    memory_key, memory_value = random_tensor(3, 4, seed=43), random_tensor(3, 4, seed=44)
     nothing = torch.zeros(4, 4, dtype=torch.bool)
     output, weights = _head_outputs(fn, query, key, value, memory_key, memory_value, nothing)
     expected = scaled_dot_product_attention(query, memory_key, memory_value)
@@ -308,8 +304,8 @@ def _ffn_solution(w1, w2):
 )
 def _check_ffn(fn) -> str:
     d_model, d_ff = 6, 10
-    w1, w2 = _random(d_ff, d_model, seed=50), _random(d_model, d_ff, seed=51)
-    x = _random(7, d_model, seed=52)
+    w1, w2 = random_tensor(d_ff, d_model, seed=50), random_tensor(d_model, d_ff, seed=51)
+    x = random_tensor(7, d_model, seed=52)
     result = call(fn, w1, w2)
     if not isinstance(result, tuple) or len(result) != 2:
         raise Mistake(

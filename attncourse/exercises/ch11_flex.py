@@ -39,6 +39,7 @@ from ._core import (
     forbid,
     integer,
     matches,
+    random_tensor,
     several,
 )
 from ._i18n import _
@@ -52,10 +53,6 @@ try:  # torch >= 2.5: the programs also run inside FlexAttention
     )
 except ImportError:  # an older torch: the programs are checked on the index grids only
     and_masks = create_block_mask = create_mask = flex_attention = None  # type: ignore[assignment]
-
-
-def _random(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def _grids(batch: int, heads: int, query_len: int, key_len: int):
@@ -317,7 +314,7 @@ def _check_document_window_mask(fn) -> str:
             )
         if seed:
             continue
-        q, k, v = (_random(1, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
+        q, k, v = (random_tensor(1, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
         _check_in_flex(
             what,
             scaled_dot_product_attention(q, k, v, expected)[0],
@@ -437,7 +434,7 @@ def _check_alibi_mod(fn) -> str:
             heads=heads, query_len=query_len, key_len=key_len
         )
         program = _program(fn, (heads, query_len, key_len), what)
-        score = _random(2, heads, query_len, key_len, seed=40 + seed).to(dtype)
+        score = random_tensor(2, heads, query_len, key_len, seed=40 + seed).to(dtype)
         got = _run(program, (score.clone(), *_grids(2, heads, query_len, key_len)), what)
         if isinstance(got, torch.Tensor) and got.shape != score.shape:
             try:
@@ -468,7 +465,7 @@ def _check_alibi_mod(fn) -> str:
         if seed != 1:  # the case with more keys than queries
             continue
         q, k, v = (
-            _random(1, heads, n, 4, seed=seed + s)
+            random_tensor(1, heads, n, 4, seed=seed + s)
             for s, n in ((50, query_len), (60, key_len), (70, key_len))
         )
         mask = causal_mask(query_len, key_len)
@@ -746,7 +743,7 @@ def _check_fixed_causal(fn) -> str:
         if seed != 1:  # the case with more keys than queries
             continue
         q, k, v = (
-            _random(2, 1, n, 4, seed=seed + s)
+            random_tensor(2, 1, n, 4, seed=seed + s)
             for s, n in ((80, query_len), (90, key_len), (100, key_len))
         )
         _check_in_flex(
