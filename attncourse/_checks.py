@@ -142,6 +142,16 @@ def require_non_negative_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
+def require_pad_id(pad_id: object, src_vocab: int, tgt_vocab: int) -> None:
+    """``pad_id`` of a translation model: a token id of both vocabularies (sizes checked)."""
+    require_non_negative_int("pad_id", pad_id)
+    if pad_id >= min(src_vocab, tgt_vocab):  # type: ignore[operator]
+        raise ValueError(
+            f"pad_id={pad_id} must be a token id of both vocabularies, below"
+            f" src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+        )
+
+
 def require_bool(name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise TypeError(

@@ -35,6 +35,7 @@ from ._checks import (
     require_floating,
     require_input_like,
     require_non_negative_int,
+    require_pad_id,
     require_positive_int,
     require_rank,
     require_size,
@@ -511,12 +512,7 @@ class Seq2SeqTransformer(nn.Module):
             ("max_len", max_len),
         ):
             require_positive_int(name, value)
-        require_non_negative_int("pad_id", pad_id)
-        if pad_id >= min(src_vocab, tgt_vocab):
-            raise ValueError(
-                f"pad_id={pad_id} must be a token id of both vocabularies, below"
-                f" src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
-            )
+        require_pad_id(pad_id, src_vocab, tgt_vocab)
         self.pad_id = pad_id
         self.src_embed = _Embedding(src_vocab, d_model, max_len)
         self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len)

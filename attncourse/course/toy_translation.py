@@ -41,6 +41,7 @@ from .._checks import (
     require_input_like,
     require_module,
     require_non_negative_int,
+    require_pad_id,
     require_positive_int,
     require_positive_number,
     require_rank,
@@ -349,12 +350,7 @@ class AttentionTranslator(nn.Module):
         ):
             require_positive_int(name, value)
         require_non_negative_int("num_encoder_layers", num_encoder_layers)
-        require_non_negative_int("pad_id", pad_id)
-        if pad_id >= min(src_vocab, tgt_vocab):
-            raise ValueError(
-                f"pad_id={pad_id} must be a token id of both vocabularies, below"
-                f" src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
-            )
+        require_pad_id(pad_id, src_vocab, tgt_vocab)
         self.pad_id, self.max_len = int(pad_id), int(max_len)
         self.src_tokens, self.tgt_tokens = (
             nn.Embedding(src_vocab, d_model),
