@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from exercise_helpers import number_exercises
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
 from attncourse.exercises import _core, check, registry, solution
@@ -26,7 +27,6 @@ from attncourse.exercises._core import (
     PASSED,
     STUB_FUNCTION,
     STUB_VALUE,
-    reveal,
 )
 
 REGISTRY = registry()  # every exercise by id (read-only)
@@ -34,44 +34,7 @@ REGISTRY = registry()  # every exercise by id (read-only)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _spy_number_exercises():
-    """``{id: (right value, rel_tol, {mistake value: message}, mistake tolerance, otherwise)}`` of
-    every exercise graded by check_number, found by spying on the checkers."""
-    found = {}
-    for eid, ex in sorted(REGISTRY.items()):
-        if ex.answer_is_function:
-            continue
-        module = sys.modules[ex.checker.__module__]
-        if getattr(module, "check_number", None) is not _core.check_number:
-            continue
-        seen = []
-
-        def spy(answer, concealed_answer, concealed_mistakes, seen=seen, **kwargs):
-            rel = kwargs.get("rel_tol", 0.0)
-            mrel = kwargs.get("mistake_rel_tol")
-            mistakes = [(float(k), v) for k, v in json.loads(reveal(concealed_mistakes)).items()]
-            seen.append(
-                (
-                    float(reveal(concealed_answer)),
-                    rel,
-                    mistakes,
-                    rel if mrel is None else mrel,
-                    kwargs.get("otherwise", ""),
-                )
-            )
-            return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
-
-        module.check_number = spy
-        try:
-            check(eid, 1)
-        finally:
-            module.check_number = _core.check_number
-        if seen:
-            found[eid] = seen[0]
-    return found
-
-
-NUMBERS = _spy_number_exercises()
+NUMBERS = number_exercises()
 
 
 def test_the_number_exercises_are_found():
@@ -86,10 +49,8 @@ def test_a_value_of_several_known_mistakes_names_all_of_them(exercise_id):
     right, rel_tol, mistakes, mtol, _ = NUMBERS[exercise_id]
     for value, _message in mistakes:
         result = check(exercise_id, value)
-        assert result.status == FAILED, (
-            value,
-            result.message,
-        )  # class 6 too: no named mistake is accepted
+        # class 6 too: no named mistake is accepted
+        assert result.status == FAILED, (value, result.message)
         for other, other_message in mistakes:
             if abs(value - other) <= mtol * max(1.0, abs(other)):
                 assert other_message in result.message, (value, other, result.message)
@@ -135,12 +96,8 @@ def test_diagnose_names_every_mistake_that_gives_the_output():
         ("inference/cache-bytes", 10737418240, ["bits", "64 query heads"]),
         # W keys before the block instead of W - 1 is also W = 57
         ("adaptive-span/cells", 147456, ["W - 1 = 55", "W = 57"]),
-        # a percentage
-        (
-            "language-model/temperature-experiment",
-            65.5,
-            ["not a number", "drawn token ids"],
-        ),  # draws, not a value
+        # a percentage: draws, not a value
+        ("language-model/temperature-experiment", 65.5, ["not a number", "drawn token ids"]),
         # the softmax counted in the FLOPs (+0.78 %)
         ("complexity/multihead-flops", 8053063680 * 1.0078, ["softmax"]),
     ],
@@ -441,10 +398,8 @@ SOFTMAX_EXERCISES = sorted(
     if ex.answer_is_function
     and not eid.startswith("gpu/")
     and "softmax" in __import__("inspect").getsource(ex.reference)
-    or eid
-    in (
-        "multi-head/forward",
-    )  # its reference calls the package's attention, which takes the softmax
+    # multi-head/forward's reference calls the package's attention, which takes the softmax
+    or eid == "multi-head/forward"
 )
 
 
@@ -548,10 +503,11 @@ def test_a_tensor_answer_is_left_as_found(exercise_id):
 
 def test_a_right_answer_with_helpers_of_its_own_is_not_refused():
     namespace = {}
+    # no __name__: the helpers' __module__ is None
     exec(
         "def helper(l, t):\n    import torch\n    return torch.nn.functional.cross_entropy(l[:,"
         " :-1].reshape(-1, l.size(-1)), t[:, 1:].reshape(-1))\ndef lm_loss(logits, tokens):\n   "
         " return helper(logits, tokens)\n",
         namespace,
-    )  # no __name__: the helpers' __module__ is None
+    )
     assert check("language-model/shifted-loss", namespace["lm_loss"]).passed

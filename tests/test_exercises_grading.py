@@ -21,6 +21,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from exercise_helpers import number_exercises
 from project_tools import ROOT, tool
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
@@ -39,9 +40,8 @@ REGISTRY = registry()  # every exercise by id (read-only)
 
 mutate = tool("mutate_checkers")
 
-CODING = sorted(
-    eid for eid, ex in REGISTRY.items() if ex.answer_is_function
-)  # the answer is a function
+# the answer is a function
+CODING = sorted(eid for eid, ex in REGISTRY.items() if ex.answer_is_function)
 MUTATED = sorted(mutate.coding_exercises())
 ALL = sorted(REGISTRY)
 # Triton kernels (chapter 10): the checker launches the answer, so a Python wrapper around the
@@ -295,9 +295,8 @@ def test_the_dtype_rule_promotes_as_torch_does():
         torch.ones(3, dtype=torch.float64),
         torch.tensor(2.0, dtype=torch.float64),
     )
-    assert (
-        call(lambda x, s: x * s, x32, zero_d64).dtype == torch.float32
-    )  # a 0-d tensor does not promote
+    # a 0-d tensor does not promote
+    assert call(lambda x, s: x * s, x32, zero_d64).dtype == torch.float32
     assert call(lambda x, y: x + y, x32, x64).dtype == torch.float64
     with pytest.raises(Mistake, match="keep the input's dtype"):
         call(lambda x, y: x, x32, x64)
@@ -629,19 +628,16 @@ def test_a_hanging_function_is_stopped_and_reported(short_limit):
         start = time.perf_counter()
         result = check("dot-product/attention", hang)
         assert result.status == FAILED and "time limit" in result.message, result.message
-        assert (
-            time.perf_counter() - start < 300
-        )  # stopped, not waited for (a generous bound: the machine may be loaded)
+        # stopped, not waited for (a generous bound: the machine may be loaded)
+        assert time.perf_counter() - start < 300
     assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (
         0.0,
         0.0,
     )
-    short_limit.setattr(
-        _core, "TIME_LIMIT_S", 10.0
-    )  # the reference's 0.3 s can run out on a loaded machine
-    assert check(
-        "dot-product/attention", REGISTRY["dot-product/attention"].reference
-    ).passed  # usable afterwards
+    # the reference's 0.3 s can run out on a loaded machine
+    short_limit.setattr(_core, "TIME_LIMIT_S", 10.0)
+    # usable afterwards
+    assert check("dot-product/attention", REGISTRY["dot-product/attention"].reference).passed
 
 
 def test_an_outer_timer_is_put_back(short_limit):
@@ -828,9 +824,8 @@ def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     )
     assert "inference/mqa-gap" in MUTATED and "inference/mqa-gap" in mutate.VALUE_INPUTS
     reference = REGISTRY["inference/mqa-gap"].reference
-    assert (
-        reference is not None and __import__("inspect").signature(reference).parameters
-    )  # it has parameters
+    # it has parameters
+    assert reference is not None and __import__("inspect").signature(reference).parameters
     flagged = Exercise(
         "test/value", "value", lambda a: "ok", "", lambda: "", True, lambda x: x, True, False
     )
@@ -840,35 +835,8 @@ def test_a_solution_that_computes_a_value_answer_is_not_a_coding_exercise():
     ).answer_is_function
 
 
-def _number_exercises():
-    """``{exercise id: (right value, rel_tol)}`` of every exercise graded by ``check_number``, found by
-    spying on the checkers (so value exercises added later are covered without a change here)."""
-    import sys as _sys
-
-    found = {}
-    for eid, ex in sorted(REGISTRY.items()):
-        if ex.answer_is_function:
-            continue
-        module = _sys.modules[ex.checker.__module__]
-        if getattr(module, "check_number", None) is not _core.check_number:
-            continue
-        seen = []
-
-        def spy(answer, concealed_answer, concealed_mistakes, seen=seen, **kwargs):
-            seen.append((float(reveal(concealed_answer)), kwargs.get("rel_tol", 0.0)))
-            return _core.check_number(answer, concealed_answer, concealed_mistakes, **kwargs)
-
-        module.check_number = spy
-        try:
-            check(eid, 1)
-        finally:
-            module.check_number = _core.check_number
-        if seen:
-            found[eid] = seen[0]
-    return found
-
-
-NUMBER_EXERCISES = _number_exercises()
+# {exercise id: (right value, rel_tol)}
+NUMBER_EXERCISES = {eid: found[:2] for eid, found in number_exercises().items()}
 
 
 def test_the_number_exercises_are_found():
@@ -893,9 +861,8 @@ def test_every_number_exercise_accepts_its_value_in_every_usual_type(exercise_id
     if value.is_integer() and abs(value) < 2**62:
         n = int(value)
         answers += [n, np.int64(n), torch.tensor(n), torch.tensor([n]), tuple([n])[0]]
-    if abs(float(np.float32(value)) - value) <= rel_tol * abs(
-        value
-    ):  # float32 holds it closely enough
+    # float32 holds it closely enough
+    if abs(float(np.float32(value)) - value) <= rel_tol * abs(value):
         answers += [np.float32(value), torch.tensor(value)]
     for answer in answers:
         result = check(exercise_id, answer)
