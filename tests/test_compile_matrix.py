@@ -20,7 +20,7 @@ too slow for CI, so this test checks it in two cheaper ways:
   checked there.
 
 The same facts (everything compiles and fits its target's shared memory, no spills in half
-precision from sm_80 on, the tensor-core instructions expected per architecture, bfloat16
+precision from sm_80 on but for one measured exception, the tensor-core instructions expected per architecture, bfloat16
 refused on sm_75 only) are required of the sample and of the committed matrix. Compiles are
 cached on disk (``ATTNCOURSE_COMPILE_CACHE``), so a second run takes seconds.
 """
@@ -182,17 +182,26 @@ def test_every_kernel_fits_a_t4(results):
     assert not too_big(results, ("sm_75",))
 
 
+def _measured_exception(target: str, d: int, kernel: str) -> bool:
+    """The one spilling half-precision launch the launcher keeps on purpose: the dK/dV kernel on
+    sm_90 at d > 64, 64 x 64 with 4 warps, measured faster on an H200 than the spill-free
+    tiles (``attncourse.kernels.config.launch_config``; gpu-check's ``dkdv_tile`` question)."""
+    return target == "sm_90" and d > 64 and kernel == "backward_dkdv"
+
+
 def test_half_precision_spills_nothing_from_sm80_on(results):
-    """From an A100 on, every half-precision kernel keeps to its registers (none spill)."""
-    spilled = []
+    """From an A100 on, every half-precision kernel keeps to its registers (none spill), but for
+    the measured exception, which spills a few hundred bytes at most."""
+    spilled, excepted = [], []
     for (target, variant, dtype, d), row in rows(results).items():
         if target != "sm_75" and dtype in HALF:
-            spilled += [
-                (target, variant, dtype, d, k["kernel"], k["spill_stores"])
-                for k in map(results["kernels"].get, row["kernels"])
-                if k["spill_stores"]
-            ]
+            for k in map(results["kernels"].get, row["kernels"]):
+                if k["spill_stores"]:
+                    found = (target, variant, dtype, d, k["kernel"], k["spill_stores"])
+                    exception = _measured_exception(target, d, k["kernel"])
+                    (excepted if exception else spilled).append(found)
     assert not spilled
+    assert all(found[-1] <= 512 for found in excepted), excepted
 
 
 def test_tensor_cores_per_architecture(results):

@@ -216,7 +216,7 @@ def test_timings_span_and_design_end_to_end(fake_machine, monkeypatch, tmp_path)
     assert report["span"]["speedup"] == {"forward": 2.0, "forward+backward": 2.0}
     grid = report["design"]["grid_order"]["comparisons"]
     assert len(grid) == 4 and all(c["winner"] == "blocks first" and c["by"] == 2.0 for c in grid)
-    assert "not in this plan" in skipped["design questions block_m and num_stages"]
+    assert "not in this plan" in skipped["design questions block_m, num_stages and dkdv_tile"]
     markdown = path.with_suffix(".md").read_text()
     assert markdown == (
         gpu_report.summary_markdown(report) + "\n" + gpu_report.targets_markdown(report)

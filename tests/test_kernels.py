@@ -8,6 +8,10 @@ interpreted kernel launch costs a fraction of a second.
 """
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -288,8 +292,9 @@ def test_bad_input_names_the_argument(kdevice):
         flash.flash_attention(q, k, v[:, :, :5])
     with pytest.raises(ValueError, match="lengths"):
         flash.flash_attention(q, k, v, lengths=torch.tensor([3, 4], device=kdevice))
-    with pytest.raises(ValueError, match="lengths"):
-        flash.flash_attention(q, k, v, lengths=torch.tensor([9], device=kdevice))
+    if flash._reads_values(q):  # on a GPU, values are clamped instead (a test below)
+        with pytest.raises(ValueError, match="lengths"):
+            flash.flash_attention(q, k, v, lengths=torch.tensor([9], device=kdevice))
     with pytest.raises(TypeError, match="lengths"):
         flash.flash_attention(q, k, v, lengths=torch.tensor([3.0], device=kdevice))
     with pytest.raises(ValueError, match="block_m"):
@@ -299,8 +304,9 @@ def test_bad_input_names_the_argument(kdevice):
     span = torch.tensor([1.0, 2.0], device=kdevice)
     with pytest.raises(ValueError, match="span"):
         flash.adaptive_span_flash_attention(q, k, v, span[:1], 2.0)
-    with pytest.raises(ValueError, match="span"):
-        flash.adaptive_span_flash_attention(q, k, v, -span, 2.0)
+    if flash._reads_values(span):  # on a GPU, an asynchronous assert (a test below)
+        with pytest.raises(ValueError, match="span"):
+            flash.adaptive_span_flash_attention(q, k, v, -span, 2.0)
     with pytest.raises(ValueError, match="ramp"):
         flash.adaptive_span_flash_attention(q, k, v, span, 0.0)
     with pytest.raises(ValueError, match="query and key"):
@@ -517,7 +523,7 @@ def test_launches_happen_under_a_guard_for_the_tensors_device(kdevice, monkeypat
     q, k, v = _inputs(1, 1, 16, 16, 16, kdevice)
     flash.flash_attention(q, k, v).sum().backward()
     flash.softmax_rows(torch.ones(2, 3, device=kdevice))
-    assert seen == [kdevice] * 3  # forward, backward, softmax_rows
+    assert seen == [q.device] * 3  # forward, backward, softmax_rows (cuda:0, not cuda)
 
 
 def test_device_guard_selects_the_tensors_gpu():
@@ -576,6 +582,8 @@ def test_causal_must_be_a_bool(kdevice, flag):
 
 
 def test_bfloat16_under_the_interpreter_is_refused():
+    if not flash.interpreting():
+        pytest.skip("about Triton's interpreter; compiled, CPU tensors are refused (test above)")
     q = torch.randn(1, 1, 8, 16).bfloat16()
     with pytest.raises(TypeError, match="interpreter has no bfloat16"):
         flash.flash_attention(q, q, q)
@@ -595,7 +603,8 @@ def test_bfloat16_under_the_interpreter_is_refused():
         ([[1.0, 2.0]], TypeError, "torch.Tensor"),
     ],
 )
-def test_softmax_rows_refuses_degenerate_input(x, error, match):
+def test_softmax_rows_refuses_degenerate_input(kdevice, x, error, match):
+    x = x.to(kdevice) if isinstance(x, torch.Tensor) else x
     with pytest.raises(error, match=match):
         flash.softmax_rows(x)
 
@@ -623,6 +632,8 @@ def test_every_argument_is_checked(kdevice, kwargs, error, match):
     q, k, v = _inputs(1, 1, 8, 8, 16, kdevice)
     if isinstance(kwargs.get("lengths"), torch.Tensor):
         kwargs = dict(lengths=kwargs["lengths"].to(kdevice))
+        if error is ValueError and not flash._reads_values(kwargs["lengths"]):
+            pytest.skip("on a GPU, lengths are clamped, not read (test_lengths_out_of_range_...)")
     with pytest.raises(error, match=match):
         flash.flash_attention(q, k, v, **kwargs)
 
@@ -640,8 +651,39 @@ def test_every_argument_is_checked(kdevice, kwargs, error, match):
 )
 def test_adaptive_span_arguments_are_checked(kdevice, span, ramp, error, match):
     q, k, v = _inputs(1, 2, 8, 8, 16, kdevice)
+    span = torch.tensor(span, device=kdevice)
+    if match == "span" and error is ValueError and not flash._reads_values(span):
+        pytest.skip("on a GPU, span's values are asserted asynchronously (the test below)")
     with pytest.raises(error, match=match):
-        flash.adaptive_span_flash_attention(q, k, v, torch.tensor(span, device=kdevice), ramp)
+        flash.adaptive_span_flash_attention(q, k, v, span, ramp)
+
+
+_BAD_SPAN_ON_A_GPU = """
+import torch
+from attncourse.kernels import flash
+q = torch.randn(1, 2, 8, 16, device="cuda")
+flash.adaptive_span_flash_attention(q, q, q, torch.tensor([1.0, {value}], device="cuda"), 2.0)
+torch.cuda.synchronize()
+print("no error")
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("value", ["float('nan')", "float('inf')", "-1.0"])
+def test_span_values_on_a_gpu_fail_at_the_next_synchronisation(value):
+    """On a GPU the span is checked without waiting for it (``torch._assert_async``): a bad
+    value fails the process at its next synchronisation. In a child process, because a
+    device-side assert leaves the CUDA context unusable."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    )
+    code = _BAD_SPAN_ON_A_GPU.format(value=value)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=root
+    )
+    assert done.returncode != 0 and "no error" not in done.stdout, done.stdout
+    assert "device-side assert" in done.stderr, done.stderr[-2000:]
 
 
 def test_empty_batch_or_heads_are_refused(kdevice):

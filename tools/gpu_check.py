@@ -1618,7 +1618,8 @@ def span_section(
 
 def design_questions(plan: Plan) -> Dict[str, Dict[str, Tuple[Optional[str], Dict[str, object]]]]:
     """``{question: {alternative: (kernel, launch_override fields)}}``: the grid order (every
-    kernel), and for the forward its block_m and its pipeline stages (with ``design_tiles``)."""
+    kernel), for the forward its block_m and its pipeline stages, and the dK/dV kernel's tile
+    (with ``design_tiles``)."""
     questions = {
         "grid_order": {
             "blocks first": (None, {"blocks_first": True}),
@@ -1630,7 +1631,23 @@ def design_questions(plan: Plan) -> Dict[str, Dict[str, Tuple[Optional[str], Dic
         questions["num_stages"] = {
             f"num_stages {n}": ("forward", {"num_stages": n}) for n in (2, 3, 4)
         }
+        # the dK/dV kernel's tile (timed with the backward): with 32 queries most of its
+        # products compile to mma.sync on sm_90, with 64 x 64 at d = 128 it spills registers
+        questions["dkdv_tile"] = {
+            f"{m}x{n}, {w} warps, {st} stages": (
+                "backward_dkdv",
+                {"block_m": m, "block_n": n, "num_warps": w, "num_stages": st},
+            )
+            for m, n, w, st in DKDV_TILES
+        }
     return questions
+
+
+#: The dK/dV tiles the design question times: (block_m, block_n, num_warps, num_stages).
+DKDV_TILES = ((32, 64, 8, 3), (64, 64, 8, 3), (64, 64, 8, 2), (64, 32, 8, 3), (64, 64, 4, 3))
+#: The design questions timed with the backward: the grid order both ways, the dK/dV tile
+#: with the backward only (the forward does not launch that kernel).
+DESIGN_PASSES = {"grid_order": (False, True), "dkdv_tile": (True,)}
 
 
 def overridden(fn: Callable[[], object], kernel: Optional[str], fields: Dict[str, object]):
@@ -1693,14 +1710,18 @@ def design_section(
     result: Dict[str, object] = {"target": env["sm"], "gpu": env["gpu"]}
     report["design"] = result
     if not plan.design_tiles:
-        skip(report, "design questions block_m and num_stages", "not in this plan (--quick)")
+        skip(
+            report,
+            "design questions block_m, num_stages and dkdv_tile",
+            "not in this plan (--quick)",
+        )
     for question, alternatives in design_questions(plan).items():
         comparisons = []
         result[question] = {
             "alternatives": {k: {"kernel": kn, **f} for k, (kn, f) in alternatives.items()},
             "comparisons": comparisons,
         }
-        passes = (False, True) if question == "grid_order" else (False,)
+        passes = DESIGN_PASSES.get(question, (False,))
         for d in plan.design_head_dims:
             for causal in (False, True):
                 for backward in passes:
