@@ -23,7 +23,7 @@ BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py t
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: help book test test-fast book-loaded lock lint colab clean mutation-checkers \
-	mutation-package mutation-package-sample compile-matrix gpu-check
+	mutation-package mutation-package-sample compile-matrix gpu-check assignments
 # Plain `make` lists the targets rather than building anything.
 .DEFAULT_GOAL := help
 # A recipe that fails removes its target: a failed book build leaves no index.html behind.
@@ -59,6 +59,19 @@ $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 
 book: $(BOOK)  ## builds both editions into _build/html, executing every notebook once under nbval
 
+# The instructor extra: otter-grader, locked in requirements-instructor.txt against requirements.txt
+# (so it moves nothing the readers install), added to the environment for the assignments and
+# their test.
+$(BIN)/.instructor: $(BIN)/.installed requirements-instructor.txt
+	$(BIN)/python -m pip install --quiet -r requirements-instructor.txt
+	touch $@
+
+# The instructor edition (tools/assignments.py): every chapter as an otter-grader assignment, in
+# English and Chinese, under _build/assignments/<lang>/<chapter>/ (master notebook, student notebook,
+# autograder zip); tests/test_assignments.py grades three submissions of each with otter.
+assignments: $(BIN)/.instructor
+	$(BIN)/python tools/assignments.py
+
 # ruff, configured in pyproject.toml (book/ruff.toml: the chapters at 80 characters a line):
 # the lint rules, and the formatting checked, not applied (ruff format . applies it).
 lint: $(BIN)/.installed  ## ruff: the lint rules, and the formatting checked (ruff format . applies it)
@@ -75,7 +88,7 @@ colab: $(BIN)/.installed  ## regenerates the Colab editions, notebooks/ and note
 # longest first (tests/conftest.py), one torch thread per worker. The notebooks' own tests ran
 # under nbval in the book build this depends on (rebuilt when a chapter, the package or the
 # environment changed): `pytest` alone runs tests/ and book/ both.
-test: $(BIN)/.installed $(BOOK)  ## every test: unit, checkers, the browser test of the book (built first if stale)
+test: $(BIN)/.installed $(BIN)/.instructor $(BOOK)  ## every test: unit, checkers, the browser test of the book (built first if stale)
 	$(BIN)/python -m pytest -n 2 --dist loadscope tests
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment

@@ -11,6 +11,10 @@ registry's, whatever this machine's settings.
 
     python tools/lock_requirements.py            # rewrite requirements.txt
     python tools/lock_requirements.py --upgrade  # also move the unpinned to newer releases
+
+It then writes requirements-instructor.txt, the lock of the instructor extra (otter-grader, for
+``make assignments``), from requirements-instructor.in, constrained by requirements.txt: the
+extra adds packages and moves none of the readers' install.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON_VERSION = "3.11"
 # Packages that torch's CUDA build requires and that the lock leaves to torch.
 LEFT_TO_TORCH = re.compile(r"^(nvidia-[\w.-]+|cuda-[\w.-]+)==", re.MULTILINE)
+INSTRUCTOR_HEADER = """\
+# The lock of the instructor extra (otter-grader): installed on top of requirements.txt, whose
+# versions it keeps. Generated from requirements-instructor.in by `make lock`; do not edit by hand.
+"""
 HEADER = """\
 # The lock of the book's environment: exact versions for Linux, macOS and Windows, Python 3.11+.
 # Generated from requirements.in by `make lock` (tools/lock_requirements.py); do not edit by hand.
@@ -63,6 +71,29 @@ def compile_lock(output: Path, exclude: list[str], upgrade: bool) -> None:
     subprocess.run(command, cwd=ROOT, check=True)
 
 
+def compile_instructor_lock(upgrade: bool) -> None:
+    """requirements-instructor.txt from requirements-instructor.in, the book's lock as
+    constraints (its editable ``-e .`` left out: uv takes no editable constraint)."""
+    target = ROOT / "requirements-instructor.txt"
+    with tempfile.TemporaryDirectory() as folder:
+        constraints = Path(folder) / "constraints.txt"
+        locked = (ROOT / "requirements.txt").read_text().splitlines()
+        constraints.write_text("\n".join(line for line in locked if not line.startswith("-e")))
+        source = (ROOT / "requirements-instructor.in").read_text()
+        draft_in = Path(folder) / "requirements-instructor.in"
+        draft_in.write_text(source.replace("-c requirements.txt", f"-c {constraints}"))
+        draft = Path(folder) / "requirements-instructor.txt"
+        if target.exists():
+            shutil.copy(target, draft)
+        command = [uv(), "pip", "compile", "--no-config", "--universal", "--python-version",
+                   PYTHON_VERSION, "--no-header", "--quiet", str(draft_in), "-o", str(draft)]  # fmt: skip
+        subprocess.run(command + (["--upgrade"] if upgrade else []), cwd=ROOT, check=True)
+        text = draft.read_text().replace(str(draft_in), "requirements-instructor.in")
+        text = text.replace(str(constraints), "requirements.txt")
+        target.write_text(INSTRUCTOR_HEADER + text)
+    print(f"wrote {target.relative_to(ROOT)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -80,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         compile_lock(draft, exclude, args.upgrade)
         target.write_text(HEADER + draft.read_text())
     print(f"wrote {target.relative_to(ROOT)}; left to torch: {', '.join(exclude) or 'nothing'}")
+    compile_instructor_lock(args.upgrade)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,318 @@
+"""The instructor edition (``tools/assignments.py``) grades with otter-grader, end to end.
+
+For every chapter, in English and in Chinese, the assignment is built (``otter assign`` on the
+generated master notebook) and three submissions are graded by ``otter run`` against the
+chapter's autograder zip, without Docker:
+
+* the reference solutions (otter's autograder notebook): full marks;
+* the untouched student notebook: zero, every question graded (no crash);
+* the student notebook with a realistic mistake planted in every graded exercise: every
+  exercise loses its points, and the feedback otter shows is the checker's diagnosis.
+
+The mistakes are the wrong answers of the checkers' own tests (``tests/test_exercises_*.py``):
+for a coding exercise the first wrong function of a ``(wrong, diagnosis)`` parametrisation,
+copied with what it needs from its test module; for a number, a mistake the checker names (read
+from the checker by ``exercise_helpers.number_exercises``); the other value answers below. The
+Chinese feedback is checked to be Chinese.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import pytest
+from exercise_helpers import number_exercises
+from project_tools import ROOT, tool
+
+pytest.importorskip("otter", reason="otter-grader is the instructor extra (make test installs it)")
+pytestmark = pytest.mark.slow
+
+assignments = tool("assignments")
+from attncourse.exercises import registry  # noqa: E402
+
+CHAPTERS = [Path(doc).name for doc, _ in assignments.colab_edition.chapters()]
+LANGUAGES = assignments.LANGUAGES
+KINDS = ("reference", "untouched", "mistakes")
+OTTER = Path(sys.executable).parent / "otter"
+
+#: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
+#: and the words of its diagnosis there (``None``: the reference answer is prepended).
+OTHER_MISTAKES = {
+    "cross-attention/shapes": (
+        'answer = {"weights": (2, 4, 9, 5), "output": (2, 5, 48), "key_padding_mask": (2, 1, 1, 9)}',
+        "rows are queries and columns are keys",
+    ),
+    "cross-attention/which-bug": ('wrong_line = "b"', "Line (b) is right"),
+    "cross-attention/diagonal-baseline": ("diagonal_accuracy = 28.06", "as a percentage"),
+    "language-model/temperature-experiment": (
+        "logits = torch.log(torch.tensor([0.5, 0.3, 0.2]))\n"
+        "draws = torch.multinomial(torch.softmax(logits, -1), 20_000, replacement=True)",
+        "temperature was not applied",
+    ),
+    "inference/mqa-gap": (None, "wrong sign"),
+}
+MQA_SIGN = '\nanswer["gap"] = -answer["gap"]'
+
+
+# -- the mistakes ------------------------------------------------------------------------------
+
+
+#: Coding exercises whose tests build the wrong answer inside the test: the same wrong
+#: answer as an expression over their test module's names, and the words of its diagnosis.
+BUILT_IN_TESTS = {
+    "multi-head/forward": ("lambda *args: _forward(*args, out_proj=False)", "W^O is missing"),
+    "masking/attention-mask": (
+        "lambda n, S, causal: _mask(n, S, causal, with_padding=False)",
+        "padding is missing",
+    ),
+    "cross-attention/single-head": ('_make(value="w_k")', "K = V = X_2 W^K"),
+    "gpu/masked-softmax-kernel": ("_jit(softmax_no_lengths)", "lengths are ignored"),
+    "gpu/online-softmax-kernel": (
+        '_online_variant(**{"m_new = tl.maximum(m, tl.max(s, axis=1))": "m_new = tl.max(s, axis=1)"})',
+        "overflowed",
+    ),
+    "flex/document-window-mask": ("_window(lambda s, q, k, w: s & (k <= q))", "window is ignored"),
+    "flex/alibi-score-mod": (
+        "_alibi(lambda s, m, n, h, q, k, o: s + m[h] * (q + o - k))",
+        "wrong sign",
+    ),
+}
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    """The names a module-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, ast.Try):
+        return set().union(*(_bound(n) for n in node.body))
+    if isinstance(node, ast.Assign):
+        return {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def standalone(expression: str, tree: ast.Module) -> str:
+    """Code that defines ``_answer = expression`` with the module-level statements of its test
+    module that it needs (functions, constants, imports), pytest's and the helpers' left out."""
+    wanted = assignments._free_reads(ast.parse(expression))
+    needed: list[ast.stmt] = []
+    changed = True
+    while changed:
+        changed = False
+        for node in tree.body:
+            if node in needed or not _bound(node) & wanted:
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and (
+                {a.name for a in node.names} & {"pytest"}
+                or getattr(node, "module", "") in ("exercise_helpers", "project_tools")
+            ):
+                continue
+            needed.append(node)
+            wanted |= assignments._free_reads(node)
+            changed = True
+    body = [node for node in tree.body if node in needed]  # in the module's order
+    return "\n".join([*(ast.unparse(n) for n in body), f"_answer = {expression}"])
+
+
+def _cases(decorator: ast.AST, dicts: dict[str, ast.Dict]) -> list[tuple[ast.AST, str]]:
+    """The ``(wrong answer, diagnosis)`` pairs of a ``parametrize``: tuples of a function (a
+    name or a lambda) and a string, or the items of a module's ``{diagnosis: answer}``."""
+    args = getattr(decorator, "args", [])
+    cases = args[1] if len(args) > 1 else None
+    if isinstance(cases, ast.Call) and isinstance(cases.func, ast.Attribute):
+        table = dicts.get(getattr(cases.func.value, "id", ""))
+        return [(v, k.value) for k, v in zip(table.keys, table.values)] if table else []
+    pairs = []
+    for case in getattr(cases, "elts", []):
+        parts = getattr(case, "elts", [])
+        answers = [p for p in parts if isinstance(p, (ast.Name, ast.Lambda))]
+        words = [p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+        if len(parts) == 2 and answers and words:
+            pairs.append((answers[0], words[0]))
+    return pairs
+
+
+@cache
+def wrong_functions() -> dict[str, tuple[str, str]]:
+    """``{exercise id: (code defining _answer, diagnosis)}`` from the checkers' tests."""
+    ids = set(registry())
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted((ROOT / "tests").glob("test_exercises_ch*.py")):
+        tree = ast.parse(path.read_text())
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        constants = {
+            n.targets[0].id: n.value.value
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Constant)
+        }
+        dicts = {
+            n.targets[0].id: n.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+            and isinstance(n.targets[0], ast.Name)
+        }  # fmt: skip
+        for eid, (expression, words) in BUILT_IN_TESTS.items():
+            if eid in path.read_text() or any(v == eid for v in constants.values()):
+                found.setdefault(eid, (standalone(expression, tree), words))
+        for test in defs.values():
+            mentioned = {
+                n.value if isinstance(n, ast.Constant) else constants.get(n.id)
+                for n in ast.walk(test)
+                if isinstance(n, (ast.Constant, ast.Name))
+            } & ids
+            if len(mentioned) != 1 or (eid := mentioned.pop()) in found:
+                continue
+            for decorator in test.decorator_list:
+                for answer, words in _cases(decorator, dicts):
+                    if not isinstance(answer, ast.Name) or answer.id in defs:
+                        found.setdefault(eid, (standalone(ast.unparse(answer), tree), words))
+    return found
+
+
+def mistake(exercise) -> tuple[str, str]:
+    """``(code of a wrong answer, the words of its diagnosis)`` for one exercise."""
+    eid = exercise.exercise_id
+    if eid in OTHER_MISTAKES:
+        code, words = OTHER_MISTAKES[eid]
+        if code is None:
+            code = assignments.reference_answer(exercise) + MQA_SIGN
+        return code, words
+    numbers = number_exercises()
+    if eid in numbers:
+        value, message = numbers[eid][2][0]
+        value = int(value) if value == int(value) else value
+        return f"{exercise.answer} = {value!r}", message
+    functions = wrong_functions()
+    assert eid in functions, f"{eid}: no wrong answer found in the checkers' tests"
+    source, words = functions[eid]
+    return f"{source}\n{exercise.answer} = _answer", words
+
+
+# -- building and grading ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("assignments")
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "assignments.py"), "--out", str(out)], check=True
+    )
+    return out
+
+
+def planted(student: dict, chapter_exercises: list) -> dict:
+    """The student notebook with each answer cell replaced by a wrong answer."""
+    nb = json.loads(json.dumps(student))
+    answer_cells = [c for c in nb["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
+    assert len(answer_cells) == len(chapter_exercises)
+    for cell, exercise in zip(answer_cells, chapter_exercises):
+        cell["source"] = mistake(exercise)[0]
+    return nb
+
+
+def graded_exercises(master: Path) -> list:
+    """The graded exercises of a master notebook, in order (their question cells)."""
+    cells = json.loads(master.read_text())["cells"]
+    names = [
+        re.search(r"name: (\S+)", assignments.source(c)).group(1)
+        for c in cells
+        if c["cell_type"] == "raw" and assignments.source(c).startswith("# BEGIN QUESTION")
+    ]
+    by_name = {}
+    for cell in cells:
+        text = assignments.source(cell)
+        match = re.search(r"check\('([^']+)', eval\('(.+)', env\)\)", text)
+        if cell["cell_type"] == "code" and match and "def test_check" in text:
+            by_name[assignments.question_name(match.group(1))] = assignments.Exercise(
+                match.group(1), match.group(2), 0, 0, 0, None
+            )
+    return [by_name[n] for n in names]
+
+
+def grade(zip_path: Path, notebook: Path, out: Path) -> dict[str, dict]:
+    """``otter run`` one submission: ``{question: its result}``."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [str(OTTER), "run", "-a", str(zip_path), "-o", str(out), str(notebook)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (out / "results.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    tests = json.loads((out / "results.json").read_text())["tests"]
+    return {t["name"]: t for t in tests if "max_score" in t}
+
+
+@pytest.fixture(scope="module")
+def results(built) -> dict[tuple[str, str, str], dict]:
+    """Every chapter's three submissions in both languages, graded two at a time."""
+    jobs = {}
+    work = Path(tempfile.mkdtemp(prefix="graded-"))
+    for lang in LANGUAGES:
+        for chapter in CHAPTERS:
+            dist = built / lang / chapter / "dist"
+            student = json.loads((dist / "student" / f"{chapter}.ipynb").read_text())
+            exercises = graded_exercises(built / lang / chapter / f"{chapter}.ipynb")
+            mistakes = work / lang / chapter / f"{chapter}.ipynb"
+            mistakes.parent.mkdir(parents=True)
+            mistakes.write_text(json.dumps(planted(student, exercises)))
+            submissions = {
+                "reference": dist / "autograder" / f"{chapter}.ipynb",
+                "untouched": dist / "student" / f"{chapter}.ipynb",
+                "mistakes": mistakes,
+            }
+            zip_path = next((dist / "autograder").glob("*.zip"))
+            for kind, notebook in submissions.items():
+                jobs[lang, chapter, kind] = (zip_path, notebook, work / lang / chapter / kind)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(grade, *job) for key, job in jobs.items()}
+        graded = {key: future.result() for key, future in futures.items()}
+    summary = {
+        f"{lang}/{chapter}": {
+            kind: sum(t["score"] for t in graded[lang, chapter, kind].values()) for kind in KINDS
+        }
+        for lang in LANGUAGES
+        for chapter in CHAPTERS
+    }
+    print(json.dumps(summary, indent=1))
+    return graded
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_three_submissions(built, results, chapter, lang):
+    exercises = graded_exercises(built / lang / chapter / f"{chapter}.ipynb")
+    names = [assignments.question_name(e.exercise_id) for e in exercises]
+    reference, untouched, mistakes = (results[lang, chapter, kind] for kind in KINDS)
+    assert exercises, f"{chapter}: no graded exercise"
+    for kind, graded in (
+        ("reference", reference),
+        ("untouched", untouched),
+        ("mistakes", mistakes),
+    ):
+        assert sorted(graded) == sorted(names), f"{kind}: questions graded {sorted(graded)}"
+    lost = [n for n in names if reference[n]["score"] != reference[n]["max_score"]]
+    assert not lost, {n: reference[n]["output"][-600:] for n in lost}
+    assert all(untouched[n]["score"] == 0 and untouched[n]["max_score"] > 0 for n in names)
+    for exercise, name in zip(exercises, names):
+        result = mistakes[name]
+        assert result["score"] == 0, f"{exercise.exercise_id}: the planted mistake passed"
+        if lang == "en":
+            words = mistake(exercise)[1]
+            assert words in result["output"], (exercise.exercise_id, words, result["output"])
+        else:
+            assert re.search(r"[\u4e00-\u9fff]", result["output"].split("AssertionError")[-1]), (
+                exercise.exercise_id,
+                result["output"],
+            )

@@ -1,0 +1,420 @@
+"""Build the instructor edition: one otter-grader assignment per chapter, in English and Chinese.
+
+For every chapter of ``_toc.yml`` and each language, the chapter's Colab edition (generated from
+``book/`` by ``tools/colab_edition.py``, in Chinese from the catalogues of ``book/locale``) is
+turned into a master notebook in otter-grader's assign format, and ``otter assign`` turns that
+into the student notebook and the autograder (a zip for Gradescope, or for ``otter run``):
+
+* every teaching cell stays, in order; the student notebook is the Colab notebook, set-up cell
+  first (it installs the package at the commit the assignment was built from, the version the
+  autograder's requirements pin);
+* each graded exercise (``tools/assignments.yml``: which, and how many points) becomes an otter
+  question: its statement, its answer cell (the student gets the chapter's stub; the autograder
+  notebook the reference answer: the package's solution, or ``tools/assignment_answers.py``), and
+  one public test that grades the answer with the package's own checker
+  (``check(id, answer)``), whose message is the feedback. Its ``check`` cell stays for the
+  learner; its ``hint`` and ``solution`` cells, and cells that show the solution, go;
+* the autograder executes only what grading needs: code cells that no answer depends on
+  (names read from the code, the answers' own included) carry otter's ``otter_ignore`` tag, and
+  so do the learner's ``check`` cells.
+
+Nothing here is committed: ``make assignments`` writes ``_build/assignments/<lang>/<chapter>/``
+(``master.ipynb``, ``requirements.txt``, and otter's ``dist/``: ``student/``, ``autograder/``
+with the zip), from the book as it is, so it cannot fall out of step with it.
+
+Usage: ``python tools/assignments.py [--out DIR] [--lang en zh] [--chapters 01 02 ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import re
+import subprocess
+import sys
+import time
+import types
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import colab_edition  # noqa: E402
+from assignment_answers import ANSWERS  # noqa: E402
+
+from attncourse.exercises import registry  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "_build" / "assignments"
+CONFIG = ROOT / "tools" / "assignments.yml"
+LANGUAGES = ("en", "zh")
+IGNORE_TAG = "otter_ignore"
+CHECK_CALL = re.compile(r'^check\(\s*"(?P<id>[^"]+)"')
+SOLUTION_CALL = re.compile(r'^solution\(\s*"(?P<id>[^"]+)"')
+HINT_LINE = re.compile(r'^#\s*hint\(\s*"[^"]+"[^\n]*$\n?', re.M)
+
+
+@dataclass
+class Exercise:
+    """Where one exercise sits in a chapter's notebook (indices into its cells)."""
+
+    exercise_id: str
+    answer: str  # the expression the check cell passes: the name of the learner's answer
+    statement: int  # the Markdown cell that states it
+    stub: int  # the learner's answer cell
+    check: int  # the check cell
+    solution: int | None  # the solution cell, if any
+
+
+def source(cell: dict) -> str:
+    """A cell's source as one string."""
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def points() -> dict[str, dict[str, float]]:
+    """``{chapter: {exercise id: points}}`` from ``tools/assignments.yml`` (0: not graded)."""
+    config = yaml.safe_load(CONFIG.read_text())
+    default = config.get("default_points", 1)
+    exercises = registry()
+    out: dict[str, dict[str, float]] = {}
+    for doc, _ in colab_edition.chapters():
+        chapter = Path(doc).name
+        own = (config.get("chapters") or {}).get(chapter) or {}
+        unknown = set(own) - set(exercises)
+        if unknown:
+            raise SystemExit(f"{CONFIG.name}: {chapter} names no exercise {sorted(unknown)}")
+        out[chapter] = {eid: own.get(eid, default) for eid in exercises}
+    return out
+
+
+def find_exercises(cells: list[dict]) -> list[Exercise]:
+    """The exercises of a notebook: each check cell, its answer cell above, its statement above
+    that, and its solution cell below."""
+    found = []
+    for i, cell in enumerate(cells):
+        match = CHECK_CALL.match(source(cell)) if cell["cell_type"] == "code" else None
+        if not match:
+            continue
+        call = ast.parse(source(cell)).body[0].value
+        statement = max(j for j in range(i) if cells[j]["cell_type"] == "markdown")
+        solution = next(
+            (
+                j
+                for j in range(i + 1, len(cells))
+                if SOLUTION_CALL.match(source(cells[j])) and match.group("id") in source(cells[j])
+            ),
+            None,
+        )
+        found.append(
+            Exercise(match.group("id"), ast.unparse(call.args[1]), statement, i - 1, i, solution)
+        )
+    return found
+
+
+def imports_for(code: str, namespace: dict) -> str:
+    """Import lines for the names ``code`` reads that its chapter's checker module imported
+    (the solution's own imports: a module, or a public name of a module of the package)."""
+    lines = []
+    for name in sorted(_free_reads(ast.parse(code))):
+        value = namespace.get(name)
+        if isinstance(value, types.ModuleType):
+            module = value.__name__
+            lines.append(f"import {module}" if module == name else f"import {module} as {name}")
+        elif getattr(value, "__module__", "").startswith("attncourse") and name[0] != "_":
+            lines.append(f"from {value.__module__} import {name}")
+    return "\n".join(lines) + "\n\n" if lines else ""
+
+
+def reference_answer(exercise: Exercise) -> str:
+    """The code of a right answer: the package's solution function, or a value's answer."""
+    if exercise.exercise_id in ANSWERS:
+        return ANSWERS[exercise.exercise_id]
+    entry = registry()[exercise.exercise_id]
+    if entry.reference is None:
+        raise SystemExit(f"{exercise.exercise_id}: no reference answer in assignment_answers.py")
+    code = entry.solution().rstrip()
+    code = imports_for(code, vars(sys.modules[entry.checker.__module__])) + code
+    if entry.answer_is_function:
+        return code
+    function = ast.parse(code).body[-1]  # a solution computing the value from the chapter's objects
+    arguments = ", ".join(a.arg for a in function.args.args)
+    return f"{code}\n\n\n{exercise.answer} = {function.name}({arguments})"
+
+
+# -- what the autograder must execute ----------------------------------------------------------
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _free_reads(node: ast.AST) -> set[str]:
+    """The names a piece of code reads from outside: a function's (or lambda's, or
+    comprehension's) own parameters and locals do not count."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        inner = [*node.body] if isinstance(node.body, list) else [node.body]
+        local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        reads = set().union(*(_free_reads(n) for n in inner))
+        stores = {
+            n.id for b in inner for n in ast.walk(b)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }  # fmt: skip
+        defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d)]
+        decorators = getattr(node, "decorator_list", [])
+        outer = set().union(set(), *(_free_reads(d) for d in [*defaults, *decorators]))
+        return (reads - local - stores) | outer
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        targets = {
+            n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
+        }
+        reads = set().union(*(_free_reads(c) for c in ast.iter_child_nodes(node)))
+        return reads - targets
+    if isinstance(node, ast.Name):
+        return {node.id} if isinstance(node.ctx, ast.Load) else set()
+    return set().union(set(), *(_free_reads(c) for c in ast.iter_child_nodes(node)))
+
+
+def names(code: str, modules: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:
+    """``(written, read)``: the names a cell binds or changes in place (``x.y = ...``,
+    ``x.fit()``, ``train(model)`` as a statement; a call on an imported module, ``modules``,
+    changes nothing), and the names it reads from outside. Code that is not plain Python (a
+    magic) writes ``*``: it is always executed."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {"*"}, set()
+    written, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            written.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            written.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+            written.add(_root(node) or "")
+    for node in tree.body:  # statements that are calls: what they may change in place
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            if isinstance(call.func, ast.Attribute) and _root(call.func) not in modules:
+                written.add(_root(call.func) or "")
+            elif isinstance(call.func, ast.Name) and call.func.id not in dir(__builtins__):
+                written.update(a.id for a in call.args if isinstance(a, ast.Name))
+    return (written - {"", *modules}) | bound, _free_reads(tree)
+
+
+def imported(cells: list[dict]) -> frozenset[str]:
+    """The names the notebook binds by importing a module (``torch``, ``F``, ``plt``)."""
+    found = set()
+    for cell in cells:
+        try:
+            tree = ast.parse(source(cell)) if cell["cell_type"] == "code" else None
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree) if tree else []:
+            if isinstance(node, ast.Import):
+                found.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(found)
+
+
+def needed_cells(cells: list[dict], answers: dict[int, str]) -> set[int]:
+    """The code cells the answers depend on: walking up from the last cell, a cell is needed
+    when it writes a name that a needed cell or an answer below it reads (``answers``: the code
+    of each answer cell, by index, the reference answer and the stub together)."""
+    modules = imported(cells)
+    wanted: set[str] = set()
+    needed = {i for i, c in enumerate(cells) if c["cell_type"] == "code"}
+    needed = set(sorted(needed)[:2])  # the set-up cell and the chapter's imports
+    for i in range(len(cells) - 1, -1, -1):
+        if i in answers:
+            written, read = names(answers[i])
+            wanted |= read - written
+            needed.add(i)
+            continue
+        if cells[i]["cell_type"] != "code":
+            continue
+        written, read = names(source(cells[i]), modules)
+        if "*" in written or written & wanted:
+            needed.add(i)
+            wanted |= read
+    return needed
+
+
+# -- the master notebook -----------------------------------------------------------------------
+
+
+def raw(text: str) -> dict:
+    return {"cell_type": "raw", "metadata": {}, "source": text}
+
+
+def code(text: str, tags: list[str] | None = None) -> dict:
+    metadata = {"tags": tags} if tags else {}
+    return {"cell_type": "code", "execution_count": None, "metadata": metadata, "outputs": [],
+            "source": text}  # fmt: skip
+
+
+def question_name(exercise_id: str) -> str:
+    """Otter's name of the question of an exercise (a test file's name): ``dot_product_scores``."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", exercise_id).strip("_")
+
+
+def test_cell(exercise: Exercise) -> str:
+    """Otter's test of an exercise: the package's checker, its message the feedback."""
+    return (
+        '""" # BEGIN TEST CONFIG\nhidden: false\n""" # END TEST CONFIG\n'
+        "def test_check(env):\n"
+        "    from attncourse.exercises import check\n\n"
+        f"    result = check({exercise.exercise_id!r}, eval({exercise.answer!r}, env))\n"
+        "    assert result.passed, result.message\n"
+    )
+
+
+def question_cells(exercise: Exercise, cells: list[dict], worth: float) -> list[dict]:
+    """The otter question of a graded exercise: config, statement, answer, test."""
+    stub = source(cells[exercise.stub]).rstrip()
+    answer = f"{stub}\n# BEGIN SOLUTION NO PROMPT\n{reference_answer(exercise)}\n# END SOLUTION"
+    config = {"name": question_name(exercise.exercise_id), "points": worth, "check_cell": False}
+    return [
+        raw("# BEGIN QUESTION\n" + yaml.safe_dump(config, sort_keys=False).strip()),
+        *cells[exercise.statement : exercise.stub],
+        raw("# BEGIN SOLUTION"),
+        {**copy.deepcopy(cells[exercise.stub]), "source": answer},
+        raw("# END SOLUTION"),
+        raw("# BEGIN TESTS"),
+        code(test_cell(exercise)),
+        raw("# END TESTS"),
+        raw("# END QUESTION"),
+    ]
+
+
+def assignment_config(chapter: str, lang: str) -> str:
+    config = {
+        "name": f"{chapter}" if lang == "en" else f"{chapter}_{lang}",
+        "requirements": "requirements.txt",
+        "init_cell": False,
+        "check_all_cell": False,
+        "export_cell": False,
+        "run_tests": False,
+        "solutions_pdf": False,
+        "tests": {"files": True, "ok_format": False},
+        "generate": {"pdf": False, "filtering": False},
+        "python_version": "3.11",
+    }
+    return "# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)
+
+
+def revealing(cells: list[dict], exercises: list[Exercise]) -> set[int]:
+    """Code cells right after a solution cell (before any Markdown) that show the solution
+    worked: dropped unless a later cell reads a name they write."""
+    out = set()
+    for exercise in exercises:
+        i = (exercise.solution or 0) + 1
+        while exercise.solution is not None and i < len(cells) and cells[i]["cell_type"] == "code":
+            written = names(source(cells[i]))[0]
+            later = set().union(
+                *(names(source(c))[1] for c in cells[i + 1 :] if c["cell_type"] == "code")
+            )
+            if not written & later:
+                out.add(i)
+            i += 1
+    return out
+
+
+def master(nb: dict, chapter: str, lang: str, worth: dict[str, float], commit: str) -> dict:
+    """The master notebook of one chapter in otter's assign format."""
+    cells = nb["cells"]
+    exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
+    by_stub = {e.stub: e for e in exercises}
+    answers = {e.stub: f"{source(cells[e.stub])}\n{reference_answer(e)}" for e in exercises}
+    needed = needed_cells(cells, answers)
+    setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+    dropped = revealing(cells, exercises) | {
+        e.solution for e in exercises if e.solution is not None
+    }
+    skip = {j for e in exercises for j in range(e.statement, e.stub)}
+    out = [raw(assignment_config(chapter, lang))]
+    for i, cell in enumerate(cells):
+        if i in dropped or i in skip:
+            continue
+        if i in by_stub:
+            out += question_cells(by_stub[i], cells, worth[by_stub[i].exercise_id])
+            continue
+        cell = copy.deepcopy(cell)
+        if i == setup:
+            cell["source"] = source(cell).replace("@main", f"@{commit}")
+        elif cell["cell_type"] == "code" and (i not in needed or i in {e.check for e in exercises}):
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            tags.append(IGNORE_TAG)
+        if any(i == e.check for e in exercises):
+            cell["source"] = HINT_LINE.sub("", source(cell)).rstrip()
+        out.append(cell)
+    metadata = {k: v for k, v in nb["metadata"].items() if k != "attncourse"}
+    return {**nb, "metadata": metadata, "cells": out}
+
+
+# -- building ----------------------------------------------------------------------------------
+
+
+def commit() -> str:
+    """The commit the assignments are built from (the package version both sides install)."""
+    found = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return found.stdout.strip() or "main"
+
+
+def requirements(revision: str) -> str:
+    """The autograder's requirements: the course package at the students' version."""
+    url = colab_edition.project_urls()["Repository"].rstrip("/")
+    return f"attncourse @ git+{url}@{revision}\n"
+
+
+def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
+    """Write the master notebooks of one language and run ``otter assign`` on each."""
+    if lang == "zh":
+        colab_edition.chinese_edition()
+    worth = points()
+    revision = commit()
+    built = []
+    for doc, _ in colab_edition.chapters():
+        chapter = Path(doc).name
+        if only and not any(chapter.startswith(prefix) for prefix in only):
+            continue
+        folder = out / lang / chapter
+        folder.mkdir(parents=True, exist_ok=True)
+        nb = master(colab_edition.convert(doc), chapter, lang, worth[chapter], revision)
+        (folder / f"{chapter}.ipynb").write_text(colab_edition.dump(nb))
+        (folder / "requirements.txt").write_text(requirements(revision))
+        otter = Path(sys.executable).parent / "otter"
+        subprocess.run(
+            [str(otter), "assign", "--no-pdfs", f"{chapter}.ipynb", "dist"],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+        )
+        built.append(f"{lang}/{chapter}")
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--lang", nargs="+", default=list(LANGUAGES), choices=LANGUAGES)
+    parser.add_argument("--chapters", nargs="*", default=[], help="chapter prefixes (01 02 ...)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=len(args.lang)) as pool:
+        jobs = [pool.submit(build_language, lang, args.out, args.chapters) for lang in args.lang]
+        built = [name for job in jobs for name in job.result()]
+    print(f"{len(built)} assignments in {args.out} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
