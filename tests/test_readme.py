@@ -63,7 +63,9 @@ def test_chapter_table_links_each_chapter_to_its_page_and_its_colab_edition():
 @pytest.mark.parametrize("name", BOTH)
 def test_named_paths_exist(name):
     named = set(
-        re.findall(r"`((?:attncourse|tools|tests|book|notebooks|reports)/[\w./-]*)`", BOTH[name])
+        re.findall(
+            r"`((?:attncourse|tools|tests|book|notebooks|reports|docs)/[\w./-]*)`", BOTH[name]
+        )
     )
     assert named
     for path in named:
@@ -137,3 +139,27 @@ def test_api_page_counts_the_scaffolding_right():
     named = set(re.findall(r"`(attncourse\.\w+)`", sentence))
     assert named == set(SCAFFOLDING), named ^ set(SCAFFOLDING)
     assert count == numbers[len(SCAFFOLDING) - 1], sentence
+
+
+def test_contributing_opens_with_the_three_checklists():
+    """A newcomer's paths come first (issue 32): add a chapter, an exercise, a kernel, each as
+    numbered steps, before the first section of conventions."""
+    first_section = CONTRIBUTING.index("\n## ")
+    titles = re.findall(r"^### (Add [^(\n]+?) \(", CONTRIBUTING[:first_section], flags=re.M)
+    assert titles == ["Add a chapter", "Add an exercise to a chapter", "Add a kernel"], titles
+    for part in CONTRIBUTING[:first_section].split("\n### ")[1:]:
+        steps = re.findall(r"^(\d+)\. ", part, flags=re.M)
+        assert steps == [str(n) for n in range(1, len(steps) + 1)] and len(steps) >= 5, steps
+
+
+def test_every_decision_record_is_listed_and_complete():
+    folder = ROOT / "docs" / "decisions"
+    index = (folder / "README.md").read_text()
+    records = sorted(p for p in folder.glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert records
+    for record in records:
+        assert f"]({record.name})" in index, record.name
+        text = record.read_text()
+        for part in ("**Context.**", "**Decision.**", "**Consequences.**", "**The reason"):
+            assert part in text, (record.name, part)
+        assert f"docs/decisions/{record.name}" in CONTRIBUTING, record.name
