@@ -139,7 +139,9 @@ def reference_answer(exercise: Exercise) -> str:
     code = entry.solution().rstrip()
     code = imports_for(code, vars(sys.modules[entry.checker.__module__])) + code
     if entry.answer_is_function:
-        return code
+        defined = ast.parse(code).body[-1]
+        renamed = getattr(defined, "name", exercise.answer) != exercise.answer
+        return f"{code}\n\n\n{exercise.answer} = {defined.name}" if renamed else code
     function = ast.parse(code).body[-1]  # a solution computing the value from the chapter's objects
     arguments = ", ".join(a.arg for a in function.args.args)
     return f"{code}\n\n\n{exercise.answer} = {function.name}({arguments})"
