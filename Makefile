@@ -69,7 +69,7 @@ $(BIN)/.instructor: $(BIN)/.installed requirements-instructor.txt
 # The instructor edition (tools/assignments.py): every chapter as an otter-grader assignment, in
 # English and Chinese, under _build/assignments/<lang>/<chapter>/ (master notebook, student notebook,
 # autograder zip); tests/test_assignments.py grades three submissions of each with otter.
-assignments: $(BIN)/.instructor
+assignments: $(BIN)/.instructor  ## the instructor edition: every chapter as an otter-grader assignment (both languages)
 	$(BIN)/python tools/assignments.py
 
 # ruff, configured in pyproject.toml (book/ruff.toml: the chapters at 80 characters a line):
