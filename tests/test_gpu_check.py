@@ -686,7 +686,7 @@ def test_chapter_cells_plot_where_ipython_is_missing(tmp_path):
     cells = [
         ("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1, 2])\nplt.show()", []),
         ("from IPython.display import Markdown, display\ndisplay(Markdown('**hi**'))", []),
-        ("from attncourse import runtime\nruntime._skip_cells_that_need_kernels('note')", []),
+        ("from attncourse.course.runtime import set_threads\nset_threads(1)", []),
     ]
     notebook = write_notebook(tmp_path / "nb.ipynb", cells)
     result = tmp_path / "result.json"

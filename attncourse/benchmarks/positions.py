@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from .._checks import check_seed, require_positive_int
+from ..course.runtime import set_threads
 from ..course.text import CharTokenizer, get_batch, load_text, train_val_split
-from ..runtime import set_threads
 from ..training import train
 from ..transformer import POSITIONAL, CausalLM
 from .common import _require_choice, machine, read_result, write_result

@@ -1,4 +1,4 @@
-"""How the notebooks set up the process they run in: torch's threads, and the optional GPU kernels.
+"""How the notebooks set up the process they run in: torch's threads, and chapter 10's kernels.
 
 Every chapter that trains a model or times something calls :func:`set_threads` in its imports
 cell, so all of them run the same way. The models of the book are small: one thread is about as
@@ -7,24 +7,27 @@ fast as two for them, it gives the same numbers on every machine, and on a busy 
 oversubscribes the cores and slows small training loops ten times or more.
 
 :func:`import_kernels` imports chapter 10's Triton kernels where triton exists (Linux) and
-otherwise lets the chapter run on without them (macOS, Windows).
+otherwise lets the chapter run on without them (macOS, Windows): each cell that runs a kernel
+opens with the comment :data:`NEEDS_TRITON`, and only those cells print a note instead of running.
 """
 
 from __future__ import annotations
 
-import re
+from types import ModuleType
 from typing import Optional
 
 import torch
 
-from ._checks import require_positive_int
+from .._checks import require_positive_int
 
-__all__ = ["set_threads", "default_threads", "import_kernels"]
+__all__ = ["set_threads", "default_threads", "import_kernels", "NEEDS_TRITON"]
+
+#: The first line of every chapter-10 cell that runs a kernel: where triton is missing,
+#: :func:`import_kernels` makes exactly the cells that open with it print a note instead.
+NEEDS_TRITON = "# needs triton (without it this cell prints a note: see the imports cell)"
 
 # torch's own choice for this process (one thread per physical core), before any set_threads.
 _DEFAULT_THREADS = torch.get_num_threads()
-# A cell that uses the kernels mentions `flash.` (the kernels' module) or triton itself.
-_NEEDS_KERNELS = re.compile(r"\bflash\.|\btriton\b")
 
 
 def set_threads(n: int = 1) -> int:
@@ -54,30 +57,32 @@ def default_threads() -> int:
     return _DEFAULT_THREADS
 
 
-def import_kernels(verbose: bool = True) -> Optional[object]:
+def import_kernels(verbose: bool = True) -> Optional[ModuleType]:
     """Chapter 10's kernels (:mod:`attncourse.kernels.flash`), or ``None`` where triton is missing.
 
     Triton publishes wheels for Linux only, so on macOS and Windows the kernels cannot be
-    imported. Then, inside IPython (a notebook), every cell run afterwards that mentions
-    ``flash.`` or ``triton`` prints a note instead of running, so the chapter still executes
-    from top to bottom; the cells that need only plain PyTorch run as usual.
-    Set ``TRITON_INTERPRET=1`` before calling it to run the kernels on CPU tensors.
+    imported. Then, inside IPython (a notebook), every cell run afterwards whose first line is
+    :data:`NEEDS_TRITON` prints a note instead of running, so the chapter still executes from
+    top to bottom; every other cell runs as usual. Set ``TRITON_INTERPRET=1`` before calling it
+    to run the kernels on CPU tensors.
     """
     try:
-        from .kernels import flash
+        from ..kernels import flash
     except ImportError as error:
         note = (
-            f"skipped: this cell runs Triton kernels, and triton cannot be imported here ({error})"
+            f"skipped: this cell runs Triton kernels, and triton cannot be imported here ({error});"
+            " Colab (whose torch ships triton) or Linux runs it"
         )
         if verbose:
-            print(f"{note}.\nCells that run kernels print this note instead; the others run.")
-        _skip_cells_that_need_kernels(note)
+            print(f"{note}.\nCells that open with {NEEDS_TRITON!r} print this note instead.")
+        _skip_cells_that_need_triton(note)
         return None
     return flash
 
 
-def _skip_cells_that_need_kernels(note: str) -> None:
-    """Register an IPython input transformer that replaces each kernel cell by ``print(note)``."""
+def _skip_cells_that_need_triton(note: str) -> None:
+    """Register an IPython input transformer that replaces each cell opening with
+    :data:`NEEDS_TRITON` by ``print(note)``; outside IPython, nothing."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -86,10 +91,11 @@ def _skip_cells_that_need_kernels(note: str) -> None:
     if shell is None:
         return
 
-    def skip_kernel_cells(lines: list[str]) -> list[str]:
-        return [f"print({note!r})\n"] if _NEEDS_KERNELS.search("".join(lines)) else lines
+    def skip_marked_cells(lines: list[str]) -> list[str]:
+        marked = bool(lines) and lines[0].strip() == NEEDS_TRITON
+        return [f"print({note!r})\n"] if marked else lines
 
-    skip_kernel_cells.attncourse_kernels = True
+    skip_marked_cells.attncourse_kernels = True
     transformers = shell.input_transformers_post
     transformers[:] = [t for t in transformers if not getattr(t, "attncourse_kernels", False)]
-    transformers.append(skip_kernel_cells)
+    transformers.append(skip_marked_cells)
