@@ -214,6 +214,19 @@ class MultiHeadAttention(nn.Module):
         Returns the mask with a head axis where it had none (``(B, L, S)`` -> ``(B, 1, L, S)``)
         and ``S``, the length attended over (the cached and the new positions with a cache).
         """
+        self._check_query_key_value(query, key, value)
+        _check_cache(cache)
+        batch, length, source = query.size(0), query.size(1), key.size(1)
+        # with a cache, key and value are the new positions; the queries also see the cached ones
+        if cache is not None:
+            source = cache.attended_length(source)
+        if mask is not None:
+            mask = self._check_mask(mask, batch, length, source)
+        return mask, source
+
+    def _check_query_key_value(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        """Dtypes, ranks and feature sizes of the three inputs, then what they must share: batch
+        size, key/value length, the parameters' dtype and device."""
         require_floating("query", query)
         require_floating("key", key)
         require_floating("value", value)
@@ -246,47 +259,37 @@ class MultiHeadAttention(nn.Module):
                 "query, key and value must be on the device of the layer's parameters"
                 f" ({param.device}), got {query.device}, {key.device} and {value.device}"
             )
-        if cache is not None and not isinstance(cache, KVCache):
-            hint = (
-                " (CausalLM.new_cache() returns one KVCache per block: give each layer its own,"
-                " cache[i])"
-                if isinstance(cache, (list, tuple))
-                else ""
+
+    def _check_mask(self, mask: Tensor, batch: int, length: int, source: int) -> Tensor:
+        """``mask`` broadcasts to ``(B, h, L, S)``; returned with a head axis where it had none."""
+        require_tensor("mask", mask)
+        if (
+            mask.dim() == 2
+            and mask.shape == (batch, source)
+            and (batch, source) != (length, source)
+        ):
+            raise ValueError(
+                f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S);"
+                " the layer takes (L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:,"
+                " None, :] to mask the keys of every query"
             )
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
-        batch, length, source = query.size(0), query.size(1), key.size(1)
-        # with a cache, key and value are the new positions; the queries also see the cached ones
-        if cache is not None:
-            source = cache.attended_length(source)
-        if mask is not None:
-            require_tensor("mask", mask)
-            if (
-                mask.dim() == 2
-                and mask.shape == (batch, source)
-                and (batch, source) != (length, source)
-            ):
-                raise ValueError(
-                    f"mask of shape {fmt_shape(mask.shape)} looks like a key padding mask (B, S);"
-                    " the layer takes (L, S), (B, L, S) or (B, num_heads, L, S): pass mask[:,"
-                    " None, :] to mask the keys of every query"
-                )
-            # (B, L, S): the same mask for every head
-            if mask.dim() == 3:
-                check_mask(mask, (batch, length, source), layout="(B, L, S)")
-                mask = mask.unsqueeze(1)
-            elif mask.dim() in (2, 4):
-                check_mask(
-                    mask,
-                    (batch, self.num_heads, length, source),
-                    layout="(L, S) or (B, num_heads, L, S)",
-                )
-            else:
-                raise ValueError(
-                    "mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) ="
-                    f" {fmt_shape((batch, self.num_heads, length, source))}, got"
-                    f" {fmt_shape(mask.shape)}"
-                )
-        return mask, source
+        # (B, L, S): the same mask for every head
+        if mask.dim() == 3:
+            check_mask(mask, (batch, length, source), layout="(B, L, S)")
+            mask = mask.unsqueeze(1)
+        elif mask.dim() in (2, 4):
+            check_mask(
+                mask,
+                (batch, self.num_heads, length, source),
+                layout="(L, S) or (B, num_heads, L, S)",
+            )
+        else:
+            raise ValueError(
+                "mask must have shape (L, S), (B, L, S) or (B, num_heads, L, S) ="
+                f" {fmt_shape((batch, self.num_heads, length, source))}, got"
+                f" {fmt_shape(mask.shape)}"
+            )
+        return mask
 
     def _positions(
         self, source: int, length: int, cache: Optional[KVCache], device: torch.device
@@ -346,6 +349,18 @@ class MultiHeadAttention(nn.Module):
                 layer.v_proj.bias.copy_(b_v)
                 layer.out_proj.bias.copy_(module.out_proj.bias)
         return layer
+
+
+def _check_cache(cache: object) -> None:
+    """``cache`` is ``None`` or one :class:`KVCache` (a list of them is the usual slip)."""
+    if cache is not None and not isinstance(cache, KVCache):
+        hint = (
+            " (CausalLM.new_cache() returns one KVCache per block: give each layer its own,"
+            " cache[i])"
+            if isinstance(cache, (list, tuple))
+            else ""
+        )
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}{hint}")
 
 
 def _check_positional(positional: object, head_dim: int) -> Optional[str]:
