@@ -30,7 +30,7 @@ import textwrap
 import types
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -1284,78 +1284,7 @@ def _check_masked_softmax(kernel) -> str:
         atol = 1e-5 if device.type == "cpu" else 1e-4
         if matches(out, expected, atol=atol):
             continue
-        if matches(out.masked_fill(~keep, 0.0), expected, atol=atol) and bool(
-            (out[~keep] == -3.0).all()
-        ):
-            raise Mistake(
-                _(
-                    "With {what}: the columns past each row's length still hold what Y held before (-3.0 "
-                    "here): store zeros there too (store every cols < n_cols, not only cols < length)."
-                ).format(what=what)
-            )
-        message = diagnose(out, _softmax_mistakes(x, lens, block), default="", atol=atol)
-        if not message and any(
-            matches(out, other, atol=atol, equal_nan=True) for other in _zero_lanes(x, lens, block)
-        ):
-            message = _(_ZERO_LANES)
-        if message:
-            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
-        # the rows that are wrong, against what sets them apart
-        wrong = [r for r in range(out.size(0)) if not matches(out[r], expected[r], atol=atol)]
-        kept_max = x.masked_fill(~keep, float("-inf")).amax(-1)
-        masked_max = x.masked_fill(keep, float("-inf")).amax(-1)
-        if wrong and all(lens[r] > 0 and masked_max[r] > kept_max[r] for r in wrong):
-            raise Mistake(
-                _(
-                    "With {what}: exactly the rows with a larger score past their length are wrong: "
-                    "your maximum takes in the columns past each row's length (this case puts +300 "
-                    "there), and the exponentials of the kept columns underflow. Take the maximum "
-                    "over the kept columns only: load with mask=cols < length and "
-                    "other=float('-inf'), or tl.where(keep, x, float('-inf')) before tl.max."
-                ).format(what=what)
-            )
-        if wrong and all(lens[r] > 0 and kept_max[r] < 0 and lens[r] < block for r in wrong):
-            raise Mistake(
-                _(
-                    "With {what}: exactly the rows whose kept scores are all below 0 are wrong: the "
-                    "masked lanes were loaded as 0, and that 0 enters the maximum (and the sum, "
-                    "unless you zero it), so the exponentials of such a row underflow. Load the "
-                    "masked lanes as float('-inf')."
-                ).format(what=what)
-            )
-        if not bool(torch.isfinite(out).all()):
-            if index == 2:
-                raise Mistake(
-                    _(
-                        "With {what}: your output has NaN or inf: tl.exp overflowed. Subtract the row's "
-                        "maximum (over the kept columns) before the exponential."
-                    ).format(what=what)
-                )
-            if 0 in lengths:
-                raise Mistake(
-                    _(
-                        "With {what}: your output has NaN: the row of length 0 computes 0/0 (and -inf - "
-                        "(-inf)). Give a row with no column zeros."
-                    ).format(what=what)
-                )
-            raise Mistake(
-                _("With {what}: your output has NaN or inf where the reference has none.").format(
-                    what=what
-                )
-            )
-        if index == 2 and not bool((out[1] > 0).any()):
-            raise Mistake(
-                _(
-                    "With {what}: the row whose scores are all near -200 came out zero: its exponentials "
-                    "underflowed. Subtract the row's own maximum, not a constant."
-                ).format(what=what)
-            )
-        raise Mistake(
-            _(
-                "With {what}: your output differs from the softmax of each row over its first "
-                "LENGTHS[row] columns (largest difference {value:.3g})."
-            ).format(what=what, value=(out.double() - expected).abs().max().item())
-        )
+        _diagnose_masked_softmax(what, index, out, expected, x, lens, lengths, keep, block, atol)
     compiled = device.type == "cpu" and _compiles_for_a_gpu(
         kernel, _SOFTMAX_TYPES, _SOFTMAX_CONSTANTS
     )
@@ -1363,6 +1292,95 @@ def _check_masked_softmax(kernel) -> str:
         "Right: masked lanes, ragged lengths, strided rows, large scores, an empty row and large "
         "scores in the padding all come out as the reference's (your kernel ran {value})."
     ).format(value=_where_it_ran(device, compiled))
+
+
+def _diagnose_masked_softmax(
+    what: str,
+    index: int,
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    x: torch.Tensor,
+    lens: torch.Tensor,
+    lengths: List[int],
+    keep: torch.Tensor,
+    block: int,
+    atol: float,
+) -> None:
+    """Raises the feedback on an output ``out`` of case ``index`` that is not ``expected``: the
+    padding left unwritten, a usual mistake, the rows a wrong maximum spoils, NaN or inf and their
+    cause, an underflowed row, or the gap."""
+    if matches(out.masked_fill(~keep, 0.0), expected, atol=atol) and bool(
+        (out[~keep] == -3.0).all()
+    ):
+        raise Mistake(
+            _(
+                "With {what}: the columns past each row's length still hold what Y held before (-3.0 "
+                "here): store zeros there too (store every cols < n_cols, not only cols < length)."
+            ).format(what=what)
+        )
+    message = diagnose(out, _softmax_mistakes(x, lens, block), default="", atol=atol)
+    if not message and any(
+        matches(out, other, atol=atol, equal_nan=True) for other in _zero_lanes(x, lens, block)
+    ):
+        message = _(_ZERO_LANES)
+    if message:
+        raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+    # the rows that are wrong, against what sets them apart
+    wrong = [r for r in range(out.size(0)) if not matches(out[r], expected[r], atol=atol)]
+    kept_max = x.masked_fill(~keep, float("-inf")).amax(-1)
+    masked_max = x.masked_fill(keep, float("-inf")).amax(-1)
+    if wrong and all(lens[r] > 0 and masked_max[r] > kept_max[r] for r in wrong):
+        raise Mistake(
+            _(
+                "With {what}: exactly the rows with a larger score past their length are wrong: "
+                "your maximum takes in the columns past each row's length (this case puts +300 "
+                "there), and the exponentials of the kept columns underflow. Take the maximum "
+                "over the kept columns only: load with mask=cols < length and "
+                "other=float('-inf'), or tl.where(keep, x, float('-inf')) before tl.max."
+            ).format(what=what)
+        )
+    if wrong and all(lens[r] > 0 and kept_max[r] < 0 and lens[r] < block for r in wrong):
+        raise Mistake(
+            _(
+                "With {what}: exactly the rows whose kept scores are all below 0 are wrong: the "
+                "masked lanes were loaded as 0, and that 0 enters the maximum (and the sum, "
+                "unless you zero it), so the exponentials of such a row underflow. Load the "
+                "masked lanes as float('-inf')."
+            ).format(what=what)
+        )
+    if not bool(torch.isfinite(out).all()):
+        if index == 2:
+            raise Mistake(
+                _(
+                    "With {what}: your output has NaN or inf: tl.exp overflowed. Subtract the row's "
+                    "maximum (over the kept columns) before the exponential."
+                ).format(what=what)
+            )
+        if 0 in lengths:
+            raise Mistake(
+                _(
+                    "With {what}: your output has NaN: the row of length 0 computes 0/0 (and -inf - "
+                    "(-inf)). Give a row with no column zeros."
+                ).format(what=what)
+            )
+        raise Mistake(
+            _("With {what}: your output has NaN or inf where the reference has none.").format(
+                what=what
+            )
+        )
+    if index == 2 and not bool((out[1] > 0).any()):
+        raise Mistake(
+            _(
+                "With {what}: the row whose scores are all near -200 came out zero: its exponentials "
+                "underflowed. Subtract the row's own maximum, not a constant."
+            ).format(what=what)
+        )
+    raise Mistake(
+        _(
+            "With {what}: your output differs from the softmax of each row over its first "
+            "LENGTHS[row] columns (largest difference {value:.3g})."
+        ).format(what=what, value=(out.double() - expected).abs().max().item())
+    )
 
 
 # -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
@@ -1633,92 +1651,7 @@ def _check_online_softmax(kernel) -> str:
         atol, rtol = (1e-5, 1e-5) if device.type == "cpu" else (1e-2, 1e-3)
         if matches(out, expected, atol=atol, rtol=rtol):
             continue
-        unwritten = [r for r in range(out.size(0)) if bool((out[r] == -3.0).all())]
-        if unwritten:
-            raise Mistake(
-                _(
-                    "With {what}: rows {rows} of O were never written (they still hold O's fill, "
-                    "-3.0). Each program must cover BLOCK_M rows, rows = tl.program_id(0) * BLOCK_M "
-                    "+ tl.arange(0, BLOCK_M), and store every row < n_rows: a fixed number in "
-                    "place of BLOCK_M leaves rows out when BLOCK_M changes (here it is {block_m})."
-                ).format(what=what, rows=_row_list(unwritten), block_m=block_m)
-            )
-        mistakes = {
-            (
-                _(
-                    "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
-                    "exp(m - m_new), so that what earlier tiles added moves to the new maximum too."
-                )
-            ): _online_emulation(scores, value, block_n, rescale_acc=False),
-            (
-                _(
-                    "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
-                    "accumulator."
-                )
-            ): _online_emulation(scores, value, block_n, rescale_sum=False),
-            _("the output is not divided by the running sum: store acc / l[:, None]."): (
-                _online_emulation(scores, value, block_n, normalise=False)
-            ),
-            (
-                _(
-                    "the padding keys of the ragged last tile get a weight: their scores were loaded as "
-                    "0. Load them with other=float('-inf')."
-                )
-            ): _online_emulation(scores, value, block_n, pad_zero=True),
-            (
-                _(
-                    "neither the running sum nor the accumulator is rescaled: alpha is always 1. "
-                    "Was m set to m_new before alpha = exp(m - m_new) was computed? Compute alpha "
-                    "(and p) first, then m = m_new; and multiply both l and acc by alpha."
-                )
-            ): _online_emulation(scores, value, block_n, rescale_acc=False, rescale_sum=False),
-        }
-        message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
-        if message:
-            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
-        bad = [r for r in range(out.size(0)) if not bool(torch.isfinite(out[r]).all())]
-        row_max = scores.amax(-1)
-        if bad and all(row_max[r] < -80.0 for r in bad):
-            raise Mistake(
-                _(
-                    "With {what}: your output has NaN in exactly the rows whose scores are all far "
-                    "below 0 (rows {rows}): there every exponential underflowed to 0, and 0/0 is "
-                    "NaN. Start the running maximum at -inf, not 0, so that the first tile's "
-                    "maximum replaces it and the largest exponential of a row is exp(0) = 1."
-                ).format(what=what, rows=_row_list(bad))
-            )
-        if index == 2 and bad:
-            raise Mistake(
-                _(
-                    "With {what}: your output has NaN or inf: an exponential overflowed. Subtract the "
-                    "running maximum m_new = max(m, max of the tile), the largest score seen so far, in "
-                    "every exponential, so that each is at most 1 (the rescale factor exp(m - m_new) "
-                    "too)."
-                ).format(what=what)
-            )
-        if not bool(torch.isfinite(out).all()):
-            raise Mistake(
-                _(
-                    "With {what}: your output has NaN or inf where the reference has none: look for -inf "
-                    "- (-inf), 0/0, or exp of a score before the maximum is subtracted."
-                ).format(what=what)
-            )
-        largest = (out.double() - expected).abs().max().item()
-        if device.type == "cpu" and matches(out, expected, atol=2e-2, rtol=2e-2):
-            raise Mistake(
-                _(
-                    "With {what}: your output is off by up to {value:.2g}, the rounding of float16 "
-                    "(or bfloat16), where a float32 kernel is within about 1e-6: is m, l, acc, p "
-                    "or V held in a 16-bit float? Keep the running maximum, the running sum and "
-                    "the accumulator in float32 (tl.float32), and p and V too."
-                ).format(what=what, value=largest)
-            )
-        raise Mistake(
-            _(
-                "With {what}: your output differs from softmax(S) @ V (largest difference "
-                "{value:.3g})."
-            ).format(what=what, value=largest)
-        )
+        _diagnose_online(what, index, out, expected, scores, value, block_m, block_n, atol, device)
     compiled = device.type == "cpu" and _compiles_for_a_gpu(
         kernel, _ONLINE_TYPES, _ONLINE_CONSTANTS
     )
@@ -1726,6 +1659,112 @@ def _check_online_softmax(kernel) -> str:
         "Right: the running maximum, the rescaled sum and accumulator, and the masks of the "
         "ragged tiles all work (your kernel ran {value})."
     ).format(value=_where_it_ran(device, compiled))
+
+
+def _diagnose_online(
+    what: str,
+    index: int,
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    scores: torch.Tensor,
+    value: torch.Tensor,
+    block_m: int,
+    block_n: int,
+    atol: float,
+    device: torch.device,
+) -> None:
+    """Raises the feedback on an output ``out`` of case ``index`` that is not ``expected``: rows
+    never written, a usual mistake, NaN or inf and their cause, 16-bit rounding, or the gap."""
+    unwritten = [r for r in range(out.size(0)) if bool((out[r] == -3.0).all())]
+    if unwritten:
+        raise Mistake(
+            _(
+                "With {what}: rows {rows} of O were never written (they still hold O's fill, "
+                "-3.0). Each program must cover BLOCK_M rows, rows = tl.program_id(0) * BLOCK_M "
+                "+ tl.arange(0, BLOCK_M), and store every row < n_rows: a fixed number in "
+                "place of BLOCK_M leaves rows out when BLOCK_M changes (here it is {block_m})."
+            ).format(what=what, rows=_row_list(unwritten), block_m=block_m)
+        )
+    mistakes = _online_mistakes(scores, value, block_n)
+    message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
+    if message:
+        raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+    bad = [r for r in range(out.size(0)) if not bool(torch.isfinite(out[r]).all())]
+    row_max = scores.amax(-1)
+    if bad and all(row_max[r] < -80.0 for r in bad):
+        raise Mistake(
+            _(
+                "With {what}: your output has NaN in exactly the rows whose scores are all far "
+                "below 0 (rows {rows}): there every exponential underflowed to 0, and 0/0 is "
+                "NaN. Start the running maximum at -inf, not 0, so that the first tile's "
+                "maximum replaces it and the largest exponential of a row is exp(0) = 1."
+            ).format(what=what, rows=_row_list(bad))
+        )
+    if index == 2 and bad:
+        raise Mistake(
+            _(
+                "With {what}: your output has NaN or inf: an exponential overflowed. Subtract the "
+                "running maximum m_new = max(m, max of the tile), the largest score seen so far, in "
+                "every exponential, so that each is at most 1 (the rescale factor exp(m - m_new) "
+                "too)."
+            ).format(what=what)
+        )
+    if not bool(torch.isfinite(out).all()):
+        raise Mistake(
+            _(
+                "With {what}: your output has NaN or inf where the reference has none: look for -inf "
+                "- (-inf), 0/0, or exp of a score before the maximum is subtracted."
+            ).format(what=what)
+        )
+    largest = (out.double() - expected).abs().max().item()
+    if device.type == "cpu" and matches(out, expected, atol=2e-2, rtol=2e-2):
+        raise Mistake(
+            _(
+                "With {what}: your output is off by up to {value:.2g}, the rounding of float16 "
+                "(or bfloat16), where a float32 kernel is within about 1e-6: is m, l, acc, p "
+                "or V held in a 16-bit float? Keep the running maximum, the running sum and "
+                "the accumulator in float32 (tl.float32), and p and V too."
+            ).format(what=what, value=largest)
+        )
+    raise Mistake(
+        _(
+            "With {what}: your output differs from softmax(S) @ V (largest difference {value:.3g})."
+        ).format(what=what, value=largest)
+    )
+
+
+def _online_mistakes(scores: torch.Tensor, value: torch.Tensor, block_n: int) -> dict:
+    """The usual mistakes of the online softmax kernel, emulated: message -> output."""
+    return {
+        (
+            _(
+                "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
+                "exp(m - m_new), so that what earlier tiles added moves to the new maximum too."
+            )
+        ): _online_emulation(scores, value, block_n, rescale_acc=False),
+        (
+            _(
+                "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
+                "accumulator."
+            )
+        ): _online_emulation(scores, value, block_n, rescale_sum=False),
+        _("the output is not divided by the running sum: store acc / l[:, None]."): (
+            _online_emulation(scores, value, block_n, normalise=False)
+        ),
+        (
+            _(
+                "the padding keys of the ragged last tile get a weight: their scores were loaded as "
+                "0. Load them with other=float('-inf')."
+            )
+        ): _online_emulation(scores, value, block_n, pad_zero=True),
+        (
+            _(
+                "neither the running sum nor the accumulator is rescaled: alpha is always 1. "
+                "Was m set to m_new before alpha = exp(m - m_new) was computed? Compute alpha "
+                "(and p) first, then m = m_new; and multiply both l and acc by alpha."
+            )
+        ): _online_emulation(scores, value, block_n, rescale_acc=False, rescale_sum=False),
+    }
 
 
 def _row_list(rows: List[int]) -> str:
@@ -1908,18 +1947,7 @@ def _check_backward(fn) -> str:
         (_("batch (2,), L=9, S=4, d_k=16, d_v=3"), (2,), 9, 4, 16, 3),
     ]
     for index, (what, batch, L, S, d_k, d_v) in enumerate(cases):
-        g = torch.Generator().manual_seed(300 + index)
-        query, key = (
-            torch.randn(*batch, L, d_k, generator=g, dtype=torch.float64),
-            torch.randn(*batch, S, d_k, generator=g, dtype=torch.float64),
-        )
-        value = torch.randn(*batch, S, d_v, generator=g, dtype=torch.float64)
-        dout = torch.randn(*batch, L, d_v, generator=g, dtype=torch.float64)
-        q, k, v = (t.clone().requires_grad_(True) for t in (query, key, value))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        out = torch.softmax(scores, -1) @ v
-        expected = torch.autograd.grad(out, (q, k, v), dout)
-        out, lse = out.detach(), torch.logsumexp(scores.detach(), -1)
+        query, key, value, dout, out, lse, expected = _backward_inputs(index, batch, L, S, d_k, d_v)
         try:
             got = call(fn, query, key, value, out, lse, dout)
         except Mistake as error:  # the learner's function failed: say on which input
@@ -1948,47 +1976,76 @@ def _check_backward(fn) -> str:
             expect_tensor(g_, e.shape, _("With {what}, {name}").format(what=what, name=name))
         if all(matches(g_, e, atol=1e-8, rtol=1e-6) for g_, e in zip(got, expected)):
             continue
-        for message, wrong in _backward_variants(query, key, value, out, lse, dout).items():
-            if all(
-                matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)
-            ):
-                raise Mistake(_("With {what}: {message}").format(what=what, message=message))
-        if all(matches(g_, e, atol=1e-5, rtol=1e-4) for g_, e in zip(got, expected)):
-            largest = max((g_.double() - e).abs().max().item() for g_, e in zip(got, expected))
-            raise Mistake(
-                _(
-                    "With {what}: your gradients are right to about float32's precision (largest "
-                    "difference {value:.2g}) but not to float64's, which the check asks for: the "
-                    "formulas are right, the precision is not. Compute in the inputs' dtype, "
-                    "float64 (a .float(), or a tensor created as float32, drops the digits)."
-                ).format(what=what, value=largest)
-            )
-        wrong = [
-            name
-            for name, g_, e in zip(names, got, expected)
-            if not matches(g_, e, atol=1e-8, rtol=1e-6)
-        ]
-        if wrong == ["dv"]:
-            raise Mistake(
-                _(
-                    "With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights transposed."
-                ).format(what=what)
-            )
-        if "dv" not in wrong:
-            raise Mistake(
-                _(
-                    "With {what}: dv is right, {value} not: check dS = P * (dP - D) and the products dQ "
-                    "= dS K * scale, dK = dS^T Q * scale."
-                ).format(what=what, value=" and ".join(wrong))
-            )
-        raise Mistake(
-            _(
-                "With {what}: {value} differ from autograd's. Recompute P = exp(s - lse) first and "
-                "check it against torch.softmax."
-            ).format(what=what, value=", ".join(wrong))
-        )
+        _diagnose_backward(what, got, expected, names, (query, key, value, out, lse, dout))
     return _(
         "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
+    )
+
+
+def _backward_inputs(index: int, batch: Tuple[int, ...], L: int, S: int, d_k: int, d_v: int):
+    """Case ``index``'s seeded float64 inputs, the forward pass's ``out`` and ``lse``, and
+    autograd's gradients: ``(query, key, value, dout, out, lse, (dq, dk, dv))``."""
+    g = torch.Generator().manual_seed(300 + index)
+    query, key = (
+        torch.randn(*batch, L, d_k, generator=g, dtype=torch.float64),
+        torch.randn(*batch, S, d_k, generator=g, dtype=torch.float64),
+    )
+    value = torch.randn(*batch, S, d_v, generator=g, dtype=torch.float64)
+    dout = torch.randn(*batch, L, d_v, generator=g, dtype=torch.float64)
+    q, k, v = (t.clone().requires_grad_(True) for t in (query, key, value))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    out = torch.softmax(scores, -1) @ v
+    expected = torch.autograd.grad(out, (q, k, v), dout)
+    out, lse = out.detach(), torch.logsumexp(scores.detach(), -1)
+    return query, key, value, dout, out, lse, expected
+
+
+def _diagnose_backward(
+    what: str,
+    got: Sequence[torch.Tensor],
+    expected: Tuple[torch.Tensor, ...],
+    names: Tuple[str, ...],
+    inputs: Tuple[torch.Tensor, ...],
+) -> None:
+    """Raises the feedback on gradients ``got`` that are not ``expected``: a usual mistake,
+    float32's precision, or which of dq, dk, dv are wrong. ``inputs``: query, key, value, out,
+    lse, dout."""
+    for message, wrong in _backward_variants(*inputs).items():
+        if all(matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)):
+            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+    if all(matches(g_, e, atol=1e-5, rtol=1e-4) for g_, e in zip(got, expected)):
+        largest = max((g_.double() - e).abs().max().item() for g_, e in zip(got, expected))
+        raise Mistake(
+            _(
+                "With {what}: your gradients are right to about float32's precision (largest "
+                "difference {value:.2g}) but not to float64's, which the check asks for: the "
+                "formulas are right, the precision is not. Compute in the inputs' dtype, "
+                "float64 (a .float(), or a tensor created as float32, drops the digits)."
+            ).format(what=what, value=largest)
+        )
+    wrong = [
+        name
+        for name, g_, e in zip(names, got, expected)
+        if not matches(g_, e, atol=1e-8, rtol=1e-6)
+    ]
+    if wrong == ["dv"]:
+        raise Mistake(
+            _(
+                "With {what}: dq and dk are right, dv is not: dV = P^T dO, the weights transposed."
+            ).format(what=what)
+        )
+    if "dv" not in wrong:
+        raise Mistake(
+            _(
+                "With {what}: dv is right, {value} not: check dS = P * (dP - D) and the products dQ "
+                "= dS K * scale, dK = dS^T Q * scale."
+            ).format(what=what, value=" and ".join(wrong))
+        )
+    raise Mistake(
+        _(
+            "With {what}: {value} differ from autograd's. Recompute P = exp(s - lse) first and "
+            "check it against torch.softmax."
+        ).format(what=what, value=", ".join(wrong))
     )
 
 
@@ -2151,6 +2208,29 @@ def _named(value: float, known: List[Tuple[float, str]], right: List[float]) -> 
     answer_is_function=False,  # the answer is the measurement in a dict; the solution takes it
 )
 def _check_roofline(answer) -> str:
+    fields = _roofline_fields(answer)
+    flops, dims = _roofline_flops(fields)
+    ms = _roofline_time(fields, flops)
+    tflops = _roofline_tflops(fields, flops, ms)
+    peak, bandwidth, intensity, most = _roofline_gpu(fields, flops, dims)
+    fraction, memory, roofline = _roofline_fraction(fields, tflops, peak, bandwidth, intensity)
+    _roofline_not_above_one(tflops, peak, bandwidth, intensity, memory, roofline, most)
+    bound = (
+        _("memory-bound: your intensity is below the ridge point")
+        if memory < peak
+        else _("compute-bound: your intensity is past the ridge point")
+    )
+    return _(
+        "Right: {tflops:.3g} TFLOP/s is {percent:.1f}% of the roofline, min(peak, intensity * "
+        "bandwidth) = {roofline:.4g} TFLOP/s ({bound}). FlashAttention-2 reaches 50-73% of an "
+        "A100's peak; the chapter's compile table shows what holds a kernel back (spills, "
+        "tensor cores or not)."
+    ).format(tflops=tflops, percent=100 * fraction, roofline=roofline / 1e12, bound=bound)
+
+
+def _roofline_fields(answer) -> Dict[str, Any]:
+    """The answer's fields by their stub names (a measurement on the GPU), or the feedback that
+    it is not attempted, not a measurement, lacks a field or was taken on the CPU."""
     if callable(answer) and _answer_mapping(answer) is None:
         if inspect.isfunction(answer) and _is_stub(answer):
             raise NotAttempted()
@@ -2195,7 +2275,12 @@ def _check_roofline(answer) -> str:
                 'and v with device="cuda" and time them there.'
             ).format(device=_short(device))
         )
-    # the sizes, and the FLOPs they cost
+    return fields
+
+
+def _roofline_flops(fields: Dict[str, Any]) -> Tuple[float, Tuple[int, int, int, int, int]]:
+    """The FLOPs the sizes cost (both products, halved where causal), and the sizes
+    ``(B, H, L, S, d)``; the usual miscounts named."""
     B, H, L, S, d = (integer(fields[n], n) for n in ("batch", "heads", "L", "S", "d"))
     for name, size in zip(("batch", "heads", "L", "S", "d"), (B, H, L, S, d)):
         if size < 1:
@@ -2211,64 +2296,7 @@ def _check_roofline(answer) -> str:
     exact = 4 * B * H * d * _causal_pairs(L, S, causal)
     right = [exact] + ([full / 2] if causal and L == S else [])
     if not any(_close(flops, r) for r in right):
-        known = [
-            (
-                exact / 2,
-                _(
-                    "you counted a multiply-add as 1 FLOP: a product of an (m x k) and a (k x n) "
-                    "matrix costs 2 m k n FLOPs, a multiply and an add for each term."
-                ),
-            ),
-            (
-                exact / 2,
-                _(
-                    "you counted only one of the two products: Q K^T and P V each cost "
-                    "2 L S d FLOPs per (batch, head) pair."
-                ),
-            ),
-            (
-                exact / 4,
-                _(
-                    "you counted one product, and a multiply-add as 1 FLOP: both products count, "
-                    "2 L S d FLOPs each per (batch, head) pair."
-                ),
-            ),
-            (
-                exact / B,
-                _("you left out the batch: every one of the {B} sequences counts.").format(B=B),
-            ),
-            (
-                exact / H,
-                _("you left out the heads: every one of the {H} heads counts.").format(H=H),
-            ),
-        ]
-        if causal:
-            known.append(
-                (
-                    full,
-                    _(
-                        "you counted causal attention as full: with causal=True a query sees only "
-                        "the keys up to its own position, about half of the pairs when L = S."
-                    ),
-                )
-            )
-            if L != S:
-                known.append(
-                    (
-                        full / 2,
-                        _(
-                            "you halved the count, but with L != S a causal query does not see "
-                            "half of the keys: count the pairs j <= i + S - L."
-                        ),
-                    )
-                )
-        else:
-            known.append(
-                (
-                    full / 2,
-                    _("you halved the count as for a causal mask, but your causal is False."),
-                )
-            )
+        known = _flops_miscounts(B, H, L, S, causal, exact, full)
         found = _named(flops, known, right)
         if found:
             raise Mistake(
@@ -2283,7 +2311,76 @@ def _check_roofline(answer) -> str:
                 "half of it with causal=True when L = S (exactly {exact:.4g} here)."
             ).format(flops=flops, sizes=sizes, full=float(full), exact=float(exact))
         )
-    # the time: possible on some GPU?
+    return flops, (B, H, L, S, d)
+
+
+def _flops_miscounts(
+    B: int, H: int, L: int, S: int, causal: bool, exact: int, full: int
+) -> List[Tuple[float, str]]:
+    """The usual miscounts of attention's FLOPs, as (value, message) pairs."""
+    known = [
+        (
+            exact / 2,
+            _(
+                "you counted a multiply-add as 1 FLOP: a product of an (m x k) and a (k x n) "
+                "matrix costs 2 m k n FLOPs, a multiply and an add for each term."
+            ),
+        ),
+        (
+            exact / 2,
+            _(
+                "you counted only one of the two products: Q K^T and P V each cost "
+                "2 L S d FLOPs per (batch, head) pair."
+            ),
+        ),
+        (
+            exact / 4,
+            _(
+                "you counted one product, and a multiply-add as 1 FLOP: both products count, "
+                "2 L S d FLOPs each per (batch, head) pair."
+            ),
+        ),
+        (
+            exact / B,
+            _("you left out the batch: every one of the {B} sequences counts.").format(B=B),
+        ),
+        (
+            exact / H,
+            _("you left out the heads: every one of the {H} heads counts.").format(H=H),
+        ),
+    ]
+    if causal:
+        known.append(
+            (
+                full,
+                _(
+                    "you counted causal attention as full: with causal=True a query sees only "
+                    "the keys up to its own position, about half of the pairs when L = S."
+                ),
+            )
+        )
+        if L != S:
+            known.append(
+                (
+                    full / 2,
+                    _(
+                        "you halved the count, but with L != S a causal query does not see "
+                        "half of the keys: count the pairs j <= i + S - L."
+                    ),
+                )
+            )
+    else:
+        known.append(
+            (
+                full / 2,
+                _("you halved the count as for a causal mask, but your causal is False."),
+            )
+        )
+    return known
+
+
+def _roofline_time(fields: Dict[str, Any], flops: float) -> float:
+    """Milliseconds some GPU could take for ``flops``: not the launch alone, not a first call."""
     ms = number(fields["ms"], answer_field("ms"))
     if ms <= 0:
         raise Mistake(_("ms should be a positive time, got {ms:g}.").format(ms=ms))
@@ -2307,7 +2404,11 @@ def _check_roofline(answer) -> str:
                 "instead of their median, or give microseconds?"
             ).format(ms=ms, flops=flops, rate=flops / (ms * 1e-3) / 1e12)
         )
-    # achieved TFLOP/s
+    return ms
+
+
+def _roofline_tflops(fields: Dict[str, Any], flops: float, ms: float) -> float:
+    """The achieved TFLOP/s, the FLOPs over the time; the usual unit slips named."""
     tflops = number(fields["tflops"], answer_field("tflops"))
     achieved = flops / (ms * 1e-3) / 1e12
     if not _close(tflops, achieved):
@@ -2344,7 +2445,15 @@ def _check_roofline(answer) -> str:
                 "{ms:.4g} ms are {achieved:.4g} TFLOP/s (FLOPs / (ms * 1e-3) / 1e12)."
             ).format(tflops=tflops, flops=flops, ms=ms, achieved=achieved)
         )
-    # the GPU's numbers, in their units
+    return tflops
+
+
+def _roofline_gpu(
+    fields: Dict[str, Any], flops: float, dims: Tuple[int, int, int, int, int]
+) -> Tuple[float, float, float, float]:
+    """The GPU's peak and bandwidth in their units, and the kernel's intensity between 1 and the
+    most it can reach (Q, K, V and O moved once), which is returned last."""
+    B, H, L, S, d = dims
     peak = number(fields["peak_flops"], answer_field("peak_flops"))
     if not _PEAK_RANGE[0] <= peak <= _PEAK_RANGE[1]:
         raise Mistake(
@@ -2382,7 +2491,14 @@ def _check_roofline(answer) -> str:
                 "by bytes. Bytes divided by FLOPs, or bits counted?"
             ).format(intensity=intensity, half=d / 2)
         )
-    # the roofline and the fraction of it
+    return peak, bandwidth, intensity, most
+
+
+def _roofline_fraction(
+    fields: Dict[str, Any], tflops: float, peak: float, bandwidth: float, intensity: float
+) -> Tuple[float, float, float]:
+    """The fraction achieved / min(peak, intensity * bandwidth); returns it with the memory
+    roof and the roofline (FLOP/s)."""
     fraction = number(fields["fraction"], answer_field("fraction"))
     memory = intensity * bandwidth
     roofline = min(peak, memory)
@@ -2439,6 +2555,20 @@ def _check_roofline(answer) -> str:
                 expected=expected,
             )
         )
+    return fraction, memory, roofline
+
+
+def _roofline_not_above_one(
+    tflops: float,
+    peak: float,
+    bandwidth: float,
+    intensity: float,
+    memory: float,
+    roofline: float,
+    most: float,
+) -> None:
+    """A fraction above 1 is impossible: above the peak, or above what the memory allows."""
+    expected = tflops * 1e12 / roofline
     if expected > 1 and tflops * 1e12 > peak:
         raise Mistake(
             _(
@@ -2468,14 +2598,3 @@ def _check_roofline(answer) -> str:
                 most=most,
             )
         )
-    bound = (
-        _("memory-bound: your intensity is below the ridge point")
-        if memory < peak
-        else _("compute-bound: your intensity is past the ridge point")
-    )
-    return _(
-        "Right: {tflops:.3g} TFLOP/s is {percent:.1f}% of the roofline, min(peak, intensity * "
-        "bandwidth) = {roofline:.4g} TFLOP/s ({bound}). FlashAttention-2 reaches 50-73% of an "
-        "A100's peak; the chapter's compile table shows what holds a kernel back (spills, "
-        "tensor cores or not)."
-    ).format(tflops=tflops, percent=100 * fraction, roofline=roofline / 1e12, bound=bound)
