@@ -15,6 +15,14 @@ def assert_fails(exercise_id: str, answer, words: str) -> None:
     assert words in result.message, result.message
 
 
+def line_answers(line: int) -> list:
+    """The ways a learner gives a find-the-bug exercise its line: an int, a float, a 0-d tensor
+    and a one-element tensor, all to be accepted."""
+    import torch
+
+    return [line, float(line), torch.tensor(line), torch.tensor([float(line)])]
+
+
 def notebook_listing(notebook: str, label: str) -> list:
     """The lines of the numbered ``code-block`` inside the exercise ``label`` of ``book/<notebook>``."""
     import json

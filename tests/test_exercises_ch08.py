@@ -151,7 +151,7 @@ def test_weights_wrong_shape_and_crash():
 
 # -- predict: the scores a trimmed layer computes ----------------------------------------------------
 
-from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+from exercise_helpers import assert_fails, line_answers, notebook_listing, run_listing  # noqa: E402
 
 CELLS = "adaptive-span/cells"
 
@@ -226,7 +226,7 @@ def test_span_listing_is_wrong_on_line_6_only():
     assert "j - i" in lines[6 - 1]
 
 
-@pytest.mark.parametrize("style", [6, 6.0, torch.tensor(6), torch.tensor([6.0])])
+@pytest.mark.parametrize("style", line_answers(6))
 def test_find_the_bug_accepts(style):
     assert check(BUG, style).passed
 
@@ -242,8 +242,7 @@ def test_find_the_bug_accepts(style):
     ],
 )
 def test_find_the_bug_explains_other_lines(line, words):
-    result = check(BUG, line)
-    assert result.status == "failed" and words in result.message, result.message
+    assert_fails(BUG, line, words)
 
 
 def test_new_exercises_stub_and_hints():

@@ -203,7 +203,7 @@ def test_ffn_stub_is_not_attempted():
 
 # -- predict: the multiply-adds of the persistent memory ----------------------------------------------
 
-from exercise_helpers import notebook_listing, run_listing  # noqa: E402
+from exercise_helpers import line_answers, notebook_listing, run_listing  # noqa: E402
 
 MACS = "all-attention/memory-cost"
 
@@ -273,7 +273,7 @@ def test_persistent_listing_is_wrong_on_line_7_only():
     assert ".tril()" in lines[7 - 1]
 
 
-@pytest.mark.parametrize("style", [7, 7.0, torch.tensor(7), torch.tensor([7.0])])
+@pytest.mark.parametrize("style", line_answers(7))
 def test_find_the_bug_accepts(style):
     assert check(BUG, style).passed
 
