@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -168,6 +168,17 @@ def _times(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.2f}×"
 
 
+def _row(*cells: object) -> str:
+    """One row of a Markdown table."""
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _table(title: str, report: Dict[str, object], header: Sequence[str], rows: List[str]) -> str:
+    """A Markdown table under its title and the report's caption: the header, its rule, ``rows``."""
+    rule = "|" + "---|" * len(header)
+    return "\n".join([title, _caption(report), "", _row(*header), rule, *rows])
+
+
 def summary_markdown(report: Dict[str, object]) -> str:
     """A compact Markdown summary of ``report`` (a dict as :func:`load_report` returns it).
 
@@ -237,11 +248,7 @@ def _timing(rows: List[dict], **want) -> Optional[dict]:
 def _comparison_table(report: Dict[str, object]) -> str:
     """The course against torch's flash and cuDNN backends at L = 4096, float16."""
     rows = (report.get("timings") or {}).get("rows") or []
-    lines = [
-        "| d | causal | pass | course TFLOP/s | torch flash TFLOP/s | course / flash"
-        " | torch cuDNN TFLOP/s | course / cuDNN |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = []
     for row in rows:
         if not (
             row.get("impl") == "course"
@@ -258,22 +265,35 @@ def _comparison_table(report: Dict[str, object]) -> str:
         flash_tflops = flash["tflops"] if flash else None
         cudnn_tflops = cudnn["tflops"] if cudnn else None
         lines.append(
-            f"| {row['head_dim']} | {'yes' if row['causal'] else 'no'} | {row['pass']}"
-            f" | {_number(row['tflops'])} | {_number(flash_tflops)}"
-            f" | {_times(_ratio(row['tflops'], flash_tflops))} | {_number(cudnn_tflops)}"
-            f" | {_times(_ratio(row['tflops'], cudnn_tflops))} |"
+            _row(
+                row["head_dim"],
+                "yes" if row["causal"] else "no",
+                row["pass"],
+                _number(row["tflops"]),
+                _number(flash_tflops),
+                _times(_ratio(row["tflops"], flash_tflops)),
+                _number(cudnn_tflops),
+                _times(_ratio(row["tflops"], cudnn_tflops)),
+            )
         )
-    if len(lines) == 2:
+    if not lines:
         return ""
     timings = report["timings"]
-    return "\n".join(
-        [
-            f"Attention at L = {_SUMMARY_LENGTH}, {_SUMMARY_DTYPE}, {timings['shapes']};"
-            f" {timings['convention']}",
-            _caption(report),
-            "",
-            *lines,
-        ]
+    return _table(
+        f"Attention at L = {_SUMMARY_LENGTH}, {_SUMMARY_DTYPE}, {timings['shapes']};"
+        f" {timings['convention']}",
+        report,
+        (
+            "d",
+            "causal",
+            "pass",
+            "course TFLOP/s",
+            "torch flash TFLOP/s",
+            "course / flash",
+            "torch cuDNN TFLOP/s",
+            "course / cuDNN",
+        ),
+        lines,
     )
 
 
@@ -283,33 +303,33 @@ def _span_table(report: Dict[str, object]) -> str:
     if not span or not span.get("speedup"):
         return ""
     short, full = span["spans"]
-    lines = [
-        f"| pass | span {full:g} (ms) | span {short:g} (ms) | speed-up | tile ratio |",
-        "|---|---|---|---|---|",
-    ]
+    lines = []
     for name, speedup in span["speedup"].items():
         times = {r["span"]: r["median_ms"] for r in span["rows"] if r["pass"] == name}
         lines.append(
-            f"| {name} | {_number(times.get(full), '.3f')} | {_number(times.get(short), '.3f')}"
-            f" | {_times(speedup)} | {_times(span['tile_ratio'])} |"
+            _row(
+                name,
+                _number(times.get(full), ".3f"),
+                _number(times.get(short), ".3f"),
+                _times(speedup),
+                _times(span["tile_ratio"]),
+            )
         )
-    return "\n".join(
-        [
-            f"Adaptive span at L = {span['length']}, {span['dtype']}, d = {span['head_dim']},"
-            f" ramp {span['ramp']:g}: the tile ratio is {span['tiles']['full']} /"
-            f" {span['tiles']['short']} tiles per head ({span['block_m']} x {span['block_n']}"
-            " tiles)",
-            _caption(report),
-            "",
-            *lines,
-        ]
+    return _table(
+        f"Adaptive span at L = {span['length']}, {span['dtype']}, d = {span['head_dim']},"
+        f" ramp {span['ramp']:g}: the tile ratio is {span['tiles']['full']} /"
+        f" {span['tiles']['short']} tiles per head ({span['block_m']} x {span['block_n']}"
+        " tiles)",
+        report,
+        ("pass", f"span {full:g} (ms)", f"span {short:g} (ms)", "speed-up", "tile ratio"),
+        lines,
     )
 
 
 def _design_table(report: Dict[str, object]) -> str:
     """The winner of each design comparison and by how much it won."""
     design = report.get("design") or {}
-    lines = ["| question | L | d | causal | pass | winner | by |", "|---|---|---|---|---|---|---|"]
+    lines = []
     for question, answer in design.items():
         if not isinstance(answer, dict):
             continue
@@ -317,20 +337,24 @@ def _design_table(report: Dict[str, object]) -> str:
             if c.get("winner") is None:
                 continue
             lines.append(
-                f"| {question} | {c['length']} | {c['head_dim']}"
-                f" | {'yes' if c['causal'] else 'no'} | {c['pass']} | {c['winner']}"
-                f" | {_times(c['by'])} |"
+                _row(
+                    question,
+                    c["length"],
+                    c["head_dim"],
+                    "yes" if c["causal"] else "no",
+                    c["pass"],
+                    c["winner"],
+                    _times(c["by"]),
+                )
             )
-    if len(lines) == 2:
+    if not lines:
         return ""
-    return "\n".join(
-        [
-            f"Design questions on {design['target']}, float16 (`by`: the runner-up's time over"
-            " the winner's)",
-            _caption(report),
-            "",
-            *lines,
-        ]
+    return _table(
+        f"Design questions on {design['target']}, float16 (`by`: the runner-up's time over"
+        " the winner's)",
+        report,
+        ("question", "L", "d", "causal", "pass", "winner", "by"),
+        lines,
     )
 
 
@@ -340,28 +364,27 @@ def _masks_table(report: Dict[str, object]) -> str:
     if not masks.get("rows"):
         return ""
     lines = [
-        "| mask | blocks kept | FlexAttention (ms) | SDPA (ms) | tiled (ms) | flex / SDPA |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in masks["rows"]:
-        lines.append(
-            f"| {row['mask']} | {row['kept']} of {row['total']} | {_number(row['flex_ms'], '.3f')}"
-            f" | {_number(row['sdpa_ms'], '.3f')} | {_number(row['tiled_ms'], '.3f')}"
-            f" | {_number(row['flex_over_sdpa'], '.2f')} |"
+        _row(
+            row["mask"],
+            f"{row['kept']} of {row['total']}",
+            _number(row["flex_ms"], ".3f"),
+            _number(row["sdpa_ms"], ".3f"),
+            _number(row["tiled_ms"], ".3f"),
+            _number(row["flex_over_sdpa"], ".2f"),
         )
-    return "\n".join(
-        [
-            f"Chapter 11's masks at L = {masks['length']}, {masks['num_heads']} heads,"
-            f" d = {masks['head_dim']}, {masks['dtype']}: one FlexAttention program, "
-            + (
-                f"compiled ({_number(masks['compile_s'])} s to compile, not in the times)"
-                if masks.get("compiled")
-                else f"run eagerly ({masks.get('note') or 'not compiled'})"
-            ),
-            _caption(report),
-            "",
-            *lines,
-        ]
+        for row in masks["rows"]
+    ]
+    return _table(
+        f"Chapter 11's masks at L = {masks['length']}, {masks['num_heads']} heads,"
+        f" d = {masks['head_dim']}, {masks['dtype']}: one FlexAttention program, "
+        + (
+            f"compiled ({_number(masks['compile_s'])} s to compile, not in the times)"
+            if masks.get("compiled")
+            else f"run eagerly ({masks.get('note') or 'not compiled'})"
+        ),
+        report,
+        ("mask", "blocks kept", "FlexAttention (ms)", "SDPA (ms)", "tiled (ms)", "flex / SDPA"),
+        lines,
     )
 
 
@@ -378,12 +401,17 @@ def targets_markdown(report: Dict[str, object]) -> str:
     """The report's targets as a Markdown table: threshold, measured value and whether it is met."""
     report = _check_report(report, "report")
     verdict = {True: "met", False: "missed", None: "not measured"}
-    lines = ["| target | threshold | measured | result |", "|---|---|---|---|"]
+    lines = []
     for target in report["targets"]:
         measured = target["measured"]
         shown = f"{measured:.2f}" if isinstance(measured, float) else str(measured)
         lines.append(
-            f"| {target['name']} | {target['threshold']} | {'–' if measured is None else shown}"
-            f" | {verdict[target['met']]} |"
+            _row(
+                target["name"],
+                target["threshold"],
+                "–" if measured is None else shown,
+                verdict[target["met"]],
+            )
         )
-    return "\n".join(["#### Targets", _caption(report), "", *lines]) + "\n"
+    header = ("target", "threshold", "measured", "result")
+    return _table("#### Targets", report, header, lines) + "\n"
