@@ -35,6 +35,21 @@ def _gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
+def _cross_attention_case(embed_dim, num_heads, kdim, vdim, L, lengths):
+    """A float64 layer with other key/value widths, seeded inputs ``(B, L, E)``, ``(B, S, kdim)``,
+    ``(B, S, vdim)`` with ``B = len(lengths)``, ``S = max(lengths)``, and the key padding mask
+    ``(B, 1, S)`` of ``lengths``."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim).double()
+    B, S = len(lengths), max(lengths)
+    q, k, v = (
+        torch.randn(B, L, embed_dim).double(),
+        torch.randn(B, S, kdim).double(),
+        torch.randn(B, S, vdim).double(),
+    )
+    return layer, (q, k, v), padding_mask(lengths, S)[:, None, :]
+
+
 def _torch_masks(kind, B, H, L, S, dtype, seed):
     """``(attn_mask, key_padding_mask, is_causal)`` in torch's convention (True = ignore).
 
@@ -176,14 +191,7 @@ def test_from_torch_rejects_what_it_cannot_copy():
 
 def test_heads_equal_separate_small_projections():
     """One (E x E) projection split into h slices = h separate (E x head_dim) projections."""
-    torch.manual_seed(0)
-    layer = MultiHeadAttention(12, 3, kdim=5, vdim=7).double()
-    q_in, k_in, v_in = (
-        torch.randn(2, 4, 12).double(),
-        torch.randn(2, 6, 5).double(),
-        torch.randn(2, 6, 7).double(),
-    )
-    keep = padding_mask([6, 3], 6)[:, None, :]
+    layer, (q_in, k_in, v_in), keep = _cross_attention_case(12, 3, 5, 7, L=4, lengths=[6, 3])
     out, weights = layer(q_in, k_in, v_in, keep)
     heads = []
     for h in range(3):
@@ -225,14 +233,7 @@ def test_split_and_merge_heads():
 
 
 def test_gradcheck():
-    torch.manual_seed(0)
-    layer = MultiHeadAttention(6, 2, kdim=4, vdim=3).double()
-    q, k, v = (
-        torch.randn(2, 3, 6).double(),
-        torch.randn(2, 4, 4).double(),
-        torch.randn(2, 4, 3).double(),
-    )
-    keep = padding_mask([4, 2], 4)[:, None, :]
+    layer, (q, k, v), keep = _cross_attention_case(6, 2, 4, 3, L=3, lengths=[4, 2])
     inputs = tuple(t.clone().requires_grad_() for t in (q, k, v))
     assert torch.autograd.gradcheck(lambda *x: layer(*x, keep)[0], inputs)
     params = tuple(layer.parameters())
