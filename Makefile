@@ -68,9 +68,17 @@ $(BIN)/.instructor: $(BIN)/.installed requirements-instructor.txt
 
 # The instructor edition (tools/assignments.py): every chapter as an otter-grader assignment, in
 # English and Chinese, under _build/assignments/<lang>/<chapter>/ (master notebook, student notebook,
-# autograder zip); tests/test_assignments.py grades three submissions of each with otter.
-assignments: $(BIN)/.instructor  ## the instructor edition: every chapter as an otter-grader assignment (both languages)
-	$(BIN)/python tools/assignments.py
+# the autograder zip, one per chapter for both languages), and the two downloads the instructors'
+# page links, _build/html/assignments/attncourse-assignments-<lang>.zip (so after the book, whose
+# build empties _build/html). tests/test_assignments.py grades four submissions of each chapter.
+ASSIGNMENTS := _build/assignments/.built
+$(ASSIGNMENTS): $(BIN)/.instructor $(BOOK) tools/assignments.py tools/assignment_answers.py \
+		tools/assignments.yml tools/colab_edition.py
+	rm -rf _build/assignments _build/html/assignments
+	$(BIN)/python tools/assignments.py --site _build/html/assignments
+	touch $@
+
+assignments: $(ASSIGNMENTS)  ## the instructor edition: every chapter as an otter-grader assignment (both languages), and the site's downloads
 
 # ruff, configured in pyproject.toml (book/ruff.toml: the chapters at 80 characters a line):
 # the lint rules, and the formatting checked, not applied (ruff format . applies it).
@@ -88,7 +96,7 @@ colab: $(BIN)/.installed  ## regenerates the Colab editions, notebooks/ and note
 # longest first (tests/conftest.py), one torch thread per worker. The notebooks' own tests ran
 # under nbval in the book build this depends on (rebuilt when a chapter, the package or the
 # environment changed): `pytest` alone runs tests/ and book/ both.
-test: $(BIN)/.installed $(BIN)/.instructor $(BOOK)  ## every test: unit, checkers, the browser test of the book (built first if stale)
+test: $(BIN)/.installed $(BIN)/.instructor $(BOOK) $(ASSIGNMENTS)  ## every test: unit, checkers, the browser test of the book and the graded assignments (both built first if stale)
 	$(BIN)/python -m pytest -n 2 --dist loadscope tests
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment

@@ -1,19 +1,22 @@
 """The instructor edition (``tools/assignments.py``) grades with otter-grader, end to end.
 
-For every chapter, in English and in Chinese, the assignment is built (``otter assign`` on the
-generated master notebook) and three submissions are graded by ``otter run`` against the
-chapter's autograder zip, without Docker:
+For every chapter the assignment is built in English and Chinese (``otter assign`` on the
+generated master notebooks), and four submissions are graded with otter's own grading
+(``otter.api.grade_submission``, what ``otter run`` calls, without Docker) against the chapter's
+one autograder, which serves both languages:
 
 * the reference solutions (otter's autograder notebook): full marks;
 * the untouched student notebook: zero, every question graded (no crash);
 * the student notebook with a realistic mistake planted in every graded exercise: every
-  exercise loses its points, and the feedback otter shows is the checker's diagnosis.
+  exercise loses its points, and the feedback otter shows is the checker's diagnosis;
+* the Chinese student notebook with a mistake planted in every other exercise and the reference
+  answer in the rest: exactly the planted exercises lose their points, with the checker's
+  feedback in Chinese, and the others get full marks.
 
 The mistakes are the wrong answers of the checkers' own tests (``tests/test_exercises_*.py``):
 for a coding exercise the first wrong function of a ``(wrong, diagnosis)`` parametrisation,
 copied with what it needs from its test module; for a number, a mistake the checker names (read
-from the checker by ``exercise_helpers.number_exercises``); the other value answers below. The
-Chinese feedback is checked to be Chinese.
+from the checker by ``exercise_helpers.number_exercises``); the other value answers below.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -41,7 +45,6 @@ from attncourse.exercises import registry  # noqa: E402
 CHAPTERS = [Path(doc).name for doc, _ in assignments.colab_edition.chapters()]
 LANGUAGES = assignments.LANGUAGES
 KINDS = ("reference", "untouched", "mistakes")
-OTTER = Path(sys.executable).parent / "otter"
 
 #: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
 #: and the words of its diagnosis there (``None``: the reference answer is prepended).
@@ -202,8 +205,16 @@ def mistake(exercise) -> tuple[str, str]:
 # -- building and grading ----------------------------------------------------------------------
 
 
+BUILT = ROOT / "_build" / "assignments"
+SITE = ROOT / "_build" / "html" / "assignments"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
+    """The assignments ``make assignments`` built (``make test`` builds them first when a chapter
+    or the tool changed), or, run without make, a fresh build in a temporary folder."""
+    if (BUILT / ".built").exists():
+        return BUILT
     out = tmp_path_factory.mktemp("assignments")
     subprocess.run(
         [sys.executable, str(ROOT / "tools" / "assignments.py"), "--out", str(out)], check=True
@@ -211,13 +222,32 @@ def built(tmp_path_factory) -> Path:
     return out
 
 
-def planted(student: dict, chapter_exercises: list) -> dict:
-    """The student notebook with each answer cell replaced by a wrong answer."""
+def test_the_sites_downloads_hold_every_chapter(built):
+    """The instructors' page links one zip per language: every chapter's student notebook, and
+    in English every chapter's autograder (which grades both languages)."""
+    if built != BUILT:
+        pytest.skip("no make assignments build: the downloads are written by make assignments")
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    for lang in LANGUAGES:
+        name = assignments.DOWNLOAD.format(lang=lang)
+        assert f"assignments/{name}" in page, name
+        with zipfile.ZipFile(SITE / name) as archive:
+            files = archive.namelist()
+        for chapter in CHAPTERS:
+            assert f"{chapter}/student/{chapter}.ipynb" in files, (lang, chapter)
+            autograders = [f for f in files if f.startswith(f"{chapter}/autograder/")]
+            assert len(autograders) == (1 if lang == "en" else 0), (lang, chapter, autograders)
+
+
+def planted(student: dict, chapter_exercises: list, every: int = 1) -> dict:
+    """The student notebook with a wrong answer in every ``every``-th answer cell (the first
+    included) and the reference answer in the others."""
     nb = json.loads(json.dumps(student))
     answer_cells = [c for c in nb["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
     assert len(answer_cells) == len(chapter_exercises)
-    for cell, exercise in zip(answer_cells, chapter_exercises):
-        cell["source"] = mistake(exercise)[0]
+    for i, (cell, exercise) in enumerate(zip(answer_cells, chapter_exercises)):
+        wrong = i % every == 0
+        cell["source"] = mistake(exercise)[0] if wrong else assignments.reference_answer(exercise)
     return nb
 
 
@@ -240,79 +270,82 @@ def graded_exercises(master: Path) -> list:
     return [by_name[n] for n in names]
 
 
-def grade(zip_path: Path, notebook: Path, out: Path) -> dict[str, dict]:
-    """``otter run`` one submission: ``{question: its result}``."""
-    out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [str(OTTER), "run", "-a", str(zip_path), "-o", str(out), str(notebook)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert (out / "results.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    tests = json.loads((out / "results.json").read_text())["tests"]
-    return {t["name"]: t for t in tests if "max_score" in t}
+def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
+    """One submission graded by otter (``otter run``'s grading, in this worker process):
+    ``{question: {score, max_score, output}}``."""
+    from otter.api import grade_submission
+
+    results = grade_submission(str(notebook), str(zip_path), quiet=True)
+    return {
+        name: {
+            "score": test.score,
+            "max_score": test.possible,
+            "output": "\n".join(r.message for r in test.test_case_results),
+        }
+        for name, test in results.results.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def results(built) -> dict[tuple[str, str, str], dict]:
-    """Every chapter's three submissions in both languages, graded two at a time."""
+def results(built) -> dict[tuple[str, str], dict]:
+    """Every chapter's four submissions, graded two at a time: ``{(chapter, kind): results}``
+    with the kinds of :data:`KINDS` and ``"zh-mixed"``."""
     jobs = {}
     work = Path(tempfile.mkdtemp(prefix="graded-"))
-    for lang in LANGUAGES:
-        for chapter in CHAPTERS:
-            dist = built / lang / chapter / "dist"
-            student = json.loads((dist / "student" / f"{chapter}.ipynb").read_text())
-            exercises = graded_exercises(built / lang / chapter / f"{chapter}.ipynb")
-            mistakes = work / lang / chapter / f"{chapter}.ipynb"
-            mistakes.parent.mkdir(parents=True)
-            mistakes.write_text(json.dumps(planted(student, exercises)))
-            submissions = {
-                "reference": dist / "autograder" / f"{chapter}.ipynb",
-                "untouched": dist / "student" / f"{chapter}.ipynb",
-                "mistakes": mistakes,
-            }
-            zip_path = next((dist / "autograder").glob("*.zip"))
-            for kind, notebook in submissions.items():
-                jobs[lang, chapter, kind] = (zip_path, notebook, work / lang / chapter / kind)
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    for chapter in CHAPTERS:
+        dist = {lang: built / lang / chapter / "dist" for lang in LANGUAGES}
+        zip_path = next((dist["en"] / "autograder").glob("*.zip"))
+        assert not (dist["zh"] / "autograder").exists(), "one autograder grades both languages"
+        exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
+        submissions = {
+            "reference": dist["en"] / "autograder" / f"{chapter}.ipynb",
+            "untouched": dist["en"] / "student" / f"{chapter}.ipynb",
+        }
+        for kind, lang, every in (("mistakes", "en", 1), ("zh-mixed", "zh", 2)):
+            student = json.loads((dist[lang] / "student" / f"{chapter}.ipynb").read_text())
+            path = work / kind / chapter / f"{chapter}.ipynb"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(planted(student, exercises, every)))
+            submissions[kind] = path
+        for kind, notebook in submissions.items():
+            jobs[chapter, kind] = (zip_path, notebook)
+    with ProcessPoolExecutor(max_workers=2) as pool:
         futures = {key: pool.submit(grade, *job) for key, job in jobs.items()}
         graded = {key: future.result() for key, future in futures.items()}
     summary = {
-        f"{lang}/{chapter}": {
-            kind: sum(t["score"] for t in graded[lang, chapter, kind].values()) for kind in KINDS
+        chapter: {
+            kind: sum(t["score"] for t in graded[chapter, kind].values())
+            for kind in (*KINDS, "zh-mixed")
         }
-        for lang in LANGUAGES
         for chapter in CHAPTERS
     }
     print(json.dumps(summary, indent=1))
     return graded
 
 
-@pytest.mark.parametrize("lang", LANGUAGES)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_three_submissions(built, results, chapter, lang):
-    exercises = graded_exercises(built / lang / chapter / f"{chapter}.ipynb")
+def test_four_submissions(built, results, chapter):
+    exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
     names = [assignments.question_name(e.exercise_id) for e in exercises]
-    reference, untouched, mistakes = (results[lang, chapter, kind] for kind in KINDS)
+    reference, untouched, mistakes, mixed = (
+        results[chapter, kind] for kind in (*KINDS, "zh-mixed")
+    )
     assert exercises, f"{chapter}: no graded exercise"
-    for kind, graded in (
-        ("reference", reference),
-        ("untouched", untouched),
-        ("mistakes", mistakes),
-    ):
+    for kind in (*KINDS, "zh-mixed"):
+        graded = results[chapter, kind]
         assert sorted(graded) == sorted(names), f"{kind}: questions graded {sorted(graded)}"
     lost = [n for n in names if reference[n]["score"] != reference[n]["max_score"]]
     assert not lost, {n: reference[n]["output"][-600:] for n in lost}
     assert all(untouched[n]["score"] == 0 and untouched[n]["max_score"] > 0 for n in names)
-    for exercise, name in zip(exercises, names):
+    for i, (exercise, name) in enumerate(zip(exercises, names)):
         result = mistakes[name]
         assert result["score"] == 0, f"{exercise.exercise_id}: the planted mistake passed"
-        if lang == "en":
-            words = mistake(exercise)[1]
-            assert words in result["output"], (exercise.exercise_id, words, result["output"])
-        else:
-            assert re.search(r"[\u4e00-\u9fff]", result["output"].split("AssertionError")[-1]), (
-                exercise.exercise_id,
-                result["output"],
-            )
+        words = mistake(exercise)[1]
+        assert words in result["output"], (exercise.exercise_id, words, result["output"])
+        result = mixed[name]
+        if i % 2:  # the reference answer, in the Chinese notebook
+            assert result["score"] == result["max_score"], (exercise.exercise_id, result["output"])
+        else:  # the planted mistake: no points, the checker's feedback in Chinese
+            assert result["score"] == 0, f"{exercise.exercise_id}: the planted mistake passed"
+            feedback = result["output"].split("AssertionError")[-1]
+            assert re.search(r"[\u4e00-\u9fff]", feedback), (exercise.exercise_id, feedback)

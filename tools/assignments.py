@@ -18,11 +18,16 @@ into the student notebook and the autograder (a zip for Gradescope, or for ``ott
   (names read from the code, the answers' own included) carry otter's ``otter_ignore`` tag, and
   so do the learner's ``check`` cells.
 
-Nothing here is committed: ``make assignments`` writes ``_build/assignments/<lang>/<chapter>/``
-(``master.ipynb``, ``requirements.txt``, and otter's ``dist/``: ``student/``, ``autograder/``
-with the zip), from the book as it is, so it cannot fall out of step with it.
+One autograder per chapter grades both languages: the two notebooks share their code cells
+and the assignment's name, and the feedback comes in the language the notebook's set-up cell
+chose. So the Chinese build keeps only its student notebooks.
 
-Usage: ``python tools/assignments.py [--out DIR] [--lang en zh] [--chapters 01 02 ...]``.
+Nothing here is committed: ``make assignments`` writes ``_build/assignments/<lang>/<chapter>/``
+(the master notebook, ``requirements.txt``, and otter's ``dist/``: ``student/``, and in English
+``autograder/`` with the zip), from the book as it is, so it cannot fall out of step with it,
+and with ``--site`` the downloads the instructors' page links: one zip per language.
+
+Usage: ``python tools/assignments.py [--out DIR] [--site DIR] [--lang en zh] [--chapters 01 ...]``.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ import argparse
 import ast
 import copy
 import re
+import shutil
 import subprocess
 import sys
 import time
 import types
+import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,9 +302,9 @@ def question_cells(exercise: Exercise, cells: list[dict], worth: float) -> list[
     ]
 
 
-def assignment_config(chapter: str, lang: str) -> str:
+def assignment_config(chapter: str) -> str:
     config = {
-        "name": f"{chapter}" if lang == "en" else f"{chapter}_{lang}",
+        "name": chapter,  # one name in both languages: one autograder grades both
         "requirements": "requirements.txt",
         "init_cell": False,
         "check_all_cell": False,
@@ -328,7 +335,7 @@ def revealing(cells: list[dict], exercises: list[Exercise]) -> set[int]:
     return out
 
 
-def master(nb: dict, chapter: str, lang: str, worth: dict[str, float], commit: str) -> dict:
+def master(nb: dict, chapter: str, worth: dict[str, float], commit: str) -> dict:
     """The master notebook of one chapter in otter's assign format."""
     cells = nb["cells"]
     exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
@@ -340,7 +347,7 @@ def master(nb: dict, chapter: str, lang: str, worth: dict[str, float], commit: s
         e.solution for e in exercises if e.solution is not None
     }
     skip = {j for e in exercises for j in range(e.statement, e.stub)}
-    out = [raw(assignment_config(chapter, lang))]
+    out = [raw(assignment_config(chapter))]
     for i, cell in enumerate(cells):
         if i in dropped or i in skip:
             continue
@@ -390,7 +397,7 @@ def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
             continue
         folder = out / lang / chapter
         folder.mkdir(parents=True, exist_ok=True)
-        nb = master(colab_edition.convert(doc), chapter, lang, worth[chapter], revision)
+        nb = master(colab_edition.convert(doc), chapter, worth[chapter], revision)
         (folder / f"{chapter}.ipynb").write_text(colab_edition.dump(nb))
         (folder / "requirements.txt").write_text(requirements(revision))
         otter = Path(sys.executable).parent / "otter"
@@ -400,13 +407,39 @@ def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
             check=True,
             capture_output=True,
         )
+        if lang != "en":  # the English autograder grades this language's notebooks too
+            shutil.rmtree(folder / "dist" / "autograder")
         built.append(f"{lang}/{chapter}")
     return built
+
+
+#: The downloads of the instructors' page: ``<site>/attncourse-assignments-<lang>.zip``.
+DOWNLOAD = "attncourse-assignments-{lang}.zip"
+
+
+def package(out: Path, site: Path, languages: list[str]) -> list[Path]:
+    """Zip each language's assignments for the site: every chapter's student notebook, and in
+    English each chapter's autograder zip (which grades both languages)."""
+    site.mkdir(parents=True, exist_ok=True)
+    written = []
+    for lang in languages:
+        path = site / DOWNLOAD.format(lang=lang)
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for chapter_dir in sorted((out / lang).iterdir()):
+                dist = chapter_dir / "dist"
+                for file in sorted(dist.rglob("*")):
+                    keep = file.suffix == ".zip" or file.parent.name == "student"
+                    if file.is_file() and keep:
+                        name = f"{chapter_dir.name}/{file.relative_to(dist)}"
+                        archive.write(file, name)
+        written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--site", type=Path, help="also zip each language's assignments here")
     parser.add_argument("--lang", nargs="+", default=list(LANGUAGES), choices=LANGUAGES)
     parser.add_argument("--chapters", nargs="*", default=[], help="chapter prefixes (01 02 ...)")
     args = parser.parse_args(argv)
@@ -415,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [pool.submit(build_language, lang, args.out, args.chapters) for lang in args.lang]
         built = [name for job in jobs for name in job.result()]
     print(f"{len(built)} assignments in {args.out} in {time.perf_counter() - start:.0f} s")
+    if args.site:
+        for path in package(args.out, args.site, args.lang):
+            print(f"{path} ({path.stat().st_size // 1024} KiB)")
     return 0
 
 
