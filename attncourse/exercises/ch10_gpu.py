@@ -1325,29 +1325,7 @@ def _diagnose_masked_softmax(
         message = _(_ZERO_LANES)
     if message:
         raise Mistake(_("With {what}: {message}").format(what=what, message=message))
-    # the rows that are wrong, against what sets them apart
-    wrong = [r for r in range(out.size(0)) if not matches(out[r], expected[r], atol=atol)]
-    kept_max = x.masked_fill(~keep, float("-inf")).amax(-1)
-    masked_max = x.masked_fill(keep, float("-inf")).amax(-1)
-    if wrong and all(lens[r] > 0 and masked_max[r] > kept_max[r] for r in wrong):
-        raise Mistake(
-            _(
-                "With {what}: exactly the rows with a larger score past their length are wrong: "
-                "your maximum takes in the columns past each row's length (this case puts +300 "
-                "there), and the exponentials of the kept columns underflow. Take the maximum "
-                "over the kept columns only: load with mask=cols < length and "
-                "other=float('-inf'), or tl.where(keep, x, float('-inf')) before tl.max."
-            ).format(what=what)
-        )
-    if wrong and all(lens[r] > 0 and kept_max[r] < 0 and lens[r] < block for r in wrong):
-        raise Mistake(
-            _(
-                "With {what}: exactly the rows whose kept scores are all below 0 are wrong: the "
-                "masked lanes were loaded as 0, and that 0 enters the maximum (and the sum, "
-                "unless you zero it), so the exponentials of such a row underflow. Load the "
-                "masked lanes as float('-inf')."
-            ).format(what=what)
-        )
+    _masked_softmax_wrong_rows(what, out, expected, x, lens, keep, block, atol)
     if not bool(torch.isfinite(out).all()):
         if index == 2:
             raise Mistake(
@@ -1381,6 +1359,43 @@ def _diagnose_masked_softmax(
             "LENGTHS[row] columns (largest difference {value:.3g})."
         ).format(what=what, value=(out.double() - expected).abs().max().item())
     )
+
+
+def _masked_softmax_wrong_rows(
+    what: str,
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    x: torch.Tensor,
+    lens: torch.Tensor,
+    keep: torch.Tensor,
+    block: int,
+    atol: float,
+) -> None:
+    """Raises the feedback when the wrong rows are exactly those a wrong maximum spoils: one
+    taken over the padding, or over lanes loaded as 0."""
+    # the rows that are wrong, against what sets them apart
+    wrong = [r for r in range(out.size(0)) if not matches(out[r], expected[r], atol=atol)]
+    kept_max = x.masked_fill(~keep, float("-inf")).amax(-1)
+    masked_max = x.masked_fill(keep, float("-inf")).amax(-1)
+    if wrong and all(lens[r] > 0 and masked_max[r] > kept_max[r] for r in wrong):
+        raise Mistake(
+            _(
+                "With {what}: exactly the rows with a larger score past their length are wrong: "
+                "your maximum takes in the columns past each row's length (this case puts +300 "
+                "there), and the exponentials of the kept columns underflow. Take the maximum "
+                "over the kept columns only: load with mask=cols < length and "
+                "other=float('-inf'), or tl.where(keep, x, float('-inf')) before tl.max."
+            ).format(what=what)
+        )
+    if wrong and all(lens[r] > 0 and kept_max[r] < 0 and lens[r] < block for r in wrong):
+        raise Mistake(
+            _(
+                "With {what}: exactly the rows whose kept scores are all below 0 are wrong: the "
+                "masked lanes were loaded as 0, and that 0 enters the maximum (and the sum, "
+                "unless you zero it), so the exponentials of such a row underflow. Load the "
+                "masked lanes as float('-inf')."
+            ).format(what=what)
+        )
 
 
 # -- 4. the online softmax over key tiles, as a Triton kernel -----------------------------------
@@ -1689,6 +1704,27 @@ def _diagnose_online(
     message = diagnose(out, mistakes, default="", atol=max(atol, 1e-4))
     if message:
         raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+    _online_not_finite(what, index, out, scores)
+    largest = (out.double() - expected).abs().max().item()
+    if device.type == "cpu" and matches(out, expected, atol=2e-2, rtol=2e-2):
+        raise Mistake(
+            _(
+                "With {what}: your output is off by up to {value:.2g}, the rounding of float16 "
+                "(or bfloat16), where a float32 kernel is within about 1e-6: is m, l, acc, p "
+                "or V held in a 16-bit float? Keep the running maximum, the running sum and "
+                "the accumulator in float32 (tl.float32), and p and V too."
+            ).format(what=what, value=largest)
+        )
+    raise Mistake(
+        _(
+            "With {what}: your output differs from softmax(S) @ V (largest difference {value:.3g})."
+        ).format(what=what, value=largest)
+    )
+
+
+def _online_not_finite(what: str, index: int, out: torch.Tensor, scores: torch.Tensor) -> None:
+    """Raises the feedback on NaN or inf in ``out``, with its cause where the rows that have it
+    tell: a running maximum started at 0, or no maximum subtracted."""
     bad = [r for r in range(out.size(0)) if not bool(torch.isfinite(out[r]).all())]
     row_max = scores.amax(-1)
     if bad and all(row_max[r] < -80.0 for r in bad):
@@ -1716,21 +1752,6 @@ def _diagnose_online(
                 "- (-inf), 0/0, or exp of a score before the maximum is subtracted."
             ).format(what=what)
         )
-    largest = (out.double() - expected).abs().max().item()
-    if device.type == "cpu" and matches(out, expected, atol=2e-2, rtol=2e-2):
-        raise Mistake(
-            _(
-                "With {what}: your output is off by up to {value:.2g}, the rounding of float16 "
-                "(or bfloat16), where a float32 kernel is within about 1e-6: is m, l, acc, p "
-                "or V held in a 16-bit float? Keep the running maximum, the running sum and "
-                "the accumulator in float32 (tl.float32), and p and V too."
-            ).format(what=what, value=largest)
-        )
-    raise Mistake(
-        _(
-            "With {what}: your output differs from softmax(S) @ V (largest difference {value:.3g})."
-        ).format(what=what, value=largest)
-    )
 
 
 def _online_mistakes(scores: torch.Tensor, value: torch.Tensor, block_n: int) -> dict:
