@@ -43,6 +43,7 @@ from ._checks import (
     require_tensor,
 )
 from .attention import safe_softmax
+from .kernels import tiles
 from .masks import causal_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .transformer import CausalLM, FeedForward
@@ -143,6 +144,9 @@ def computed_cells(length: int, window: int, *, block: int = 16) -> int:
 def block_plan(length: int, window: int, block: int = 16) -> Tuple[int, int, int]:
     """How :func:`adaptive_span_attention` splits one sequence: ``(blocks, queries per block, keys per block)``.
 
+    ``block`` is the tiles' ``block_m`` (:mod:`attncourse.kernels.tiles`, FlashAttention-2's
+    ``B_r``); the keys per block, ``block + window - 1``, are one tile's ``block_n``.
+
     Queries go in blocks of ``block``; each block meets its own keys and the ``window - 1``
     before them. When that is not fewer scores than ``L * L`` (a window close to ``L``), the
     plan is one block of ``L`` queries and ``L`` keys: the plain computation.
@@ -156,7 +160,7 @@ def block_plan(length: int, window: int, block: int = 16) -> Tuple[int, int, int
 def _plan(length: int, window: int, block: int) -> Tuple[int, int, int]:
     """:func:`block_plan` without the checks (``window <= length``)."""
     block = min(block, length)
-    num_blocks = -(-length // block)
+    num_blocks = tiles.num_blocks(length, block)
     if window >= length or num_blocks * block * (block + window - 1) >= length * length:
         return 1, length, length
     return num_blocks, block, block + window - 1

@@ -30,6 +30,7 @@ from ._checks import (
     require_floating,
     require_positive_int,
 )
+from .kernels.tiles import causal_key_stop
 
 __all__ = ["tiled_attention", "online_softmax_update", "tile_schedule"]
 
@@ -71,35 +72,36 @@ def _attend_query_block(
     mask: Optional[Tensor],
     q_start: int,
     causal_offset: Optional[int],
-    block_size: int,
+    block_n: int,
 ) -> Tensor:
-    """Exact attention of one block of (already scaled) queries ``(..., Bq, d)`` over all keys.
+    """Exact attention of one block of ``block_m`` (already scaled) queries ``(..., block_m, d)``
+    over all keys, ``block_n`` keys at a time (the tiles of :mod:`attncourse.kernels.tiles`).
 
     ``key_t`` is the transposed keys ``(..., d, S)``, contiguous so that every tile's product
     reads its keys in the order the matrix multiply wants them.
 
-    ``mask`` is ``None`` or ``(..., Bq, S)`` (the rows of this query block); ``causal_offset``
+    ``mask`` is ``None`` or ``(..., block_m, S)`` (the rows of this query block); ``causal_offset``
     is ``S - L`` for causal attention (query ``i`` sees key ``j <= i + S - L``), else ``None``.
     """
-    block_q, seq_k = query.size(-2), key_t.size(-1)
+    block_m, seq_k = query.size(-2), key_t.size(-1)
     batch = query.shape[:-2]
     inplace = not torch.is_grad_enabled() or not (
         query.requires_grad or key_t.requires_grad or value.requires_grad
     )
     # the statistics have the batch shape of the scores (query and key); the accumulated
     # output that of the scores and the values together (value may bring batch dimensions)
-    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2]) + (block_q,)
+    stats_shape = torch.broadcast_shapes(batch, key_t.shape[:-2]) + (block_m,)
     running_max = torch.full(stats_shape, float("-inf"), dtype=query.dtype, device=query.device)
     running_sum = torch.zeros(stats_shape, dtype=query.dtype, device=query.device)
     acc_batch = torch.broadcast_shapes(stats_shape[:-1], value.shape[:-2])
-    acc = torch.zeros(acc_batch + (block_q, value.size(-1)), dtype=query.dtype, device=query.device)
+    acc = torch.zeros(acc_batch + (block_m, value.size(-1)), dtype=query.dtype, device=query.device)
 
     key_end = seq_k
     if causal_offset is not None:  # keys after the last query's horizon are never seen: skip them
-        key_end = min(seq_k, q_start + block_q + causal_offset)
-    for k_start in range(0, max(key_end, 0), block_size):
-        k_stop = min(k_start + block_size, key_end)
-        scores = query @ key_t[..., :, k_start:k_stop]  # (..., Bq, Bk): the only tile of scores
+        key_end = causal_key_stop(q_start + block_m, seq_k, seq_k - causal_offset)
+    for k_start in range(0, max(key_end, 0), block_n):
+        k_stop = min(k_start + block_n, key_end)
+        scores = query @ key_t[..., :, k_start:k_stop]  # (..., block_m, block_n): the only tile
         if mask is not None:
             tile = mask[..., k_start:k_stop]
             if tile.dtype == torch.bool:
@@ -112,7 +114,7 @@ def _attend_query_block(
                 scores = scores.add_(tile) if inplace else scores + tile
         # the tile crosses the diagonal
         if causal_offset is not None and k_stop - 1 > q_start + causal_offset:
-            rows = torch.arange(q_start, q_start + block_q, device=query.device)[:, None]
+            rows = torch.arange(q_start, q_start + block_m, device=query.device)[:, None]
             cols = torch.arange(k_start, k_stop, device=query.device)[None, :]
             future = cols > rows + causal_offset
             scores = (
@@ -167,8 +169,10 @@ def tiled_attention(
             the last key: query ``i`` sees key ``j <= i + S - L``). Key blocks that lie
             entirely in a query block's future are skipped, not computed and masked.
         scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)`` (which needs ``d_k > 0``).
-        block_size: keys per block.
-        query_block_size: queries per block. Neither needs to divide ``S`` or ``L``.
+        block_size: keys per block (a tile's ``block_n``, FlashAttention-2's ``B_c``; see
+            :mod:`attncourse.kernels.tiles`).
+        query_block_size: queries per block (``block_m``, ``B_r``). Neither needs to divide
+            ``S`` or ``L``.
 
     Returns:
         ``(..., L, d_v)``, the batch dimensions broadcast as in :func:`torch.matmul`. A query
@@ -251,7 +255,7 @@ def tile_schedule(
     tiles = []
     for q_start in range(0, seq_q, query_block_size):
         q_stop = min(q_start + query_block_size, seq_q)
-        key_end = min(seq_k, q_stop + offset) if causal else seq_k
+        key_end = causal_key_stop(q_stop, seq_k, seq_q) if causal else seq_k
         for k_start in range(0, max(key_end, 0), block_size):
             k_stop = min(k_start + block_size, key_end)
             tiles.append(

@@ -164,23 +164,28 @@ def test_launcher_asks_the_gpu_for_its_config(fake_gpu, gpu):
     """The launcher's host code takes the tiles, warps and stages of the tensors' GPU from
     config.launch_config, and refuses bfloat16 on a T4 naming it."""
     pytest.importorskip("triton")
-    from attncourse.kernels import config, flash
+    from attncourse.kernels import config, flash_launch
 
     capability = fake_gpu(gpu)
     for kernel in config.KERNELS:
         for dtype in (torch.float16, torch.float32):
             for d in (64, 128):
-                got = flash._config(FakeCudaTensor(dtype, (4, 16, 4096, d)), kernel, None, None)
+                got = flash_launch._config(
+                    FakeCudaTensor(dtype, (4, 16, 4096, d)), kernel, None, None
+                )
                 assert got == config.launch_config(capability, dtype, d, kernel), (
                     gpu,
                     kernel,
                     dtype,
                     d,
                 )
-        chosen = flash._config(FakeCudaTensor(torch.float16), kernel, 128, None)
+        chosen = flash_launch._config(FakeCudaTensor(torch.float16), kernel, 128, None)
         assert chosen.block_m == 128  # the caller's block size wins
     if gpu == "T4":
         with pytest.raises(ValueError, match="bfloat16.*T4"):
-            flash._config(FakeCudaTensor(torch.bfloat16), "forward", None, None)
+            flash_launch._config(FakeCudaTensor(torch.bfloat16), "forward", None, None)
     else:
-        assert flash._config(FakeCudaTensor(torch.bfloat16), "forward", None, None).num_warps >= 4
+        assert (
+            flash_launch._config(FakeCudaTensor(torch.bfloat16), "forward", None, None).num_warps
+            >= 4
+        )

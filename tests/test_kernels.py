@@ -23,7 +23,8 @@ from attncourse.kernels import tiles
 from attncourse.masks import causal_mask, padding_mask
 
 triton = pytest.importorskip("triton")
-from attncourse.kernels import flash  # noqa: E402  (needs triton)
+from attncourse.kernels import flash, flash_kernels, flash_launch  # noqa: E402  (needs triton)
+from attncourse.kernels.config import LaunchConfig, launch_config  # noqa: E402
 
 tl = triton.language
 
@@ -292,7 +293,7 @@ def test_bad_input_names_the_argument(kdevice):
         flash.flash_attention(q, k, v[:, :, :5])
     with pytest.raises(ValueError, match="lengths"):
         flash.flash_attention(q, k, v, lengths=torch.tensor([3, 4], device=kdevice))
-    if flash._reads_values(q):  # on a GPU, values are clamped instead (a test below)
+    if flash_launch._reads_values(q):  # on a GPU, values are clamped instead (a test below)
         with pytest.raises(ValueError, match="lengths"):
             flash.flash_attention(q, k, v, lengths=torch.tensor([9], device=kdevice))
     with pytest.raises(TypeError, match="lengths"):
@@ -304,7 +305,7 @@ def test_bad_input_names_the_argument(kdevice):
     span = torch.tensor([1.0, 2.0], device=kdevice)
     with pytest.raises(ValueError, match="span"):
         flash.adaptive_span_flash_attention(q, k, v, span[:1], 2.0)
-    if flash._reads_values(span):  # on a GPU, an asynchronous assert (a test below)
+    if flash_launch._reads_values(span):  # on a GPU, an asynchronous assert (a test below)
         with pytest.raises(ValueError, match="span"):
             flash.adaptive_span_flash_attention(q, k, v, -span, 2.0)
     with pytest.raises(ValueError, match="ramp"):
@@ -391,7 +392,7 @@ def test_gradients_of_strided_views_with_one_position(kdevice, L, S):
 
 @triton.jit
 def _head_offset_probe(OUT, b, h, stride_b, stride_h):
-    tl.store(OUT, flash._head_offset(b, h, stride_b, stride_h))
+    tl.store(OUT, flash_kernels._head_offset(b, h, stride_b, stride_h))
 
 
 def test_head_offsets_are_64_bit_past_2_31(kdevice):
@@ -409,10 +410,10 @@ def test_kernels_offsets_use_the_64_bit_helper():
     import inspect
 
     for kernel in (
-        flash._forward_kernel,
-        flash._backward_dkdv_kernel,
-        flash._backward_dq_kernel,
-        flash._backward_preprocess_kernel,
+        flash_kernels._forward_kernel,
+        flash_kernels._backward_dkdv_kernel,
+        flash_kernels._backward_dq_kernel,
+        flash_kernels._backward_preprocess_kernel,
     ):
         source = inspect.getsource(kernel.fn)
         assert "_head_offset(" in source and "bh * L *" not in source and "bh * S *" not in source
@@ -420,19 +421,23 @@ def test_kernels_offsets_use_the_64_bit_helper():
 
 def test_grid_orders_and_their_limits():
     # blocks first (FlashAttention-2's order): blocks on axis 0, B and H on axes 1 and 2
-    assert flash._grid(4, 16, 70_000, True) == (70_000, 4, 16)  # > 65,535 blocks: fine on axis 0
+    assert flash_launch._grid(4, 16, 70_000, True) == (
+        70_000,
+        4,
+        16,
+    )  # > 65,535 blocks: fine on axis 0
     with pytest.raises(ValueError, match="H = 65536 exceeds"):
-        flash._grid(1, 65_536, 1, True)
+        flash_launch._grid(1, 65_536, 1, True)
     with pytest.raises(ValueError, match="B = 70000 exceeds"):
-        flash._grid(70_000, 1, 1, True)
+        flash_launch._grid(70_000, 1, 1, True)
     # heads first: B * H on axis 0 (up to 2^31 - 1), the blocks on axis 1
-    assert flash._grid(7_000, 10, 3, False) == (70_000, 3)
-    assert flash._grid(2**31 - 1, 1, 1, False) == (2**31 - 1, 1)
+    assert flash_launch._grid(7_000, 10, 3, False) == (70_000, 3)
+    assert flash_launch._grid(2**31 - 1, 1, 1, False) == (2**31 - 1, 1)
     with pytest.raises(ValueError, match="grid axis 1"):
-        flash._grid(1, 1, 65_536, False)
+        flash_launch._grid(1, 1, 65_536, False)
     for blocks_first in (True, False):
         with pytest.raises(ValueError, match="B \\* H = 2147483648 exceeds"):
-            flash._grid(2**16, 2**15, 1, blocks_first)
+            flash_launch._grid(2**16, 2**15, 1, blocks_first)
 
 
 @pytest.mark.parametrize("blocks_first", [True, False])
@@ -441,15 +446,13 @@ def test_launches_follow_the_configured_grid_order(blocks_first):
     specs_grid = []
     q = torch.empty(7000, 10, 64, 32, device="meta")
     lse = torch.empty(7000, 10, 64, device="meta")
-    cfg = flash.LaunchConfig(64, 64, 4, 2, blocks_first)
-    kernel, grid, _, consts = flash._forward_launch(
-        q, q, q, q, lse, True, None, None, None, 1.0, 0.1, cfg
-    )
+    cfg = LaunchConfig(64, 64, 4, 2, blocks_first)
+    opts = flash_launch._Options(causal=True, ramp=1.0, scale=0.1)
+    t = flash_launch._Pass(q, q, q, q, lse, do=q, delta=lse, dq=q, dk=q, dv=q, dspan=lse)
+    kernel, grid, _, consts = flash_launch._forward_launch(t, opts, cfg)
     specs_grid.append(grid)
     assert consts["BLOCKS_FIRST"] is blocks_first
-    for launch in flash._backward_launches(
-        q, q, q, q, q, lse, lse, q, q, q, lse, True, None, None, None, 1.0, 0.1, (cfg, cfg, cfg)
-    ):
+    for launch in flash_launch._backward_launches(t, opts, (cfg, cfg, cfg)):
         specs_grid.append(launch[1])
         assert launch[3]["BLOCKS_FIRST"] is blocks_first
     expected = (1, 7000, 10) if blocks_first else (70_000, 1)
@@ -457,23 +460,23 @@ def test_launches_follow_the_configured_grid_order(blocks_first):
 
 
 def test_the_launcher_puts_blocks_first_by_default():
-    assert flash.launch_config((9, 0), torch.float16, 64, "forward").blocks_first
+    assert launch_config((9, 0), torch.float16, 64, "forward").blocks_first
     q = torch.empty(2, 3, 100, 32, device="meta")
-    assert flash._config(q, "forward", None, None).blocks_first
+    assert flash_launch._config(q, "forward", None, None).blocks_first
 
 
 def test_launch_override_replaces_fields_for_its_kernel_only():
     q = torch.empty(2, 3, 100, 32, device="meta")
-    base = flash._config(q, "forward", None, None)
+    base = flash_launch._config(q, "forward", None, None)
     with flash.launch_override("forward", block_m=32, blocks_first=False):
-        changed = flash._config(q, "forward", None, None)
-        other = flash._config(q, "backward_dq", None, None)
-        assert flash._config(q, "forward", 64, None).block_m == 64  # the caller's block wins
+        changed = flash_launch._config(q, "forward", None, None)
+        other = flash_launch._config(q, "backward_dq", None, None)
+        assert flash_launch._config(q, "forward", 64, None).block_m == 64  # the caller's block wins
     assert (changed.block_m, changed.blocks_first) == (32, False)
     assert other == base  # another kernel keeps its configuration
-    assert flash._config(q, "forward", None, None) == base  # restored on leaving
+    assert flash_launch._config(q, "forward", None, None) == base  # restored on leaving
     with flash.launch_override(num_stages=3):
-        assert flash._config(q, "backward_dkdv", None, None).num_stages == 3
+        assert flash_launch._config(q, "backward_dkdv", None, None).num_stages == 3
 
 
 @pytest.mark.parametrize(
@@ -490,7 +493,7 @@ def test_launch_override_refuses_what_no_launch_could_take(kernel, fields, error
     with pytest.raises(error, match=match):
         with flash.launch_override(kernel, **fields):
             pass
-    assert flash._OVERRIDES == []
+    assert flash_launch._OVERRIDES == []
 
 
 @pytest.mark.parametrize("causal,lengths", [(False, None), (True, [37, 9])])
@@ -513,13 +516,14 @@ def test_both_grid_orders_give_the_same_numbers(kdevice, causal, lengths):
 
 def test_launches_happen_under_a_guard_for_the_tensors_device(kdevice, monkeypatch):
     seen = []
-    real = flash._device_guard
+    real = flash_launch._device_guard
 
     def recording(device):
         seen.append(device)
         return real(device)
 
-    monkeypatch.setattr(flash, "_device_guard", recording)
+    for module in (flash, flash_launch):  # softmax_rows's, the launcher's
+        monkeypatch.setattr(module, "_device_guard", recording)
     q, k, v = _inputs(1, 1, 16, 16, 16, kdevice)
     flash.flash_attention(q, k, v).sum().backward()
     flash.softmax_rows(torch.ones(2, 3, device=kdevice))
@@ -527,9 +531,9 @@ def test_launches_happen_under_a_guard_for_the_tensors_device(kdevice, monkeypat
 
 
 def test_device_guard_selects_the_tensors_gpu():
-    guard = flash._device_guard(torch.device("cuda", 1))
+    guard = flash_launch._device_guard(torch.device("cuda", 1))
     assert isinstance(guard, torch.cuda.device) and guard.idx == 1
-    assert not isinstance(flash._device_guard(torch.device("cpu")), torch.cuda.device)
+    assert not isinstance(flash_launch._device_guard(torch.device("cpu")), torch.cuda.device)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -547,7 +551,8 @@ def test_no_host_synchronisation_for_gpu_tensors(kdevice, monkeypatch):
     q, k, v = _inputs(2, 2, 20, 20, 16, kdevice)
     lengths = torch.tensor([20, 7], device=kdevice)
     span = torch.tensor([3.0, 9.0], device=kdevice, requires_grad=True)
-    monkeypatch.setattr(flash, "_reads_values", lambda x: False)
+    for module in (flash, flash_launch):  # the span's check and the launcher's
+        monkeypatch.setattr(module, "_reads_values", lambda x: False)
     monkeypatch.setattr(torch, "_assert_async", lambda *a, **kw: None)
 
     def sync(*args, **kwargs):
@@ -566,7 +571,8 @@ def test_no_host_synchronisation_for_gpu_tensors(kdevice, monkeypatch):
 
 def test_lengths_out_of_range_on_a_gpu_are_clamped_not_read(kdevice, monkeypatch):
     q, k, v = _inputs(2, 1, 10, 10, 16, kdevice)
-    monkeypatch.setattr(flash, "_reads_values", lambda x: False)
+    for module in (flash, flash_launch):  # the span's check and the launcher's
+        monkeypatch.setattr(module, "_reads_values", lambda x: False)
     out = flash.flash_attention(q, k, v, lengths=torch.tensor([-3, 99], device=kdevice))
     expected = flash.flash_attention(q, k, v, lengths=torch.tensor([0, 10], device=kdevice))
     assert torch.equal(out, expected)
@@ -632,7 +638,7 @@ def test_every_argument_is_checked(kdevice, kwargs, error, match):
     q, k, v = _inputs(1, 1, 8, 8, 16, kdevice)
     if isinstance(kwargs.get("lengths"), torch.Tensor):
         kwargs = dict(lengths=kwargs["lengths"].to(kdevice))
-        if error is ValueError and not flash._reads_values(kwargs["lengths"]):
+        if error is ValueError and not flash_launch._reads_values(kwargs["lengths"]):
             pytest.skip("on a GPU, lengths are clamped, not read (test_lengths_out_of_range_...)")
     with pytest.raises(error, match=match):
         flash.flash_attention(q, k, v, **kwargs)
@@ -652,7 +658,7 @@ def test_every_argument_is_checked(kdevice, kwargs, error, match):
 def test_adaptive_span_arguments_are_checked(kdevice, span, ramp, error, match):
     q, k, v = _inputs(1, 2, 8, 8, 16, kdevice)
     span = torch.tensor(span, device=kdevice)
-    if match == "span" and error is ValueError and not flash._reads_values(span):
+    if match == "span" and error is ValueError and not flash_launch._reads_values(span):
         pytest.skip("on a GPU, span's values are asserted asynchronously (the test below)")
     with pytest.raises(error, match=match):
         flash.adaptive_span_flash_attention(q, k, v, span, ramp)
@@ -734,7 +740,7 @@ def _key_range_probe(
     BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0) * BLOCK_M
-    kv_len, lo, full_lo, full_hi, hi, span = flash._key_range(
+    kv_len, lo, full_lo, full_hi, hi, span = flash_kernels._key_range(
         start_m,
         0,
         0,

@@ -1,11 +1,19 @@
-"""Which tiles the chapter 10 kernels compute: the block ranges of their loops, in plain Python.
+"""Tile arithmetic: which tiles of the ``(L, S)`` score matrix a blocked computation visits,
+in plain Python (no triton), for chapters 7, 8 and 10.
 
-The Triton kernels of :mod:`attncourse.kernels.flash` cut the ``(L, S)`` score matrix into
-tiles of ``block_m`` queries by ``block_n`` keys. One program owns one block of queries
-(the forward pass and ``dQ``) or one block of keys (``dK``, ``dV``) and loops over the
-blocks on the other side that can hold a weight other than zero. These functions compute
-the same ranges as the kernels, without triton, so that the chapter can draw them and the
-tests can count them.
+One vocabulary (FlashAttention-2's and Triton's tutorial's): a tile holds ``block_m`` queries
+(the paper's ``B_r``, the kernels' ``BLOCK_M``) by ``block_n`` keys (``B_c``, ``BLOCK_N``).
+Chapter 7's :func:`attncourse.efficient.tiled_attention` takes them as ``query_block_size``
+and ``block_size``, chapter 8's :func:`attncourse.adaptive_span.adaptive_span_attention` its
+query blocks as ``block``: those keywords stay as the chapters teach them, and the three
+compute their blocks here (:func:`num_blocks`, :func:`causal_key_stop`).
+
+The Triton kernels of :mod:`attncourse.kernels.flash` cut the score matrix into tiles of
+``block_m`` by ``block_n``. One program owns one block of queries (the forward pass and
+``dQ``) or one block of keys (``dK``, ``dV``) and loops over the blocks on the other side that
+can hold a weight other than zero. :func:`key_block_range` and :func:`query_block_range`
+compute the same ranges as the kernels, without triton, so that the chapter can draw them and
+the tests can count them.
 
 Conventions (those of the package): a causal mask aligns the last query with the last key
 (:func:`attncourse.masks.causal_mask`): query ``i`` may attend to key ``j`` when
@@ -16,7 +24,6 @@ zero to the keys at distance ``0 <= i - j < W`` with ``W = ceil(z + R)``
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -24,7 +31,27 @@ from torch import Tensor
 
 from .._checks import require_non_negative_int, require_positive_int
 
-__all__ = ["key_block_range", "query_block_range", "tile_map", "span_tile_maps", "span_windows"]
+__all__ = [
+    "num_blocks",
+    "causal_key_stop",
+    "key_block_range",
+    "query_block_range",
+    "tile_map",
+    "span_tile_maps",
+    "span_windows",
+]
+
+
+def num_blocks(length: int, block: int) -> int:
+    """``ceil(length / block)``: the blocks of ``block`` rows that cover ``length`` (the last
+    one may stick out past ``length``); Triton's ``cdiv``."""
+    return -(-length // block)
+
+
+def causal_key_stop(query_stop: int, key_len: int, query_len: int) -> int:
+    """One past the last key that the queries before ``query_stop`` may attend under the causal
+    mask: ``min(S, query_stop + S - L)``; ``<= 0`` when they may attend none."""
+    return min(key_len, query_stop + key_len - query_len)
 
 
 def key_block_range(
@@ -60,7 +87,7 @@ def key_block_range(
     hi = key_len
     lo = 0
     if causal or window is not None:
-        hi = min(key_len, query_start + block_m + key_len - query_len)  # last query's last key + 1
+        hi = causal_key_stop(query_start + block_m, key_len, query_len)
     if window is not None:
         require_positive_int("window", window)
         lo = (
@@ -112,14 +139,14 @@ def tile_map(
     window: Optional[int] = None,
 ) -> Tensor:
     """``(ceil(L / block_m), ceil(S / block_n))`` boolean: ``True`` where the forward kernel computes the tile."""
-    rows, cols = math.ceil(query_len / block_m), math.ceil(key_len / block_n)
+    rows, cols = num_blocks(query_len, block_m), num_blocks(key_len, block_n)
     visited = torch.zeros(rows, cols, dtype=torch.bool)
     for r in range(rows):
         lo, hi = key_block_range(
             r * block_m, block_m, block_n, key_len, query_len, causal=causal, window=window
         )
         if hi > lo:
-            visited[r, lo // block_n : math.ceil(hi / block_n)] = True
+            visited[r, lo // block_n : num_blocks(hi, block_n)] = True
     return visited
 
 

@@ -26,10 +26,11 @@ while Triton's active driver is a stub that names the target, and Triton's
 signature (argument types), constexprs (block sizes, flags, strides folded to 1), divisibility
 attributes and options (``num_warps``, ``num_stages``): what a real launch on that GPU would
 compile. Meanwhile ``torch.cuda.get_device_capability`` answers the target's capability and
-the launcher's ``_config`` answers as it does for CUDA tensors on the target (CPU tensors would
-get the interpreter's small tiles), so the configuration is the target's
-(:func:`attncourse.kernels.config.launch_config`); ``compile_specs`` (:mod:`.specs`) builds the same
-launches from the launcher's own functions, and the tests check that both agree. The inputs have the
+the launcher runs under :func:`attncourse.kernels.flash.launch_target`, which makes it take the
+CPU tensors and configure its launches for the target (CPU tensors would otherwise get the
+interpreter's small tiles): :func:`attncourse.kernels.config.launch_config`'s choice.
+``compile_specs`` (:mod:`.specs`) builds the same launches from the launcher's own functions,
+and the tests check that both agree. The inputs have the
 specialisation of the chapter's benchmark (``B=4, H=16, L=S=4096``): every size and stride a
 multiple of 16 and none equal to 1 except the last stride.
 
@@ -72,7 +73,7 @@ import torch
 
 from attncourse.kernels.compile import load_results
 from attncourse.kernels.config import TARGETS as CONFIG_TARGETS
-from attncourse.kernels.config import launch_config, shared_memory_per_block, supports_bfloat16
+from attncourse.kernels.config import shared_memory_per_block, supports_bfloat16
 
 from .specs import compile_specs
 
@@ -223,10 +224,10 @@ class _StubDriver:
 def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
     """Within it, launching a Triton kernel records a :class:`KernelLaunch` instead of compiling.
 
-    Also answers ``torch.cuda`` queries as the target GPU would and lets the launcher take CPU
-    tensors: its device check is bypassed (the tensors are never read by a kernel) and its
-    ``_config``, which picks the interpreter's small tiles for CPU tensors, answers as for a
-    CUDA tensor on the target (:func:`attncourse.kernels.config.launch_config`).
+    Also answers ``torch.cuda`` queries as the target GPU would, and runs the launcher under
+    :func:`attncourse.kernels.flash.launch_target`, so that it takes CPU tensors (never read by a
+    kernel) and picks the launch settings of the target
+    (:func:`attncourse.kernels.config.launch_config`), not the interpreter's small tiles.
     """
     from triton import knobs
     from triton.runtime.driver import driver
@@ -275,8 +276,6 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
         (torch.cuda, "get_device_name"): lambda device=None: f"compile-only {target.name}",
         (torch.cuda, "device"): lambda device=None: contextlib.nullcontext(),
         (torch.cuda, "current_device"): lambda: 0,
-        (flash, "_require_device"): lambda *a, **k: None,
-        (flash, "_config"): _target_config(target),
     }
     saved = {(obj, name): getattr(obj, name) for obj, name in patches if hasattr(obj, name)}
     driver.set_active(stub)
@@ -284,7 +283,8 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
     for (obj, name), value in patches.items():
         setattr(obj, name, value)
     try:
-        yield launches
+        with flash.launch_target(target.capability, target.gpus):
+            yield launches
     finally:
         for obj, name in patches:
             if (obj, name) in saved:
@@ -297,25 +297,8 @@ def _capturing(target: Target) -> Iterator[List[KernelLaunch]]:
             jit.device_caches.pop(stub.device, None)
 
 
-def _target_config(target: Target):
-    """The launcher's ``_config`` as it answers for CUDA tensors on ``target`` (the capture's
-    tensors are on the CPU, where the launcher would pick the interpreter's tiles)."""
-
-    def config(q, kernel, block_m=None, block_n=None):
-        chosen = launch_config(
-            target.capability, q.dtype, q.size(3), kernel, device_name=target.gpus
-        )
-        return dataclasses.replace(
-            chosen, block_m=block_m or chosen.block_m, block_n=block_n or chosen.block_n
-        )
-
-    return config
-
-
 def _require_compiled_kernels(flash) -> None:
-    from triton.runtime.jit import JITFunction
-
-    if not isinstance(getattr(flash, "_forward_kernel", None), JITFunction):
+    if flash.interpreting():
         raise RuntimeError(
             "triton was imported with TRITON_INTERPRET=1, so the kernels are interpreted, "
             "not compiled: compile in a process that imports triton without it "
