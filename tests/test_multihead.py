@@ -117,26 +117,11 @@ def compare_with_torch(bias, widths, batch_first, kind, seed, dtype=torch.float6
     t = (lambda x: x) if batch_first else (lambda x: x.transpose(0, 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's notes on bool/float mask mixes
-        out_t, w_t = module(
-            t(query),
-            t(key),
-            t(value),
-            key_padding_mask=kpm,
-            attn_mask=attn_mask,
-            need_weights=True,
-            average_attn_weights=False,
-            is_causal=is_causal,
-        )
+        inputs = (t(query), t(key), t(value))
+        masks = dict(key_padding_mask=kpm, attn_mask=attn_mask, is_causal=is_causal)
+        out_t, w_t = module(*inputs, **masks, need_weights=True, average_attn_weights=False)
         # need_weights=False goes through torch's SDPA path (is_causal taken as such when it can)
-        out_fast, _ = module(
-            t(query),
-            t(key),
-            t(value),
-            key_padding_mask=kpm,
-            attn_mask=attn_mask,
-            need_weights=False,
-            is_causal=is_causal,
-        )
+        out_fast, _ = module(*inputs, **masks, need_weights=False)
     mask = from_multihead_masks(attn_mask, kpm, num_heads=num_heads)
     out, w = ours(query, key, value, mask)
     assert out.shape == (B, L, embed_dim) and w.shape == (B, num_heads, L, S)
