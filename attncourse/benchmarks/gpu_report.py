@@ -31,6 +31,7 @@ __all__ = [
     "load_report",
     "summary_markdown",
     "targets_markdown",
+    "masks_markdown",
 ]
 
 #: The version of the report's layout this module reads.
@@ -201,7 +202,7 @@ def summary_markdown(report: Dict[str, object]) -> str:
         _comparison_table(report),
         _span_table(report),
         _design_table(report),
-        _masks_table(report),
+        masks_markdown(report),
         _skipped_lines(report),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -358,8 +359,9 @@ def _design_table(report: Dict[str, object]) -> str:
     )
 
 
-def _masks_table(report: Dict[str, object]) -> str:
-    """Chapter 11's three masks: FlexAttention compiled beside SDPA and the tiled attention."""
+def masks_markdown(report: Dict[str, object]) -> str:
+    """Chapter 11's three masks on the report's GPU: FlexAttention compiled beside SDPA and the
+    tiled attention, as a Markdown table ("" where the report has no such section)."""
     masks = report.get("masks") or {}
     if not masks.get("rows"):
         return ""
