@@ -38,8 +38,9 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-# Two editions, one execution: every chapter executes once, afresh, under nbval (its notebook
-# test), two at a time on two cores, into the emptied execution cache (tools/execute_book.py),
+# Two editions, one execution: every chapter executes once, afresh, by jupyter-cache's parallel
+# executor (a failing cell or assert fails the build), one chapter per core, into the emptied
+# execution cache (tools/execute_book.py; why not under nbval: docs/decisions/0006),
 # with ATTNCOURSE_EXTRA_LANGUAGES=zh (check(), hint() and solution() also render their output in
 # Chinese). The English build takes its outputs from that cache; the Chinese sources are generated
 # from the executed notebooks and the catalogues of book/locale (tools/zh_edition.py) and built
@@ -57,7 +58,7 @@ $(BOOK): $(BIN)/.installed $(BOOK_SOURCES)
 	cp -R _build/zh/src/_build/html _build/html/zh
 	touch $@
 
-book: $(BOOK)  ## builds both editions into _build/html, executing every notebook once under nbval
+book: $(BOOK)  ## builds both editions into _build/html, executing every notebook once
 
 # The instructor extra: otter-grader, locked in requirements-instructor.txt against requirements.txt
 # (so it moves nothing the readers install), added to the environment for the assignments and
@@ -93,9 +94,9 @@ colab: $(BIN)/.installed  ## regenerates the Colab editions, notebooks/ and note
 	$(BIN)/python tools/colab_edition.py --lang zh
 
 # On two workers (pytest-xdist): each test module stays on one worker (--dist loadscope), the
-# longest first (tests/conftest.py), one torch thread per worker. The notebooks' own tests ran
-# under nbval in the book build this depends on (rebuilt when a chapter, the package or the
-# environment changed): `pytest` alone runs tests/ and book/ both.
+# longest first (tests/conftest.py), one torch thread per worker. The notebooks ran, each cell
+# asserting what it teaches, in the book build this depends on (rebuilt when a chapter, the
+# package or the environment changed): `pytest` alone runs tests/ and book/ (under nbval) both.
 test: $(BIN)/.installed $(BIN)/.instructor $(BOOK) $(ASSIGNMENTS)  ## every test: unit, checkers, the browser test of the book and the graded assignments (both built first if stale)
 	$(BIN)/python -m pytest -n 2 --dist loadscope tests
 

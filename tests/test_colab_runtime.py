@@ -21,7 +21,7 @@ installs the package, the rest of the chapter runs on the installed copy. Then o
 runs every other chapter's set-up cell and imports (the first code cell after the set-up), in the
 order of the book: the first set-up cell finds the package installed, and the imports load every
 module of the package the chapters use from the installed copy. The rest of their cells are the
-book's byte for byte (tests/test_colab_edition.py) and run once, under nbval in the book build:
+book's byte for byte (tests/test_colab_edition.py) and run once, in the book build:
 in CI chapter 6 executes twice, every other chapter once, and every reader path stays tested:
 the set-up cell from nothing and with the package installed, one chapter end to end, every
 chapter's imports, the installed package's files (every file of the package directory, package

@@ -1,11 +1,11 @@
-"""The book's one execution: nbval runs each chapter, and tools/execute_book.py records what the
-cells show. The recording must be what Jupyter's own executor (nbclient, through jupyter-cache,
-which myst-nb would otherwise run) gives for the same notebook: streams, results, displays updated
-in place from the same or a later cell, output cleared, a value hidden by a trailing ";",
-execution counts. And a failing cell must fail the run and leave no executed notebook behind.
+"""The book's one execution (tools/execute_book.py): jupyter-cache's parallel executor runs each
+chapter once into the cache the build reads. What the build needs of it: every notebook executed
+once, in the cache with what its cells show (streams, results, displays updated in place from the
+same or a later cell, output cleared, a value hidden by a trailing ";", execution counts), and
+the executed notebook, Markdown included, beside it; and a failing cell must fail the run, print
+its traceback and leave no executed notebook behind.
 """
 
-import os
 import subprocess
 import sys
 
@@ -33,21 +33,24 @@ def notebook(path, cells):
         "display_name": "Python 3",
         "language": "python",
     }
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter")]
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in cells]
     nbformat.write(nb, path)
     return path
 
 
-def under_nbval(path, executed, *, timeout=60):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    env.pop("PYTEST_XDIST_WORKER", None)
+def execute(tmp_path, *paths, timeout=60):
+    """tools/execute_book.py's execution of ``paths`` (in a process of its own, as make runs
+    it: the executor forks its pool) into ``tmp_path/cache`` and ``tmp_path/executed``."""
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        " import execute_book; t = Path(sys.argv[2]);"
+        " sys.exit(execute_book.execute([Path(p) for p in sys.argv[3:]], t / 'cache',"
+        " t / 'executed', t, 60))"
+    )
     return subprocess.run(
-        [
-            sys.executable, "-m", "pytest", "-p", "execute_book", "-p", "no:xdist", "-q",
-            "--rootdir", str(path.parent), "-c", str(ROOT / "pyproject.toml"),
-            f"--executed-into={executed}", str(path),
-        ],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        [sys.executable, "-c", script, str(ROOT / "tools"), str(tmp_path), *map(str, paths)],
+        capture_output=True, text=True, timeout=timeout * len(paths), check=False,
     )  # fmt: skip
 
 
@@ -64,42 +67,52 @@ def shown(cell):
     return outputs
 
 
-def test_the_recording_is_what_jupyters_executor_gives(tmp_path):
-    from jupyter_cache.executors.utils import single_nb_execution
+def test_each_notebook_runs_once_into_the_cache_the_build_reads(tmp_path):
+    from jupyter_cache import get_cache
 
-    path = notebook(tmp_path / "cells.ipynb", CELLS)
-    reference = nbformat.read(path, as_version=4)
-    result = single_nb_execution(reference, cwd=str(tmp_path), timeout=60, allow_errors=False)
-    assert result.err is None, result.exc_string
-
-    done = under_nbval(path, tmp_path / "executed")
+    first = notebook(tmp_path / "cells.ipynb", CELLS)
+    second = notebook(tmp_path / "other.ipynb", ['print("other")'])
+    done = execute(tmp_path, first, second)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "unhandled iopub msg" not in done.stdout
+    cache = get_cache(str(tmp_path / "cache"))
+    assert len(cache.list_cache_records()) == 2  # one execution each, both cached
+    for path in (first, second):
+        pk, merged = cache.merge_match_into_notebook(nbformat.read(path, as_version=4))
+        assert cache.get_cache_record(pk).data["execution_seconds"] > 0
+        executed = nbformat.read(tmp_path / "executed" / path.name, as_version=4)
+        assert executed.cells == merged.cells  # what the build shows is what was written
     recorded = nbformat.read(tmp_path / "executed" / "cells.ipynb", as_version=4)
-    assert [c.source for c in recorded.cells] == CELLS
-    for ours, theirs in zip(recorded.cells, reference.cells):
-        assert ours.execution_count == theirs.execution_count, ours.source
-        assert shown(ours) == shown(theirs), ours.source
-    # and what that is, spelled out: the bar shows its last update, the ";" hides 21
-    assert shown(recorded.cells[1]) == [
-        ("display_data", {"text/plain": "'updated from a later cell'"}, None)
+    assert recorded.cells[0].source == "# A chapter"
+    code = recorded.cells[1:]
+    assert [c.source for c in code] == CELLS
+    assert shown(code[0]) == [
+        ("stream", "stdout", "to stdout\n"),
+        ("stream", "stderr", "to stderr\n"),
     ]
-    assert shown(recorded.cells[2]) == [("stream", "stdout", "shown after the clear\n")]
-    assert shown(recorded.cells[5]) == []
-    assert [c.execution_count for c in recorded.cells] == list(range(1, len(CELLS) + 1))
+    # the bar shows its last update, the clear leaves only what followed it, the ";" hides 21
+    assert shown(code[1]) == [("display_data", {"text/plain": "'updated from a later cell'"}, None)]
+    assert shown(code[2]) == [("stream", "stdout", "shown after the clear\n")]
+    assert shown(code[3]) == [("execute_result", {"text/plain": "42"}, 4)]
+    assert shown(code[5]) == []
+    assert [c.execution_count for c in code] == list(range(1, len(CELLS) + 1))
     assert recorded.metadata.language_info.name == "python"
-    assert float((tmp_path / "executed" / "cells.seconds").read_text()) > 0
 
 
 def test_a_failing_cell_fails_the_run_and_records_nothing(tmp_path):
-    path = notebook(tmp_path / "fails.ipynb", ['print("fine")', "assert 1 + 1 == 3", "2"])
-    done = under_nbval(path, tmp_path / "executed")
+    fails = notebook(tmp_path / "fails.ipynb", ['print("fine")', "assert 1 + 1 == 3", "2"])
+    passes = notebook(tmp_path / "passes.ipynb", ['print("fine")'])
+    done = execute(tmp_path, fails, passes)
     assert done.returncode == 1, done.stdout[-3000:]
-    assert "AssertionError" in done.stdout
-    assert not (tmp_path / "executed" / "fails.ipynb").exists()
+    assert "AssertionError" in done.stderr and "fails.ipynb failed" in done.stderr
+    assert "the book is not built" in done.stderr
+    assert not (tmp_path / "executed").exists()
 
 
-def test_the_longest_first_are_chapters():
+def test_the_longest_first_are_chapters_and_go_first():
     execute_book = tool("execute_book")
-    stems = [path.stem for path in execute_book.chapter_paths()]
+    paths = execute_book.chapter_paths()
+    stems = [path.stem for path in paths]
     assert set(execute_book.LONGEST_FIRST) <= set(stems)
+    ordered = [path.stem for path in execute_book.longest_first(paths)]
+    assert ordered[: len(execute_book.LONGEST_FIRST)] == list(execute_book.LONGEST_FIRST)
+    assert sorted(ordered) == sorted(stems)
