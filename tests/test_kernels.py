@@ -725,41 +725,21 @@ def test_dkdv_kernel_visits_exactly_the_planned_query_blocks(kdevice):
 # -- adaptive span: the tiles the kernel computes, at the size ---------------------------
 
 
+# fmt: off
 @triton.jit
-def _key_range_probe(
-    OUT,
-    L,
-    S,
-    LENGTHS,
-    SPANS,
-    WINDOWS,
-    CAUSAL: tl.constexpr,
-    HAS_LENGTHS: tl.constexpr,
-    HAS_SPAN: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def _key_range_probe(OUT, L, S, LENGTHS, SPANS, WINDOWS,  #
+                     CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_SPAN: tl.constexpr,  #
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     kv_len, lo, full_lo, full_hi, hi, span = flash_kernels._key_range(
-        start_m,
-        0,
-        0,
-        L,
-        S,
-        LENGTHS,
-        SPANS,
-        WINDOWS,
-        CAUSAL,
-        HAS_LENGTHS,
-        HAS_SPAN,
-        BLOCK_M,
-        BLOCK_N,
-    )
+        start_m, 0, 0, L, S, LENGTHS, SPANS, WINDOWS,  #
+        CAUSAL, HAS_LENGTHS, HAS_SPAN, BLOCK_M, BLOCK_N)
     base = OUT + tl.program_id(0) * 4
     tl.store(base, lo)
     tl.store(base + 1, full_lo)
     tl.store(base + 2, full_hi)
     tl.store(base + 3, hi)
+# fmt: on
 
 
 def _kernel_key_ranges(L, S, block, causal, span=None, ramp=None, length=None):

@@ -1,8 +1,10 @@
 """Attention on the GPU (chapter 10): FlashAttention-2 and adaptive span as Triton kernels.
 
 :mod:`attncourse.kernels.tiles` (plain Python) says which tiles the kernels compute;
-:mod:`attncourse.kernels.flash` holds the kernels and needs triton
-(``pip install attncourse[gpu]``). The kernel functions are importable from here too; they
+:mod:`attncourse.kernels.flash` holds the functions to call, which need triton
+(``pip install attncourse[gpu]``): the ``@triton.jit`` kernels are in
+:mod:`~attncourse.kernels.flash_kernels`, their launching (grids, launch settings, autograd)
+in :mod:`~attncourse.kernels.flash_launch`. The functions are importable from here too; they
 import triton on first use, so ``import attncourse.kernels`` works without it.
 """
 

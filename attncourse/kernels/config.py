@@ -8,7 +8,7 @@ technical specifications per compute capability). A tile too large for the targe
 launch with ``OutOfResources``; one too large for the registers (255 per thread at most)
 spills to slow local memory. So :func:`launch_config` picks, per target, dtype and head size,
 the largest tiles that compile within both limits, and refuses what a GPU cannot do at all
-(bfloat16 before compute capability 8.0). ``attncourse.kernels.flash`` calls it with the
+(bfloat16 before compute capability 8.0). ``attncourse.kernels.flash_launch`` calls it with the
 capability of the tensors' GPU; the compile test compiles exactly what it returns for every
 target, without a GPU.
 
@@ -32,7 +32,7 @@ __all__ = [
     "block_d",
 ]
 
-#: The kernels of :mod:`attncourse.kernels.flash` that take a launch configuration;
+#: The kernels of :mod:`attncourse.kernels.flash_kernels` that take a launch configuration;
 #: ``backward_dkdv_span`` is the dK/dV kernel of adaptive span, which also accumulates the
 #: span's gradient and needs more registers.
 KERNELS = ("forward", "forward_span", "backward_dkdv", "backward_dq", "backward_dkdv_span")
