@@ -13,7 +13,6 @@ opens with the comment :data:`NEEDS_TRITON`, and only those cells print a note i
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Optional
 
 import torch
@@ -22,7 +21,7 @@ from .._checks import require_positive_int
 
 __all__ = ["set_threads", "default_threads", "import_kernels", "NEEDS_TRITON"]
 
-#: The first line of every chapter-10 cell that runs a kernel: where triton is missing,
+#: Every chapter-10 cell that runs a kernel opens with this comment. Where triton is missing,
 #: :func:`import_kernels` makes exactly the cells that open with it print a note instead.
 NEEDS_TRITON = "# needs triton (without it this cell prints a note: see the imports cell)"
 
@@ -57,7 +56,7 @@ def default_threads() -> int:
     return _DEFAULT_THREADS
 
 
-def import_kernels(verbose: bool = True) -> Optional[ModuleType]:
+def import_kernels(verbose: bool = True) -> Optional[object]:
     """Chapter 10's kernels (:mod:`attncourse.kernels.flash`), or ``None`` where triton is missing.
 
     Triton publishes wheels for Linux only, so on macOS and Windows the kernels cannot be

@@ -3,8 +3,8 @@
 :mod:`attncourse.kernels.tiles` (plain Python) says which tiles the kernels compute;
 :mod:`attncourse.kernels.flash` holds the functions to call, which need triton
 (``pip install attncourse[gpu]``): the ``@triton.jit`` kernels are in
-:mod:`~attncourse.kernels.flash_kernels`, their launching (grids, launch settings, autograd)
-in :mod:`~attncourse.kernels.flash_launch`. The functions are importable from here too; they
+``attncourse.kernels.flash_kernels``, their launching (grids, launch settings, autograd)
+in ``attncourse.kernels.flash_launch``. The functions are importable from here too; they
 import triton on first use, so ``import attncourse.kernels`` works without it.
 """
 

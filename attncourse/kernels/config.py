@@ -32,7 +32,7 @@ __all__ = [
     "block_d",
 ]
 
-#: The kernels of :mod:`attncourse.kernels.flash_kernels` that take a launch configuration;
+#: The kernels of ``attncourse.kernels.flash_kernels`` that take a launch configuration;
 #: ``backward_dkdv_span`` is the dK/dV kernel of adaptive span, which also accumulates the
 #: span's gradient and needs more registers.
 KERNELS = ("forward", "forward_span", "backward_dkdv", "backward_dq", "backward_dkdv_span")

@@ -5,9 +5,9 @@ tile in the loop order of FlashAttention-2 (Dao 2023), without ever storing the 
 weights, forward and backward; :func:`adaptive_span_flash_attention` does the same with
 chapter 8's soft span per head and skips the key blocks beyond each head's reach;
 :func:`softmax_rows` is the chapter's first kernel. The kernels themselves are in
-:mod:`attncourse.kernels.flash_kernels` (their names are importable from here too, for the
+``attncourse.kernels.flash_kernels`` (their names are importable from here too, for the
 chapter to show them); how they are launched (grids, launch settings, autograd) is in
-:mod:`attncourse.kernels.flash_launch`.
+``attncourse.kernels.flash_launch``.
 
 Triton is imported by this module: import it only where triton is installed
 (``pip install attncourse[gpu]``). Without a GPU, set ``TRITON_INTERPRET=1`` in the

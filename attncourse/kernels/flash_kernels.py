@@ -32,7 +32,7 @@ with ``lse = -inf`` and zero gradients.
 
 Signatures and calls are grouped as in Triton's tutorials (pointers; strides; sizes and
 scalars; constexprs), in ``# fmt: off`` blocks that the formatter leaves alone. The host side
-(grids, launch settings, autograd) is :mod:`attncourse.kernels.flash_launch`; the functions to
+(grids, launch settings, autograd) is ``attncourse.kernels.flash_launch``; the functions to
 call are in :mod:`attncourse.kernels.flash`. Triton is imported here: import this module only
 where triton is installed (``pip install attncourse[gpu]``).
 """

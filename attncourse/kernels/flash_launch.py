@@ -1,6 +1,6 @@
 """Launching chapter 10's kernels: input checks, grids, launch settings and autograd.
 
-:mod:`attncourse.kernels.flash_kernels` holds the ``@triton.jit`` kernels; this module builds
+``attncourse.kernels.flash_kernels`` holds the ``@triton.jit`` kernels; this module builds
 each launch (kernel, grid, arguments, constexprs) from the tensors of a pass
 (:class:`_Pass`) and the options of a call (:class:`_Options`), picks the launch settings
 (:func:`~attncourse.kernels.config.launch_config`, :func:`launch_override`,
