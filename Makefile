@@ -120,7 +120,9 @@ mutation-checkers: $(BIN)/.installed  ## mutation testing of the exercise checke
 
 # Mutation testing of the package (tools/mutate_package.py): every mutant of attention, masks,
 # multihead, efficient, adaptive_span and all_attention against that module's unit tests.
-# The whole run takes tens of minutes on 2 cores; CI runs the fixed sample below.
+# The whole run takes tens of minutes on 2 cores: the workflow runs it weekly (job mutation of
+# .github/workflows/book.yml; why this tool and not mutmut: docs/decisions/0007); CI's push runs
+# take the fixed sample below.
 mutation-package: $(BIN)/.installed  ## mutation testing of the package: every mutant of six modules (tens of minutes)
 	$(BIN)/python tools/mutate_package.py --report reports/mutation-package.json --min-rate 0.9
 

@@ -179,3 +179,23 @@ def test_install_matrix_and_weekly_loaded_run():
         for step in steps(job):
             if "uses" in step:
                 assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+
+
+def test_weekly_full_mutation_run():
+    """Every mutant of the package weekly and by hand (make mutation-package, our tool: decision
+    0007), not on every push, where .ci/run takes the sample."""
+    mutation = load(BOOK)["jobs"]["mutation"]
+    assert "schedule" in mutation["if"] and "push" not in mutation["if"]
+    assert [step.get("run") for step in steps(mutation)][-1] == "make mutation-package"
+    assert mutation["timeout-minutes"] <= 60
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^mutation-package:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert (
+        recipe and "tools/mutate_package.py" in recipe.group(1) and "--min-rate" in recipe.group(1)
+    )
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make mutation-package-sample" in ci
+    assert not re.search(r"make mutation-package(?!-sample)", ci)
+    for step in steps(mutation):
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
