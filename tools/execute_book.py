@@ -74,6 +74,12 @@ def execute(paths: list[Path], cache_dir: Path, executed: Path, root: Path, time
 
     if (os.cpu_count() or 1) > 1:
         os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # inherited by every kernel
+    # The notebooks ask for the kernel "python3": this environment's own, not a user-level
+    # kernelspec of that name pointing at another Python (Jupyter searches JUPYTER_PATH first).
+    here = str(Path(sys.prefix) / "share" / "jupyter")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        filter(None, [here, os.environ.get("JUPYTER_PATH")])
+    )
     shutil.rmtree(executed, ignore_errors=True)
     cache = get_cache(str(cache_dir))
     for path in longest_first(paths):
