@@ -127,6 +127,34 @@ def test_an_unknown_id_in_chinese():
         set_language("en")
 
 
+def test_a_caller_chooses_the_language_of_one_answer():
+    """``language=`` speaks Chinese for one call and leaves the session's language as it was,
+    also when the call raises; the session's own choice still holds without it."""
+    from attncourse.exercises import get_language
+
+    def wrong(query, key):
+        return query @ key.transpose(-2, -1)  # not scaled
+
+    english = check("dot-product/scores", wrong)
+    chinese = check("dot-product/scores", wrong, language="zh")
+    assert not chinese.passed and chinese.message != english.message
+    assert re.search(r"[\u4e00-\u9fff]", chinese.message) and get_language() == "en"
+    assert check("dot-product/scores", wrong).message == english.message
+    assert re.search(r"[\u4e00-\u9fff]", hint("dot-product/scores", language="zh").text)
+    assert re.search(r"[\u4e00-\u9fff]", solution("dot-product/scores", language="zh").label)
+    with pytest.raises(KeyError):
+        hint("dot-product/no-such", language="zh")
+    assert get_language() == "en"
+    set_language("zh")
+    try:
+        assert check("dot-product/scores", wrong, language="en").message == english.message
+        assert get_language() == "zh"
+    finally:
+        set_language("en")
+    with pytest.raises(ValueError, match="language"):
+        check("dot-product/scores", wrong, language="fr")
+
+
 # -- the boxes of check, hint and solution: readable in light and dark mode ------------------------
 
 

@@ -11,6 +11,8 @@ import pkgutil
 from ._core import Result, check, hint, list_exercises, registry, solution
 from ._i18n import get_language, set_language
 
+# Importing each chapter's module is what registers its exercises: the @exercise decorator
+# (in _core.py) adds each checker to the registry that check(), hint() and solution() read.
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -386,7 +386,7 @@ def _get(exercise_id: str) -> Exercise:
     raise UnknownExercise(message)
 
 
-def check(exercise_id: str, answer: Any) -> Result:
+def check(exercise_id: str, answer: Any, *, language: Optional[str] = None) -> Result:
     """Check ``answer`` for the exercise ``exercise_id`` and return a :class:`Result`.
 
     What ``check`` guarantees, whatever the answer is (any Python object):
@@ -395,8 +395,9 @@ def check(exercise_id: str, answer: Any) -> Result:
       loops forever or returns something odd all come back as a failed :class:`Result` with a
       message. An untouched stub (a function raising ``NotImplementedError``, or ``...`` /
       ``None`` for a value) is reported as not attempted. Only an unknown ``exercise_id``
-      (a mistake in the notebook, not in the answer) raises ``KeyError``, and a
-      ``KeyboardInterrupt`` (the reader pressing stop) is let through;
+      (a mistake in the notebook, not in the answer) raises ``KeyError``, a ``language``
+      that is not available ``ValueError``, and a ``KeyboardInterrupt`` (the reader pressing
+      stop) is let through;
     * the learner's code runs at most ``TIME_LIMIT_S`` seconds in all per check (see
       ``call``): a function that hangs is stopped and reported, the kernel stays usable;
     * every call of the learner's function gets fresh copies of its inputs, so changing them
@@ -407,10 +408,19 @@ def check(exercise_id: str, answer: Any) -> Result:
     * the learner's objects are left as they were found: modules'
       training flags, parameters' values and ``requires_grad``, tensors' values, and torch's
       global random state.
+
+    ``language`` (``"en"``, ``"zh"``) chooses the language of this one result; by default, the
+    language :func:`set_language` chose for the session (the Chinese notebooks' set-up cell).
     """
-    result = _check(exercise_id, answer)
-    others = _in_other_languages(lambda: _check(exercise_id, answer))
+    with _speaking(language):
+        result = _check(exercise_id, answer)
+        others = _in_other_languages(lambda: _check(exercise_id, answer))
     return replace(result, translations=others) if others else result
+
+
+def _speaking(language: Optional[str]):
+    """Speak ``language`` inside the block where a caller chose one; else the session's."""
+    return contextlib.nullcontext() if language is None else _i18n.language(language)
 
 
 def _check(exercise_id: str, answer: Any) -> Result:
@@ -518,12 +528,14 @@ class _Preserved:
                     pass
 
 
-def hint(exercise_id: str, level: int = 1) -> Reveal:
+def hint(exercise_id: str, level: int = 1, *, language: Optional[str] = None) -> Reveal:
     """A hint for the exercise, collapsed until opened. ``level`` 1 (the default) is a nudge
     that does not give the answer away; ``hint(id, 2)`` says more, and so on; the last level
-    says that ``solution(id)`` comes next, and a level past the last says so."""
-    shown = _hint(exercise_id, level)
-    others = _in_other_languages(lambda: _hint(exercise_id, level))
+    says that ``solution(id)`` comes next, and a level past the last says so. ``language``:
+    as in :func:`check`."""
+    with _speaking(language):
+        shown = _hint(exercise_id, level)
+        others = _in_other_languages(lambda: _hint(exercise_id, level))
     return replace(shown, translations=others) if others else shown
 
 
@@ -563,10 +575,12 @@ def _hint(exercise_id: str, level: int = 1) -> Reveal:
     return Reveal(label, f"{_(ex.hints[level - 1])}\n\n{after}")
 
 
-def solution(exercise_id: str) -> Reveal:
-    """The solution of the exercise, collapsed until opened. Try the exercise first."""
-    shown = _solution(exercise_id)
-    others = _in_other_languages(lambda: _solution(exercise_id))
+def solution(exercise_id: str, *, language: Optional[str] = None) -> Reveal:
+    """The solution of the exercise, collapsed until opened. Try the exercise first.
+    ``language``: as in :func:`check`."""
+    with _speaking(language):
+        shown = _solution(exercise_id)
+        others = _in_other_languages(lambda: _solution(exercise_id))
     return replace(shown, translations=others) if others else shown
 
 

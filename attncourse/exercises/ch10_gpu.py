@@ -550,6 +550,8 @@ def _launch(
     an access outside the tensors, a store into a buffer's guard, an input changed)."""
     inputs = [(region, region.view.clone()) for region in regions if not region.writable]
     try:
+        # _bounds_checked hooks Triton's interpreter (its loads, stores and atomics) for this
+        # one launch only and takes the hooks off after it; on a GPU it does nothing
         with _bounds_checked(regions, device), warnings.catch_warnings():
             # numpy's, for inf - inf in the interpreter
             warnings.simplefilter("ignore", RuntimeWarning)
