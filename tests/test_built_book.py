@@ -1,0 +1,45 @@
+"""The built book (``make book``; ``make test`` builds it first when stale), read as HTML.
+
+Markdown that a cell displays (``display(Markdown(...))``: chapter 10's compile tables and GPU
+reports, chapter 11's) must reach the reader as a table, not as lines of pipes: myst-nb parses
+it as CommonMark unless told otherwise, and CommonMark has no tables.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+pytestmark = pytest.mark.slow
+
+# A paragraph that opens with a table row: "<p>| a | b |" (a Markdown table left as text).
+RAW_TABLE = re.compile(r"<p>\|[^<\n]*\|")
+
+
+def _pages() -> list:
+    if not (SITE / "index.html").exists():
+        pytest.skip("the book is not built (make book)")
+    return sorted(SITE.glob("book/*.html")) + sorted(SITE.glob("zh/book/*.html"))
+
+
+def test_no_page_shows_a_markdown_table_as_text():
+    raw = {p.relative_to(SITE).as_posix(): RAW_TABLE.findall(p.read_text(encoding="utf-8"))[:1]
+           for p in _pages()}  # fmt: skip
+    assert not {page: found for page, found in raw.items() if found}
+
+
+def test_chapter_10_shows_its_compile_tables_and_gpu_report_as_tables():
+    pages = {p.relative_to(SITE).as_posix(): p for p in _pages()}
+    for name in ("book/10_gpu_attention.html", "zh/book/10_gpu_attention.html"):
+        html = pages[name].read_text(encoding="utf-8")
+        tables = html.count("<table")
+        reports = len(list((ROOT / "reports" / "gpu").glob("*.json")))
+        # two compile tables, and per committed report its summary's tables
+        assert tables >= 2 + 3 * reports, (name, tables)
+
+
+def test_the_check_finds_a_raw_table():
+    assert RAW_TABLE.search("<p>| d | causal | pass |\n|---|</p>")
+    assert not RAW_TABLE.search("<table><tr><td>| not a paragraph |</td></tr></table>")
