@@ -476,6 +476,12 @@ def _allowed(exercise_id: str, cell_source: str, hit: str) -> bool:
     )
 
 
+# A cell that times or profiles prints shares and rates that change from run to run: a match
+# there is chance (chapter 7's profile once printed 56.8 %, within causal-flops' tolerance of
+# 56.25 %), not a leak. Such cells' source is still checked.
+MEASURES = re.compile(r"\bprofile\(|\btime_call\(|\btime_interleaved\(|\bperf_counter\(")
+
+
 def _above(exercise_id: str, cells, start: int, *, outputs: bool) -> List[str]:
     answer = KEYS[exercise_id]
     shown = []
@@ -483,7 +489,8 @@ def _above(exercise_id: str, cells, start: int, *, outputs: bool) -> List[str]:
     for index, cell in enumerate(cells[:start]):
         source = _source(cell)
         if outputs:
-            texts = [_output_text(output) for output in cell.get("outputs", [])]
+            measured = MEASURES.search(source) is not None
+            texts = [] if measured else [_output_text(o) for o in cell.get("outputs", [])]
             found = [h for text in texts for h in hits(answer, text, code=False, output=True)]
         else:
             is_code = cell["cell_type"] == "code"
