@@ -73,7 +73,8 @@ class LaunchConfig:
     blocks_first: bool = True
 
 
-def _check_capability(capability: object) -> Tuple[int, int]:
+def check_capability(capability: object) -> Tuple[int, int]:
+    """``capability`` as given, once it is a pair of ints ``(major, minor)``; a ``TypeError`` if not."""
     if (
         not isinstance(capability, tuple)
         or len(capability) != 2
@@ -99,7 +100,7 @@ def shared_memory_per_block(capability: Tuple[int, int]) -> int:
 
     Capabilities before 7.5 are refused; unknown later ones get 99 KiB (see ``_OTHER_SHARED``).
     """
-    capability = _check_capability(capability)
+    capability = check_capability(capability)
     if capability < (7, 5):
         raise ValueError(
             "the course's kernels need compute capability 7.5 or later (a T4 or newer), "
@@ -112,7 +113,7 @@ def shared_memory_per_block(capability: Tuple[int, int]) -> int:
 
 def supports_bfloat16(capability: Tuple[int, int]) -> bool:
     """bfloat16 tensor-core products exist from compute capability 8.0 (Ampere) on."""
-    return _check_capability(capability) >= (8, 0)
+    return check_capability(capability) >= (8, 0)
 
 
 def block_d(head_dim: int) -> int:
@@ -165,7 +166,7 @@ def launch_config(
       64 x 64 tiles with 4 warps, which spill (160-260 bytes per thread), because on an H200
       they were faster than every spill-free choice (``make gpu-check``'s ``dkdv_tile``).
     """
-    capability = _check_capability(capability)
+    capability = check_capability(capability)
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if dtype not in _DTYPES:

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .config import check_capability
+
 __all__ = [
     "SDPA_BACKENDS",
     "sdpa_backend",
@@ -55,18 +57,6 @@ _TORCH_NAMES = {
 }
 
 
-def _check_capability(capability: object) -> Tuple[int, int]:
-    if (
-        not isinstance(capability, tuple)
-        or len(capability) != 2
-        or not all(isinstance(c, int) and not isinstance(c, bool) for c in capability)
-    ):
-        raise TypeError(
-            f"capability must be a pair of ints (major, minor) like (7, 5), got {capability!r}"
-        )
-    return capability  # type: ignore[return-value]
-
-
 def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int) -> str:
     """The fastest SDPA backend a CUDA GPU of ``capability`` offers for ``dtype`` and ``head_dim``.
 
@@ -75,7 +65,7 @@ def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int)
     memory-efficient one runs (5.0 and later; float16, float32, and bfloat16 from 8.0), else
     ``"math"``. A T4 (7.5) in float16 gets ``"efficient"``; an A100 or H100 gets ``"flash"``.
     """
-    capability = _check_capability(capability)
+    capability = check_capability(capability)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:

@@ -9,7 +9,7 @@ divisible by 16 and 16-byte aligned pointers are marked so), which needs a priva
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Any, Tuple
 
 import torch
 from torch import Tensor
@@ -18,16 +18,7 @@ __all__ = ["compile_specs"]
 
 
 def compile_specs(
-    capability: Tuple[int, int],
-    dtype: torch.dtype,
-    head_dim: int,
-    *,
-    causal: bool = False,
-    lengths: bool = False,
-    span: bool = False,
-    batch: int = 2,
-    heads: int = 4,
-    length: int = 1024,
+    capability: Tuple[int, int], dtype: torch.dtype, head_dim: int, **shape: Any
 ) -> dict:
     """What the launcher would compile on a GPU of ``capability``, for a compile test without a GPU.
 
@@ -36,24 +27,15 @@ def compile_specs(
     :func:`attncourse.kernels.flash.kernel_launches` (the very functions the launcher calls), with
     the argument specialisation Triton applies at launch. ``triton.compile(ASTSource(fn,
     signature, constexprs, attrs), target=GPUTarget("cuda", major * 10 + minor, 32),
-    options=options)`` compiles one.
+    options=options)`` compiles one. ``shape`` takes :func:`kernel_launches`'s keywords
+    (``causal``, ``lengths``, ``span``, ``batch``, ``heads``, ``length``).
     """
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
     from attncourse.kernels.flash import kernel_launches
 
-    launches = kernel_launches(
-        capability,
-        dtype,
-        head_dim,
-        causal=causal,
-        lengths=lengths,
-        span=span,
-        batch=batch,
-        heads=heads,
-        length=length,
-    )
+    launches = kernel_launches(capability, dtype, head_dim, **shape)
     types = {
         torch.float16: "fp16",
         torch.bfloat16: "bf16",
