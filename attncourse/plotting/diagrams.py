@@ -156,42 +156,21 @@ def draw_attention_schematic(
     ax = _new_axes(ax, (9, 3.4))
     c = 0.3
     blue, green, orange, grey = "#9ecae1", "#a1d99b", "#fdae6b", "#d9d9d9"
-    qx = _grid(ax, 0, 0, L, d_k, cell=c, colours=blue, label="Q", shape=q.shape)
-    kx = _grid(ax, 0, -L * c - 0.8, S, d_k, cell=c, colours=blue, label="K", shape=k.shape)
-    vx = _grid(ax, 0, -(L + S) * c - 1.6, S, d_v, cell=c, colours=green, label="V", shape=v.shape)
+
+    def matrix(t: torch.Tensor, x: float, y: float, colours, label: str) -> tuple:
+        """``t`` as a grid of cells with its top left corner at ``(x, y)``, its shape under it."""
+        return _grid(ax, x, y, *t.shape, cell=c, colours=colours, label=label, shape=t.shape)
+
+    qx = matrix(q, 0, 0, blue, "Q")
+    kx = matrix(k, 0, -L * c - 0.8, blue, "K")
+    vx = matrix(v, 0, -(L + S) * c - 1.6, green, "V")
     x1 = max(qx[1], kx[1]) + 1.1
-    sx = _grid(
-        ax,
-        x1,
-        0,
-        *scores.shape,
-        cell=c,
-        colours=grey,
-        label="scores\n$QK^\\top/\\sqrt{d_k}$ + mask",
-        shape=scores.shape,
-    )
+    sx = matrix(scores, x1, 0, grey, "scores\n$QK^\\top/\\sqrt{d_k}$ + mask")
     x2 = sx[1] + 1.4
-    wx = _grid(
-        ax,
-        x2,
-        0,
-        *weights.shape,
-        cell=c,
-        colours=lambda i, j: orange if (i + j) % 2 else "#fdd0a2",
-        label="weights\nsoftmax of each row",
-        shape=weights.shape,
-    )
+    checkerboard = lambda i, j: orange if (i + j) % 2 else "#fdd0a2"
+    wx = matrix(weights, x2, 0, checkerboard, "weights\nsoftmax of each row")
     x3 = wx[1] + 1.4
-    ox = _grid(
-        ax,
-        x3,
-        0,
-        *output.shape,
-        cell=c,
-        colours=green,
-        label="output\nweights @ V",
-        shape=output.shape,
-    )
+    ox = matrix(output, x3, 0, green, "output\nweights @ V")
     _arrow(ax, (qx[1] + 0.05, -L * c / 2), (sx[0] - 0.05, -L * c / 2))
     _arrow(ax, (kx[1] + 0.05, (kx[2] + kx[3]) / 2), (sx[0] - 0.05, sx[3] + 0.05), "$K^\\top$")
     _arrow(ax, (sx[1] + 0.05, -L * c / 2), (wx[0] - 0.05, -L * c / 2), "softmax")

@@ -21,22 +21,12 @@ def plot_decode_times(rows: Sequence[dict], *, ax: Optional[Axes] = None) -> Axe
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
     contexts = [r["context"] for r in rows]
-    ax.loglog(
-        contexts,
-        [1e3 * r["uncached_s"] for r in rows],
-        "-o",
-        color="tab:red",
-        label="no cache (recompute the context)",
-        base=2,
-    )
-    ax.loglog(
-        contexts,
-        [1e3 * r["cached_s"] for r in rows],
-        "-s",
-        color="tab:blue",
-        label="KV cache (one new position)",
-        base=2,
-    )
+    for key, style, colour, label in (
+        ("uncached_s", "-o", "tab:red", "no cache (recompute the context)"),
+        ("cached_s", "-s", "tab:blue", "KV cache (one new position)"),
+    ):
+        milliseconds = [1e3 * r[key] for r in rows]
+        ax.loglog(contexts, milliseconds, style, color=colour, label=label, base=2)
     ax.set(
         xlabel="context length (tokens)", ylabel="time per token (ms)", title="one decoding step"
     )
