@@ -316,6 +316,17 @@ def cache_holding(window=None):
     return cache
 
 
+def x_refused(name, layer, width_words):
+    """The three refusals of a layer's input ``x`` (an integer tensor, float64 for float32
+    weights, the wrong width), as rows of ``BAD``: ``layer()`` builds a fresh layer, and the
+    wrong width's message must hold ``width_words``."""
+    return [
+        (f"{name} int x", lambda: layer()(X.long()), TypeError, ["x", "int64"]),
+        (f"{name} float64 x", lambda: layer()(X.double()), TypeError, ["x", "float64", "float32"]),
+        (f"{name} x width", lambda: layer()(r(2, 4, 6)), ValueError, ["x", *width_words]),
+    ]
+
+
 BAD = [
     # (description, call, exception, words the message must contain)
     (
@@ -830,20 +841,8 @@ BAD = [
         TypeError,
         ["position_bias", "0"],
     ),
-    ("ASA int x", lambda: AdaptiveSpanAttention(8, 2, 4, 1.0)(X.long()), TypeError, ["x", "int64"]),
+    *x_refused("ASA", lambda: AdaptiveSpanAttention(8, 2, 4, 1.0), ["6", "embed_dim is 8"]),
     ("ASA x rank", lambda: AdaptiveSpanAttention(8, 2, 4, 1.0)(X[0]), ValueError, ["x", "(4, 8)"]),
-    (
-        "ASA x width",
-        lambda: AdaptiveSpanAttention(8, 2, 4, 1.0)(r(2, 4, 6)),
-        ValueError,
-        ["x", "6", "embed_dim is 8"],
-    ),
-    (
-        "ASA float64 x",
-        lambda: AdaptiveSpanAttention(8, 2, 4, 1.0)(X.double()),
-        TypeError,
-        ["x", "float64", "float32"],
-    ),
     (
         "ASA mask list",
         lambda: AdaptiveSpanAttention(8, 2, 4, 1.0)(X, [True]),
@@ -884,19 +883,7 @@ BAD = [
     ),
     ("clamp_spans str", lambda: clamp_spans("x"), TypeError, ["model", "str"]),
     ("attention_cells int", lambda: attention_cells(3), TypeError, ["model", "int"]),
-    ("AA int x", lambda: AllAttention(8, 2, 3)(X.long()), TypeError, ["x", "int64"]),
-    (
-        "AA float64 x",
-        lambda: AllAttention(8, 2, 3)(X.double()),
-        TypeError,
-        ["x", "float64", "float32"],
-    ),
-    (
-        "AA x width",
-        lambda: AllAttention(8, 2, 3)(r(2, 4, 6)),
-        ValueError,
-        ["x", "(2, 4, 6)", "embed_dim"],
-    ),
+    *x_refused("AA", lambda: AllAttention(8, 2, 3), ["(2, 4, 6)", "embed_dim"]),
     (
         "AA mask 5-d",
         lambda: AllAttention(8, 2, 3)(X, torch.ones(1, 1, 1, 4, 4, dtype=torch.bool)),
@@ -961,24 +948,7 @@ BAD = [
     ),
     ("FeedForward d_ff", lambda: FeedForward(8, -1), ValueError, ["d_ff", "-1"]),
     ("TransformerBlock d_ff", lambda: TransformerBlock(8, 2, -1), ValueError, ["d_ff", "-1"]),
-    (
-        "TransformerBlock int x",
-        lambda: TransformerBlock(8, 2, 16)(X.long()),
-        TypeError,
-        ["x", "int64"],
-    ),
-    (
-        "TransformerBlock float64 x",
-        lambda: TransformerBlock(8, 2, 16)(X.double()),
-        TypeError,
-        ["x", "float64", "float32"],
-    ),
-    (
-        "TransformerBlock x width",
-        lambda: TransformerBlock(8, 2, 16)(r(2, 4, 6)),
-        ValueError,
-        ["x", "(2, 4, 6)", "d_model"],
-    ),
+    *x_refused("TransformerBlock", lambda: TransformerBlock(8, 2, 16), ["(2, 4, 6)", "d_model"]),
     (
         "CausalLM token range",
         lambda: CausalLM.standard(10, d_model=8, num_heads=2, d_ff=16, num_layers=1)(
