@@ -14,6 +14,12 @@ from attncourse.benchmarks.positions import ENCODINGS, load_positions, train_pos
 from attncourse.masks import causal_mask
 
 
+def run_on_the_cpu(tmp_path, *args: str) -> None:
+    """``python -m attncourse.benchmarks ARGS`` on the CPU, its results written to ``tmp_path``
+    under the tag ``_t``."""
+    main([*args, "--device", "cpu", "--output", str(tmp_path), "--tag", "_t"])
+
+
 def test_builders_compute_the_same_attention():
     for causal in (False, True):
         outputs = [benchmark.build(impl, 40, causal)["fn"]() for impl in benchmark.IMPLEMENTATIONS]
@@ -45,20 +51,7 @@ def test_command_writes_json(tmp_path, capsys, monkeypatch):
         "matmul_throughput",
         lambda size, **kw: measure.matmul_throughput(64, **kw),
     )
-    main(
-        [
-            "--lengths",
-            "32",
-            "--layer-lengths",
-            "32",
-            "--device",
-            "cpu",
-            "--output",
-            str(tmp_path),
-            "--tag",
-            "_t",
-        ]
-    )
+    run_on_the_cpu(tmp_path, "--lengths", "32", "--layer-lengths", "32")
     result = json.loads((tmp_path / "ch07_benchmark_cpu_t.json").read_text())
     assert result["machine"]["torch"] == torch.__version__
     rows = result["rows"]
@@ -93,21 +86,8 @@ def test_cache_benchmark_steps_agree_and_write_json(tmp_path):
     step = benchmark.build_decode("cached", 9)["fn"]
     # every call starts from the same cache
     torch.testing.assert_close(step(), step(), rtol=0, atol=0)
-    main(
-        [
-            "--cache",
-            "--contexts",
-            "8",
-            "16",
-            "--device",
-            "cpu",
-            "--output",
-            str(tmp_path),
-            "--tag",
-            "_t",
-            "--force",  # this test's machine may be busy: the refusal is tested below
-        ]
-    )
+    # --force: this test's machine may be busy (the refusal is tested below)
+    run_on_the_cpu(tmp_path, "--cache", "--contexts", "8", "16", "--force")
     result = json.loads((tmp_path / "ch06_cache_benchmark_cpu_t.json").read_text())
     assert [r["context"] for r in result["rows"]] == [8, 16]
     assert len(result["machine"]["load_average_at_start"]) == 3
