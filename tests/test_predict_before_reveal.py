@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Tuple, Union
 
 import pytest
+from helpers import EXECUTED, executed_cells
 
 from attncourse.exercises import check
 from attncourse.exercises._core import _get
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
-EXECUTED = ROOT / "_build" / "executed" / "book"
 
 #: exercise id -> (the answer, values or formulas (strings, matched as written) that give it away)
 PREDICT_ANSWERS: Dict[str, Tuple[float, Tuple[Union[float, str], ...]]] = {
@@ -169,16 +169,9 @@ COINCIDENCES = {
 
 @pytest.mark.parametrize("path, exercise_id, start", CASES, ids=[c[1] for c in CASES])
 def test_answer_not_in_executed_outputs_above(path, exercise_id, start):
-    executed = EXECUTED / path.name
-    if not executed.exists():
-        pytest.skip(
-            f"no executed notebook {executed.relative_to(ROOT)}: build the book (make book) to"
-            " check outputs"
-        )
-    cells = json.loads(executed.read_text())["cells"]
-    assert any(cell.get("outputs") for cell in cells), f"{executed} has no outputs: not executed"
+    cells = executed_cells(path)
     starts = [s for i, s in predict_exercises(cells) if i == exercise_id]
-    assert starts, f"{exercise_id} is missing from {executed}: rebuild the book"
+    assert starts, f"{exercise_id} is missing from {EXECUTED / path.name}: rebuild the book"
     answer, giveaways = PREDICT_ANSWERS[exercise_id]
     shown = []
     for index, cell in enumerate(cells[: starts[0]]):
