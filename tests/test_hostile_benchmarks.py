@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_GPU_RUN
 from torch import nn
 
 from attncourse.benchmarks import attention as ab
@@ -21,17 +22,6 @@ from attncourse.masks import causal_mask
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 GOOD_TARGET = "attncourse.benchmarks.attention:build"
-TINY_GPU_RUN = dict(
-    lengths=(16,),
-    device="cpu",
-    dtypes=("float32",),
-    batch=1,
-    num_heads=1,
-    head_dim=16,
-    span_length=16,
-    spans=(4.0, 8.0),
-    repeats=1,
-)
 ROW = {"kind": "attention", "impl": "naive", "length": 8, "causal": False}
 TIMED = {**ROW, "flops": 10, "seconds": 1.0, "peak_bytes": 1}
 CACHE_ROW = {"context": 2, "cached_s": 1.0, "uncached_s": 2.0, "speedup": 2.0}

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from helpers import TINY_GPU_RUN
 
 pytest.importorskip("triton")
 from attncourse.benchmarks import kernels as kb  # noqa: E402
@@ -15,17 +16,7 @@ from attncourse.kernels import flash  # noqa: E402
     not flash.interpreting(), reason="a GPU is present: the real benchmark runs there"
 )
 def test_fake_tiny_gpu_run_writes_rows_targets_and_json(tmp_path):
-    result = kb.run_gpu(
-        [32],
-        device="cpu",
-        dtypes=["float32"],
-        batch=1,
-        num_heads=1,
-        head_dim=16,
-        span_length=32,
-        spans=(4.0, 32.0),
-        repeats=1,
-    )
+    result = kb.run_gpu(**TINY_GPU_RUN)
     assert result["triton_interpreter"] is True
     rows = result["rows"]
     settings = {(r["impl"], r["causal"], r["pass"]) for r in rows if r["kind"] == "attention"}
@@ -35,13 +26,12 @@ def test_fake_tiny_gpu_run_writes_rows_targets_and_json(tmp_path):
         for c in (False, True)
         for p in ("forward", "forward+backward")
     }
-    assert {r["span"] for r in rows if r["kind"] == "span"} == {4.0, 32.0}
+    assert {r["span"] for r in rows if r["kind"] == "span"} == {4.0, 8.0}
     assert all(r["seconds"] > 0 for r in rows)
     assert set(result["targets"]) == set(kb.TARGETS)
-    assert all(
-        t["measured"] is None for t in result["targets"].values()
-    )  # no float16 rows were asked for
-    ratios = kb.targets(rows, length=32, dtype="float32", span_length=32, spans=(4.0, 32.0))
+    # no float16 rows were asked for
+    assert all(t["measured"] is None for t in result["targets"].values())
+    ratios = kb.targets(rows, length=16, dtype="float32", span_length=16, spans=(4.0, 8.0))
     assert all(t["measured"] > 0 and t["met"] in (True, False) for t in ratios.values())
     path = write_result(result, tmp_path, kb.gpu_file_name("Fake GPU"))
     assert path.name == "gpu_benchmark_fake_gpu.json" and json.loads(path.read_text()) == result
