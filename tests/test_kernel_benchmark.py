@@ -43,39 +43,27 @@ def test_builders_agree():
     if not flash.interpreting() and not torch.cuda.is_available():
         pytest.skip("no way to run the kernels")
     device = "cpu" if flash.interpreting() else "cuda"
+
+    def run(impl, causal, backward, **span):
+        """What ``impl`` computes on one float32 input of length 24, two heads of 16."""
+        return kb.build_gpu(
+            impl,
+            24,
+            causal,
+            torch.float32,
+            backward,
+            batch=1,
+            num_heads=2,
+            head_dim=16,
+            device=device,
+            **span,
+        )()
+
     for causal in (False, True):
-        outs = [
-            kb.build_gpu(
-                i,
-                24,
-                causal,
-                torch.float32,
-                False,
-                batch=1,
-                num_heads=2,
-                head_dim=16,
-                device=device,
-            )()
-            for i in kb.GPU_IMPLEMENTATIONS
-        ]
+        outs = [run(i, causal, False) for i in kb.GPU_IMPLEMENTATIONS]
         for out in outs[1:]:
             torch.testing.assert_close(out, outs[0], atol=1e-5, rtol=1e-5)
-    full = kb.build_gpu(
-        "span",
-        24,
-        True,
-        torch.float32,
-        True,
-        batch=1,
-        num_heads=2,
-        head_dim=16,
-        device=device,
-        span=24.0,
-        ramp=4.0,
-    )()
-    causal = kb.build_gpu(
-        "triton", 24, True, torch.float32, True, batch=1, num_heads=2, head_dim=16, device=device
-    )()
-    torch.testing.assert_close(
-        full, causal, atol=1e-5, rtol=1e-5
-    )  # a span past L is plain causal attention
+    full = run("span", True, True, span=24.0, ramp=4.0)
+    causal = run("triton", True, True)
+    # a span past L is plain causal attention
+    torch.testing.assert_close(full, causal, atol=1e-5, rtol=1e-5)
