@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence
+from typing import List, Sequence
 
 import torch
 from torch import Tensor
@@ -133,6 +133,14 @@ def require_positive_int(name: str, value: object) -> None:
         raise _not_a_number(name, value, "a positive integer")
     if value <= 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_positive_ints(**values: object) -> List[int]:
+    """Each value a positive integer (checked in the order given); returns them as Python ints
+    (numpy integers would overflow silently)."""
+    for name, value in values.items():
+        require_positive_int(name, value)
+    return [int(v) for v in values.values()]  # type: ignore[call-overload]
 
 
 def require_non_negative_int(name: str, value: object) -> None:
@@ -281,6 +289,18 @@ def check_attention_inputs(
                 f"mask must be on the device of query ({query.device}), got {mask.device}"
             )
     return batch
+
+
+def require_span_per_head(span: Tensor, query: Tensor) -> None:
+    """``span`` ``(H,)`` (rank checked) holds one span per head of ``query`` ``(B, H, L, d_k)``, on
+    its device."""
+    if span.size(0) != query.size(1):
+        raise ValueError(
+            f"span has {span.size(0)} entries but query has {query.size(1)} heads (query"
+            f" {fmt_shape(query.shape)})"
+        )
+    if span.device != query.device:
+        raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
 
 
 def require_floating_dtype(name: str, dtype: object) -> None:

@@ -40,6 +40,7 @@ from ._checks import (
     require_positive_number,
     require_rank,
     require_same_dtype_and_device,
+    require_span_per_head,
     require_tensor,
 )
 from .attention import safe_softmax
@@ -220,13 +221,7 @@ def adaptive_span_attention(
             f" d_v): query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
             f" {fmt_shape(value.shape)}"
         )
-    if span.size(0) != query.size(1):
-        raise ValueError(
-            f"span has {span.size(0)} entries but query has {query.size(1)} heads (query"
-            f" {fmt_shape(query.shape)})"
-        )
-    if span.device != query.device:
-        raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
+    require_span_per_head(span, query)
     require_positive_int("block", block)
     batch, heads, length, _ = query.shape
     scale = default_scale(query, None)

@@ -26,7 +26,14 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import fmt_shape, require_floating, require_positive_int, require_rank, require_tensor
+from ._checks import (
+    check_positive_ints,
+    fmt_shape,
+    require_floating,
+    require_positive_int,
+    require_rank,
+    require_tensor,
+)
 from .masks import causal_mask
 
 __all__ = [
@@ -280,13 +287,12 @@ def kv_cache_bytes(
     bytes_per_element: int = 2,
 ) -> int:
     """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
-    for name, value in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("head_dim", head_dim),
-        ("length", length),
-        ("batch", batch),
-        ("bytes_per_element", bytes_per_element),
-    ):
-        require_positive_int(name, value)
+    check_positive_ints(
+        num_layers=num_layers,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        length=length,
+        batch=batch,
+        bytes_per_element=bytes_per_element,
+    )
     return 2 * num_layers * num_kv_heads * head_dim * length * batch * bytes_per_element

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from ._checks import (
     check_mask,
+    check_positive_ints,
     check_probability,
     check_token_id,
     fmt_shape,
@@ -504,14 +505,13 @@ class Seq2SeqTransformer(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("src_vocab", src_vocab),
-            ("tgt_vocab", tgt_vocab),
-            ("d_model", d_model),
-            ("num_layers", num_layers),
-            ("max_len", max_len),
-        ):
-            require_positive_int(name, value)
+        check_positive_ints(
+            src_vocab=src_vocab,
+            tgt_vocab=tgt_vocab,
+            d_model=d_model,
+            num_layers=num_layers,
+            max_len=max_len,
+        )
         require_pad_id(pad_id, src_vocab, tgt_vocab)
         self.pad_id = pad_id
         self.src_embed = _Embedding(src_vocab, d_model, max_len)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_seed, require_bool, require_positive_int
+from .._checks import check_positive_ints, check_seed, require_bool, require_positive_int
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
 from ..masks import causal_mask
@@ -43,7 +43,6 @@ from .common import (
     _require_device,
     _require_fraction,
     _require_positive_ints,
-    _require_sizes,
     _results_folder,
     _row,
     _rows,
@@ -90,7 +89,7 @@ def build(
 ) -> Dict[str, object]:
     """Inputs ``(batch, num_heads, length, head_dim)`` float32 and a zero-argument ``fn`` running ``impl`` on them."""
     _require_choice("impl", impl, IMPLEMENTATIONS)
-    length, batch, num_heads, head_dim = _require_sizes(
+    length, batch, num_heads, head_dim = check_positive_ints(
         length=length, batch=batch, num_heads=num_heads, head_dim=head_dim
     )
     require_bool("causal", causal)
@@ -128,7 +127,7 @@ def build_layer(
     ``(batch, length, embed_dim)``, drawn from ``seed`` (the global random state is left as
     it was)."""
     _require_choice("impl", impl, ("ours", "torch"))
-    length, batch, embed_dim, num_heads = _require_sizes(
+    length, batch, embed_dim, num_heads = check_positive_ints(
         length=length, batch=batch, embed_dim=embed_dim, num_heads=num_heads
     )
     if embed_dim % num_heads:
@@ -176,13 +175,13 @@ def build_decode(
     are drawn from ``seed`` and the global random state is left as it was.
     """
     _require_choice("impl", impl, ("cached", "uncached"))
-    context, batch = _require_sizes(context=context, batch=batch)
+    context, batch = check_positive_ints(context=context, batch=batch)
     _require_device("device", device, plain=True)
     seed = check_seed("seed", seed)
     unknown = sorted(set(model_sizes) - set(DECODE_MODEL))
     if unknown:
         raise ValueError(f"unknown model size {unknown[0]!r} (allowed: {', '.join(DECODE_MODEL)})")
-    sizes = {**DECODE_MODEL, **dict(zip(model_sizes, _require_sizes(**model_sizes)))}
+    sizes = {**DECODE_MODEL, **dict(zip(model_sizes, check_positive_ints(**model_sizes)))}
     with _seeded(seed):
         model = CausalLM.standard(
             sizes["vocab_size"],
@@ -219,7 +218,7 @@ def run_cache(
     """
     contexts = _require_positive_ints("contexts", contexts)
     _require_device("device", device, plain=True)
-    (batch,) = _require_sizes(batch=batch)
+    (batch,) = check_positive_ints(batch=batch)
     require_positive_int("repeats", repeats)
     result: Dict[str, object] = {
         "machine": machine(device),
@@ -547,7 +546,7 @@ def constants(
     """
     sizes = _require_positive_ints("sizes", sizes, distinct=True)
     require_positive_int("repeats", repeats)
-    (score_length,) = _require_sizes(score_length=score_length)
+    (score_length,) = check_positive_ints(score_length=score_length)
     g = torch.Generator().manual_seed(0)
     largest = max(sizes)
     fns, work = {}, {}

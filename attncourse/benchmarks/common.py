@@ -169,13 +169,6 @@ def read_result(name: str, folder=None) -> Dict[str, object]:
 # -- argument checks shared by the benchmarks ------------------------------------------------
 
 
-def _require_sizes(**sizes: object) -> List[int]:
-    """The positive integer sizes, as Python ints (numpy ints would overflow silently)."""
-    for name, v in sizes.items():
-        require_positive_int(name, v)
-    return [int(v) for v in sizes.values()]  # type: ignore[call-overload]
-
-
 def _require_choice(name: str, value: object, choices: Sequence[str]) -> str:
     if not isinstance(value, str):
         raise TypeError(

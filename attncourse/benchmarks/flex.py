@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_seed, require_floating_dtype, require_positive_int
+from .._checks import check_positive_ints, check_seed, require_floating_dtype, require_positive_int
 from ..attention import scaled_dot_product_attention
 from ..efficient import tiled_attention
 from ..flex import (
@@ -30,7 +30,7 @@ from ..flex import (
     sliding_window_mask_mod,
 )
 from ..kv_cache import sliding_window_mask
-from .common import _require_device, _require_sizes
+from .common import _require_device
 from .measure import time_interleaved
 
 __all__ = ["time_flex_against_sdpa", "flex_timing_table"]
@@ -78,7 +78,7 @@ def time_flex_against_sdpa(
     ``sdpa_ms`` and ``tiled_ms``, and ``flex_over_sdpa`` and ``flex_over_tiled``.
     """
     device = _require_device("device", device)
-    length, num_heads, head_dim, window, documents, block_size = _require_sizes(
+    length, num_heads, head_dim, window, documents, block_size = check_positive_ints(
         length=length,
         num_heads=num_heads,
         head_dim=head_dim,

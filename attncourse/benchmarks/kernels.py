@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from .._checks import (
+    check_positive_ints,
     check_seed,
     require_bool,
     require_floating_dtype,
@@ -42,7 +43,6 @@ from .common import (
     _require_positive_ints,
     _require_positive_numbers,
     _require_sequence,
-    _require_sizes,
     _rows,
     _seeded,
     machine,
@@ -99,7 +99,7 @@ def build_gpu(
     ``"cpu"`` runs the Triton kernels through its interpreter.
     """
     _require_choice("impl", impl, GPU_IMPLEMENTATIONS + ("span",))
-    length, batch, num_heads, head_dim = _require_sizes(
+    length, batch, num_heads, head_dim = check_positive_ints(
         length=length, batch=batch, num_heads=num_heads, head_dim=head_dim
     )
     require_bool("causal", causal)
@@ -182,7 +182,7 @@ def run_gpu(
     """
     lengths = _require_positive_ints("lengths", lengths)
     dtypes = _dtype_names(dtypes)
-    batch, num_heads, head_dim, span_length, max_tiled_length = _require_sizes(
+    batch, num_heads, head_dim, span_length, max_tiled_length = check_positive_ints(
         batch=batch,
         num_heads=num_heads,
         head_dim=head_dim,
@@ -330,7 +330,7 @@ def targets(
     """
     rows = _rows("rows", rows, ())
     spans = _require_positive_numbers("spans", spans)
-    _require_sizes(length=length, span_length=span_length)
+    check_positive_ints(length=length, span_length=span_length)
     if not isinstance(dtype, str):
         raise TypeError(f"dtype must be a dtype name such as 'float16', got {type(dtype).__name__}")
     if not any(r.get("dtype") == dtype for r in rows):
@@ -445,7 +445,7 @@ def run_span_time(
     distinct positive integers; the layers and input are drawn from ``seed`` (the global random
     state is left as it was).
     """
-    length, embed_dim, num_heads = _require_sizes(
+    length, embed_dim, num_heads = check_positive_ints(
         length=length, embed_dim=embed_dim, num_heads=num_heads
     )
     spans = _require_positive_ints("spans", spans, distinct=True)
@@ -541,7 +541,7 @@ def time_triton_against_torch(
     and the times say nothing about a GPU; the line says so.
     """
     device = _require_device("device", device)
-    batch, heads, length, head_dim = _require_sizes(
+    batch, heads, length, head_dim = check_positive_ints(
         batch=batch, heads=heads, length=length, head_dim=head_dim
     )
     require_floating_dtype("dtype", dtype)

@@ -30,13 +30,14 @@ import torch
 from .._checks import (
     _is_int,
     _is_real,
+    check_positive_ints,
     require_bool,
     require_floating_dtype,
     require_non_negative_int,
     require_positive_int,
     require_positive_number,
 )
-from .common import _require_device, _require_sequence, _require_sizes
+from .common import _require_device, _require_sequence
 
 __all__ = [
     "Timing",
@@ -338,7 +339,7 @@ def attention_flops(
     Sizes may be numpy integers; the count is an exact Python ``int``.
     """
     value_dim = head_dim if value_dim is None else value_dim
-    batch, num_heads, L, S, head_dim, value_dim = _require_sizes(
+    batch, num_heads, L, S, head_dim, value_dim = check_positive_ints(
         batch=batch,
         num_heads=num_heads,
         query_len=query_len,
@@ -369,7 +370,7 @@ def multihead_flops(
     rows) cost ``2 E^2`` each per row; the ``h`` heads of width ``E / h`` together cost
     :func:`attention_flops` with ``head_dim = E / h``. Biases and the softmax are not counted.
     """
-    batch, query_len, key_len, embed_dim, num_heads = _require_sizes(
+    batch, query_len, key_len, embed_dim, num_heads = check_positive_ints(
         batch=batch,
         query_len=query_len,
         key_len=key_len,
@@ -396,7 +397,7 @@ def matmul_throughput(
 
     ``dtype`` is a real floating dtype (a complex product does 4 times the work counted here).
     """
-    (size,) = _require_sizes(size=size)
+    (size,) = check_positive_ints(size=size)
     require_positive_int("repeats", repeats)
     require_floating_dtype("dtype", dtype)
     device = None if device is None else _require_device("device", device)

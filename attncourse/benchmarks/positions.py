@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .._checks import check_seed, require_positive_int
+from .._checks import check_positive_ints, check_seed
 from ..course.runtime import set_threads
 from ..course.text import CharTokenizer, get_batch, load_text, train_val_split
 from ..training import train
@@ -73,17 +73,16 @@ def train_positional(
     """
     _require_choice("positional", positional, POSITIONAL)
     check_seed("seed", seed)
-    for name, value in (
-        ("steps", steps),
-        ("d_model", d_model),
-        ("num_heads", num_heads),
-        ("d_ff", d_ff),
-        ("num_layers", num_layers),
-        ("context", context),
-        ("batch_size", batch_size),
-        ("val_batches", val_batches),
-    ):
-        require_positive_int(name, value)
+    check_positive_ints(
+        steps=steps,
+        d_model=d_model,
+        num_heads=num_heads,
+        d_ff=d_ff,
+        num_layers=num_layers,
+        context=context,
+        batch_size=batch_size,
+        val_batches=val_batches,
+    )
     text = load_text()
     tokenizer = CharTokenizer(text)
     train_ids, val_ids = train_val_split(tokenizer.encode(text))

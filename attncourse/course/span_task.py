@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_seed, require_positive_int
+from .._checks import check_positive_ints, check_probability, check_seed, require_positive_int
 from .text import _require_float_size
 
 __all__ = ["near_far_copy_task", "near_far_entropy"]
@@ -35,16 +35,8 @@ def near_far_copy_task(
     The loss should count only targets at positions ``>= far``
     (``next_token_loss(logits, tokens, start=far)``).
     """
-    for name, value in (
-        ("num_sequences", num_sequences),
-        ("length", length),
-        ("vocab_size", vocab_size),
-        ("near", near),
-        ("far", far),
-    ):
-        require_positive_int(name, value)
-    num_sequences, length, vocab_size, near, far = (
-        int(v) for v in (num_sequences, length, vocab_size, near, far)
+    num_sequences, length, vocab_size, near, far = check_positive_ints(
+        num_sequences=num_sequences, length=length, vocab_size=vocab_size, near=near, far=far
     )
     if not near < far < length:
         raise ValueError(f"need near < far < length, got near={near}, far={far}, length={length}")

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from .._checks import (
     TOKEN_DTYPES,
     _is_int,
+    check_positive_ints,
     check_seed,
     check_token_id,
     fmt_shape,
@@ -341,14 +342,13 @@ class AttentionTranslator(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("src_vocab", src_vocab),
-            ("tgt_vocab", tgt_vocab),
-            ("d_model", d_model),
-            ("num_decoder_layers", num_decoder_layers),
-            ("max_len", max_len),
-        ):
-            require_positive_int(name, value)
+        check_positive_ints(
+            src_vocab=src_vocab,
+            tgt_vocab=tgt_vocab,
+            d_model=d_model,
+            num_decoder_layers=num_decoder_layers,
+            max_len=max_len,
+        )
         require_non_negative_int("num_encoder_layers", num_encoder_layers)
         require_pad_id(pad_id, src_vocab, tgt_vocab)
         self.pad_id, self.max_len = int(pad_id), int(max_len)
