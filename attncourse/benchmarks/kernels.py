@@ -348,22 +348,9 @@ def targets(
         ("forward x torch-flash", "forward"),
         ("forward+backward x torch-flash", "forward+backward"),
     ):
-        ours = seconds(
-            kind="attention",
-            impl="triton",
-            length=length,
-            causal=False,
-            dtype=dtype,
-            **{"pass": which},
-        )
-        ref = seconds(
-            kind="attention",
-            impl="torch-flash",
-            length=length,
-            causal=False,
-            dtype=dtype,
-            **{"pass": which},
-        )
+        setting = {"kind": "attention", "pass": which, "length": length, "causal": False}
+        ours = seconds(impl="triton", dtype=dtype, **setting)
+        ref = seconds(impl="torch-flash", dtype=dtype, **setting)
         ratio = ours / ref if ours is not None and ref else None
         out[name] = {
             "measured": ratio,
