@@ -8,6 +8,12 @@ def stub(*args, **kwargs):
     raise NotImplementedError
 
 
+def assert_passes(exercise_id: str, answer) -> None:
+    """``check`` accepts ``answer`` (its message is shown when it does not)."""
+    result = check(exercise_id, answer)
+    assert result.passed, result.message
+
+
 def assert_fails(exercise_id: str, answer, words: str) -> None:
     """``check`` rejects ``answer`` and its message contains ``words`` (the diagnosis)."""
     result = check(exercise_id, answer)

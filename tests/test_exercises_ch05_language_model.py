@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from exercise_helpers import assert_fails, assert_passes
 
-from attncourse.exercises import check
 from attncourse.exercises.ch05_language_model import (
     _rope_solution,
     _shifted_loss_solution,
@@ -15,24 +15,12 @@ from attncourse.exercises.ch05_language_model import (
     _top_k_solution,
 )
 
-
-def passes(exercise_id, answer):
-    result = check(exercise_id, answer)
-    assert result.passed, result.message
-
-
-def fails(exercise_id, answer, diagnosis):
-    result = check(exercise_id, answer)
-    assert not result.passed
-    assert diagnosis in result.message, result.message
-
-
 # -- language-model/initial-loss -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("answer", [math.log(63), 4.143, torch.tensor(63.0).log(), np.log(63)])
 def test_initial_loss_accepts(answer):
-    passes(
+    assert_passes(
         "language-model/initial-loss", float(answer) if isinstance(answer, np.floating) else answer
     )
 
@@ -50,7 +38,7 @@ def test_initial_loss_accepts(answer):
     ],
 )
 def test_initial_loss_rejects(answer, diagnosis):
-    fails("language-model/initial-loss", answer, diagnosis)
+    assert_fails("language-model/initial-loss", answer, diagnosis)
 
 
 # -- language-model/sinusoidal --------------------------------------------------------------------
@@ -94,7 +82,7 @@ def sinusoidal_from_one(length, d_model):
 
 @pytest.mark.parametrize("answer", [_sinusoidal_solution, sinusoidal_loops, sinusoidal_numpy])
 def test_sinusoidal_accepts(answer):
-    passes("language-model/sinusoidal", answer)
+    assert_passes("language-model/sinusoidal", answer)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +96,7 @@ def test_sinusoidal_accepts(answer):
     ],
 )
 def test_sinusoidal_rejects(wrong, diagnosis):
-    fails("language-model/sinusoidal", wrong, diagnosis)
+    assert_fails("language-model/sinusoidal", wrong, diagnosis)
 
 
 # -- language-model/rope --------------------------------------------------------------------------
@@ -180,7 +168,7 @@ def rope_float64_out(x, positions):
 
 @pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place, rope_in_x_dtype])
 def test_rope_accepts(answer):
-    passes("language-model/rope", answer)
+    assert_passes("language-model/rope", answer)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +183,7 @@ def test_rope_accepts(answer):
     ],
 )
 def test_rope_rejects(wrong, diagnosis):
-    fails("language-model/rope", wrong, diagnosis)
+    assert_fails("language-model/rope", wrong, diagnosis)
 
 
 # -- language-model/top-k -------------------------------------------------------------------------
@@ -235,7 +223,7 @@ def top_k_plus_one(logits, k, temperature):
 
 @pytest.mark.parametrize("answer", [_top_k_solution, top_k_scatter, top_k_numpy])
 def test_top_k_accepts(answer):
-    passes("language-model/top-k", answer)
+    assert_passes("language-model/top-k", answer)
 
 
 @pytest.mark.parametrize(
@@ -249,7 +237,7 @@ def test_top_k_accepts(answer):
     ],
 )
 def test_top_k_rejects(wrong, diagnosis):
-    fails("language-model/top-k", wrong, diagnosis)
+    assert_fails("language-model/top-k", wrong, diagnosis)
 
 
 # -- language-model/shifted-loss -------------------------------------------------------------------
@@ -266,7 +254,7 @@ def loss_transpose(logits, tokens):
 
 @pytest.mark.parametrize("answer", [_shifted_loss_solution, loss_log_softmax, loss_transpose])
 def test_shifted_loss_accepts(answer):
-    passes("language-model/shifted-loss", answer)
+    assert_passes("language-model/shifted-loss", answer)
 
 
 @pytest.mark.parametrize(
@@ -292,7 +280,7 @@ def test_shifted_loss_accepts(answer):
     ],
 )
 def test_shifted_loss_rejects(wrong, diagnosis):
-    fails("language-model/shifted-loss", wrong, diagnosis)
+    assert_fails("language-model/shifted-loss", wrong, diagnosis)
 
 
 # -- language-model/temperature-experiment -----------------------------------------------------------
@@ -308,16 +296,16 @@ def measured(temperature, seed=0, n=20_000):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_temperature_experiment_accepts_measurements(seed):
-    passes("language-model/temperature-experiment", measured(0.5, seed))
-    passes("language-model/temperature-experiment", measured(0.5, seed).tolist())
-    passes("language-model/temperature-experiment", measured(0.5, seed).numpy())
-    passes("language-model/temperature-experiment", measured(0.5, seed).float())
+    assert_passes("language-model/temperature-experiment", measured(0.5, seed))
+    assert_passes("language-model/temperature-experiment", measured(0.5, seed).tolist())
+    assert_passes("language-model/temperature-experiment", measured(0.5, seed).numpy())
+    assert_passes("language-model/temperature-experiment", measured(0.5, seed).float())
 
 
 @pytest.mark.parametrize("value", [0.25 / 0.38, 0.658, torch.tensor(0.25 / 0.38), 13158 / 20000])
 def test_temperature_experiment_rejects_the_closed_form(value):
     """A number, however close to the truth, is not a measurement: the draws must be passed."""
-    fails("language-model/temperature-experiment", value, "not a number")
+    assert_fails("language-model/temperature-experiment", value, "not a number")
 
 
 def _shuffled(counts):
@@ -339,4 +327,4 @@ def _shuffled(counts):
     ],
 )
 def test_temperature_experiment_rejects(answer, diagnosis):
-    fails("language-model/temperature-experiment", answer, diagnosis)
+    assert_fails("language-model/temperature-experiment", answer, diagnosis)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from exercise_helpers import assert_fails, stub
+from exercise_helpers import assert_fails, assert_passes, stub
 
 from attncourse.exercises import check
 from attncourse.exercises.ch06_inference import (
@@ -77,8 +77,7 @@ def repeat_loop(x, g):
     "answer", [_repeat_kv_solution, repeat_expand, repeat_index, repeat_numpy, repeat_loop]
 )
 def test_repeat_kv_accepts(answer):
-    result = check("inference/repeat-kv", answer)
-    assert result.passed, result.message
+    assert_passes("inference/repeat-kv", answer)
 
 
 @pytest.mark.parametrize(
@@ -141,8 +140,7 @@ def step_forgets_to_append(query, new_key, new_value, past_key, past_value):
 
 @pytest.mark.parametrize("answer", [_cached_attention_solution, step_explicit_mask, step_einsum])
 def test_cached_step_accepts(answer):
-    result = check("inference/cached-step", answer)
-    assert result.passed, result.message
+    assert_passes("inference/cached-step", answer)
 
 
 @pytest.mark.parametrize(
@@ -199,8 +197,7 @@ def rolling_key_in_wrong_slot(keys, positions, new_key, position):
 
 @pytest.mark.parametrize("answer", [_rolling_update_solution, rolling_in_place, rolling_shift])
 def test_rolling_buffer_accepts(answer):
-    result = check("inference/rolling-buffer", answer)
-    assert result.passed, result.message
+    assert_passes("inference/rolling-buffer", answer)
 
 
 @pytest.mark.parametrize(
@@ -244,8 +241,7 @@ def test_mqa_gap_accepts(trained):
     gap = _gap(model, tokens)
     assert abs(gap) > 0.01  # the experiment measures something
     for answer in (gap, torch.tensor(gap), gap * 1.01):
-        result = check("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": answer})
-        assert result.passed, result.message
+        assert_passes("inference/mqa-gap", {"model": model, "tokens": tokens, "gap": answer})
 
 
 def test_mqa_gap_rejects(trained):

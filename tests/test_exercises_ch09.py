@@ -2,6 +2,14 @@
 
 import pytest
 import torch
+from exercise_helpers import (
+    assert_fails,
+    assert_passes,
+    line_answers,
+    notebook_listing,
+    run_listing,
+    stub,
+)
 
 from attncourse.exercises import check
 from attncourse.exercises._core import NOT_ATTEMPTED, _get
@@ -10,16 +18,6 @@ from attncourse.masks import causal_mask
 COUNT = "all-attention/parameter-count"
 HEAD = "all-attention/persistent-head"
 FFN = "all-attention/ffn-as-attention"
-
-
-def _failed(result, *phrases):
-    assert not result.passed, result
-    for phrase in phrases:
-        assert phrase in result.message, result.message
-
-
-def _stub(*args):
-    raise NotImplementedError
 
 
 # -- the parameter count --------------------------------------------------------------------------
@@ -48,12 +46,12 @@ def test_count_accepts_the_formula():
     ],
 )
 def test_count_rejects_mistakes(answer, phrase):
-    _failed(check(COUNT, answer), phrase)
+    assert_fails(COUNT, answer, phrase)
 
 
 def test_count_not_attempted_and_not_a_number():
     assert check(COUNT, ...).status == NOT_ATTEMPTED
-    _failed(check(COUNT, "3145728"), "should be a number")
+    assert_fails(COUNT, "3145728", "should be a number")
 
 
 # -- one head with persistent vectors -----------------------------------------------------------------
@@ -136,8 +134,7 @@ def returns_only_output(*args):
 
 
 def test_head_accepts_reference():
-    result = check(HEAD, reference_head)
-    assert result.passed, result
+    assert_passes(HEAD, reference_head)
 
 
 @pytest.mark.parametrize(
@@ -155,18 +152,18 @@ def test_head_accepts_reference():
     ],
 )
 def test_head_rejects_mistakes(wrong, phrase):
-    _failed(check(HEAD, wrong), phrase)
+    assert_fails(HEAD, wrong, phrase)
 
 
 def test_head_stub_is_not_attempted():
-    assert check(HEAD, _stub).status == NOT_ATTEMPTED
+    assert check(HEAD, stub).status == NOT_ATTEMPTED
 
 
 def test_head_learner_error_is_reported():
     def broken(query, *args):
         return query.nonexistent
 
-    _failed(check(HEAD, broken), "raised AttributeError")
+    assert_fails(HEAD, broken, "raised AttributeError")
 
 
 # -- FFN weights as keys and values ---------------------------------------------------------------------
@@ -194,16 +191,14 @@ def test_ffn_accepts_reference():
     ],
 )
 def test_ffn_rejects_mistakes(wrong, phrase):
-    _failed(check(FFN, wrong), phrase)
+    assert_fails(FFN, wrong, phrase)
 
 
 def test_ffn_stub_is_not_attempted():
-    assert check(FFN, _stub).status == NOT_ATTEMPTED
+    assert check(FFN, stub).status == NOT_ATTEMPTED
 
 
 # -- predict: the multiply-adds of the persistent memory ----------------------------------------------
-
-from exercise_helpers import line_answers, notebook_listing, run_listing  # noqa: E402
 
 MACS = "all-attention/memory-cost"
 
@@ -242,7 +237,7 @@ def test_memory_cost_accepts(style):
     ],
 )
 def test_memory_cost_diagnoses(answer, words):
-    _failed(check(MACS, answer), words)
+    assert_fails(MACS, answer, words)
 
 
 # -- find the bug: the memory never read --------------------------------------------------------------
@@ -289,7 +284,7 @@ def test_find_the_bug_accepts(style):
     ],
 )
 def test_find_the_bug_explains_other_lines(line, words):
-    _failed(check(BUG, line), words)
+    assert_fails(BUG, line, words)
 
 
 def test_new_exercises_stub_and_solutions():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from exercise_helpers import assert_fails, stub
+from exercise_helpers import assert_fails, assert_passes, stub
 
 from attncourse import flex
 from attncourse.exercises import check, solution
@@ -82,8 +82,7 @@ def _with_a_table(document, window):
 
 @pytest.mark.parametrize("answer", [_with_and_masks, _with_negations, _with_where, _with_a_table])
 def test_document_window_accepts_programs_in_several_styles(answer):
-    result = check("flex/document-window-mask", answer)
-    assert result.passed, result.message
+    assert_passes("flex/document-window-mask", answer)
 
 
 def _window(op):
@@ -176,8 +175,7 @@ def _alibi_where(num_heads, query_len, key_len):
 
 @pytest.mark.parametrize("answer", [_alibi_float32_slopes, _alibi_where])
 def test_alibi_accepts_programs_in_several_styles(answer):
-    result = check("flex/alibi-score-mod", answer)
-    assert result.passed, result.message
+    assert_passes("flex/alibi-score-mod", answer)
 
 
 def _alibi(bias_of):
@@ -280,8 +278,7 @@ def _blocks_per_row(length, window, block_size):
 
 @pytest.mark.parametrize("answer", [_blocks_vectorised, _blocks_per_row])
 def test_predict_blocks_accepts_programs_in_several_styles(answer):
-    result = check("flex/predict-blocks", answer)
-    assert result.passed, result.message
+    assert_passes("flex/predict-blocks", answer)
 
 
 def _reference_then(transform):
@@ -347,8 +344,7 @@ def _causal_torch_ge(query_len, key_len):
 
 @pytest.mark.parametrize("answer", [_causal_ge, _causal_torch_ge])
 def test_fix_causal_accepts_programs_in_several_styles(answer):
-    result = check("flex/fix-causal", answer)
-    assert result.passed, result.message
+    assert_passes("flex/fix-causal", answer)
 
 
 CAUSAL_MISTAKES = {
@@ -383,8 +379,7 @@ def _blocks_items(block_mask):
 
 @pytest.mark.parametrize("answer", [_blocks_dense, _blocks_items])
 def test_computed_blocks_accepts_programs_in_several_styles(answer):
-    result = check("flex/computed-blocks", answer)
-    assert result.passed, result.message
+    assert_passes("flex/computed-blocks", answer)
 
 
 COUNT_MISTAKES = {
