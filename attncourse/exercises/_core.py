@@ -1148,6 +1148,19 @@ def expect_tensor(
     return value
 
 
+def expect_tuple(value: Any, length: int, message: str, *, of: type = object) -> tuple:
+    """Check that ``value``, what a learner's function returned, is a tuple of ``length``
+    items (each an instance of ``of``), else raise a :class:`Mistake`: ``message`` (translated
+    by the caller) with ``{type_name}`` the type of ``value``."""
+    if (
+        not isinstance(value, tuple)
+        or len(value) != length
+        or not all(isinstance(item, of) for item in value)
+    ):
+        raise Mistake(message.format(type_name=type(value).__name__))
+    return value
+
+
 def matches(
     actual: Tensor,
     expected: Tensor,

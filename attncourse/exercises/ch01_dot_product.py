@@ -14,6 +14,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
+    expect_tuple,
     forbid,
     matches,
     random_tensor,
@@ -148,14 +149,9 @@ def _attention_solution(query, key, value, mask=None, *, scale=None):
 
 
 def _outputs(fn, *args, **kwargs):
-    result = call(fn, *args, **kwargs)
-    if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(
-            _("Return a pair (output, weights); got {type_name}.").format(
-                type_name=type(result).__name__
-            )
-        )
-    return result
+    return expect_tuple(
+        call(fn, *args, **kwargs), 2, _("Return a pair (output, weights); got {type_name}.")
+    )
 
 
 def _variants(query, key, value, mask=None):

@@ -15,6 +15,7 @@ from ._core import (
     choice,
     exercise,
     expect_tensor,
+    expect_tuple,
     matches,
     number,
     random_tensor,
@@ -97,14 +98,9 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
 def _check_case(case, fn, args, value_mistake_possible):
     target, source, w_q, w_k, w_v, source_mask = args
     expected_out, expected_w = _cross_attention_solution(*args)
-    got = call(fn, *args)
-    if not isinstance(got, tuple) or len(got) != 2:
-        raise Mistake(
-            _("Return a pair (output, weights); got {type_name}.").format(
-                type_name=type(got).__name__
-            )
-        )
-    output, weights = got
+    output, weights = expect_tuple(
+        call(fn, *args), 2, _("Return a pair (output, weights); got {type_name}.")
+    )
     if (
         isinstance(weights, torch.Tensor)
         and weights.shape == expected_w.shape[:1] + expected_w.shape[1:][::-1]

@@ -21,6 +21,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
+    expect_tuple,
     matches,
     number,
     random_tensor,
@@ -237,14 +238,11 @@ def _check_cached_step(fn) -> str:
             random_tensor(2, 3, length, 4, seed=70 + length),
         )
         expected, key, value = _cached_attention_solution(q, k, v, past_k, past_v)
-        result = call(fn, q, k, v, past_k.clone(), past_v.clone())
-        if not isinstance(result, tuple) or len(result) != 3:
-            raise Mistake(
-                _(
-                    "Return a triple (output, key, value), as the buggy function does; got {type_name}."
-                ).format(type_name=type(result).__name__)
-            )
-        output, new_key, new_value = result
+        output, new_key, new_value = expect_tuple(
+            call(fn, q, k, v, past_k.clone(), past_v.clone()),
+            3,
+            _("Return a triple (output, key, value), as the buggy function does; got {type_name}."),
+        )
         if length == 1:
             case = _("With 1 new query and 5 cached positions")
         else:
@@ -333,14 +331,11 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
     keys = torch.zeros(1, 2, window, 3, dtype=torch.float64)
     positions = torch.full((window,), -1, dtype=torch.long)
     for p in range(steps):
-        result = call(fn, keys, positions, stream[:, :, p : p + 1].clone(), p)
-        if not isinstance(result, tuple) or len(result) != 2:
-            raise Mistake(
-                _("Return a pair (keys, positions); got {type_name}.").format(
-                    type_name=type(result).__name__
-                )
-            )
-        keys, positions = result
+        keys, positions = expect_tuple(
+            call(fn, keys, positions, stream[:, :, p : p + 1].clone(), p),
+            2,
+            _("Return a pair (keys, positions); got {type_name}."),
+        )
         expect_tensor(
             keys,
             (1, 2, window, 3),

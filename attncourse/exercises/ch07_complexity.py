@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Mistake, call, check_number, diagnose, exercise, integer, matches, random_tensor
+from ._core import (
+    Mistake,
+    call,
+    check_number,
+    diagnose,
+    exercise,
+    expect_tuple,
+    integer,
+    matches,
+    random_tensor,
+)
 from ._i18n import _
 
 # -- 1. the online softmax update for one new block -----------------------------------------
@@ -89,18 +99,12 @@ def _update_mistakes(running_max, running_sum, acc, scores, value):
 
 
 def _triple(fn, *args):
-    result = call(fn, *args)
-    if (
-        not isinstance(result, tuple)
-        or len(result) != 3
-        or not all(isinstance(t, torch.Tensor) for t in result)
-    ):
-        raise Mistake(
-            _("Return three tensors (new_max, new_sum, new_acc); got {type_name}.").format(
-                type_name=type(result).__name__
-            )
-        )
-    return result
+    return expect_tuple(
+        call(fn, *args),
+        3,
+        _("Return three tensors (new_max, new_sum, new_acc); got {type_name}."),
+        of=torch.Tensor,
+    )
 
 
 @exercise(

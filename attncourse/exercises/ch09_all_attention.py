@@ -15,6 +15,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
+    expect_tuple,
     integer,
     matches,
     random_tensor,
@@ -174,14 +175,7 @@ def _over_queries(*args):
 
 
 def _head_outputs(fn, *args):
-    result = call(fn, *args)
-    if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(
-            _("Return a pair (output, weights); got {type_name}.").format(
-                type_name=type(result).__name__
-            )
-        )
-    return result
+    return expect_tuple(call(fn, *args), 2, _("Return a pair (output, weights); got {type_name}."))
 
 
 @exercise(
@@ -306,14 +300,9 @@ def _check_ffn(fn) -> str:
     d_model, d_ff = 6, 10
     w1, w2 = random_tensor(d_ff, d_model, seed=50), random_tensor(d_model, d_ff, seed=51)
     x = random_tensor(7, d_model, seed=52)
-    result = call(fn, w1, w2)
-    if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(
-            _("Return a pair (keys, values); got {type_name}.").format(
-                type_name=type(result).__name__
-            )
-        )
-    keys, values = result
+    keys, values = expect_tuple(
+        call(fn, w1, w2), 2, _("Return a pair (keys, values); got {type_name}.")
+    )
     for name, t in (("keys", keys), ("values", values)):
         if isinstance(t, torch.Tensor) and t.shape == (d_model, d_ff):
             raise Mistake(
