@@ -959,20 +959,17 @@ def _scalar(answer: Any, what: str) -> Any:
         )
     if type(answer) in (int, float, complex):
         return answer
-    if isinstance(answer, numbers.Integral):
-        try:
-            return int(answer)
-        except Exception:  # noqa: BLE001
-            raise Mistake(
-                _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
-            ) from None
-    if isinstance(answer, (numbers.Real, decimal.Decimal)):
-        try:
-            return float(answer)
-        except Exception:  # noqa: BLE001
-            raise Mistake(
-                _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
-            ) from None
+    for number_types, convert in (
+        (numbers.Integral, int),
+        ((numbers.Real, decimal.Decimal), float),
+    ):
+        if isinstance(answer, number_types):
+            try:
+                return convert(answer)
+            except Exception:  # noqa: BLE001
+                raise Mistake(
+                    _("The {what} should be a number, got {kind}.").format(what=what, kind=kind)
+                ) from None
     if isinstance(answer, numbers.Complex):
         return complex(answer)
     raise Mistake(_("The {what} should be a number, got {kind}.").format(what=what, kind=kind))
