@@ -186,37 +186,30 @@ def _check_case(case, fn, args, value_mistake_possible):
     name="cross_attention",
 )
 def _check_cross_attention(fn) -> str:
-    # L == S and d_k == d_v here, so that the usual mistakes run and can be recognised
-    args = (
-        random_tensor(2, 5, 6, seed=40),
-        random_tensor(2, 5, 3, seed=41),
-        random_tensor(6, 4, seed=42),
-        random_tensor(3, 4, seed=43),
-        random_tensor(3, 4, seed=44),
-        torch.tensor([[True] * 5, [True, True, True, False, False]]),
+    # (case, shapes of target, source, w_q, w_k and w_v, source_mask, first seed, whether the
+    # mistake value = source @ w_k can run). In the first L == S and d_k == d_v, so that the
+    # usual mistakes run and can be recognised; in the second, the general case, every size differs
+    cases = (
+        (
+            _("Target length 5, source length 5 (2 padded), d_k = d_v = 4"),
+            ((2, 5, 6), (2, 5, 3), (6, 4), (3, 4), (3, 4)),
+            torch.tensor([[True] * 5, [True, True, True, False, False]]),
+            40,
+            True,
+        ),
+        (
+            _("Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2"),
+            ((3, 4, 8), (3, 7, 5), (8, 6), (5, 6), (5, 2)),
+            torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6]),
+            45,
+            False,
+        ),
     )
-    _check_case(
-        _("Target length 5, source length 5 (2 padded), d_k = d_v = 4"),
-        fn,
-        args,
-        value_mistake_possible=True,
-    )
-    # the general case: every size differs
-    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])
-    args = (
-        random_tensor(3, 4, 8, seed=45),
-        random_tensor(3, 7, 5, seed=46),
-        random_tensor(8, 6, seed=47),
-        random_tensor(5, 6, seed=48),
-        random_tensor(5, 2, seed=49),
-        mask,
-    )
-    _check_case(
-        _("Batch 3, target length 4 (width 8), source length 7 (width 5), d_k = 6, d_v = 2"),
-        fn,
-        args,
-        value_mistake_possible=False,
-    )
+    for case, shapes, mask, seed, value_mistake_possible in cases:
+        tensors = (random_tensor(*shape, seed=seed + i) for i, shape in enumerate(shapes))
+        args = (*tensors, mask)
+        _check_case(case, fn, args, value_mistake_possible=value_mistake_possible)
+    # the general case, checked last, again: its padded positions get exactly zero weight
     output, weights = call(fn, *args)
     if not torch.all(weights[..., ~mask[0]] == 0) or not torch.all(weights[1][:, ~mask[1]] == 0):
         raise Mistake(
