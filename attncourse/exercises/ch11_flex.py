@@ -151,16 +151,18 @@ def _in_flex(
 
 def _check_in_flex(
     what: str,
-    expected: torch.Tensor,
+    mask: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     **programs,
 ) -> None:
-    """The learner's programs run inside FlexAttention and give the package's output (checked
-    on one case per exercise: the grids check every case, this that the program runs there)."""
+    """The learner's programs run inside FlexAttention and give the package's output with
+    ``mask`` (boolean, or added to the scores) on the same inputs (checked on one case per
+    exercise: the grids check every case, this that the program runs there)."""
     if flex_attention is None:  # torch < 2.5: the grids were the whole check
         return
+    expected = scaled_dot_product_attention(q, k, v, mask)[0]
     output, error = _in_flex(q.clone(), k.clone(), v.clone(), **programs)
     if error is not None:
         raise Mistake(
@@ -315,14 +317,7 @@ def _check_document_window_mask(fn) -> str:
         if seed:
             continue
         q, k, v = (random_tensor(1, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
-        _check_in_flex(
-            what,
-            scaled_dot_product_attention(q, k, v, expected)[0],
-            q,
-            k,
-            v,
-            mask_mod=program,
-        )
+        _check_in_flex(what, expected, q, k, v, mask_mod=program)
     return _(
         "Right: one program for the three conditions. Each argument is a tensor the program "
         "captures, so the compiled kernel serves every window and every packing."
@@ -472,7 +467,7 @@ def _check_alibi_mod(fn) -> str:
         bias = alibi_bias(heads, query_len, key_len, dtype=torch.float64)
         _check_in_flex(
             what,
-            scaled_dot_product_attention(q, k, v, bias.masked_fill(~mask, float("-inf")))[0],
+            bias.masked_fill(~mask, float("-inf")),
             q,
             k,
             v,
@@ -746,14 +741,7 @@ def _check_fixed_causal(fn) -> str:
             random_tensor(2, 1, n, 4, seed=seed + s)
             for s, n in ((80, query_len), (90, key_len), (100, key_len))
         )
-        _check_in_flex(
-            what,
-            scaled_dot_product_attention(q, k, v, expected)[0],
-            q,
-            k,
-            v,
-            mask_mod=program,
-        )
+        _check_in_flex(what, expected, q, k, v, mask_mod=program)
     return _(
         "Right: FlexAttention's documentation writes q_idx >= kv_idx, which is this course's "
         "mask only when query_len == key_len; in a decoding step it is not."
