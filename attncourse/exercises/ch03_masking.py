@@ -21,6 +21,12 @@ def _boolean(out, shape, what) -> torch.Tensor:
     return out
 
 
+def _wrong_mask(out, mistakes, default) -> Mistake:
+    """The feedback on a wrong boolean mask ``out``: the known mistake it equals exactly
+    (:func:`diagnose` with ``atol=0``), else ``default``."""
+    return Mistake(diagnose(out, mistakes, atol=0, default=default))
+
+
 def _as_mask(out) -> torch.Tensor:
     """The learner's output as a boolean tensor for diagnosis (0/1 masks compared by value)."""
     return out.bool() if isinstance(out, torch.Tensor) else out
@@ -91,34 +97,31 @@ def _check_padding(fn) -> str:
         _boolean(out, expected.shape, what)
         if not torch.equal(out, expected):
             positions = torch.arange(max_len)[None, :]
-            raise Mistake(
-                diagnose(
-                    out,
-                    {
-                        _(
-                            "The polarity is inverted: True must mark the real tokens (may attend), False the "
-                            "padding."
-                        ): (~expected),
-                        _("Off by one: position j is real when j < length, not j <= length."): (
-                            positions <= lengths[:, None]
-                        ),
-                        _(
-                            "Off by one: position j is real when j < length; you dropped the last real token."
-                        ): (positions < lengths[:, None] - 1),
-                        (
-                            _(
-                                "Your padding is at the front: this batch is padded at the end, so the first "
-                                "lengths[b] positions are real."
-                            )
-                        ): (positions >= max_len - lengths[:, None]),
-                    },
-                    atol=0,
-                    default=(
-                        _("{what} is wrong: expected {expected}, got {out}.").format(
-                            what=what, expected=expected.int().tolist(), out=out.int().tolist()
-                        )
+            raise _wrong_mask(
+                out,
+                {
+                    _(
+                        "The polarity is inverted: True must mark the real tokens (may attend), False the "
+                        "padding."
+                    ): (~expected),
+                    _("Off by one: position j is real when j < length, not j <= length."): (
+                        positions <= lengths[:, None]
                     ),
-                )
+                    _(
+                        "Off by one: position j is real when j < length; you dropped the last real token."
+                    ): (positions < lengths[:, None] - 1),
+                    (
+                        _(
+                            "Your padding is at the front: this batch is padded at the end, so the first "
+                            "lengths[b] positions are real."
+                        )
+                    ): (positions >= max_len - lengths[:, None]),
+                },
+                default=(
+                    _("{what} is wrong: expected {expected}, got {out}.").format(
+                        what=what, expected=expected.int().tolist(), out=out.int().tolist()
+                    )
+                ),
             )
     return _("Right: True at the first lengths[b] positions of each row.")
 
@@ -213,17 +216,14 @@ def _check_causal(fn) -> str:
                         " query_len positions: align the last query with the last key."
                     )
                 ] = torch.tril(ones)
-            raise Mistake(
-                diagnose(
-                    out,
-                    mistakes,
-                    atol=0,
-                    default=(
-                        _("{what} is wrong: expected {expected}, got {out}.").format(
-                            what=what, expected=expected.int().tolist(), out=out.int().tolist()
-                        )
-                    ),
-                )
+            raise _wrong_mask(
+                out,
+                mistakes,
+                default=(
+                    _("{what} is wrong: expected {expected}, got {out}.").format(
+                        what=what, expected=expected.int().tolist(), out=out.int().tolist()
+                    )
+                ),
             )
     return _("Right: the lower triangle, aligned so that the last query sees every key.")
 
@@ -340,17 +340,14 @@ def _check_attention_mask(fn) -> str:
                 mistakes[
                     _("With causal=False there is no causal part: only the padding is masked.")
                 ] = tri & pad[:, None, :]
-            raise Mistake(
-                diagnose(
-                    out,
-                    mistakes,
-                    atol=0,
-                    default=(
-                        _(
-                            "{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if causal)."
-                        ).format(what=what)
-                    ),
-                )
+            raise _wrong_mask(
+                out,
+                mistakes,
+                default=(
+                    _(
+                        "{what} is wrong; a key j is kept when j < lengths[b] (and j <= i if causal)."
+                    ).format(what=what)
+                ),
             )
     return _(
         "Right: key padding for every query, AND the causal triangle for a decoder; shape "
