@@ -1,6 +1,9 @@
 """Helpers for the tests of the exercise checkers (``tests/test_exercises_chNN.py``)."""
 
-from attncourse.exercises import check
+from attncourse.exercises import check, registry
+
+#: Every registered exercise by id (a read-only view).
+REGISTRY = registry()
 
 
 def stub(*args, **kwargs):

@@ -10,14 +10,12 @@ import types
 import numpy as np
 import pytest
 import torch
-from exercise_helpers import assert_fails, stub
+from exercise_helpers import REGISTRY, assert_fails, stub
 
-from attncourse.exercises import _core, check, registry, solution
+from attncourse.exercises import _core, check, solution
 from attncourse.exercises.ch10_gpu import _CASES, _key_blocks_solution
 from attncourse.kernels.tiles import key_block_range, tile_map
 from attncourse.masks import causal_mask
-
-REGISTRY = registry()  # every exercise by id (read-only)
 
 ID = "gpu/causal-key-blocks"
 

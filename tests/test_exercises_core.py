@@ -5,9 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
+from exercise_helpers import REGISTRY, stub
+from helpers import ROOT
 
 import attncourse
-from attncourse.exercises import check, hint, list_exercises, registry, set_language, solution
+from attncourse.exercises import check, hint, list_exercises, set_language, solution
 from attncourse.exercises._core import (
     FAILED,
     NOT_ATTEMPTED,
@@ -16,10 +18,6 @@ from attncourse.exercises._core import (
     conceal,
     reveal,
 )
-
-REGISTRY = registry()  # every exercise by id (read-only)
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_exercise_has_a_title_hint_and_solution():
@@ -38,9 +36,6 @@ def test_unknown_exercise_names_the_nearest_known_ones():
 
 @pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
 def test_untouched_stubs_are_not_attempted(exercise_id):
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
     for untouched in (stub, ..., None):
         result = check(exercise_id, untouched)
         if untouched is stub and not REGISTRY[exercise_id].solution_is_code:

@@ -13,14 +13,14 @@
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from exercise_helpers import number_exercises
+from exercise_helpers import REGISTRY, number_exercises
+from helpers import ROOT
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
-from attncourse.exercises import _core, check, registry, solution
+from attncourse.exercises import _core, check, solution
 from attncourse.exercises._core import (
     FAILED,
     NOT_ATTEMPTED,
@@ -28,11 +28,6 @@ from attncourse.exercises._core import (
     STUB_FUNCTION,
     STUB_VALUE,
 )
-
-REGISTRY = registry()  # every exercise by id (read-only)
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 NUMBERS = number_exercises()
 

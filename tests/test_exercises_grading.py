@@ -21,11 +21,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from exercise_helpers import number_exercises
+from exercise_helpers import REGISTRY, number_exercises
 from project_tools import ROOT, tool
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
-from attncourse.exercises import _core, check, registry
+from attncourse.exercises import _core, check
 from attncourse.exercises._core import (
     FAILED,
     NOT_ATTEMPTED,
@@ -35,8 +35,6 @@ from attncourse.exercises._core import (
     call,
     reveal,
 )
-
-REGISTRY = registry()  # every exercise by id (read-only)
 
 mutate = tool("mutate_checkers")
 
