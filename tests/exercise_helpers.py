@@ -1,5 +1,7 @@
 """Helpers for the tests of the exercise checkers (``tests/test_exercises_chNN.py``)."""
 
+import torch
+
 from attncourse.exercises import check, registry
 
 #: Every registered exercise by id (a read-only view).
@@ -22,6 +24,17 @@ def assert_fails(exercise_id: str, answer, words: str) -> None:
     result = check(exercise_id, answer)
     assert result.status == "failed", result
     assert words in result.message, result.message
+
+
+#: The ways a learner gives a count, each to be accepted: an int, a float, a tensor of the count's
+#: type, and a float64 tensor of no dimension or of one element.
+COUNT_STYLES = [
+    int,
+    float,
+    torch.tensor,
+    lambda v: torch.tensor(float(v), dtype=torch.float64),
+    lambda v: torch.tensor([float(v)], dtype=torch.float64),
+]
 
 
 def line_answers(line: int) -> list:

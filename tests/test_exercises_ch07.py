@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from exercise_helpers import assert_fails, line_answers, notebook_listing, run_listing
+from exercise_helpers import COUNT_STYLES, assert_fails, line_answers, notebook_listing, run_listing
 
 from attncourse.benchmarks.measure import multihead_flops
 from attncourse.exercises import check, hint, solution
@@ -163,9 +163,7 @@ def _tiled_causal_scores(length=4096, query_block=256, key_block=1024):
     return total
 
 
-@pytest.mark.parametrize(
-    "style", [int, float, torch.tensor, lambda v: torch.tensor(float(v), dtype=torch.float64)]
-)
+@pytest.mark.parametrize("style", COUNT_STYLES)
 def test_causal_cells_accepts_the_count(style):
     assert check(CELLS, style(_tiled_causal_scores())).passed
 

@@ -4,7 +4,14 @@ import math
 
 import pytest
 import torch
-from exercise_helpers import assert_fails, line_answers, notebook_listing, run_listing, stub
+from exercise_helpers import (
+    COUNT_STYLES,
+    assert_fails,
+    line_answers,
+    notebook_listing,
+    run_listing,
+    stub,
+)
 
 from attncourse.exercises import check, solution
 from attncourse.exercises._core import NOT_ATTEMPTED, _get
@@ -161,9 +168,7 @@ def test_cells_by_hand_equals_the_layer_counter():
     assert by_hand == _layer_cells()
 
 
-@pytest.mark.parametrize(
-    "style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)]
-)
+@pytest.mark.parametrize("style", COUNT_STYLES)
 def test_cells_accepts(style):
     assert check(CELLS, style(_layer_cells())).passed
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from exercise_helpers import (
+    COUNT_STYLES,
     assert_fails,
     assert_passes,
     line_answers,
@@ -218,9 +219,7 @@ def _counted_memory_macs(d=512, h=8, n=1024):
     return (counts[0] - counts[1]) // 4 // 2
 
 
-@pytest.mark.parametrize(
-    "style", [int, float, torch.tensor, lambda v: torch.tensor([float(v)], dtype=torch.float64)]
-)
+@pytest.mark.parametrize("style", COUNT_STYLES)
 def test_memory_cost_accepts(style):
     assert check(MACS, style(_counted_memory_macs())).passed
 
