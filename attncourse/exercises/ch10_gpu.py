@@ -30,7 +30,7 @@ import textwrap
 import types
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -957,12 +957,39 @@ def _compiles_for_a_gpu(kernel: Any, types: List[str], constexprs: Dict[int, int
     return True
 
 
-def _where_it_ran(device: torch.device, compiled: bool) -> str:
+def _where_it_ran(
+    kernel: Any, device: torch.device, types: List[str], constexprs: Dict[int, int]
+) -> str:
+    """Where a kernel that passed every case ran, for the note of a right answer; one that ran
+    in the interpreter is compiled for a GPU as well (:func:`_compiles_for_a_gpu`: a
+    :class:`Mistake` when the compiler refuses it)."""
     if device.type == "cuda":
         return _("compiled on the GPU")
-    if compiled:
+    if _compiles_for_a_gpu(kernel, types, constexprs):
         return _("in the interpreter, and it compiles for a GPU (sm_80)")
     return _("in the interpreter")
+
+
+def _launch_output(
+    what: str,
+    run: Callable[..., Dict[str, Any]],
+    runnable: Any,
+    device: torch.device,
+    inputs: Tuple[torch.Tensor, ...],
+    *settings: Any,
+) -> Any:
+    """The output of one launch of the learner's kernel in case ``what``: ``run``
+    (:func:`_softmax_run`, :func:`_online_run`) on ``inputs`` moved to ``device`` and the
+    case's ``settings`` (blocks, strides), through :func:`call`; a launch that failed is a
+    :class:`Mistake` that says why."""
+
+    def launch(*tensors: torch.Tensor) -> Dict[str, Any]:
+        return run(runnable, device, *(t.to(device) for t in tensors), *settings)
+
+    result = call(launch, *inputs)
+    if result["error"]:
+        raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
+    return result["out"]
 
 
 def _prepare(kernel: Any) -> Tuple[Any, torch.device]:
@@ -1271,29 +1298,20 @@ def _check_masked_softmax(kernel) -> str:
         _SOFTMAX_CASES
     ):
         x, lens = _softmax_inputs(index)
-
-        def launch(x, lengths, block=block, stride_x=stride_x, stride_y=stride_y):
-            return _softmax_run(
-                runnable, device, x.to(device), lengths.to(device), block, stride_x, stride_y
-            )
-
-        result = call(launch, x, lens)
-        if result["error"]:
-            raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
-        out = result["out"]
+        out = _launch_output(
+            what, _softmax_run, runnable, device, (x, lens), block, stride_x, stride_y
+        )
         expected = _masked_softmax_reference(x, lens)
         keep = torch.arange(cols) < lens[:, None]
         atol = 1e-5 if device.type == "cpu" else 1e-4
         if matches(out, expected, atol=atol):
             continue
         _diagnose_masked_softmax(what, index, out, expected, x, lens, lengths, keep, block, atol)
-    compiled = device.type == "cpu" and _compiles_for_a_gpu(
-        kernel, _SOFTMAX_TYPES, _SOFTMAX_CONSTANTS
-    )
+    where = _where_it_ran(kernel, device, _SOFTMAX_TYPES, _SOFTMAX_CONSTANTS)
     return _(
         "Right: masked lanes, ragged lengths, strided rows, large scores, an empty row and large "
         "scores in the padding all come out as the reference's (your kernel ran {value})."
-    ).format(value=_where_it_ran(device, compiled))
+    ).format(value=where)
 
 
 def _diagnose_masked_softmax(
@@ -1652,16 +1670,9 @@ def _check_online_softmax(kernel) -> str:
         _ONLINE_CASES
     ):
         scores, value = _online_inputs(index)
-
-        def launch(scores, value, block_m=block_m, block_n=block_n, strides=strides):
-            return _online_run(
-                runnable, device, scores.to(device), value.to(device), block_m, block_n, strides
-            )
-
-        result = call(launch, scores, value)
-        if result["error"]:
-            raise Mistake(_("With {what}: {result}.").format(what=what, result=result["error"]))
-        out = result["out"]
+        out = _launch_output(
+            what, _online_run, runnable, device, (scores, value), block_m, block_n, strides
+        )
         expected = torch.softmax(scores.double(), -1) @ value.double()
         # in the interpreter a float32 kernel is within about 1e-6 of the float64 reference (a
         # float16 accumulator is 1e-3 off); on a GPU tl.dot rounds float32 to tf32 by default
@@ -1669,13 +1680,11 @@ def _check_online_softmax(kernel) -> str:
         if matches(out, expected, atol=atol, rtol=rtol):
             continue
         _diagnose_online(what, index, out, expected, scores, value, block_m, block_n, atol, device)
-    compiled = device.type == "cpu" and _compiles_for_a_gpu(
-        kernel, _ONLINE_TYPES, _ONLINE_CONSTANTS
-    )
+    where = _where_it_ran(kernel, device, _ONLINE_TYPES, _ONLINE_CONSTANTS)
     return _(
         "Right: the running maximum, the rescaled sum and accumulator, and the masks of the "
         "ragged tiles all work (your kernel ran {value})."
-    ).format(value=_where_it_ran(device, compiled))
+    ).format(value=where)
 
 
 def _diagnose_online(
