@@ -23,7 +23,13 @@ import torch
 import triton
 from torch import Tensor
 
-from .._checks import fmt_shape, require_floating, require_positive_number, require_rank
+from .._checks import (
+    fmt_shape,
+    require_floating,
+    require_positive_number,
+    require_rank,
+    require_span_per_head,
+)
 
 # The kernels, shown by chapter 10 (``inspect.getsource(flash._forward_kernel.fn)``).
 from .flash_kernels import (  # noqa: F401
@@ -209,13 +215,7 @@ def adaptive_span_flash_attention(
         )
     require_floating("span", span)
     require_rank("span", span, 1, "(H,)")
-    if span.size(0) != query.size(1):
-        raise ValueError(
-            f"span has {span.size(0)} entries but query has {query.size(1)} heads (query"
-            f" {fmt_shape(query.shape)})"
-        )
-    if span.device != query.device:
-        raise ValueError(f"span must be on the device of query ({query.device}), got {span.device}")
+    require_span_per_head(span, query)
     _check_blocks(block_m, block_n)
     if _reads_values(span):
         if not bool(torch.isfinite(span.detach()).all()) or float(span.detach().min()) < 0:

@@ -29,7 +29,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import require_non_negative_int, require_positive_int
+from .._checks import check_positive_ints, require_non_negative_int, require_positive_int
 
 __all__ = [
     "num_blocks",
@@ -76,13 +76,7 @@ def key_block_range(
         causal: bottom-right causal mask.
         window: ``W`` of an adaptive span (implies causal); keys at distance ``>= W`` are skipped.
     """
-    for name, value in (
-        ("block_m", block_m),
-        ("block_n", block_n),
-        ("key_len", key_len),
-        ("query_len", query_len),
-    ):
-        require_positive_int(name, value)
+    check_positive_ints(block_m=block_m, block_n=block_n, key_len=key_len, query_len=query_len)
     require_non_negative_int("query_start", query_start)
     hi = key_len
     lo = 0
@@ -110,13 +104,7 @@ def query_block_range(
 
     The mirror image of :func:`key_block_range`: ``lo`` is a multiple of ``block_m``.
     """
-    for name, value in (
-        ("block_m", block_m),
-        ("block_n", block_n),
-        ("key_len", key_len),
-        ("query_len", query_len),
-    ):
-        require_positive_int(name, value)
+    check_positive_ints(block_m=block_m, block_n=block_n, key_len=key_len, query_len=query_len)
     require_non_negative_int("key_start", key_start)
     lo, hi = 0, query_len
     if causal or window is not None:
