@@ -85,6 +85,7 @@ SHOWN_ARGUMENTS = {
     "integer": ((1,), ("what",)),
     "as_shape": ((1,), ("what",)),
     "expect_tensor": ((2,), ("what",)),
+    "expect_tuple": ((2,), ("message",)),
     "choice": ((2,), ("what",)),
     "check_number": ((), ("what", "right", "otherwise")),
     "diagnose": ((), ("default",)),
