@@ -12,7 +12,9 @@ English source conceals is readable in the Chinese catalogues.
 
 from __future__ import annotations
 
+import ast
 import gettext
+import importlib
 import json
 import re
 
@@ -277,3 +279,23 @@ def test_exercise_titles_read_the_same_in_the_index_and_in_list_exercises(chines
     listed = {e["id"]: e["title"] for e in list_exercises()}
     differ = {i: (rows[i], listed[i]) for i in rows if i in listed and rows[i] != listed[i]}
     assert rows and not differ, differ
+
+
+def test_known_mistakes_kept_concealed_are_named_in_chinese(chinese):
+    """Chapter 4's value answers name a known mistake from a concealed table (per part of the
+    shapes answer, per line letter of the find-the-bug answer). Those diagnoses once reached a
+    Chinese learner in English: the table's text was shown without its concealed catalogue."""
+    ch04 = importlib.import_module("attncourse.exercises.ch04_cross_attention")
+    shapes = json.loads(_core.reveal(ch04._SHAPES))
+    named = 0
+    for part, known in json.loads(_core.reveal(ch04._SHAPES_MISTAKES)).items():
+        for shape in known:
+            answer = {**shapes, part: ast.literal_eval(shape)}
+            first_line = check("cross-attention/shapes", answer).message.splitlines()[0]
+            assert not messages.english_runs(first_line), first_line
+            named += 1
+    for letter in json.loads(_core.reveal(ch04._WHICH_BUG_MISTAKES)):
+        first_line = check("cross-attention/which-bug", letter).message.splitlines()[0]
+        assert not messages.english_runs(first_line), first_line
+        named += 1
+    assert named == 19

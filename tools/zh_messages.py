@@ -161,7 +161,8 @@ def unmarked_messages() -> List[str]:
 
 def concealed_texts(path: Path) -> List[str]:
     """The concealed messages of ``path``: the values of each concealed JSON object of known
-    mistakes (``{"wrong value": "message"}``)."""
+    mistakes (``{"wrong value": "message"}``, or one such object per part of the answer:
+    ``{"part": {"wrong value": "message"}}``)."""
     out = []
     for constant in _string_constants(ast.parse(path.read_text(encoding="utf-8"))):
         if not _BASE64.match(constant):
@@ -172,7 +173,9 @@ def concealed_texts(path: Path) -> List[str]:
         except Exception:  # noqa: BLE001 - not a concealed JSON object (an answer, a solution)
             continue
         if isinstance(data, dict):
-            out += [m for m in data.values() if isinstance(m, str)]
+            for value in data.values():
+                parts = value.values() if isinstance(value, dict) else [value]
+                out += [m for m in parts if isinstance(m, str)]
     return out
 
 

@@ -21,7 +21,7 @@ from ._core import (
     random_tensor,
     reveal,
 )
-from ._i18n import _
+from ._i18n import _, gettext_concealed
 
 # -- 1. single-head cross-attention with a source padding mask ---------------------------------
 
@@ -307,7 +307,11 @@ def _check_shapes(answer) -> str:
         known = mistakes[name].get(str(shape))
         wrong.append(
             _("{name} {shape}: ").format(name=name, shape=shape)
-            + (known or _("not this shape; count the sizes again from the hint."))
+            + (
+                gettext_concealed(known)
+                if known
+                else _("not this shape; count the sizes again from the hint.")
+            )
         )
     if wrong:
         raise Mistake("\n".join(wrong))
@@ -512,4 +516,4 @@ def _check_which_bug(answer) -> str:
             "Right: softmax(dim=1) normalises each source column over the target positions; a "
             "padded column is all -inf there, so it turns into NaN. Use dim=-1, over the keys."
         )
-    raise Mistake(json.loads(reveal(_WHICH_BUG_MISTAKES))[letter])
+    raise Mistake(gettext_concealed(json.loads(reveal(_WHICH_BUG_MISTAKES))[letter]))
