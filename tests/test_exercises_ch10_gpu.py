@@ -12,7 +12,7 @@ import pytest
 import torch
 from exercise_helpers import REGISTRY, assert_fails, stub
 
-from attncourse.exercises import _core, check, solution
+from attncourse.exercises import _core, _i18n, check, solution
 from attncourse.exercises.ch10_gpu import _CASES, _key_blocks_solution
 from attncourse.kernels.tiles import key_block_range, tile_map
 from attncourse.masks import causal_mask
@@ -288,6 +288,18 @@ def test_masked_softmax_diagnoses(variant, words):
         assert check(SOFTMAX, kernel).passed
     else:
         assert_fails(SOFTMAX, kernel, words)
+
+
+@needs_triton
+def test_the_cases_label_is_translated_too():
+    """The label of the case a kernel fails (marked N_ in the checker's table) reads in the
+    learner's language; it once stood in English inside a Chinese message."""
+    message = check(SOFTMAX, _jit(softmax_no_lengths), language="zh").message
+    labels = [case[0] for case in ch10_gpu._SOFTMAX_CASES]
+    with _i18n.language("zh"):
+        chinese = [_i18n._(label) for label in labels]
+    assert any(label in message for label in chinese), message
+    assert not any(label in message for label in labels), message
 
 
 @needs_triton

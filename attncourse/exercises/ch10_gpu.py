@@ -1297,6 +1297,7 @@ def _check_masked_softmax(kernel) -> str:
     for index, (what, _rows, cols, lengths, block, stride_x, stride_y, _scale, _x) in enumerate(
         _SOFTMAX_CASES
     ):
+        what = _(what)  # the case's label, marked N_ in the table
         x, lens = _softmax_inputs(index)
         out = _launch_output(
             what, _softmax_run, runnable, device, (x, lens), block, stride_x, stride_y
@@ -1669,6 +1670,7 @@ def _check_online_softmax(kernel) -> str:
     for index, (what, _n_rows, _n_keys, _d, block_m, block_n, strides, _scale) in enumerate(
         _ONLINE_CASES
     ):
+        what = _(what)  # the case's label, marked N_ in the table
         scores, value = _online_inputs(index)
         out = _launch_output(
             what, _online_run, runnable, device, (scores, value), block_m, block_n, strides
