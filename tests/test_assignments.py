@@ -13,7 +13,9 @@ one autograder, which serves both languages:
 
 So every exercise is graded once with its reference answer (full marks) and once with its
 mistake (no points), and every chapter's feedback is read in both languages: in English it
-holds the checker's diagnosis (the words of the checkers' own test), in Chinese it is Chinese.
+holds the checker's diagnosis (the words of the checkers' own test), in Chinese the diagnosis
+``check`` gives the same mistake in Chinese in this process (but for the two kernels and a
+mistake that needs the notebook's objects, where it must be Chinese).
 Three gradings a chapter, 33 in all (until 2026-11 four: the reference answers and the mistakes
 were each a submission of their own, 44 gradings, which took CI past its 8 minutes).
 
@@ -37,6 +39,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import torch
 from exercise_helpers import number_exercises
 from project_tools import ROOT, tool
 
@@ -44,7 +47,7 @@ pytest.importorskip("otter", reason="otter-grader is the instructor extra (make 
 pytestmark = pytest.mark.slow
 
 assignments = tool("assignments")
-from attncourse.exercises import registry  # noqa: E402
+from attncourse.exercises import check, registry  # noqa: E402
 
 CHAPTERS = [Path(doc).name for doc, _ in assignments.colab_edition.chapters()]
 LANGUAGES = assignments.LANGUAGES
@@ -206,6 +209,26 @@ def mistake(exercise) -> tuple[str, str]:
     return f"{source}\n{exercise.answer} = _answer", words
 
 
+#: Kernels: in this process the checker launches them through Triton's interpreter or says why
+#: it cannot, which the grading kernel decides for itself.
+KERNEL_EXERCISES = {"gpu/masked-softmax-kernel", "gpu/online-softmax-kernel"}
+
+
+def chinese_diagnosis(exercise) -> str | None:
+    """The longest stretch without digits of the first line of what ``check`` says, in Chinese,
+    to the planted mistake, computed in this process (the mistake's code run on its own); ``None``
+    for a kernel, or a mistake whose code needs the notebook's objects."""
+    if exercise.exercise_id in KERNEL_EXERCISES:
+        return None
+    namespace = {"torch": torch}
+    try:
+        exec(mistake(exercise)[0], namespace)
+    except NameError:  # a value computed from the chapter's objects
+        return None
+    message = check(exercise.exercise_id, namespace[exercise.answer], language="zh").message
+    return max(re.split(r"[-+.\d]*\d[-+.\de]*", message.splitlines()[0]), key=len)
+
+
 # -- building and grading ----------------------------------------------------------------------
 
 
@@ -342,5 +365,7 @@ def test_three_submissions(built, results, chapter):
         if wrong == "en-mixed":  # the checker's diagnosis, as its own test words it
             words = mistake(exercise)[1]
             assert words in result["output"], (exercise.exercise_id, words, result["output"])
-        else:  # the checker's feedback in Chinese
+        else:  # the checker's feedback in Chinese: its diagnosis, where it can be computed here
             assert re.search(r"[\u4e00-\u9fff]", feedback), (exercise.exercise_id, feedback)
+            expected = chinese_diagnosis(exercise)
+            assert expected is None or expected in feedback, (exercise.exercise_id, expected)
