@@ -149,7 +149,8 @@ def combine_masks(*masks: Optional[Tensor]) -> Optional[Tensor]:
     """Combine masks so that a position is kept only if every mask keeps it.
 
     Boolean masks are combined with logical AND; if any mask is floating, boolean ones are
-    first turned into additive masks and all are summed. ``None`` entries are skipped
+    first turned into additive masks and all are summed, in the dtype of the first floating
+    mask. ``None`` entries are skipped
     (``combine_masks()`` and ``combine_masks(None)`` return ``None``). The masks broadcast
     against each other like torch tensors.
 

@@ -180,6 +180,16 @@ def test_combine_with_a_float_mask_adds_and_matches_boolean_attention():
     assert torch.equal(combined, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_combine_keeps_the_float_masks_dtype_whatever_comes_first(dtype):
+    """A boolean mask before a half-precision bias: the sum is in the bias's dtype, not
+    float32 (which would silently promote a float16 model's scores)."""
+    bias = _randn(4, 4, seed=21).to(dtype)
+    combined = combine_masks(causal_mask(4), bias)
+    assert combined.dtype == dtype
+    assert torch.equal(combined, to_additive(causal_mask(4), dtype) + bias)
+
+
 def test_combine_masks_errors():
     with pytest.raises(ValueError, match="do not broadcast"):
         combine_masks(torch.ones(3, 4, dtype=torch.bool), torch.ones(2, 4, dtype=torch.bool))
