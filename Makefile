@@ -19,6 +19,7 @@ help:  ## lists the targets, one line each (this list)
 # The built book: rebuilt when a chapter, the configuration, the package or the environment changed.
 BOOK := _build/html/index.html
 BOOK_SOURCES := _config.yml _toc.yml tools/execute_book.py tools/book_fixes.py tools/zh_edition.py \
+	tools/exercise_index.py \
 	$(wildcard tools/book_templates/*) \
 	$(shell find book attncourse -type f -not -path '*/.*' -not -path '*/__pycache__/*' 2>/dev/null)
 
