@@ -41,12 +41,11 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
+from exercise_helpers import REGISTRY
 from helpers import EXECUTED, executed_cells
 
-from attncourse.exercises import _core, check, registry
+from attncourse.exercises import _core, check
 from attncourse.exercises._concealed import reveal
-
-REGISTRY = registry()  # every exercise by id (read-only)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))

@@ -20,10 +20,9 @@ import textwrap
 
 import pytest
 import test_answers_not_above as scan
+from exercise_helpers import REGISTRY
 
-from attncourse.exercises import hint, registry, set_language, solution
-
-REGISTRY = registry()  # every exercise by id (read-only)
+from attncourse.exercises import hint, set_language, solution
 
 EXERCISES = list(REGISTRY)
 
