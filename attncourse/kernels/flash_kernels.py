@@ -322,6 +322,28 @@ def _load_row_stats(LSE, DELTA, bh, rows, L, MASKED: tl.constexpr):
 
 # fmt: off
 @triton.jit
+def _recompute_weights(s, lse2, rows, cols, kv_len, L, S,  #
+                       qk_scale, span_end, inv_ramp,  #
+                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_SPAN: tl.constexpr):
+    """The attention weights ``P`` of one tile, recomputed from its raw scores ``s = Q K^T`` and
+    the rows' saved ``lse`` (base 2): the body the two backward loops share. Also returns ``e``,
+    the weight before the soft mask (``exp(s) / sum_j m_j exp(s_j)``), and the soft mask, which
+    the span's gradient needs; on a whole tile (``MASKED`` false) both are ``P`` itself."""
+    if MASKED:
+        s, soft = _mask_tile(s * qk_scale, rows, cols, kv_len, L, S, span_end, inv_ramp,
+                             CAUSAL, HAS_SPAN)
+        e = tl.math.exp2(s - lse2[:, None])
+        p = e * soft
+    else:
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        e = p
+        soft = p
+    return p, e, soft
+# fmt: on
+
+
+# fmt: off
+@triton.jit
 def _dkdv_tiles(dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh,  #
                 start, end, offs_m, offs_n, offs_d, kv_len, L, S,  #
                 sqm, sqd, sdom, sdod,  #
@@ -338,14 +360,9 @@ def _dkdv_tiles(dk, dv, dspan, k, v, Q_head, DO_head, LSE, DELTA, bh,  #
                         HEAD_DIM, MASKED, BLOCK_D)
         lse2, delta = _load_row_stats(LSE, DELTA, bh, rows, L, MASKED)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
-        if MASKED:
-            s, soft = _mask_tile(s * qk_scale, rows, offs_n, kv_len, L, S, span_end, inv_ramp,
-                                 CAUSAL, HAS_SPAN)
-            # exp(s) / sum_j m_j exp(s_j): the weight before the soft mask
-            e = tl.math.exp2(s - lse2[:, None])
-            p = e * soft  # the attention weights, recomputed
-        else:
-            p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        p, e, soft = _recompute_weights(s, lse2, rows, offs_n, kv_len, L, S,  #
+                                        qk_scale, span_end, inv_ramp,  #
+                                        MASKED, CAUSAL, HAS_SPAN)
         dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)  # dV += P^T dO
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # dP = dO V^T
         ds = p * (dp - delta[:, None])  # dS = P * (dP - D)
@@ -467,12 +484,9 @@ def _dq_tiles(dq, q, do, lse2, delta, K_head, V_head,  #
         v = _load_tile(_tile_ptrs(V_head, start_n, offs_n, offs_d, svn, svd), cols, kv_len, offs_d,
                        HEAD_DIM, MASKED, BLOCK_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if MASKED:
-            s, soft = _mask_tile(s * qk_scale, offs_m, cols, kv_len, L, S, span_end, inv_ramp,
-                                 CAUSAL, HAS_SPAN)
-            p = tl.math.exp2(s - lse2[:, None]) * soft
-        else:
-            p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        p, _, _ = _recompute_weights(s, lse2, offs_m, cols, kv_len, L, S,  #
+                                     qk_scale, span_end, inv_ramp,  #
+                                     MASKED, CAUSAL, HAS_SPAN)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # dQ += dS K (scaled later)
