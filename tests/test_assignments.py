@@ -302,7 +302,17 @@ def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
     ``{question: {score, max_score, output}}``."""
     from otter.api import grade_submission
 
-    results = grade_submission(str(notebook), str(zip_path), quiet=True)
+    # jupyter_client picks a kernel's ports free and the kernel binds them a moment later: a
+    # kernel that another process started meanwhile may take one, and the new kernel then dies
+    # before it answers (zmq "Address already in use"), before any cell of the submission ran.
+    # That start alone is tried again.
+    for attempt in range(3):
+        try:
+            results = grade_submission(str(notebook), str(zip_path), quiet=True)
+            break
+        except RuntimeError as error:
+            if "Kernel died before replying to kernel_info" not in str(error) or attempt == 2:
+                raise
     return {
         name: {
             "score": test.score,
