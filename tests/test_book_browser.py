@@ -48,6 +48,10 @@ SITE = ROOT / "_build" / "html"
 CHINESE = "zh/"  # the Chinese edition's folder on the site
 SOURCES_NOT_VISITED = f"{CHINESE}_modules/"  # see book(): linked to and checked, not visited
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+# Each English page's screenshot shows its whole length, for whoever reviews the build; where
+# nobody will look at them (.ci/run), its first screen, as for the Chinese pages: a whole
+# page's screenshot costs a third of the crawl.
+FULL_PAGE_SCREENSHOTS = os.environ.get("ATTNCOURSE_SCREENSHOTS", "full") == "full"
 REQUIRED = os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1"
 
 # Headless, and nothing of Chromium's own reaches out: no background services, and every host
@@ -524,7 +528,8 @@ def visit(
         # The Chinese edition is the same page translated (cjk_fonts checks its glyphs): its first
         # screen is enough to see it drawn, where its whole length cost a quarter of the crawl.
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(screenshot), full_page=not path.startswith(CHINESE))
+        full_page = FULL_PAGE_SCREENSHOTS and not path.startswith(CHINESE)
+        page.screenshot(path=str(screenshot), full_page=full_page)
         report.screenshot = screenshot
     if chapter:
         report.figures = page.evaluate(FIGURES_JS)
