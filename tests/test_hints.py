@@ -14,7 +14,9 @@ in runs of four tokens or more: 60 % or more gives the line away.
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
+import json
 import re
 import textwrap
 
@@ -200,3 +202,45 @@ def test_every_level_of_hints_speaks_chinese(exercise_id):
             assert re.search(r"[\u4e00-\u9fff]", shown.text) and english not in shown.text, level
     finally:
         set_language("en")
+
+
+def _binds(tree: ast.AST) -> set:
+    """Every name ``tree`` binds: assignments, loop and comprehension targets, arguments,
+    functions, classes and imports."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize("path", scan.CHAPTERS, ids=lambda path: path.stem)
+def test_a_code_solution_reads_only_what_its_chapter_has(path):
+    """A learner pastes ``solution(id)``'s code into the chapter and runs it: every name it reads
+    is a builtin, its own, or bound by a cell of the chapter (chapter 6's find-the-bug solution
+    once called the course's scaled_dot_product_attention, which chapter 6 never imports)."""
+    cells = json.loads(path.read_text())["cells"]
+    chapter = set()
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            try:
+                chapter |= _binds(ast.parse(scan._source(cell)))
+            except SyntaxError:  # a cell of IPython magic
+                continue
+    missing = {}
+    for exercise_id, _start in scan.exercises(cells):
+        exercise = REGISTRY[exercise_id]
+        if not exercise.solution_is_code:
+            continue
+        tree = ast.parse(exercise.solution())
+        reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        unknown = reads - _binds(tree) - chapter - set(dir(builtins))
+        if unknown:
+            missing[exercise_id] = sorted(unknown)
+    assert not missing, missing

@@ -192,7 +192,7 @@ def _cached_attention_solution(query, new_key, new_value, past_key, past_value):
     value = torch.cat([past_value, new_value], dim=-2)
     # bottom right: the last query sees every key
     mask = causal_mask(query.size(-2), key.size(-2), device=query.device)
-    output = scaled_dot_product_attention(query, key, value, mask)[0]
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     return output, key, value
 
 
