@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import pytest
 import torch
 from exercise_helpers import REGISTRY
-from helpers import EXECUTED, executed_cells
+from helpers import EXECUTED, MEASURES, executed_cells
 
 from attncourse.exercises import _core, check
 from attncourse.exercises._concealed import reveal
@@ -473,12 +473,6 @@ def _allowed(exercise_id: str, cell_source: str, hit: str) -> bool:
         ident == exercise_id and where in cell_source and shown in (hit, None)
         for ident, where, shown in ALLOWED
     )
-
-
-# A cell that times or profiles prints shares and rates that change from run to run: a match
-# there is chance (chapter 7's profile once printed 56.8 %, within causal-flops' tolerance of
-# 56.25 %), not a leak. Such cells' source is still checked.
-MEASURES = re.compile(r"\bprofile\(|\btime_call\(|\btime_interleaved\(|\bperf_counter\(")
 
 
 def _above(exercise_id: str, cells, start: int, *, outputs: bool) -> List[str]:
