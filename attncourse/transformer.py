@@ -366,8 +366,7 @@ class CausalLM(nn.Module):
         final_norm: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("max_len", max_len)):
-            require_positive_int(name, value)
+        check_positive_ints(vocab_size=vocab_size, d_model=d_model, max_len=max_len)
         self.max_len = max_len
         self.embed = _Embedding(vocab_size, d_model, max_len, positional)
         self.positional = positional
