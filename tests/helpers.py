@@ -1,14 +1,14 @@
 """What several test modules share (the checkers' tests have theirs in ``exercise_helpers.py``;
-``project_tools.py`` imports ``tools/``): the executed chapters of the book build, and the
-GPU benchmark at interpreter sizes, and which cells' outputs are measurements."""
+``project_tools.py`` imports ``tools/``): the executed chapters of the book build, which of
+their cells' outputs are measurements, and the GPU benchmark at interpreter sizes."""
 
 import json
 import re
 from pathlib import Path
 
 import pytest
+from project_tools import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = ROOT / "_build" / "executed" / "book"
 
 #: A cell that times or profiles prints shares and rates that change from run to run: a number
