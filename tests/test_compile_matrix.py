@@ -64,9 +64,8 @@ def subset(tmp_path_factory):
     # one worker: CI runs the test modules on both cores already (pytest -n 2)
     done = run_compile("--subset", "--workers", "1", "--quiet", "--out", str(out))
     assert out.exists(), done.stderr[-4000:]
-    print(
-        done.stderr.strip().splitlines()[-1]
-    )  # requests, kernels and seconds (pytest -s shows it)
+    # requests, kernels and seconds (pytest -s shows it)
+    print(done.stderr.strip().splitlines()[-1])
     return reader.load_results(out)
 
 

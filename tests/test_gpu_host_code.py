@@ -50,9 +50,8 @@ def test_backend_per_gpu(fake_gpu, gpu, dtype, expected):
 def test_head_size_limits():
     assert sdpa.sdpa_backend((9, 0), torch.float16, 256) == "flash"
     assert sdpa.sdpa_backend((9, 0), torch.float16, 512) == "efficient"  # flash stops at 256
-    assert (
-        sdpa.sdpa_backend((9, 0), torch.float16, 60) == "math"
-    )  # neither takes d % 8 != 0 in half precision
+    # neither takes d % 8 != 0 in half precision
+    assert sdpa.sdpa_backend((9, 0), torch.float16, 60) == "math"
     assert sdpa.sdpa_backend((6, 0), torch.float16, 64) == "efficient"
     assert sdpa.sdpa_backend((3, 7), torch.float16, 64) == "math"
 

@@ -24,10 +24,8 @@ LISTING = """
 
 def test_loops_are_backward_branches_and_count_their_body():
     found = sass.loops(LISTING)
-    assert [(lp.instructions, lp.mma) for lp in found] == [
-        (3, 1),
-        (2, 0),
-    ]  # the forward BRA is no loop
+    # the forward BRA is no loop
+    assert [(lp.instructions, lp.mma) for lp in found] == [(3, 1), (2, 0)]
     assert found[0].histogram() == {"HMMA": 1, "FFMA": 1, "BRA": 1}
     assert [lp.instructions for lp in sass.mma_loops(LISTING)] == [3]
 
@@ -58,8 +56,7 @@ def test_compiled_kernels_have_a_whole_tile_loop_cheaper_than_the_boundary_loops
     )["forward"]
     cubin = sass.compile_cubin(fn, signature, consts, attrs, options, (9, 0))
     loops = sass.mma_loops(sass.disassemble(cubin))
-    assert (
-        len(loops) == 2
-    )  # whole tiles, then the diagonal (masked); no span: its ramp loop is gone
+    # whole tiles, then the diagonal (masked); no span: its ramp loop is gone
+    assert len(loops) == 2
     whole = sass.whole_tile_loop(cubin)
     assert whole == loops[0] and whole.instructions < loops[1].instructions

@@ -91,9 +91,8 @@ def test_forward_and_gradients_match_float64_reference(
         out.dtype == torch.float32 and lse.dtype == torch.float32 and lse.shape == (batch, heads, L)
     )
     torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
-    torch.testing.assert_close(
-        lse.double(), expected_lse, atol=2e-6, rtol=1e-5
-    )  # -inf where the row is empty
+    # -inf where the row is empty
+    torch.testing.assert_close(lse.double(), expected_lse, atol=2e-6, rtol=1e-5)
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(kdevice)
     got = torch.autograd.grad(out, (q, k, v), grad)
     want = torch.autograd.grad(expected, (q, k, v), grad.double())
@@ -360,9 +359,8 @@ def test_span_plan_covers_every_weight_and_work_falls_with_the_span():
         assert (maps[h] & ~needed).sum() <= maps.size(1), "more than one extra tile per query block"
     counts = maps.sum(dim=(1, 2)).tolist()
     assert counts == sorted(counts) and counts[0] < counts[-1]
-    assert (
-        counts[-1] == tiles.tile_map(L, L, block, block, causal=True).sum()
-    )  # the longest is plain causal
+    # the longest is plain causal
+    assert counts[-1] == tiles.tile_map(L, L, block, block, causal=True).sum()
 
 
 # -- issue 18/21 fixes: each test failed on the kernels before the fix -------------------------
@@ -400,9 +398,8 @@ def test_head_offsets_are_64_bit_past_2_31(kdevice):
     out = torch.zeros(1, dtype=torch.int64, device=kdevice)
     b, h, stride_b, stride_h = 3, 5, 2**30, 2**27  # (B, H, L, d) = (4, 8, 2**20, 128)
     _head_offset_probe[(1,)](out, b, h, stride_b, stride_h)
-    assert (
-        int(out) == b * stride_b + h * stride_h > 2**31
-    )  # 32-bit arithmetic wraps to a negative offset
+    # 32-bit arithmetic would wrap to a negative offset
+    assert int(out) == b * stride_b + h * stride_h > 2**31
 
 
 def test_kernels_offsets_use_the_64_bit_helper():
@@ -421,11 +418,8 @@ def test_kernels_offsets_use_the_64_bit_helper():
 
 def test_grid_orders_and_their_limits():
     # blocks first (FlashAttention-2's order): blocks on axis 0, B and H on axes 1 and 2
-    assert flash_launch._grid(4, 16, 70_000, True) == (
-        70_000,
-        4,
-        16,
-    )  # > 65,535 blocks: fine on axis 0
+    # > 65,535 blocks: fine on axis 0
+    assert flash_launch._grid(4, 16, 70_000, True) == (70_000, 4, 16)
     with pytest.raises(ValueError, match="H = 65536 exceeds"):
         flash_launch._grid(1, 65_536, 1, True)
     with pytest.raises(ValueError, match="B = 70000 exceeds"):

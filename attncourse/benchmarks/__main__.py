@@ -146,9 +146,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             result = kernels.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
             print(kernels.gpu_table(result["rows"]))  # type: ignore[arg-type]
             print(json.dumps(result["targets"], indent=1))
-            name = kernels.gpu_file_name(str(result["machine"]["gpu"])).replace(
-                ".json", f"{args.tag}.json"
-            )  # type: ignore[index]
+            gpu = str(result["machine"]["gpu"])  # type: ignore[index]
+            name = kernels.gpu_file_name(gpu).replace(".json", f"{args.tag}.json")
             print(f"written to {write_result(result, args.output, name)}")
         if args.no_attention:
             continue

@@ -207,9 +207,8 @@ def launch_config(
             # H200 (make gpu-check, design question dkdv_tile; reports/gpu/)
             return LaunchConfig(64, 64, 4, stages)
         return LaunchConfig(32, 64, 8, stages) if backward_dkdv else LaunchConfig(64, 32, 8, stages)
-    if (
-        kernel == "backward_dkdv_span"
-    ):  # the span's gradient too: smaller tiles keep it in registers
+    # the span's gradient too: smaller tiles keep it in registers
+    if kernel == "backward_dkdv_span":
         return LaunchConfig(32, 32, 4, stages)
     if kernel == "backward_dkdv":  # one program per key block, looping over query blocks
         # 64 x 64 tiles fit an H100's registers without spilling; before sm_90, 32 queries per tile

@@ -118,9 +118,8 @@ def flash_attention_forward(
     scale = _check_inputs(query, key, value, lengths, scale)
     causal = _require_flag("causal", causal)
     _check_blocks(block_m, block_n)
-    if (
-        lengths is not None
-    ):  # clamped into [0, S]: checked above on the CPU, free of a GPU wait here
+    # clamped into [0, S]: checked above on the CPU, free of a GPU wait here
+    if lengths is not None:
         lengths = lengths.clamp(0, key.size(2)).to(torch.int32).contiguous()
     options = _Options(
         causal=causal, lengths=lengths, scale=scale, block_m=block_m, block_n=block_n

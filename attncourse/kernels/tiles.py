@@ -3,10 +3,11 @@ in plain Python (no triton), for chapters 7, 8 and 10.
 
 One vocabulary (FlashAttention-2's and Triton's tutorial's): a tile holds ``block_m`` queries
 (the paper's ``B_r``, the kernels' ``BLOCK_M``) by ``block_n`` keys (``B_c``, ``BLOCK_N``).
-Chapter 7's :func:`attncourse.efficient.tiled_attention` takes them as ``query_block_size``
-and ``block_size``, chapter 8's :func:`attncourse.adaptive_span.adaptive_span_attention` its
-query blocks as ``block``: those keywords stay as the chapters teach them, and the three
-compute their blocks here (:func:`num_blocks`, :func:`causal_key_stop`).
+Chapter 7's :func:`attncourse.efficient.tiled_attention` takes them by the same names,
+``block_m`` and ``block_n``, and chapter 8's
+:func:`attncourse.adaptive_span.adaptive_span_attention` its query blocks as ``block_m`` (the
+keys per block follow from the window); the three compute their blocks here
+(:func:`num_blocks`, :func:`causal_key_stop`).
 
 The Triton kernels of :mod:`attncourse.kernels.flash` cut the score matrix into tiles of
 ``block_m`` by ``block_n``. One program owns one block of queries (the forward pass and
@@ -84,9 +85,8 @@ def key_block_range(
         hi = causal_key_stop(query_start + block_m, key_len, query_len)
     if window is not None:
         require_positive_int("window", window)
-        lo = (
-            max(0, query_start - window + 1) // block_n * block_n
-        )  # first query's first key, rounded down
+        # the first query's first key, rounded down to a key block
+        lo = max(0, query_start - window + 1) // block_n * block_n
     return lo, max(hi, 0)
 
 
@@ -108,9 +108,8 @@ def query_block_range(
     require_non_negative_int("key_start", key_start)
     lo, hi = 0, query_len
     if causal or window is not None:
-        lo = (
-            max(0, key_start - (key_len - query_len)) // block_m * block_m
-        )  # first query that sees key_start
+        # the first query that sees key_start, rounded down to a query block
+        lo = max(0, key_start - (key_len - query_len)) // block_m * block_m
     if window is not None:
         require_positive_int("window", window)
         hi = min(query_len, key_start + block_n + window - 1)  # last key's farthest query + 1
