@@ -215,7 +215,8 @@ AS_ANSWER = {"language-model/temperature-experiment": _draws}
 
 def _number_answer(exercise) -> Tuple[Optional[float], Optional[str]]:
     """``(the stored answer, what the checker calls it)`` of an exercise graded by
-    ``check_number``, read by calling its checker with ``check_number`` replaced by a spy."""
+    ``check_number``, read by calling its checker with ``check_number`` replaced by a spy (in
+    the checker's module and in ``_core``, where helpers such as ``check_line_number`` call it)."""
     scope = exercise.checker.__globals__
     if "check_number" not in scope:
         return None, None
@@ -225,8 +226,8 @@ def _number_answer(exercise) -> Tuple[Optional[float], Optional[str]]:
         seen.update(value=float(reveal(concealed_answer)), what=what)
         raise _Seen
 
-    original = scope["check_number"]
-    scope["check_number"] = spy
+    original, in_core = scope["check_number"], _core.check_number
+    scope["check_number"] = _core.check_number = spy
     try:
         make = AS_ANSWER.get(exercise.exercise_id)
         exercise.checker(make(0.5) if make else 1)
@@ -235,7 +236,7 @@ def _number_answer(exercise) -> Tuple[Optional[float], Optional[str]]:
     except Exception:  # noqa: BLE001 - a checker that grades no number
         pass
     finally:
-        scope["check_number"] = original
+        scope["check_number"], _core.check_number = original, in_core
     return seen.get("value"), seen.get("what")
 
 

@@ -88,6 +88,7 @@ SHOWN_ARGUMENTS = {
     "expect_tuple": ((2,), ("message",)),
     "choice": ((2,), ("what",)),
     "check_number": ((), ("what", "right", "otherwise")),
+    "check_line_number": ((), ("right", "otherwise")),
     "diagnose": ((), ("default",)),
     "several": ((0,), ()),
 }

@@ -1311,3 +1311,19 @@ def check_number(
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
     raise Mistake(otherwise.format(value=value))
+
+
+def check_line_number(
+    answer: Any, concealed_line: str, concealed_mistakes: str, *, right: str, otherwise: str
+) -> str:
+    """Check a find-the-bug answer, the number of the wrong line of a listing: a whole number
+    (else a :class:`Mistake`), graded by :func:`check_number` against the concealed line, each
+    known wrong line explained by its concealed message, ``right`` and ``otherwise`` as there."""
+    return check_number(
+        integer(answer, _("line number")),
+        concealed_line,
+        concealed_mistakes,
+        what=_("line number"),
+        right=right,
+        otherwise=otherwise,
+    )

@@ -8,11 +8,11 @@ import torch
 from ._core import (
     Mistake,
     call,
+    check_line_number,
     check_number,
     diagnose,
     exercise,
     expect_tuple,
-    integer,
     matches,
     random_tensor,
 )
@@ -402,11 +402,10 @@ _BUG_SOLUTION = (
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:
-    return check_number(
-        integer(answer, _("line number")),
+    return check_line_number(
+        answer,
         _BUG,
         _BUG_MISTAKES,
-        what=_("line number"),
         right=(
             _(
                 "Right: acc must be rescaled by c like the sum l; otherwise earlier blocks keep the "

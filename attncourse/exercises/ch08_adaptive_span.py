@@ -11,6 +11,7 @@ from ._core import (
     SOFTMAX_DIM,
     Mistake,
     call,
+    check_line_number,
     check_number,
     diagnose,
     exercise,
@@ -444,11 +445,10 @@ _BUG_SOLUTION = (
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:
-    return check_number(
-        integer(answer, _("line number")),
+    return check_line_number(
+        answer,
         _BUG,
         _BUG_MISTAKES,
-        what=_("line number"),
         right=(
             _(
                 "Right: the distance is i - j, query minus key; with j - i the past always gets mask "

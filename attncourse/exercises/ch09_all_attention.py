@@ -11,12 +11,12 @@ from ._core import (
     SOFTMAX_DIM,
     Mistake,
     call,
+    check_line_number,
     check_number,
     diagnose,
     exercise,
     expect_tensor,
     expect_tuple,
-    integer,
     matches,
     random_tensor,
     softmax_over,
@@ -447,11 +447,10 @@ _BUG_SOLUTION = (
     solution=_BUG_SOLUTION,
 )
 def _check_bug(answer) -> str:
-    return check_number(
-        integer(answer, _("line number")),
+    return check_line_number(
+        answer,
         _BUG,
         _BUG_MISTAKES,
-        what=_("line number"),
         right=(
             _(
                 "Right: the causal mask covers the context columns only; the persistent columns are "

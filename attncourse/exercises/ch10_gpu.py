@@ -39,6 +39,7 @@ from ._core import (
     NotAttempted,
     answer_field,
     call,
+    check_line_number,
     check_number,
     diagnose,
     exercise,
@@ -1876,11 +1877,10 @@ def _check_find_the_bug(answer) -> str:
                 "wrong line."
             ).format(line=line)
         )
-    return check_number(
+    return check_line_number(
         line,
         _BUG,
         _BUG_MISTAKES,
-        what=_("line number"),
         right=(
             _(
                 "Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
