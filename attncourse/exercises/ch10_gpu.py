@@ -2206,14 +2206,19 @@ def _close(value: float, target: float, rel: float = 0.02) -> bool:
     return abs(value - target) <= rel * abs(target)
 
 
-def _named(value: float, known: List[Tuple[float, str]], right: List[float]) -> List[str]:
-    """The messages of the known mistakes that ``value`` is (those that differ from every right
-    value by more than the tolerance)."""
-    return [
+def _raise_named(
+    value: float, known: List[Tuple[float, str]], right: List[float], feedback: str, **fields: Any
+) -> None:
+    """Raise the :class:`Mistake` that names the known mistakes ``value`` is, if it is any (those
+    ``known`` values that differ from every ``right`` value by more than the tolerance):
+    ``feedback`` filled with ``fields`` and, as ``{message}``, their messages."""
+    found = [
         message
         for wrong, message in known
         if _close(value, wrong) and not any(_close(wrong, r, 0.05) for r in right)
     ]
+    if found:
+        raise Mistake(feedback.format(message=several(found), **fields))
 
 
 @exercise(
@@ -2330,14 +2335,14 @@ def _roofline_flops(fields: Dict[str, Any]) -> Tuple[float, Tuple[int, int, int,
     exact = 4 * B * H * d * _causal_pairs(L, S, causal)
     right = [exact] + ([full / 2] if causal and L == S else [])
     if not any(_close(flops, r) for r in right):
-        known = _flops_miscounts(B, H, L, S, causal, exact, full)
-        found = _named(flops, known, right)
-        if found:
-            raise Mistake(
-                _("Your {flops:.4g} FLOPs for {sizes}: {message}").format(
-                    flops=flops, sizes=sizes, message=several(found)
-                )
-            )
+        _raise_named(
+            flops,
+            _flops_miscounts(B, H, L, S, causal, exact, full),
+            right,
+            _("Your {flops:.4g} FLOPs for {sizes}: {message}"),
+            flops=flops,
+            sizes=sizes,
+        )
         raise Mistake(
             _(
                 "Your {flops:.4g} FLOPs do not match {sizes}: the two products cost "
@@ -2466,13 +2471,9 @@ def _roofline_tflops(fields: Dict[str, Any], flops: float, ms: float) -> float:
                 _("that is inverted: seconds per TFLOP; TFLOP/s = FLOPs / seconds / 1e12."),
             ),
         ]
-        found = _named(tflops, known, [achieved])
-        if found:
-            raise Mistake(
-                _("Your {tflops:.4g} TFLOP/s: {message}").format(
-                    tflops=tflops, message=several(found)
-                )
-            )
+        _raise_named(
+            tflops, known, [achieved], _("Your {tflops:.4g} TFLOP/s: {message}"), tflops=tflops
+        )
         raise Mistake(
             _(
                 "Your {tflops:.4g} TFLOP/s is not your FLOPs over your time: {flops:.4g} FLOPs in "
@@ -2568,13 +2569,13 @@ def _roofline_fraction(
             (expected * 1e-12, _("you divided TFLOP/s by FLOP/s: put both in one unit.")),
             (expected * 1e12, _("you divided FLOP/s by TFLOP/s: put both in one unit.")),
         ]
-        found = _named(fraction, known, [expected])
-        if found:
-            raise Mistake(
-                _("Your fraction {fraction:.4g}: {message}").format(
-                    fraction=fraction, message=several(found)
-                )
-            )
+        _raise_named(
+            fraction,
+            known,
+            [expected],
+            _("Your fraction {fraction:.4g}: {message}"),
+            fraction=fraction,
+        )
         raise Mistake(
             _(
                 "Your fraction, {fraction:.4g}, is not achieved / roofline: {tflops:.4g} TFLOP/s "
