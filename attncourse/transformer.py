@@ -475,7 +475,81 @@ class CausalLM(nn.Module):
         return [KVCache(window) for _ in self.blocks]
 
 
-class Seq2SeqTransformer(nn.Module):
+class _EncoderDecoder(nn.Module):
+    """What the course's two translation models share: the check of their sizes and the passes
+    through their layers (chapter 4's ``AttentionTranslator``, made of attention alone, and
+    :class:`Seq2SeqTransformer`).
+
+    A subclass checks its sizes with :meth:`_check_sizes`, sets ``pad_id``, builds ``encoder``
+    and ``decoder`` (layers called as ``layer(x, mask)`` and ``layer(x, mask, memory,
+    memory_mask)``) and the linear ``head``, and embeds tokens in :meth:`_embed_source` and
+    :meth:`_embed_target`. Its public methods check their arguments, then call
+    :meth:`_encode`, :meth:`_decode` and :meth:`_greedy`.
+    """
+
+    pad_id: int
+    encoder: nn.ModuleList
+    decoder: nn.ModuleList
+    head: nn.Linear
+
+    @staticmethod
+    def _check_sizes(
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int,
+        max_len: int,
+        pad_id: int,
+        *,
+        num_encoder_layers: Optional[int] = None,
+        **layers: int,
+    ) -> None:
+        """Positive ``src_vocab``, ``tgt_vocab``, ``d_model``, ``layers`` (counts of layers) and
+        ``max_len``, in that order; then ``num_encoder_layers``, where given, a count that may be
+        0 (no encoder layer); then ``pad_id``, a token id of both vocabularies."""
+        check_positive_ints(
+            src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=d_model, **layers, max_len=max_len
+        )
+        if num_encoder_layers is not None:
+            require_non_negative_int("num_encoder_layers", num_encoder_layers)
+        require_pad_id(pad_id, src_vocab, tgt_vocab)
+
+    def _embed_source(self, src: Tensor) -> Tensor:
+        """``(B, S)`` source tokens -> ``(B, S, d_model)`` vectors (positions included)."""
+        raise NotImplementedError
+
+    def _embed_target(self, tgt_in: Tensor) -> Tensor:
+        """``(B, L)`` target tokens -> ``(B, L, d_model)`` vectors (positions included)."""
+        raise NotImplementedError
+
+    def _encode(self, src: Tensor) -> Tensor:
+        x = self._embed_source(src)
+        keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
+        for layer in self.encoder:
+            x = layer(x, keys)
+        return x
+
+    def _decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        x = self._embed_target(tgt_in)
+        self_mask = combine_masks(
+            causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
+        )
+        memory_mask = (src != self.pad_id)[:, None, :]
+        for layer in self.decoder:
+            x = layer(x, self_mask, memory, memory_mask)
+        return self.head(x)
+
+    def _greedy(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
+        """:meth:`greedy_decode` once its arguments are checked: ``max_len`` steps, each feeding
+        every token so far back into the decoder."""
+        memory = self._encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(int(max_len)):
+            logits = self._decode(out, memory, src)
+            out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
+        return out[:, 1:]
+
+
+class Seq2SeqTransformer(_EncoderDecoder):
     """Encoder-decoder Transformer for toy translation (chapter 4).
 
     Args:
@@ -504,14 +578,7 @@ class Seq2SeqTransformer(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
-        check_positive_ints(
-            src_vocab=src_vocab,
-            tgt_vocab=tgt_vocab,
-            d_model=d_model,
-            num_layers=num_layers,
-            max_len=max_len,
-        )
-        require_pad_id(pad_id, src_vocab, tgt_vocab)
+        self._check_sizes(src_vocab, tgt_vocab, d_model, max_len, pad_id, num_layers=num_layers)
         self.pad_id = pad_id
         self.src_embed = _Embedding(src_vocab, d_model, max_len)
         self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len)
@@ -529,12 +596,11 @@ class Seq2SeqTransformer(nn.Module):
         self.src_embed.check("src", src)
         return self._encode(src)
 
-    def _encode(self, src: Tensor) -> Tensor:
-        x = self.src_embed(src)
-        keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
-        for block in self.encoder:
-            x = block(x, keys)
-        return x
+    def _embed_source(self, src: Tensor) -> Tensor:
+        return self.src_embed(src)
+
+    def _embed_target(self, tgt_in: Tensor) -> Tensor:
+        return self.tgt_embed(tgt_in)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """Decoder pass: ``(B, L)`` target tokens, the ``(B, S, d_model)`` memory of ``src``
@@ -549,16 +615,6 @@ class Seq2SeqTransformer(nn.Module):
                 f" {fmt_shape(src.shape)}"
             )
         return self._decode(tgt_in, memory, src)
-
-    def _decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
-        x = self.tgt_embed(tgt_in)
-        self_mask = combine_masks(
-            causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
-        )
-        memory_mask = (src != self.pad_id)[:, None, :]
-        for block in self.decoder:
-            x = block(x, self_mask, memory, memory_mask)
-        return self.head(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
@@ -587,9 +643,4 @@ class Seq2SeqTransformer(nn.Module):
                 " (the decoder reads BOS and every token produced so far)"
             )
         bos_id = check_token_id("bos_id", bos_id, self.tgt_embed.tokens.num_embeddings)
-        memory = self._encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(int(max_len)):
-            logits = self._decode(out, memory, src)
-            out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
-        return out[:, 1:]
+        return self._greedy(src, bos_id, max_len)

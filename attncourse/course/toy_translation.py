@@ -34,24 +34,21 @@ from torch import Tensor, nn
 from .._checks import (
     TOKEN_DTYPES,
     _is_int,
-    check_positive_ints,
     check_seed,
     check_token_id,
     fmt_shape,
     require_floating,
     require_input_like,
     require_module,
-    require_non_negative_int,
-    require_pad_id,
     require_positive_int,
     require_positive_number,
     require_rank,
     require_tensor,
     require_token_ids,
 )
-from ..masks import causal_mask, combine_masks
 from ..multihead import MultiHeadAttention
 from ..training import train
+from ..transformer import _EncoderDecoder
 from .text import _check_fraction, _seeded
 
 __all__ = [
@@ -308,7 +305,7 @@ class _AttentionLayer(nn.Module):
         return x
 
 
-class AttentionTranslator(nn.Module):
+class AttentionTranslator(_EncoderDecoder):
     """An encoder-decoder built from attention alone (chapter 4).
 
     Each token gets a trained vector (``nn.Embedding``) plus a trained vector for its position
@@ -316,7 +313,9 @@ class AttentionTranslator(nn.Module):
     encoder's layers are padding-masked self-attention; the decoder's are causal
     self-attention, then cross-attention to the encoder's output with the source's padding
     masked as keys. Each attention output is added to its input (a residual connection). No
-    feed-forward sublayer and no LayerNorm: chapter 5 adds them.
+    feed-forward sublayer and no LayerNorm: chapter 5 adds them. The check of the sizes and the
+    passes through the layers are those of :class:`attncourse.transformer.Seq2SeqTransformer`
+    (a base class the two share); the layers and the embeddings are this model's own.
 
     Args:
         src_vocab, tgt_vocab: vocabulary sizes.
@@ -342,15 +341,15 @@ class AttentionTranslator(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
-        check_positive_ints(
-            src_vocab=src_vocab,
-            tgt_vocab=tgt_vocab,
-            d_model=d_model,
+        self._check_sizes(
+            src_vocab,
+            tgt_vocab,
+            d_model,
+            max_len,
+            pad_id,
             num_decoder_layers=num_decoder_layers,
-            max_len=max_len,
+            num_encoder_layers=num_encoder_layers,
         )
-        require_non_negative_int("num_encoder_layers", num_encoder_layers)
-        require_pad_id(pad_id, src_vocab, tgt_vocab)
         self.pad_id, self.max_len = int(pad_id), int(max_len)
         self.src_tokens, self.tgt_tokens = (
             nn.Embedding(src_vocab, d_model),
@@ -381,13 +380,16 @@ class AttentionTranslator(nn.Module):
             )
         return table(tokens.long()) + positions(torch.arange(tokens.size(1), device=tokens.device))
 
+    def _embed_source(self, src: Tensor) -> Tensor:
+        return self._embed(src, self.src_tokens, self.src_positions, "src")
+
+    def _embed_target(self, tgt_in: Tensor) -> Tensor:
+        return self._embed(tgt_in, self.tgt_tokens, self.tgt_positions, "tgt_in")
+
     def encode(self, src: Tensor) -> Tensor:
         """``(B, S)`` source tokens -> ``(B, S, d_model)`` memory."""
-        x = self._embed(src, self.src_tokens, self.src_positions, "src")
-        keys = (src != self.pad_id)[:, None, :]  # (B, 1, S): padded keys are never attended
-        for layer in self.encoder:
-            x = layer(x, keys)
-        return x
+        # _embed_source checks src
+        return self._encode(src)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """``(B, L)`` target tokens and the memory ``(B, S, d_model)`` of ``src`` ``(B, S)`` -> logits
@@ -412,16 +414,6 @@ class AttentionTranslator(nn.Module):
                 f" {fmt_shape(tgt_in.shape)} and src {fmt_shape(src.shape)}"
             )
         return self._decode(tgt_in, memory, src)
-
-    def _decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
-        x = self._embed(tgt_in, self.tgt_tokens, self.tgt_positions, "tgt_in")
-        self_mask = combine_masks(
-            causal_mask(tgt_in.size(1), device=tgt_in.device), (tgt_in != self.pad_id)[:, None, :]
-        )
-        memory_mask = (src != self.pad_id)[:, None, :]
-        for layer in self.decoder:
-            x = layer(x, self_mask, memory, memory_mask)
-        return self.head(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Source ``(B, S)`` and decoder input ``(B, L)`` (teacher forcing) -> logits ``(B, L, tgt_vocab)``."""
@@ -449,12 +441,8 @@ class AttentionTranslator(nn.Module):
                 f" max_len={self.max_len} target tokens"
             )
         bos_id = check_token_id("bos_id", bos_id, self.tgt_tokens.num_embeddings)
-        memory = self.encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(int(max_len)):
-            logits = self._decode(out, memory, src)
-            out = torch.cat([out, logits[:, -1:].argmax(-1)], dim=1)
-        return out[:, 1:]
+        # _embed_source checks src
+        return self._greedy(src, bos_id, max_len)
 
 
 def translation_loss(model: nn.Module, batch: TranslationData) -> Tensor:
