@@ -8,38 +8,11 @@ Every public function of the three is importable from here, ``from attncourse.pl
 heatmap``, as the chapters do. The library (``attncourse`` itself) never imports this package.
 """
 
-from .diagrams import (
-    block_stages,
-    draw_attention_schematic,
-    draw_encoder_decoder,
-    draw_head_split,
-    draw_kv_cache,
-    draw_mask_schematic,
-    plot_persistent_memory,
-    plot_span_cells,
-    plot_tile_maps,
-    plot_tile_schedule,
-    plot_transformer_blocks,
-)
-from .measurements import plot_decode_times, plot_roofline, plot_span_time
+from . import diagrams, measurements
+from .diagrams import *  # noqa: F403
+from .measurements import *  # noqa: F403
 from .weights import heatmap, plot_attention, plot_heads
 
-__all__ = [
-    "heatmap",
-    "plot_attention",
-    "plot_heads",
-    "draw_attention_schematic",
-    "draw_head_split",
-    "draw_mask_schematic",
-    "draw_encoder_decoder",
-    "block_stages",
-    "plot_transformer_blocks",
-    "draw_kv_cache",
-    "plot_tile_schedule",
-    "plot_span_cells",
-    "plot_persistent_memory",
-    "plot_tile_maps",
-    "plot_decode_times",
-    "plot_span_time",
-    "plot_roofline",
-]
+#: weights' functions (not its type ``ArrayLike``), then every public name of diagrams and
+#: measurements, each module's ``__all__`` in its order.
+__all__ = ["heatmap", "plot_attention", "plot_heads", *diagrams.__all__, *measurements.__all__]
