@@ -341,20 +341,22 @@ def test_run_masked_softmax_is_the_notebooks_launcher():
 # -- the online softmax kernel -----------------------------------------------------------------
 
 
-def online_exp2_where(
-    S,
-    V,
-    O,
-    n_rows,
-    n_keys,
-    stride_s,
-    stride_v,
-    stride_o,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    D: tl.constexpr,
-):
-    # exp2 with log2(e) folded into the scores, masks by tl.where, a broadcast sum for P V
+def _online_kernel(name, body):
+    """An online-softmax kernel named ``name``: the signature of the chapter's
+    ``online_softmax_kernel``, which every learner's kernel keeps, and ``body``, as source
+    (Triton needs a function's source)."""
+    source = textwrap.dedent(inspect.getsource(ch10_gpu.online_softmax_kernel))
+    signature = source[: source.index("\n):\n") + len("\n):\n")]
+    signature = signature.replace("online_softmax_kernel", name, 1)
+    return _from_source(
+        signature + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    "), name
+    )
+
+
+# exp2 with log2(e) folded into the scores, masks by tl.where, a broadcast sum for P V
+online_exp2_where = _online_kernel(
+    "online_exp2_where",
+    """
     LOG2E: tl.constexpr = 1.4426950408889634
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     d = tl.arange(0, D)
@@ -374,22 +376,13 @@ def online_exp2_where(
         l_i = l_i * scale + tl.sum(p, 1)
         m_i = m_new
     tl.store(O + r[:, None] * stride_o + d[None, :], acc / l_i[:, None], mask=r[:, None] < n_rows)
+    """,
+)
 
-
-def online_deferred_lse(
-    S,
-    V,
-    O,
-    n_rows,
-    n_keys,
-    stride_s,
-    stride_v,
-    stride_o,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    D: tl.constexpr,
-):
-    # the rows' loads masked once, a safe shift for the padding rows, tl.dot for P V
+# the rows' loads masked once, a safe shift for the padding rows, tl.dot for P V
+online_deferred_lse = _online_kernel(
+    "online_deferred_lse",
+    """
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     dims = tl.arange(0, D)
@@ -415,6 +408,8 @@ def online_deferred_lse(
         m = m_new
     out = acc / l[:, None]
     tl.store(O + rows[:, None] * stride_o + dims[None, :], out, mask=row_ok[:, None])
+    """,
+)
 
 
 @needs_triton
