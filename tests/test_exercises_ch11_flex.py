@@ -232,9 +232,10 @@ def test_alibi_refuses_the_stored_table_and_a_python_list_and_float64_in_float32
 # -- 3. predict the blocks ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("length, window, block", _BLOCK_CASES)
-def test_the_expected_counts_are_create_block_mask_s(length, window, block):
-    mask = create_block_mask(
+def _window_block_mask(length, window, block):
+    """PyTorch's block mask of a causal sliding window over ``length`` queries and keys, in
+    blocks of ``block`` (``create_block_mask`` itself, as a learner would call it)."""
+    return create_block_mask(
         flex.sliding_window_mask_mod(length, window=window),
         None,
         None,
@@ -243,7 +244,11 @@ def test_the_expected_counts_are_create_block_mask_s(length, window, block):
         device="cpu",
         BLOCK_SIZE=block,
     )
-    counts = flex.block_counts(mask)
+
+
+@pytest.mark.parametrize("length, window, block", _BLOCK_CASES)
+def test_the_expected_counts_are_create_block_mask_s(length, window, block):
+    counts = flex.block_counts(_window_block_mask(length, window, block))
     assert _counted(length, window, block, _classify(0, window - 1)) == (
         counts["full"],
         counts["partial"],
@@ -315,18 +320,17 @@ def test_predict_blocks_wants_a_pair_and_refuses_create_block_mask():
     assert_fails("flex/predict-blocks", kept_only, "return a pair (full, partial)")
 
     def revealed(length, window, block_size):
-        mask = create_block_mask(
-            flex.sliding_window_mask_mod(length, window=window),
-            None,
-            None,
-            length,
-            length,
-            device="cpu",
-            BLOCK_SIZE=block_size,
-        )
+        # create_block_mask reached through a helper of the learner's
+        mask = _window_block_mask(length, window, block_size)
         return int(mask.full_kv_num_blocks.sum()), int(mask.kv_num_blocks.sum())
 
     assert_fails("flex/predict-blocks", revealed, "asks you to write yourself")
+    # and called directly (refused before it runs)
+    assert_fails(
+        "flex/predict-blocks",
+        lambda length, window, block_size: create_block_mask(None, None, None, length, length),
+        "asks you to write yourself",
+    )
     both_ways = _reference_then(lambda f, p, n, w, b: (f, p + 1))
     assert_fails("flex/predict-blocks", both_ways, "is not it")
 
