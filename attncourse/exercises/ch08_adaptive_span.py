@@ -239,21 +239,29 @@ def _weights_solution(scores, span, ramp):
     return weights / weights.sum(-1, keepdim=True)  # ... which are renormalised
 
 
+def _causal_softmax(scores: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+    """The softmax of ``scores`` over the keys each query may see (``causal``: key j <= query i)."""
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+
+
+def _renormalised(weights: torch.Tensor) -> torch.Tensor:
+    """``weights`` divided by their row sums."""
+    return weights / weights.sum(-1, keepdim=True)
+
+
 def _reference_weights(scores, span, ramp):
     length = scores.size(-1)
     i = torch.arange(length)
     distance = (i[:, None] - i[None, :]).to(torch.float64)
     mask = soft_span_mask(distance, span, ramp) * (distance >= 0)
-    probs = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), dim=-1)
-    weights = probs * mask
-    return weights / weights.sum(-1, keepdim=True), probs, mask, distance
+    probs = _causal_softmax(scores, distance >= 0)
+    return _renormalised(probs * mask), probs, mask, distance
 
 
 def _weights_mistakes(scores, span, ramp):
     expected, probs, mask, distance = _reference_weights(scores, span, ramp)
     causal = distance >= 0
     flipped = soft_span_mask(-distance, span, ramp)
-    flipped_w = probs * flipped
     no_causal = torch.softmax(scores, -1) * soft_span_mask(distance, span, ramp)
     return {
         (
@@ -269,25 +277,25 @@ def _weights_mistakes(scores, span, ramp):
                 "1). For query i and key j the distance is i - j, and the weights are probs * m_z(i "
                 "- j), renormalised."
             )
-        ): (flipped_w / flipped_w.sum(-1, keepdim=True)),
+        ): _renormalised(probs * flipped),
         (
             _(
                 "You put the mask on the scores (softmax(scores * m)): mask the probabilities, then "
                 "renormalise."
             )
-        ): torch.softmax((scores * mask).masked_fill(~causal, float("-inf")), -1),
+        ): _causal_softmax(scores * mask, causal),
         _(
             "You added the mask to the scores (softmax(scores + m)): the mask multiplies the "
             "probabilities."
-        ): torch.softmax((scores + mask).masked_fill(~causal, float("-inf")), -1),
+        ): _causal_softmax(scores + mask, causal),
         _(
             "The future is not masked: query i may only see keys j <= i (take the softmax over "
             "the causal window)."
-        ): (no_causal / no_causal.sum(-1, keepdim=True)),
+        ): _renormalised(no_causal),
         _(
             "You took the softmax twice: renormalise by dividing by the row sum, not with "
             "another softmax."
-        ): torch.softmax((probs * mask).masked_fill(~causal, float("-inf")), -1),
+        ): _causal_softmax(probs * mask, causal),
         _(SOFTMAX_DIM): _over_queries(scores, span, ramp),
     }
 
