@@ -72,14 +72,21 @@ def test_scores_rejects_wrong_answers(wrong, diagnosis):
 # -- dot-product/attention ------------------------------------------------------------------
 
 
-def softmax_over_queries(query, key, value, mask=None, *, scale=None):
-    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+def _by_hand(query, key, value, mask, *, scale, fill=float("-inf"), dim=-1):
+    """Attention as a learner writes it out: the scores times ``scale``, those a boolean mask
+    hides set to ``fill`` (a float mask added), the softmax over ``dim``; the wrong answers
+    below that call it change one of these."""
+    scores = query @ key.transpose(-2, -1) * scale
     if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, fill)
     elif mask is not None:
         scores = scores + mask
-    weights = torch.softmax(scores, dim=-2)
+    weights = torch.softmax(scores, dim=dim)
     return weights @ value, weights
+
+
+def softmax_over_queries(query, key, value, mask=None, *, scale=None):
+    return _by_hand(query, key, value, mask, scale=query.size(-1) ** -0.5, dim=-2)
 
 
 def no_scale(query, key, value, mask=None, *, scale=None):
@@ -112,23 +119,11 @@ def mask_after_softmax(query, key, value, mask=None, *, scale=None):
 
 
 def minus_1e9_fill(query, key, value, mask=None, *, scale=None):
-    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
-    if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, -1e9)
-    elif mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ value, weights
+    return _by_hand(query, key, value, mask, scale=scale or query.size(-1) ** -0.5, fill=-1e9)
 
 
 def nan_on_empty_rows(query, key, value, mask=None, *, scale=None):
-    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
-    if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    elif mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ value, weights
+    return _by_hand(query, key, value, mask, scale=scale or query.size(-1) ** -0.5)
 
 
 def key_query_swapped(query, key, value, mask=None, *, scale=None):
