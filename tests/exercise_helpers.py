@@ -38,11 +38,11 @@ COUNT_STYLES = [
 
 
 def line_answers(line: int) -> list:
-    """The ways a learner gives a find-the-bug exercise its line: an int, a float, a 0-d tensor
-    and a one-element tensor, all to be accepted."""
-    import torch
+    """The ways a learner gives a find-the-bug exercise its line: an int, a float, a numpy
+    integer, a 0-d tensor and a one-element tensor, all to be accepted."""
+    import numpy as np
 
-    return [line, float(line), torch.tensor(line), torch.tensor([float(line)])]
+    return [line, float(line), np.int64(line), torch.tensor(line), torch.tensor([float(line)])]
 
 
 def notebook_listing(notebook: str, label: str) -> list:

@@ -7,7 +7,6 @@ import torch
 from exercise_helpers import (
     COUNT_STYLES,
     assert_fails,
-    line_answers,
     notebook_listing,
     run_listing,
     stub,
@@ -216,25 +215,6 @@ def test_span_listing_is_wrong_on_line_6_only():
     fixed = run_listing(lines, "span_weights", {6: "distance = i - j"})(scores, 3.0, 2.0)
     torch.testing.assert_close(fixed, expected)
     assert "j - i" in lines[6 - 1]
-
-
-@pytest.mark.parametrize("style", line_answers(6))
-def test_find_the_bug_accepts(style):
-    assert check(BUG, style).passed
-
-
-@pytest.mark.parametrize(
-    "line,words",
-    [
-        (7, "soft mask"),
-        (8, "causal softmax"),
-        (9, "probabilities"),
-        (10, "renormalised"),
-        (42, "outside the function"),
-    ],
-)
-def test_find_the_bug_explains_other_lines(line, words):
-    assert_fails(BUG, line, words)
 
 
 def test_new_exercises_stub_and_hints():

@@ -6,7 +6,6 @@ from exercise_helpers import (
     COUNT_STYLES,
     assert_fails,
     assert_passes,
-    line_answers,
     notebook_listing,
     run_listing,
     stub,
@@ -265,25 +264,6 @@ def test_persistent_listing_is_wrong_on_line_7_only():
     )(q, k, v, mk, mv)
     torch.testing.assert_close(fixed, expected)
     assert ".tril()" in lines[7 - 1]
-
-
-@pytest.mark.parametrize("style", line_answers(7))
-def test_find_the_bug_accepts(style):
-    assert check(BUG, style).passed
-
-
-@pytest.mark.parametrize(
-    "line,words",
-    [
-        (6, "1/sqrt(d_h)"),
-        (9, "ONE softmax"),
-        (4, "appended"),
-        (8, "-inf"),
-        (0, "outside the function"),
-    ],
-)
-def test_find_the_bug_explains_other_lines(line, words):
-    assert_fails(BUG, line, words)
 
 
 def test_new_exercises_stub_and_solutions():
