@@ -127,35 +127,36 @@ def span_window(span: Union[Tensor, float], ramp: float) -> int:
     return math.ceil(longest + ramp)
 
 
-def computed_cells(length: int, window: int, *, block: int = 16) -> int:
+def computed_cells(length: int, window: int, *, block_m: int = 16) -> int:
     """Attention cells (query-key scores) one head computes for one sequence of ``length``.
 
-    Queries go in blocks of ``block`` positions; a block is compared with its own keys and
-    the ``window - 1`` keys before it: ``ceil(L / block) * block * (block + window - 1)``
+    Queries go in blocks of ``block_m`` positions; a block is compared with its own keys and
+    the ``window - 1`` keys before it: ``ceil(L / block_m) * block_m * (block_m + window - 1)``
     scores. When that is not fewer than the ``L * L`` of the plain causal computation (a
     window close to ``L``), the plain computation is used. See :func:`adaptive_span_attention`.
     """
     require_positive_int("length", length)
     require_positive_int("window", window)
-    require_positive_int("block", block)
-    num_blocks, block, keys = _plan(length, min(window, length), block)
+    require_positive_int("block_m", block_m)
+    num_blocks, block, keys = _plan(length, min(window, length), block_m)
     return num_blocks * block * keys
 
 
-def block_plan(length: int, window: int, block: int = 16) -> Tuple[int, int, int]:
+def block_plan(length: int, window: int, block_m: int = 16) -> Tuple[int, int, int]:
     """How :func:`adaptive_span_attention` splits one sequence: ``(blocks, queries per block, keys per block)``.
 
-    ``block`` is the tiles' ``block_m`` (:mod:`attncourse.kernels.tiles`, FlashAttention-2's
-    ``B_r``); the keys per block, ``block + window - 1``, are one tile's ``block_n``.
+    ``block_m`` is the queries per tile, as in :mod:`attncourse.kernels.tiles`
+    (FlashAttention-2's ``B_r``); the keys per block, ``block_m + window - 1``, are one tile's
+    ``block_n``, derived from the window.
 
-    Queries go in blocks of ``block``; each block meets its own keys and the ``window - 1``
+    Queries go in blocks of ``block_m``; each block meets its own keys and the ``window - 1``
     before them. When that is not fewer scores than ``L * L`` (a window close to ``L``), the
     plan is one block of ``L`` queries and ``L`` keys: the plain computation.
     """
     require_positive_int("length", length)
     require_positive_int("window", window)
-    require_positive_int("block", block)
-    return _plan(length, min(window, length), block)
+    require_positive_int("block_m", block_m)
+    return _plan(length, min(window, length), block_m)
 
 
 def _plan(length: int, window: int, block: int) -> Tuple[int, int, int]:
@@ -175,15 +176,15 @@ def adaptive_span_attention(
     ramp: float,
     *,
     window: Optional[int] = None,
-    block: int = 16,
+    block_m: int = 16,
     position_bias: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Causal multi-head self-attention with one soft span per head, computing only the keys within reach.
 
     The softmax probabilities are multiplied by ``m_z(x)`` and renormalised. Query ``t``
     needs only the keys at distances ``0 .. W-1`` (``W`` = :func:`span_window`): the queries
-    are processed in blocks of ``block`` positions, and each block is compared with its own
-    keys and the ``W - 1`` keys before it, so the number of scores is about ``L * (W + block)``
+    are processed in blocks of ``block_m`` positions, and each block is compared with its own
+    keys and the ``W - 1`` keys before it, so the number of scores is about ``L * (W + block_m)``
     instead of ``L * L`` (:func:`computed_cells`). Keys whose mask is 0 are left out of the
     softmax: they would get weight 0 after the renormalisation anyway, and leaving them out
     keeps the renormalisation from dividing underflowed numbers.
@@ -197,7 +198,8 @@ def adaptive_span_attention(
             ``L`` computes the full causal window and gives the same result to float
             tolerance; a window too small for the spans would cut keys with non-zero weight
             and is refused.
-        block: queries per block.
+        block_m: queries per block (the tiles' ``block_m``; the keys per block,
+            ``block_m + W - 1``, follow from the window: :func:`block_plan`).
         position_bias: optional ``(H, D)`` learned relative-position term added to the scores:
             ``position_bias[h, x]`` for the key at distance ``x``; ``D`` must cover
             :func:`span_window` (farther keys have weight 0 whatever their score).
@@ -222,7 +224,7 @@ def adaptive_span_attention(
             f" {fmt_shape(value.shape)}"
         )
     require_span_per_head(span, query)
-    require_positive_int("block", block)
+    require_positive_int("block_m", block_m)
     batch, heads, length, _ = query.shape
     scale = default_scale(query, None)
     if length == 0:  # no query: nothing to attend (the span and ramp are still checked)
@@ -247,7 +249,7 @@ def adaptive_span_attention(
                 f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the"
                 f" spans reach), got {fmt_shape(position_bias.shape)}"
             )
-    num_blocks, block, num_keys = _plan(length, window, block)
+    num_blocks, block, num_keys = _plan(length, window, block_m)
 
     # Blocks of queries (B, H, n, b, d) and, for each, its keys: the W - 1 before the block and
     # the block's own (B, H, n, b + W - 1, d), cut from the sequence padded with W - 1 empty
@@ -377,7 +379,7 @@ class AdaptiveSpanAttention(nn.Module):
         max_span, ramp, init_span, learnable: as for :class:`AdaptiveSpan`.
         trim: compute only the keys within the longest span plus the ramp (the point of the
             method); ``False`` computes the full causal window, for comparison.
-        block: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
+        block_m: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
         position_bias: learn a score per head and distance (``(H, max_span + ceil(ramp))``,
             zeros at first) added to the attention scores, so that a head can find "the token
             ``x`` back" directly. A simplified variant of the paper's relative positions: a
@@ -390,7 +392,7 @@ class AdaptiveSpanAttention(nn.Module):
     ``forward(x (B, L, embed_dim), mask=None)`` returns ``(output (B, L, embed_dim),
     weights (B, H, L, W))`` with the weights by distance (see :func:`adaptive_span_attention`).
     After each call ``cells`` holds the number of attention cells (query-key scores) computed,
-    ``B * H * computed_cells(L, W, block=block)``.
+    ``B * H * computed_cells(L, W, block_m=block_m)``.
     """
 
     def __init__(
@@ -403,7 +405,7 @@ class AdaptiveSpanAttention(nn.Module):
         init_span: Optional[float] = None,
         learnable: bool = True,
         trim: bool = True,
-        block: int = 16,
+        block_m: int = 16,
         position_bias: bool = True,
         bias: bool = True,
     ) -> None:
@@ -412,12 +414,12 @@ class AdaptiveSpanAttention(nn.Module):
         self.span = AdaptiveSpan(
             num_heads, max_span, ramp, init_span=init_span, learnable=learnable
         )
-        require_positive_int("block", block)
+        require_positive_int("block_m", block_m)
         if not isinstance(trim, bool) or not isinstance(position_bias, bool):
             raise TypeError(
                 f"trim and position_bias must be bools, got {trim!r} and {position_bias!r}"
             )
-        self.trim, self.block = trim, block
+        self.trim, self.block_m = trim, block_m
         # relative positions, as in the paper's model: a learned score per head and distance
         self.position_bias = (
             nn.Parameter(torch.zeros(num_heads, max_span + math.ceil(ramp)))
@@ -473,10 +475,10 @@ class AdaptiveSpanAttention(nn.Module):
             self.span.spans,
             self.span.ramp,
             window=window,
-            block=self.block,
+            block_m=self.block_m,
             position_bias=self.position_bias,
         )
-        self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block=self.block)
+        self.cells = x.size(0) * p.num_heads * computed_cells(length, window, block_m=self.block_m)
         return p.out_proj(merge_heads(heads)), weights
 
 

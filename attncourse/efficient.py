@@ -150,14 +150,14 @@ def tiled_attention(
     *,
     causal: bool = False,
     scale: Optional[float] = None,
-    block_size: int = 1024,
-    query_block_size: int = 256,
+    block_m: int = 256,
+    block_n: int = 1024,
 ) -> Tensor:
     """Exact scaled dot-product attention computed block by block, without the ``(L, S)`` scores.
 
     Equal (up to rounding) to ``scaled_dot_product_attention(query, key, value, mask)[0]``,
-    but the largest intermediate is one tile of ``query_block_size x block_size`` scores per
-    batch entry, so the extra memory does not grow with ``L * S``.
+    but the largest intermediate is one tile of ``block_m x block_n`` scores per batch entry,
+    so the extra memory does not grow with ``L * S``.
 
     Args:
         query: ``(..., L, d_k)``.
@@ -169,10 +169,9 @@ def tiled_attention(
             the last key: query ``i`` sees key ``j <= i + S - L``). Key blocks that lie
             entirely in a query block's future are skipped, not computed and masked.
         scale: multiplies ``Q K^T``; defaults to ``1 / sqrt(d_k)`` (which needs ``d_k > 0``).
-        block_size: keys per block (a tile's ``block_n``, FlashAttention-2's ``B_c``; see
+        block_m: queries per tile (FlashAttention-2's ``B_r``; see
             :mod:`attncourse.kernels.tiles`).
-        query_block_size: queries per block (``block_m``, ``B_r``). Neither needs to divide
-            ``S`` or ``L``.
+        block_n: keys per tile (``B_c``). Neither needs to divide ``L`` or ``S``.
 
     Returns:
         ``(..., L, d_v)``, the batch dimensions broadcast as in :func:`torch.matmul`. A query
@@ -182,13 +181,13 @@ def tiled_attention(
 
     Autograd works through it; when gradients are needed each query block is wrapped in
     :func:`torch.utils.checkpoint.checkpoint`, so that the backward pass recomputes its
-    tiles instead of storing them (memory ``query_block_size x S`` per batch entry).
+    tiles instead of storing them (memory ``block_m x S`` per batch entry).
     """
     check_attention_inputs(query, key, value, mask)
     seq_q, seq_k = query.size(-2), key.size(-2)
     require_bool("causal", causal)
-    require_positive_int("block_size", block_size)
-    require_positive_int("query_block_size", query_block_size)
+    require_positive_int("block_m", block_m)
+    require_positive_int("block_n", block_n)
     scale = default_scale(query, scale)
     if seq_q == 0:  # no query: an empty output of the broadcast batch shape
         batch = broadcast_batch(query=query.shape[:-2], key=key.shape[:-2], value=value.shape[:-2])
@@ -211,8 +210,8 @@ def tiled_attention(
     )
 
     blocks = []
-    for q_start in range(0, seq_q, query_block_size):
-        q_stop = min(q_start + query_block_size, seq_q)
+    for q_start in range(0, seq_q, block_m):
+        q_stop = min(q_start + block_m, seq_q)
         rows = mask[..., q_start:q_stop, :] if mask is not None else None
         args = (
             query[..., q_start:q_stop, :],
@@ -221,7 +220,7 @@ def tiled_attention(
             rows,
             q_start,
             causal_offset,
-            block_size,
+            block_n,
         )
         if use_checkpoint:
             blocks.append(checkpoint(_attend_query_block, *args, use_reentrant=False))
@@ -235,29 +234,29 @@ def tile_schedule(
     seq_k: int,
     *,
     causal: bool = False,
-    block_size: int = 1024,
-    query_block_size: int = 256,
+    block_m: int = 256,
+    block_n: int = 1024,
 ) -> List[Tuple[int, int, int, int, bool]]:
     """The tiles of scores that :func:`tiled_attention` computes, in the order it computes them.
 
     Returns a list of ``(q_start, q_stop, k_start, k_stop, crosses_diagonal)``: query rows
     ``q_start:q_stop`` against key columns ``k_start:k_stop``; ``crosses_diagonal`` is ``True``
     for a causal tile that holds future keys, computed in full and then masked. The same
-    bounds as the loops of :func:`tiled_attention` (query blocks of ``query_block_size``,
-    key blocks of ``block_size``, and with ``causal`` no key after a block's last query).
+    bounds as the loops of :func:`tiled_attention` (query blocks of ``block_m``, key blocks of
+    ``block_n``, and with ``causal`` no key after a block's last query).
     """
     require_positive_int("seq_q", seq_q)
     require_positive_int("seq_k", seq_k)
     require_bool("causal", causal)
-    require_positive_int("block_size", block_size)
-    require_positive_int("query_block_size", query_block_size)
+    require_positive_int("block_m", block_m)
+    require_positive_int("block_n", block_n)
     offset = seq_k - seq_q
     tiles = []
-    for q_start in range(0, seq_q, query_block_size):
-        q_stop = min(q_start + query_block_size, seq_q)
+    for q_start in range(0, seq_q, block_m):
+        q_stop = min(q_start + block_m, seq_q)
         key_end = causal_key_stop(q_stop, seq_k, seq_q) if causal else seq_k
-        for k_start in range(0, max(key_end, 0), block_size):
-            k_stop = min(k_start + block_size, key_end)
+        for k_start in range(0, max(key_end, 0), block_n):
+            k_stop = min(k_start + block_n, key_end)
             tiles.append(
                 (q_start, q_stop, k_start, k_stop, causal and k_stop - 1 > q_start + offset)
             )

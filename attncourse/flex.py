@@ -615,7 +615,7 @@ def sparsity_table(
         query_len: int, key_len: int, causal: bool
     ) -> List[Tuple[int, int, int, int, bool]]:
         return tile_schedule(
-            query_len, key_len, causal=causal, block_size=block_size, query_block_size=block_size
+            query_len, key_len, causal=causal, block_m=block_size, block_n=block_size
         )
 
     rows = []
@@ -661,7 +661,7 @@ def sparsity_table(
         sliding_window_mask_mod(length, window=window), None, None, length, length, block_size
     )
     kernel = int(tile_map(length, length, block_size, block_size, window=window).sum())
-    cells = computed_cells(length, window, block=block_size)
+    cells = computed_cells(length, window, block_m=block_size)
     rows.append(
         _row(
             f"sliding window {window}",

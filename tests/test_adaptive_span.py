@@ -134,12 +134,12 @@ def test_matches_dense_recomputation_and_torch_sdpa(device, dtype):
     )
 
 
-@pytest.mark.parametrize("length, block", [(11, 4), (23, 16), (13, 5)])
-def test_blocks_that_do_not_divide_the_length(length, block):
+@pytest.mark.parametrize("length, block_m", [(11, 4), (23, 16), (13, 5)])
+def test_blocks_that_do_not_divide_the_length(length, block_m):
     # the last block is padded: the output and the weights keep exactly L rows
     q, k, v = _qkv(length=length, seed=7)
     span = torch.tensor([0.5, 1.0, 2.5], dtype=torch.float64)
-    output, weights = adaptive_span_attention(q, k, v, span, 1.0, block=block)
+    output, weights = adaptive_span_attention(q, k, v, span, 1.0, block_m=block_m)
     # W = ceil(2.5 + 1)
     assert output.shape == (2, 3, length, 4) and weights.shape == (
         2,
@@ -167,7 +167,7 @@ def test_rows_sum_to_one_and_nothing_beyond_the_span(device):
 def test_trimmed_equals_untrimmed(device):
     q, k, v = _qkv(length=40, dim=8, seed=3, dtype=torch.float32, device=device)
     span = torch.tensor([2.0, 9.3, 5.0], device=device)
-    trimmed_out, trimmed_w = adaptive_span_attention(q, k, v, span, 4.0, block=5)
+    trimmed_out, trimmed_w = adaptive_span_attention(q, k, v, span, 4.0, block_m=5)
     full_out, full_w = adaptive_span_attention(q, k, v, span, 4.0, window=40)
     # ceil(9.3 + 4) = 14 keys instead of 40
     assert trimmed_w.size(-1) == 14 and full_w.size(-1) == 40
@@ -211,7 +211,7 @@ def test_computed_cells_fall_with_the_window_and_never_exceed_the_plain_count():
     assert counts == sorted(counts) and counts[-1] == 200 * 200
     # ceil(200 / 16) = 13 blocks of 16 queries, 16 + 7 keys each
     assert computed_cells(200, 8) == 13 * 16 * 23
-    assert computed_cells(200, 8, block=4) == 50 * 4 * 11
+    assert computed_cells(200, 8, block_m=4) == 50 * 4 * 11
     assert computed_cells(10, 8) == 100  # one block with 10 + 7 keys would cost more than 10 x 10
 
 
@@ -526,7 +526,7 @@ def test_position_bias_is_added_per_head_and_distance(device):
     bias = torch.randn(3, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(12)).to(
         device
     )
-    got, _ = adaptive_span_attention(q, k, v, span, 3.0, position_bias=bias, block=4)
+    got, _ = adaptive_span_attention(q, k, v, span, 3.0, position_bias=bias, block_m=4)
     # reference: the bias enters the scores, i.e. multiplies each probability by exp(bias[h, i - j])
     i = torch.arange(21, device=device)
     distance = i[:, None] - i[None, :]
@@ -563,7 +563,7 @@ def test_block_plan_by_hand_and_its_checks():
     for kwargs, name in (
         (dict(length=0, window=4), "length"),
         (dict(length=8, window=0), "window"),
-        (dict(length=8, window=4, block=0), "block"),
+        (dict(length=8, window=4, block_m=0), "block_m"),
     ):
         with pytest.raises(ValueError, match=name):
             block_plan(**kwargs)

@@ -33,16 +33,16 @@ def _qkv(
 @given(
     query_len=st.integers(1, 40),
     key_len=st.integers(1, 40),
-    block=st.integers(1, 17),
-    query_block=st.integers(1, 17),
+    block_n=st.integers(1, 17),
+    block_m=st.integers(1, 17),
     causal=st.booleans(),
     seed=st.integers(0, 1000),
 )
-def test_matches_reference_on_random_shapes(query_len, key_len, block, query_block, causal, seed):
+def test_matches_reference_on_random_shapes(query_len, key_len, block_m, block_n, causal, seed):
     q, k, v = _qkv(query_len=query_len, key_len=key_len, seed=seed)
     mask = causal_mask(query_len, key_len) if causal else None
     expected = scaled_dot_product_attention(q, k, v, mask)[0]
-    got = tiled_attention(q, k, v, causal=causal, block_size=block, query_block_size=query_block)
+    got = tiled_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-10)
 
 
@@ -52,21 +52,21 @@ def test_matches_torch_sdpa(device):
     )
     for causal in (False, True):  # L == S: torch's is_causal agrees with causal_mask
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        got = tiled_attention(q, k, v, causal=causal, block_size=16, query_block_size=24)
+        got = tiled_attention(q, k, v, causal=causal, block_m=24, block_n=16)
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
 
 
 def test_causal_bottom_right_alignment_when_lengths_differ(device):
     q, k, v = _qkv(query_len=5, key_len=12, device=device)
     expected = scaled_dot_product_attention(q, k, v, causal_mask(5, 12, device=device))[0]
-    torch.testing.assert_close(tiled_attention(q, k, v, causal=True, block_size=4), expected)
+    torch.testing.assert_close(tiled_attention(q, k, v, causal=True, block_n=4), expected)
     # torch's is_causal aligns the top-left corner instead: a different answer
     assert not torch.allclose(F.scaled_dot_product_attention(q, k, v, is_causal=True), expected)
 
 
 def test_more_queries_than_keys_gives_zero_rows():
     q, k, v = _qkv(query_len=9, key_len=4)
-    got = tiled_attention(q, k, v, causal=True, block_size=3, query_block_size=2)
+    got = tiled_attention(q, k, v, causal=True, block_m=2, block_n=3)
     assert torch.isfinite(got).all()
     assert (got[..., :5, :] == 0).all()  # the first L - S queries see no key
     torch.testing.assert_close(got, scaled_dot_product_attention(q, k, v, causal_mask(9, 4))[0])
@@ -102,7 +102,7 @@ def test_masks(kind, device):
             )
         )
         expected = scaled_dot_product_attention(q, k, v, full)[0]
-        got = tiled_attention(q, k, v, mask, causal=causal, block_size=4, query_block_size=3)
+        got = tiled_attention(q, k, v, mask, causal=causal, block_m=3, block_n=4)
         torch.testing.assert_close(got, expected)
         assert torch.isfinite(got).all()
 
@@ -112,7 +112,7 @@ def test_broadcast_batch_dimensions():
     k = torch.randn(1, 3, 9, 8, dtype=torch.float64)
     v = torch.randn(3, 9, 4, dtype=torch.float64)
     expected = scaled_dot_product_attention(q, k, v)[0]
-    got = tiled_attention(q, k, v, block_size=2)
+    got = tiled_attention(q, k, v, block_n=2)
     assert got.shape == (2, 3, 7, 4)
     torch.testing.assert_close(got, expected)
 
@@ -120,7 +120,7 @@ def test_broadcast_batch_dimensions():
 def test_unbatched_and_scale():
     q, k, v = _qkv(batch=(), query_len=6, key_len=9)
     torch.testing.assert_close(
-        tiled_attention(q, k, v, scale=0.3, block_size=4),
+        tiled_attention(q, k, v, scale=0.3, block_n=4),
         scaled_dot_product_attention(q, k, v, scale=0.3)[0],
     )
 
@@ -131,7 +131,7 @@ def test_unbatched_and_scale():
 def test_low_precision_against_float64(dtype, atol, device):
     q, k, v = _qkv(query_len=40, key_len=50, d_k=16, d_v=16, device=device)
     expected = scaled_dot_product_attention(q, k, v, causal_mask(40, 50, device=device))[0]
-    got = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=True, block_size=16)
+    got = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=True, block_n=16)
     assert got.dtype == dtype
     # the inputs are rounded to dtype first: compare with the float64 result of the rounded inputs
     rounded = scaled_dot_product_attention(
@@ -147,7 +147,7 @@ def test_low_precision_against_float64(dtype, atol, device):
 def test_large_scores_do_not_overflow():
     q, k, v = _qkv(query_len=8, key_len=20, dtype=torch.float32)
     q = q * 200  # scores of several thousand: exp would overflow without the running max
-    got = tiled_attention(q, k, v, block_size=3)
+    got = tiled_attention(q, k, v, block_n=3)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(
         got,
@@ -161,9 +161,7 @@ def test_gradients_match_reference(device):
     q, k, v = (x.requires_grad_() for x in _qkv(query_len=9, key_len=12, device=device))
     mask = (torch.rand(9, 12, generator=torch.Generator().manual_seed(3)) > 0.3).to(device)
     weights = torch.randn(2, 3, 9, 5, dtype=torch.float64, device=device)
-    (
-        tiled_attention(q, k, v, mask, causal=True, block_size=5, query_block_size=4) * weights
-    ).sum().backward()
+    (tiled_attention(q, k, v, mask, causal=True, block_m=4, block_n=5) * weights).sum().backward()
     grads = [x.grad.clone() for x in (q, k, v)]
     for x in (q, k, v):
         x.grad = None
@@ -177,7 +175,7 @@ def test_gradients_match_reference(device):
 def test_gradcheck():
     q, k, v = (x.requires_grad_() for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=3, d_v=2))
     assert torch.autograd.gradcheck(
-        lambda q, k, v: tiled_attention(q, k, v, causal=True, block_size=3, query_block_size=2),
+        lambda q, k, v: tiled_attention(q, k, v, causal=True, block_m=2, block_n=3),
         (q, k, v),
     )
 
@@ -187,7 +185,7 @@ def test_causal_skips_blocks():
     q, k, v = _qkv(batch=(), query_len=8, key_len=8)
     k, v = k.clone(), v.clone()
     k[6:], v[6:] = float("nan"), float("nan")
-    got = tiled_attention(q, k, v, causal=True, block_size=2, query_block_size=2)
+    got = tiled_attention(q, k, v, causal=True, block_m=2, block_n=2)
     assert torch.isfinite(got[:6]).all()  # queries 0..5 only read key blocks [0, 6)
     torch.testing.assert_close(
         got[:6], scaled_dot_product_attention(q[:6], k[:6], v[:6], causal_mask(6))[0]
@@ -196,11 +194,11 @@ def test_causal_skips_blocks():
 
 def test_future_tokens_cannot_change_earlier_outputs():
     q, k, v = _qkv(query_len=12, key_len=12)
-    before = tiled_attention(q, k, v, causal=True, block_size=5)
+    before = tiled_attention(q, k, v, causal=True, block_n=5)
     k2, v2 = k.clone(), v.clone()
     k2[..., 8:, :] += 3.0
     v2[..., 8:, :] -= 2.0
-    after = tiled_attention(q, k2, v2, causal=True, block_size=5)
+    after = tiled_attention(q, k2, v2, causal=True, block_n=5)
     torch.testing.assert_close(after[..., :8, :], before[..., :8, :])
     assert not torch.allclose(after[..., 8:, :], before[..., 8:, :])
 
@@ -234,10 +232,10 @@ def test_input_errors():
         tiled_attention(q, k, v, torch.ones(10, 12, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask"):
         tiled_attention(q, k, v, torch.ones(10, 13, dtype=torch.int64))
-    with pytest.raises(ValueError, match="block_size"):
-        tiled_attention(q, k, v, block_size=0)
-    with pytest.raises(ValueError, match="query_block_size"):
-        tiled_attention(q, k, v, query_block_size=-1)
+    with pytest.raises(ValueError, match="block_n"):
+        tiled_attention(q, k, v, block_n=0)
+    with pytest.raises(ValueError, match="block_m"):
+        tiled_attention(q, k, v, block_m=-1)
     with pytest.raises(TypeError, match="causal"):
         tiled_attention(q, k, v, causal=1)
     with pytest.raises(TypeError, match="same dtype"):
@@ -257,7 +255,7 @@ def test_batch_dimensions_broadcast_from_any_argument(shapes):
     k = torch.randn(*bk, 7, 4, generator=g, dtype=torch.float64)
     v = torch.randn(*bv, 7, 3, generator=g, dtype=torch.float64)
     for causal in (False, True):
-        got = tiled_attention(q, k, v, causal=causal, block_size=3, query_block_size=2)
+        got = tiled_attention(q, k, v, causal=causal, block_m=2, block_n=3)
         mask = causal_mask(5, 7) if causal else None
         expected, _ = scaled_dot_product_attention(q, k, v, mask)
         assert got.shape == expected.shape
@@ -271,7 +269,7 @@ def test_gradients_with_a_finite_float_mask_match_reference():
     """The out-of-place path (taken when gradients are needed) adds a float mask, as the reference does."""
     q, k, v = (x.requires_grad_() for x in _qkv(batch=(2,), query_len=5, key_len=7, d_k=3, d_v=2))
     mask = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    got = tiled_attention(q, k, v, mask, block_size=3, query_block_size=2)
+    got = tiled_attention(q, k, v, mask, block_m=2, block_n=3)
     expected, _ = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(got, expected)
     grads = torch.autograd.grad(got.sum(), (q, k, v))
@@ -286,7 +284,7 @@ def test_half_precision_with_masks_matches_reference(dtype):
         torch.rand(5, 7, generator=torch.Generator().manual_seed(2)) > 0.3,
         torch.randn(5, 7).to(dtype),
     ):
-        got = tiled_attention(q, k, v, mask, block_size=3)
+        got = tiled_attention(q, k, v, mask, block_n=3)
         expected, _ = scaled_dot_product_attention(
             q.double(), k.double(), v.double(), mask if mask.dtype == torch.bool else mask.double()
         )
@@ -313,8 +311,8 @@ def test_tile_schedule_lists_the_scores_tiled_attention_multiplies():
             torch.randn(1, 1, seq_k, 4),
         )
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            tiled_attention(q, k, v, causal=causal, block_size=bk, query_block_size=bq)
-        tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
+            tiled_attention(q, k, v, causal=causal, block_m=bq, block_n=bk)
+        tiles = tile_schedule(seq_q, seq_k, causal=causal, block_m=bq, block_n=bk)
         assert counter.get_total_flops() == 4 * 4 * sum(
             (q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles
         )
@@ -331,7 +329,7 @@ def test_tile_schedule_against_the_mask_cell_by_cell(seq_q, seq_k, bq, bk, causa
     exactly when it holds a masked cell."""
     keep = causal_mask(seq_q, seq_k) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool)
     covered = torch.zeros(seq_q, seq_k, dtype=torch.int64)
-    tiles = tile_schedule(seq_q, seq_k, causal=causal, block_size=bk, query_block_size=bq)
+    tiles = tile_schedule(seq_q, seq_k, causal=causal, block_m=bq, block_n=bk)
     for q0, q1, k0, k1, straddles in tiles:
         assert 0 <= q0 < q1 <= seq_q and 0 <= k0 < k1 <= seq_k
         assert q1 - q0 <= bq and k1 - k0 <= bk and q0 % bq == 0 and k0 % bk == 0
@@ -343,10 +341,10 @@ def test_tile_schedule_against_the_mask_cell_by_cell(seq_q, seq_k, bq, bk, causa
 
 
 def test_tile_schedule_validates():
-    with pytest.raises(ValueError, match="block_size"):
-        tile_schedule(8, 8, block_size=0)
-    with pytest.raises(ValueError, match="query_block_size"):
-        tile_schedule(8, 8, query_block_size=0)
+    with pytest.raises(ValueError, match="block_n"):
+        tile_schedule(8, 8, block_n=0)
+    with pytest.raises(ValueError, match="block_m"):
+        tile_schedule(8, 8, block_m=0)
     with pytest.raises(ValueError, match="seq_q"):
         tile_schedule(0, 8)
     with pytest.raises(ValueError, match="seq_k"):

@@ -370,9 +370,7 @@ def test_the_timing_function_measures_side_by_side(monkeypatch):
     assert [r["mask"] for r in result["rows"]] == list(flex_benchmark.MASKS)
     assert sum(result["document_lengths"]) == 256 and len(result["document_lengths"]) == 3
     kept = {r["mask"]: r["kept"] for r in result["rows"]}
-    assert kept["causal"] == len(
-        tile_schedule(256, 256, causal=True, block_size=64, query_block_size=64)
-    )
+    assert kept["causal"] == len(tile_schedule(256, 256, causal=True, block_m=64, block_n=64))
     assert kept["sliding window"] == int(tile_map(256, 256, 64, 64, window=64).sum())
     for row in result["rows"]:
         assert row["max_error"] < 1e-5 and row["total"] == 16
@@ -450,20 +448,17 @@ def test_sparsity_table_against_the_course():
         assert row["kept"] + row["skipped"] == row["kept"] + row["skipped"]
         assert row["agree"] == (row["kept"] == row["course"])
         assert row["agree"] or "documents packed" in row["mask"], row
-    assert rows[0]["kept"] == len(
-        tile_schedule(512, 512, causal=True, block_size=64, query_block_size=64)
-    )
+    assert rows[0]["kept"] == len(tile_schedule(512, 512, causal=True, block_m=64, block_n=64))
     assert rows[0]["partial"] == 8  # the diagonal
     assert rows[1]["partial"] > sum(
-        t[4] for t in tile_schedule(445, 445, causal=True, block_size=64, query_block_size=64)
+        t[4] for t in tile_schedule(445, 445, causal=True, block_m=64, block_n=64)
     )
     assert by_mask["sliding"]["kept"] == int(tile_map(512, 512, 64, 64, window=100).sum())
     spans = torch.tensor([10.0, 70.0, 300.0], dtype=torch.float64)
     assert by_mask["adaptive"]["kept"] == int(span_tile_maps(spans, 8.0, 512, 64, 64).sum())
     documents = rows[-1]
     alone = sum(
-        len(tile_schedule(n, n, causal=True, block_size=64, query_block_size=64))
-        for n in (100, 50, 200, 162)
+        len(tile_schedule(n, n, causal=True, block_m=64, block_n=64)) for n in (100, 50, 200, 162)
     )
     assert documents["course"] == alone != documents["kept"] and documents["kept"] < rows[0]["kept"]
 

@@ -120,11 +120,9 @@ def test_sdpa_matches_torch_sdpa_in_every_dtype_layout_and_empty_dimension(case)
     st.integers(1, 4),
     st.booleans(),
 )
-def test_tiled_attention_equals_sdpa_for_any_blocks(case, block, query_block, causal):
+def test_tiled_attention_equals_sdpa_for_any_blocks(case, block_n, block_m, causal):
     (q, k, v), mask, dtype = case
-    out = tiled_attention(
-        q, k, v, mask, causal=causal, block_size=block, query_block_size=query_block
-    )
+    out = tiled_attention(q, k, v, mask, causal=causal, block_m=block_m, block_n=block_n)
     full = mask
     if causal:
         cm = M.causal_mask(q.size(-2), k.size(-2))
@@ -298,7 +296,7 @@ def test_defaults_of_adaptive_span_lm():
     assert (
         block.self_attn.projections.embed_dim == 64 and block.self_attn.projections.num_heads == 4
     )
-    assert block.ffn.linear1.out_features == 256 and block.self_attn.block == 16
+    assert block.ffn.linear1.out_features == 256 and block.self_attn.block_m == 16
     assert AdaptiveSpanAttention(8, 2, 4, 1.0).cells == 0 and block.self_attn.trim is True
 
 
@@ -405,16 +403,16 @@ BAD = [
         ["causal", "int"],
     ),
     (
-        "tiled block float",
-        lambda: tiled_attention(Q3, K3, V3, block_size=2.0),
+        "tiled block_n float",
+        lambda: tiled_attention(Q3, K3, V3, block_n=2.0),
         TypeError,
-        ["block_size", "2.0"],
+        ["block_n", "2.0"],
     ),
     (
-        "tiled query block 0",
-        lambda: tiled_attention(Q3, K3, V3, query_block_size=0),
+        "tiled block_m 0",
+        lambda: tiled_attention(Q3, K3, V3, block_m=0),
         ValueError,
-        ["query_block_size", "0"],
+        ["block_m", "0"],
     ),
     ("tiled scale", lambda: tiled_attention(Q3, K3, V3, scale=-1.0), ValueError, ["scale", "-1.0"]),
     ("padding float list", lambda: M.padding_mask([1.5, 2]), TypeError, ["lengths", "1.5"]),
@@ -666,7 +664,12 @@ BAD = [
     ("span_window ramp", lambda: span_window(1.0, -1.0), ValueError, ["ramp", "-1.0"]),
     ("computed_cells length", lambda: computed_cells(0, 3), ValueError, ["length", "0"]),
     ("computed_cells window", lambda: computed_cells(4, 0), ValueError, ["window", "0"]),
-    ("computed_cells block", lambda: computed_cells(4, 3, block=0), ValueError, ["block", "0"]),
+    (
+        "computed_cells block_m",
+        lambda: computed_cells(4, 3, block_m=0),
+        ValueError,
+        ["block_m", "0"],
+    ),
     (
         "asa int query",
         lambda: adaptive_span_attention(Q4.long(), Q4, Q4, SPAN, 1.0),
@@ -740,10 +743,10 @@ BAD = [
         ["query", "d_k = 0"],
     ),
     (
-        "asa block",
-        lambda: adaptive_span_attention(Q4, Q4, Q4, SPAN, 1.0, block=0),
+        "asa block_m",
+        lambda: adaptive_span_attention(Q4, Q4, Q4, SPAN, 1.0, block_m=0),
         ValueError,
-        ["block", "0"],
+        ["block_m", "0"],
     ),
     (
         "asa window float",
@@ -833,7 +836,12 @@ BAD = [
         ValueError,
         ["weight", "'1'"],
     ),
-    ("ASA block", lambda: AdaptiveSpanAttention(8, 2, 4, 1.0, block=0), ValueError, ["block", "0"]),
+    (
+        "ASA block_m",
+        lambda: AdaptiveSpanAttention(8, 2, 4, 1.0, block_m=0),
+        ValueError,
+        ["block_m", "0"],
+    ),
     ("ASA trim", lambda: AdaptiveSpanAttention(8, 2, 4, 1.0, trim=1), TypeError, ["trim", "1"]),
     (
         "ASA position_bias",

@@ -258,7 +258,7 @@ def test_plot_span_cells_marks_the_layer_window_and_computed_band():
     from attncourse.adaptive_span import computed_cells
     from attncourse.plotting import plot_span_cells
 
-    fig = plot_span_cells([20, 6, 1, 0], 4, 96, block=16)
+    fig = plot_span_cells([20, 6, 1, 0], 4, 96, block_m=16)
     assert len(fig.axes) == 5
     assert any("W = 24" in t.get_text() for t in fig.axes[0].texts)
     image = fig.axes[1].images[0].get_array()
@@ -267,7 +267,7 @@ def test_plot_span_cells_marks_the_layer_window_and_computed_band():
     in_sequence = sum(16 * (start + 16 - max(0, start - 23)) for start in range(0, 96, 16))
     # what the counter adds before position 0
     padding = sum(16 * max(0, 23 - start) for start in range(0, 96, 16))
-    assert computed == in_sequence == computed_cells(96, 24, block=16) - padding
+    assert computed == in_sequence == computed_cells(96, 24, block_m=16) - padding
     assert (np.asarray(fig.axes[1].images[0].get_array()) > 0).sum() == (
         np.asarray(fig.axes[4].images[0].get_array()) > 0
     ).sum()

@@ -103,7 +103,7 @@ BUILDERS = {
     ),
     "efficient.tile_schedule": (
         lambda **kw: __import__("attncourse.efficient", fromlist=["x"]).tile_schedule(
-            4, 4, block_size=2, query_block_size=2, **kw
+            4, 4, block_m=2, block_n=2, **kw
         )
     ),
     "adaptive_span.AdaptiveSpan": (

@@ -132,7 +132,7 @@ def time_flex_against_sdpa(
     def tiled(name):
         mask = None if name == "causal" else scores_mask[name]
         return lambda: tiled_attention(
-            q, k, v, mask, causal=True, block_size=block_size, query_block_size=block_size
+            q, k, v, mask, causal=True, block_m=block_size, block_n=block_size
         )
 
     errors = {}

@@ -688,8 +688,8 @@ def plot_tile_schedule(
     seq_k: int,
     *,
     causal: bool = True,
-    block_size: int = 1024,
-    query_block_size: int = 256,
+    block_m: int = 256,
+    block_n: int = 1024,
     ax: Optional[Axes] = None,
 ) -> Axes:
     """The score tiles :func:`attncourse.efficient.tiled_attention` computes, drawn on the ``(L, S)`` grid.
@@ -700,9 +700,7 @@ def plot_tile_schedule(
     """
     from matplotlib.patches import Rectangle
 
-    tiles = tile_schedule(
-        seq_q, seq_k, causal=causal, block_size=block_size, query_block_size=query_block_size
-    )
+    tiles = tile_schedule(seq_q, seq_k, causal=causal, block_m=block_m, block_n=block_n)
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 5.5 * seq_q / seq_k + 0.8), layout="constrained")
     for order, (q0, q1, k0, k1, crosses) in enumerate(tiles):
@@ -733,8 +731,8 @@ def plot_tile_schedule(
     ax.set_xlim(0, seq_k)
     ax.set_ylim(seq_q, 0)
     ax.set_aspect("equal")
-    ax.set_xlabel(f"key position (blocks of {block_size})")
-    ax.set_ylabel(f"query position (blocks of {query_block_size})")
+    ax.set_xlabel(f"key position (blocks of {block_n})")
+    ax.set_ylabel(f"query position (blocks of {block_m})")
     computed = sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1, _ in tiles)
     ax.set_title(f"{len(tiles)} tiles, {computed / (seq_q * seq_k):.1%} of the L x S scores")
     from matplotlib.patches import Patch
@@ -752,13 +750,15 @@ def plot_tile_schedule(
     return ax
 
 
-def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: int = 16) -> Figure:
+def plot_span_cells(
+    spans: Sequence[float], ramp: float, length: int, *, block_m: int = 16
+) -> Figure:
     """Adaptive span: each head's soft mask over the distance, and the scores the trimmed layer computes.
 
     Left: ``m_z(x)`` of every head against the distance ``x`` (flat at 1 up to ``z``, a ramp of
     width ``R``), with the layer's window ``W = ceil(max z + R)`` marked. Right, one panel per
     head: the ``(query, key)`` grid of one sequence of ``length``; grey cells are the scores
-    the trimmed layer computes (the same ``W`` for every head, in query blocks of ``block``),
+    the trimmed layer computes (the same ``W`` for every head, in query blocks of ``block_m``),
     coloured by the head's mask; white is never computed.
     """
     from matplotlib.colors import ListedColormap
@@ -769,7 +769,7 @@ def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: 
             f"spans must be a non-empty 1-D sequence, got shape {fmt_shape(spans_t.shape)}"
         )
     window = span_window(spans_t, ramp)
-    num_blocks, per_block, keys = block_plan(length, min(window, length), block)
+    num_blocks, per_block, keys = block_plan(length, min(window, length), block_m)
     heads = spans_t.numel()
     fig, axes = plt.subplots(
         1,
@@ -813,7 +813,7 @@ def plot_span_cells(spans: Sequence[float], ramp: float, length: int, *, block: 
             ylabel="query" if h == 0 else None,
         )
     fig.suptitle(
-        f"grey and coloured: the {computed_cells(length, window, block=block):,} scores per head"
+        f"grey and coloured: the {computed_cells(length, window, block_m=block_m):,} scores per head"
         f" the trimmed layer computes (of {length * length:,}); colour: the head's mask; white:"
         " never computed",
         fontsize=9,
