@@ -135,6 +135,15 @@ def require_positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def require_heads_divide(name: str, width: object, num_heads: object, why: str = "") -> None:
+    """``width`` (the argument ``name``) and ``num_heads`` are positive integers and the heads
+    split the width evenly; ``why`` (what each head gets) ends the message."""
+    require_positive_int(name, width)
+    require_positive_int("num_heads", num_heads)
+    if width % num_heads:  # type: ignore[operator]
+        raise ValueError(f"num_heads={num_heads} must divide {name}={width}{why}")
+
+
 def check_positive_ints(**values: object) -> List[int]:
     """Each value a positive integer (checked in the order given); returns them as Python ints
     (numpy integers would overflow silently)."""

@@ -20,6 +20,7 @@ from ._checks import (
     fmt_shape,
     require_bool,
     require_floating,
+    require_heads_divide,
     require_positive_int,
     require_rank,
     require_size,
@@ -108,13 +109,9 @@ class MultiHeadAttention(nn.Module):
         positional: Optional[str] = None,
     ) -> None:
         super().__init__()
-        require_positive_int("embed_dim", embed_dim)
-        require_positive_int("num_heads", num_heads)
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"num_heads={num_heads} must divide embed_dim={embed_dim} "
-                "(each head gets embed_dim // num_heads columns)"
-            )
+        require_heads_divide(
+            "embed_dim", embed_dim, num_heads, " (each head gets embed_dim // num_heads columns)"
+        )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         require_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads:
@@ -303,6 +300,25 @@ class MultiHeadAttention(nn.Module):
         return query_positions, cache._key_positions(query_positions)
 
     @classmethod
+    def _shaped_like(
+        cls, module: nn.Module, bias: bool, weight: Tensor, **options: object
+    ) -> "MultiHeadAttention":
+        """A new layer with ``module``'s ``embed_dim``, ``num_heads``, ``kdim``, ``vdim`` and
+        ``dropout`` (torch's ``MultiheadAttention`` names them as this class does), ``bias`` and
+        ``options``, on the device and in the dtype of ``weight``: the copy that receives
+        ``module``'s weights."""
+        layer = cls(
+            module.embed_dim,
+            module.num_heads,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            bias=bias,
+            dropout=module.dropout,
+            **options,
+        )
+        return layer.to(device=weight.device, dtype=weight.dtype)
+
+    @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Build a layer with the weights of a ``torch.nn.MultiheadAttention``.
 
@@ -323,15 +339,7 @@ class MultiHeadAttention(nn.Module):
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
         bias = module.in_proj_bias is not None
-        layer = cls(
-            module.embed_dim,
-            module.num_heads,
-            kdim=module.kdim,
-            vdim=module.vdim,
-            bias=bias,
-            dropout=module.dropout,
-        )
-        layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
+        layer = cls._shaped_like(module, bias, module.out_proj.weight)
         e = module.embed_dim
         with torch.no_grad():
             if module._qkv_same_embed_dim:
@@ -402,17 +410,9 @@ def mean_pool_kv_heads(layer: MultiHeadAttention, num_kv_heads: int) -> MultiHea
             f" num_kv_heads={layer.num_kv_heads}, num_heads={layer.num_heads}"
         )
     bias = layer.q_proj.bias is not None
-    pooled = MultiHeadAttention(
-        layer.embed_dim,
-        layer.num_heads,
-        kdim=layer.kdim,
-        vdim=layer.vdim,
-        bias=bias,
-        dropout=layer.dropout,
-        num_kv_heads=num_kv_heads,
-        positional=layer.positional,
+    pooled = MultiHeadAttention._shaped_like(
+        layer, bias, layer.q_proj.weight, num_kv_heads=num_kv_heads, positional=layer.positional
     )
-    pooled.to(device=layer.q_proj.weight.device, dtype=layer.q_proj.weight.dtype)
     group, head_dim = layer.num_heads // num_kv_heads, layer.head_dim
     with torch.no_grad():
         pooled.q_proj.load_state_dict(layer.q_proj.state_dict())

@@ -34,6 +34,7 @@ from ._checks import (
     fmt_shape,
     require_bool,
     require_floating,
+    require_heads_divide,
     require_input_like,
     require_non_negative_int,
     require_pad_id,
@@ -129,13 +130,9 @@ class TransformerBlock(nn.Module):
         positional: Optional[str] = None,
     ) -> None:
         super().__init__()
-        require_positive_int("d_model", d_model)
-        require_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(
-                f"num_heads={num_heads} must divide d_model={d_model} (each head gets d_model /"
-                " num_heads features)"
-            )
+        require_heads_divide(
+            "d_model", d_model, num_heads, " (each head gets d_model / num_heads features)"
+        )
         require_non_negative_int("d_ff", d_ff)
         dropout = _check_dropout(dropout)
         require_bool("cross_attention", cross_attention)
