@@ -184,6 +184,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.efficient.tiled_attention": 7,
     "attncourse.benchmarks.measure.Timing": 7,
     "attncourse.benchmarks.measure.attention_flops": 7,
+    "attncourse.benchmarks.measure.autograd_pass": 10,
     "attncourse.benchmarks.measure.cpu_peak_memory": 7,
     "attncourse.benchmarks.measure.cuda_peak_memory": 7,
     "attncourse.benchmarks.measure.fit_slope": 7,

@@ -7,6 +7,7 @@ import torch
 
 from attncourse.benchmarks.measure import (
     attention_flops,
+    autograd_pass,
     cpu_peak_memory,
     cuda_peak_memory,
     fit_slope,
@@ -83,6 +84,23 @@ def test_timing_helpers():
     assert order == ["a", "b"] * 3 and set(result) == {"a", "b"}
     with pytest.raises(ValueError, match="repeats"):
         time_call(lambda: None, repeats=0)
+
+
+def test_autograd_pass_runs_forward_alone_or_with_its_backward():
+    x = torch.arange(3.0, requires_grad=True)
+    forward = lambda: x * x
+    out = autograd_pass(forward, False, (x,))()
+    assert not out.requires_grad and x.grad is None
+    seen = []
+    x.register_hook(lambda grad: seen.append(grad.clone()))
+    assert torch.equal(autograd_pass(forward, True, (x,))(), x * x) and x.grad is None
+    autograd_pass(forward, True, (x,), dout=torch.tensor([1.0, 0.0, 2.0]))()
+    # the gradient of out.float().sum(), then of dout; the leaves' gradients cleared each time
+    assert [g.tolist() for g in seen] == [[0.0, 2.0, 4.0], [0.0, 0.0, 8.0]] and x.grad is None
+    with pytest.raises(TypeError, match="backward"):
+        autograd_pass(forward, "no", (x,))
+    with pytest.raises(TypeError, match="forward"):
+        autograd_pass(x, True, (x,))
 
 
 def test_fit_slope_recovers_a_power_law():

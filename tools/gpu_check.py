@@ -99,7 +99,11 @@ import torch.nn.functional as F  # noqa: E402
 from attncourse.adaptive_span import adaptive_span_attention  # noqa: E402
 from attncourse.attention import scaled_dot_product_attention  # noqa: E402
 from attncourse.benchmarks import gpu_report  # noqa: E402
-from attncourse.benchmarks.measure import attention_flops, cuda_peak_memory  # noqa: E402
+from attncourse.benchmarks.measure import (  # noqa: E402
+    attention_flops,
+    autograd_pass,
+    cuda_peak_memory,
+)
 from attncourse.kernels import config as launch  # noqa: E402
 from attncourse.kernels import sdpa, tiles  # noqa: E402
 from attncourse.masks import causal_mask, padding_mask  # noqa: E402
@@ -1238,26 +1242,6 @@ def inputs_for(s: Setting, device) -> Tuple[torch.Tensor, ...]:
     return (*(t.requires_grad_(s.backward) for t in (q, k, v)), dout)
 
 
-def step(forward: Callable[[], torch.Tensor], leaves, dout, backward: bool) -> Callable[[], object]:
-    """A zero-argument call of ``forward`` (without autograd), or of forward and backward."""
-    if not backward:
-
-        def run():
-            with torch.no_grad():
-                return forward()
-
-        return run
-
-    def run_both():
-        out = forward()
-        out.backward(dout)
-        for leaf in leaves:
-            leaf.grad = None
-        return out
-
-    return run_both
-
-
 def sdpa_backends_of_build() -> Tuple[List[str], Dict[str, str]]:
     """The fused SDPA backends this torch has (of :data:`SDPA_IMPLS`), and why each other is missing."""
     from torch.nn.attention import SDPBackend
@@ -1311,7 +1295,7 @@ def implementations(
         forwards[f"sdpa-{backend}"] = _restricted(backend, q, k, v, s.causal)
     if flex is not None:
         forwards["flex"] = _flex_call(flex, s, q, k, v)
-    return {name: step(fn, (q, k, v), dout, s.backward) for name, fn in forwards.items()}
+    return {name: autograd_pass(fn, s.backward, (q, k, v), dout) for name, fn in forwards.items()}
 
 
 def _flex_call(flex: Dict[str, object], s: Setting, q, k, v) -> Callable[[], torch.Tensor]:
@@ -1570,7 +1554,7 @@ def span_calls(plan: Plan, s: Setting, device) -> Dict[str, Callable[[], object]
     for z in plan.spans:
         spans = torch.full((s.heads,), z, device=device)
         forward = lambda spans=spans: flash.adaptive_span_flash_attention(q, k, v, spans, RAMP)
-        calls[f"span {z:g}"] = step(forward, (q, k, v), dout, s.backward)
+        calls[f"span {z:g}"] = autograd_pass(forward, s.backward, (q, k, v), dout)
     return calls
 
 
@@ -1668,8 +1652,8 @@ def compare_alternatives(plan: Plan, s: Setting, alternatives, device) -> Dict[s
     from attncourse.kernels import flash
 
     q, k, v, dout = inputs_for(s, device)
-    course = step(
-        lambda: flash.flash_attention(q, k, v, causal=s.causal), (q, k, v), dout, s.backward
+    course = autograd_pass(
+        lambda: flash.flash_attention(q, k, v, causal=s.causal), s.backward, (q, k, v), dout
     )
     fns = {
         label: overridden(course, kernel, fields)

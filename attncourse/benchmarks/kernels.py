@@ -48,7 +48,7 @@ from .common import (
     machine,
     read_result,
 )
-from .measure import attention_flops, time_interleaved
+from .measure import attention_flops, autograd_pass, time_interleaved
 
 __all__ = [
     "time_triton_against_torch",
@@ -135,21 +135,7 @@ def build_gpu(
     else:  # "span"
         spans = torch.full((num_heads,), float(span), device=device)  # type: ignore[arg-type]
         forward = lambda: adaptive_span_flash_attention(q, k, v, spans, ramp)
-    if not backward:
-
-        def fn():
-            with torch.no_grad():
-                return forward()
-
-        return fn
-
-    def fn():
-        out = forward()
-        out.float().sum().backward()
-        q.grad = k.grad = v.grad = None
-        return out
-
-    return fn
+    return autograd_pass(forward, backward, (q, k, v))
 
 
 def _naive_bytes(

@@ -41,6 +41,7 @@ from .common import _require_device, _require_sequence
 
 __all__ = [
     "Timing",
+    "autograd_pass",
     "time_call",
     "time_interleaved",
     "cuda_peak_memory",
@@ -105,6 +106,39 @@ def _require_callable(name: str, fn: object) -> None:
 def _sync(device: Optional[torch.device]) -> None:
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def autograd_pass(
+    forward: Callable[[], torch.Tensor],
+    backward: bool,
+    leaves: Sequence[torch.Tensor] = (),
+    dout: Optional[torch.Tensor] = None,
+) -> Callable[[], torch.Tensor]:
+    """``forward`` as a zero-argument call to time: alone under ``torch.no_grad()``, or, with
+    ``backward``, followed by its backward pass, of ``dout`` (the gradient of the output) or, when
+    ``dout`` is None, of ``out.float().sum()``; the gradients of ``leaves`` (the inputs) are
+    cleared after each call. The call returns the output."""
+    _require_callable("forward", forward)
+    require_bool("backward", backward)
+    if not backward:
+
+        def forward_only() -> torch.Tensor:
+            with torch.no_grad():
+                return forward()
+
+        return forward_only
+
+    def forward_and_backward() -> torch.Tensor:
+        out = forward()
+        if dout is None:
+            out.float().sum().backward()
+        else:
+            out.backward(dout)
+        for leaf in leaves:
+            leaf.grad = None
+        return out
+
+    return forward_and_backward
 
 
 def time_call(
