@@ -49,7 +49,7 @@ from .masks import causal_mask, combine_masks
 from .multihead import MultiHeadAttention
 from .positions import sinusoidal_encoding
 
-__all__ = ["FeedForward", "TransformerBlock", "CausalLM", "Seq2SeqTransformer"]
+__all__ = ["FeedForward", "TransformerBlock", "CausalLM", "EncoderDecoder", "Seq2SeqTransformer"]
 
 #: ``CausalLM``'s ``positional``: added to the token embeddings (``"learned"``,
 #: ``"sinusoidal"``), nothing (``"none"``), or inside every self-attention (``"rope"``,
@@ -472,10 +472,14 @@ class CausalLM(nn.Module):
         return [KVCache(window) for _ in self.blocks]
 
 
-class _EncoderDecoder(nn.Module):
-    """What the course's two translation models share: the check of their sizes and the passes
-    through their layers (chapter 4's ``AttentionTranslator``, made of attention alone, and
-    :class:`Seq2SeqTransformer`).
+class EncoderDecoder(nn.Module):
+    """The base of the course's translation models: what an encoder-decoder does with its layers,
+    whatever they are (chapter 4's :class:`attncourse.course.toy_translation.AttentionTranslator`,
+    made of attention alone, and :class:`Seq2SeqTransformer`).
+
+    The encoder's layers read the source with its padded keys masked; the decoder's read the
+    target so far with a causal mask (and its padded keys masked), and the encoder's output with
+    the source's padding masked; a linear ``head`` turns the last one's output into logits.
 
     A subclass checks its sizes with :meth:`_check_sizes`, sets ``pad_id``, builds ``encoder``
     and ``decoder`` (layers called as ``layer(x, mask)`` and ``layer(x, mask, memory,
@@ -546,7 +550,7 @@ class _EncoderDecoder(nn.Module):
         return out[:, 1:]
 
 
-class Seq2SeqTransformer(_EncoderDecoder):
+class Seq2SeqTransformer(EncoderDecoder):
     """Encoder-decoder Transformer for toy translation (chapter 4).
 
     Args:

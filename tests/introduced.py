@@ -121,6 +121,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.masks.to_ignore_mask": 3,
     # chapter 4
     "attncourse.course.toy_translation.AttentionTranslator": 4,
+    "attncourse.transformer.EncoderDecoder": 4,
     "attncourse.course.toy_translation.BOS": 4,
     "attncourse.course.toy_translation.EOS": 4,
     "attncourse.course.toy_translation.MAX_SRC_LEN": 4,

@@ -48,7 +48,7 @@ from .._checks import (
 )
 from ..multihead import MultiHeadAttention
 from ..training import train
-from ..transformer import _EncoderDecoder
+from ..transformer import EncoderDecoder
 from .text import _check_fraction, _seeded
 
 __all__ = [
@@ -305,7 +305,7 @@ class _AttentionLayer(nn.Module):
         return x
 
 
-class AttentionTranslator(_EncoderDecoder):
+class AttentionTranslator(EncoderDecoder):
     """An encoder-decoder built from attention alone (chapter 4).
 
     Each token gets a trained vector (``nn.Embedding``) plus a trained vector for its position
@@ -314,8 +314,9 @@ class AttentionTranslator(_EncoderDecoder):
     self-attention, then cross-attention to the encoder's output with the source's padding
     masked as keys. Each attention output is added to its input (a residual connection). No
     feed-forward sublayer and no LayerNorm: chapter 5 adds them. The check of the sizes and the
-    passes through the layers are those of :class:`attncourse.transformer.Seq2SeqTransformer`
-    (a base class the two share); the layers and the embeddings are this model's own.
+    passes through the layers are :class:`attncourse.transformer.EncoderDecoder`'s, as are
+    :class:`attncourse.transformer.Seq2SeqTransformer`'s; the layers and the embeddings are this
+    model's own.
 
     Args:
         src_vocab, tgt_vocab: vocabulary sizes.
