@@ -481,11 +481,11 @@ class EncoderDecoder(nn.Module):
     target so far with a causal mask (and its padded keys masked), and the encoder's output with
     the source's padding masked; a linear ``head`` turns the last one's output into logits.
 
-    A subclass checks its sizes with :meth:`_check_sizes`, sets ``pad_id``, builds ``encoder``
-    and ``decoder`` (layers called as ``layer(x, mask)`` and ``layer(x, mask, memory,
-    memory_mask)``) and the linear ``head``, and embeds tokens in :meth:`_embed_source` and
-    :meth:`_embed_target`. Its public methods check their arguments, then call
-    :meth:`_encode`, :meth:`_decode` and :meth:`_greedy`.
+    A subclass checks its sizes with ``_check_sizes``, sets ``pad_id``, builds ``encoder`` and
+    ``decoder`` (layers called as ``layer(x, mask)`` and ``layer(x, mask, memory,
+    memory_mask)``) and the linear ``head``, and embeds tokens in ``_embed_source`` and
+    ``_embed_target``. Its public methods check their arguments, then call ``_encode``,
+    ``_decode`` and ``_greedy``.
     """
 
     pad_id: int
@@ -540,7 +540,7 @@ class EncoderDecoder(nn.Module):
         return self.head(x)
 
     def _greedy(self, src: Tensor, bos_id: int, max_len: int) -> Tensor:
-        """:meth:`greedy_decode` once its arguments are checked: ``max_len`` steps, each feeding
+        """``greedy_decode`` once its arguments are checked: ``max_len`` steps, each feeding
         every token so far back into the decoder."""
         memory = self._encode(src)
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
