@@ -252,9 +252,8 @@ def test_a_key_beyond_every_span_cannot_change_an_output():
     layer = AdaptiveSpanAttention(8, 2, max_span=16, ramp=2, init_span=3.0)
     x = torch.randn(1, 20, 8)
     y = x.clone()
-    y[:, 5] += (
-        10.0  # position 5 is 5 + 2 = 7 or more back from positions 12..19 (span 3 + ramp 2 = 5)
-    )
+    # position 5 is 5 + 2 = 7 or more back from positions 12..19 (span 3 + ramp 2 = 5)
+    y[:, 5] += 10.0
     with torch.no_grad():
         a, _ = layer(x)
         b, _ = layer(y)

@@ -1,8 +1,9 @@
 """No comment dangles after a closing bracket, in the package, the tools, the tests or the chapters.
 
 When a commented line is too long, the formatter breaks it and leaves the comment after the
-closing bracket (``)  # (B, L, d_k)``), where it seems to describe the bracket. A comment goes
-on its own line above what it describes. Pragmas (``# fmt: skip``, ``# noqa``, ``# type:``)
+closing bracket (``)  # (B, L, d_k)``), where it seems to describe the bracket, or wraps a lone
+value in brackets to keep its comment beside it (``x = (`` / ``1.0  # why`` / ``)``). A comment
+goes on its own line above what it describes. Pragmas (``# fmt: skip``, ``# noqa``, ``# type:``)
 stay where their tools read them.
 """
 
@@ -18,17 +19,26 @@ from project_tools import ROOT
 
 PRAGMA = re.compile(r"#\s*(fmt:|noqa|type:|pragma)")
 CLOSING_ONLY = re.compile(r"[)\]}]+[:,]?")
+LONE_VALUE = re.compile(r"[\w.\"'-]+")
 
 
 def dangling_comments(source: str) -> list[str]:
-    """The lines of ``source`` whose code is only closing brackets, followed by a comment."""
+    """The lines of ``source`` whose code is only closing brackets, or a lone value that the
+    line before opens a bracket for and the line after closes, followed by a comment."""
     lines = source.splitlines()
     found = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type != tokenize.COMMENT or PRAGMA.match(token.string):
             continue
         row, column = token.start
-        if CLOSING_ONLY.fullmatch(lines[row - 1][:column].strip()):
+        code = lines[row - 1][:column].strip()
+        wrapped = (
+            1 < row < len(lines)
+            and LONE_VALUE.fullmatch(code)
+            and lines[row - 2].rstrip().endswith("(")
+            and lines[row].strip() == ")"
+        )
+        if CLOSING_ONLY.fullmatch(code) or wrapped:
             found.append(f"{row}: {lines[row - 1].strip()}")
     return found
 
@@ -59,6 +69,8 @@ def test_no_comment_dangles_after_a_closing_bracket():
         ("# (B, L, d)\nx = f(a)\n", []),
         ("x = f(a)  # (B, L, d)\n", []),
         ("x = {\n    1: 2,\n}  # fmt: skip\n", []),
+        ("x = (\n    1.0  # why\n)\n", ["2: 1.0  # why"]),
+        ("f(\n    a,  # the first\n    b,\n)\n", []),
     ],
 )
 def test_the_check_finds_what_the_formatter_leaves(source, expected):

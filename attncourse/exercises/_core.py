@@ -244,9 +244,8 @@ class Exercise:
     solution_is_code: bool
     reference: Optional[Callable[..., Any]] = None  # the solution function of a coding exercise
     keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
-    function_answer: Optional[bool] = (
-        None  # what @exercise(answer_is_function=...) said, if anything
-    )
+    # what @exercise(answer_is_function=...) said, if anything
+    function_answer: Optional[bool] = None
 
     @property
     def answer_is_function(self) -> bool:
