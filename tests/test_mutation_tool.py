@@ -1,17 +1,10 @@
 """The package's mutation tool (tools/mutate_package.py): its mutants and their stable keys."""
 
 import ast
-import importlib.util
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location(
-    "mutate_package", ROOT / "tools" / "mutate_package.py"
-)
-mutate_package = importlib.util.module_from_spec(spec)
-sys.modules["mutate_package"] = mutate_package  # dataclasses look their module up
-spec.loader.exec_module(mutate_package)
+from project_tools import tool
+
+mutate_package = tool("mutate_package")
 
 SOURCE = '''
 """Docstring: never mutated."""
@@ -84,3 +77,23 @@ def test_every_listed_equivalent_mutant_still_exists(monkeypatch):
             keys.add(m.key)
     assert not set(equivalent) - keys, sorted(set(equivalent) - keys)
     assert all(isinstance(reason, str) and len(reason) > 20 for reason in equivalent.values())
+
+
+def test_a_mutant_runs_the_tests_of_its_module_that_reach_it():
+    """The baseline traces every module under every test file: a line that another module's
+    tests reach runs only the mutated module's own tests that reach it, or all of them."""
+    files = ["tests/test_attention.py", "tests/test_package_properties.py"]
+    lines = {
+        "3": ["tests/test_attention.py::test_a", "tests/test_multihead.py::test_m"],
+        "4": ["tests/test_multihead.py::test_m"],
+        "5": ["", "tests/test_attention.py::test_a"],
+    }
+
+    def chosen(first, last):
+        mutant = mutate_package.Mutant("attention", 0, "f", "k", "x", first, first, last)
+        return mutate_package.select_tests(mutant, lines, files)
+
+    assert chosen(3, 3) == ["tests/test_attention.py::test_a"]
+    assert chosen(4, 4) == files  # only another module's tests reach it
+    assert chosen(5, 5) == files  # run at import
+    assert chosen(9, 9) == files  # reached by no test

@@ -352,26 +352,29 @@ def mutants_of(module: str, source: Optional[str] = None) -> Iterator[Tuple[Muta
 
 
 class _LineTracer:
-    """A pytest plugin that records which tests execute which lines of one file.
+    """A pytest plugin that records which tests execute which lines of some files.
 
-    Lines run outside any test (at import: ``def`` lines, default arguments, constants) are
-    recorded under the name ``""``; a mutant there runs the whole test selection.
+    ``paths`` maps each file to its module's name. Lines run outside any test (at import:
+    ``def`` lines, default arguments, constants) are recorded under the name ``""``; a mutant
+    there runs the whole test selection.
     """
 
-    def __init__(self, path: str, out: str) -> None:
-        self.path, self.out, self.current = path, out, ""
-        self.lines: Dict[int, set] = {}
+    def __init__(self, paths: Dict[str, str], out: str) -> None:
+        self.modules, self.out, self.current = paths, out, ""
+        self.lines: Dict[str, Dict[int, set]] = {path: {} for path in paths}
         sys.settrace(self._global)
 
     def _global(self, frame, event, arg):
-        if frame.f_code.co_filename == self.path:
-            self.lines.setdefault(frame.f_lineno, set()).add(self.current)
-            return self._local
-        return None
+        lines = self.lines.get(frame.f_code.co_filename)
+        if lines is None:
+            return None
+        lines.setdefault(frame.f_lineno, set()).add(self.current)
+        return self._local
 
     def _local(self, frame, event, arg):
         if event == "line":
-            self.lines.setdefault(frame.f_lineno, set()).add(self.current)
+            lines = self.lines[frame.f_code.co_filename]
+            lines.setdefault(frame.f_lineno, set()).add(self.current)
         return self._local
 
     def pytest_runtest_setup(self, item):
@@ -383,7 +386,11 @@ class _LineTracer:
 
     def save(self) -> None:
         sys.settrace(None)
-        Path(self.out).write_text(json.dumps({str(k): sorted(v) for k, v in self.lines.items()}))
+        found = {
+            self.modules[path]: {str(k): sorted(v) for k, v in lines.items()}
+            for path, lines in self.lines.items()
+        }
+        Path(self.out).write_text(json.dumps(found))
 
 
 def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
@@ -431,7 +438,11 @@ def worker_main(workdir: str, timeout: float, warm_tests: List[str]) -> None:
                 os.dup2(devnull, 2)
                 plugins = []
                 if job.get("trace"):
-                    plugins.append(_LineTracer(str(target), job["trace"]))
+                    traced = {
+                        str(Path(workdir) / "attncourse" / f"{mod}.py"): mod
+                        for mod in job["traced"]
+                    }
+                    plugins.append(_LineTracer(traced, job["trace"]))
                 rc = pytest.main(
                     [
                         "-x",
@@ -559,9 +570,11 @@ def select_tests(mutant: Mutant, lines: Dict[str, List[str]], files: List[str]) 
     chosen: set = set()
     for line in range(mutant.first, mutant.last + 1):
         chosen.update(lines.get(str(line), ()))
-    if not chosen or "" in chosen:
+    if "" in chosen:
         return list(files)
-    return sorted(chosen)
+    # the baseline also ran other modules' tests: only the module's own files judge its mutants
+    chosen = {test for test in chosen if test.split("::")[0] in files}
+    return sorted(chosen) if chosen else list(files)
 
 
 def previous_counts(module: str, report: Optional[Path] = None) -> dict:
@@ -657,30 +670,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     pool = Pool(args.jobs, args.timeout, sorted({t for mod in modules for t in MODULES[mod]}))
     try:
         # The unmutated modules first: their tests must pass (or every mutant would look
-        # killed), and a line tracer records which tests run which line of the module.
-        traces = {
-            mod: tempfile.mktemp(prefix=f"mutation-lines-{mod}-", suffix=".json") for mod in modules
-        }
+        # killed), and a line tracer records which tests run which line of each module. Each
+        # worker runs a share of the test files once, tracing every module (a file several
+        # modules share, test_package_properties, runs once, not once a module).
+        files = sorted({t for mod in modules for t in MODULES[mod]})
+        shares = [files[k :: args.jobs] for k in range(min(args.jobs, len(files)))]
+        traces = [tempfile.mktemp(prefix="mutation-lines-", suffix=".json") for _ in shares]
         baseline = [
             {
                 "id": -1 - k,
-                "module": mod,
-                "source": (ROOT / "attncourse" / f"{mod}.py").read_text(),
-                "tests": MODULES[mod],
-                "label": f"{mod} (unmutated)",
-                "trace": traces[mod],
+                "module": modules[0],
+                "source": (ROOT / "attncourse" / f"{modules[0]}.py").read_text(),
+                "tests": share,
+                "label": f"{', '.join(share)} (unmutated)",
+                "trace": traces[k],
+                "traced": modules,
             }
-            for k, mod in enumerate(modules)
+            for k, share in enumerate(shares)
         ]
         base = pool.map(baseline, progress=False)
-        broken = [mod for k, mod in enumerate(modules) if base[-1 - k]["outcome"] != "survived"]
+        broken = [s for k, s in enumerate(shares) if base[-1 - k]["outcome"] != "survived"]
         if broken:
-            print(
-                f"the tests of {broken} fail on the unmutated code: fix them first", file=sys.stderr
-            )
+            print(f"{broken} fail on the unmutated code: fix them first", file=sys.stderr)
             return 2
-        lines = {mod: json.loads(Path(traces[mod]).read_text()) for mod in modules}
-        for path in traces.values():
+        lines: Dict[str, Dict[str, set]] = {mod: {} for mod in modules}
+        for path in traces:
+            for mod, found in json.loads(Path(path).read_text()).items():
+                for line, tests in found.items():
+                    lines[mod].setdefault(line, set()).update(tests)
             os.unlink(path)
         for job in jobs:
             job["tests"] = select_tests(
