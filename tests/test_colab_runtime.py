@@ -22,7 +22,8 @@ runs every other chapter's set-up cell and imports (the first code cell after th
 order of the book: the first set-up cell finds the package installed, and the imports load every
 module of the package the chapters use from the installed copy. The rest of their cells are the
 book's byte for byte (tests/test_colab_edition.py) and run once, in the book build:
-in CI chapter 6 executes twice, every other chapter once, and every reader path stays tested:
+in CI chapter 10 executes twice more (here and in tests/test_gpu_check.py), every other chapter
+once, and every reader path stays tested:
 the set-up cell from nothing and with the package installed, one chapter end to end, every
 chapter's imports, the installed package's files (every file of the package directory, package
 data included).
@@ -84,9 +85,12 @@ NOT_SOURCE = shutil.ignore_patterns(
     ".hypothesis",
     ".ipynb_checkpoints",
 )
-# The chapter run end to end in the fresh runtime: it reads package data (the text corpus) and
-# imports the library, the course's scaffolding, the benchmarks and the plotting.
-FULL_CHAPTER = "06_inference"
+# The chapter run end to end in the fresh runtime: it reads package data (the compile matrix's
+# results), imports the library, the course's scaffolding, the benchmarks and the plotting, and
+# runs the kernels through the runtime's own triton (its interpreter: no GPU here). Chapter 6,
+# the full chapter until 2026-11, took twice as long and added nothing the others' imports and
+# the package's files below do not prove.
+FULL_CHAPTER = "10_gpu_attention"
 # Appended to each notebook and run last in its kernel: where every attncourse module came from.
 PROBE = """\
 import importlib.metadata, json, os, sys, sysconfig
