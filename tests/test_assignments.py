@@ -1,11 +1,10 @@
 """The instructor edition (``tools/assignments.py``) grades with otter-grader, end to end.
 
 For every chapter the assignment is built in English and Chinese (``otter assign`` on the
-generated master notebooks), and three submissions are graded with otter's own grading
+generated master notebooks), and two submissions are graded with otter's own grading
 (``otter.api.grade_submission``, what ``otter run`` calls, without Docker) against the chapter's
-one autograder, which serves both languages:
+one autograder, which serves both languages (a third, in two chapters):
 
-* the untouched student notebook: zero, every question graded (no crash);
 * the English student notebook with a realistic mistake planted in the first, third, ... graded
   exercise and the reference answer in the others;
 * the Chinese student notebook the other way round: the reference answer where the English one
@@ -15,9 +14,16 @@ So every exercise is graded once with its reference answer (full marks) and once
 mistake (no points), and every chapter's feedback is read in both languages: in English it
 holds the checker's diagnosis (the words of the checkers' own test), in Chinese the diagnosis
 ``check`` gives the same mistake in Chinese in this process (but for the two kernels and a
-mistake that needs the notebook's objects, where it must be Chinese).
-Three gradings a chapter, 33 in all (until 2026-11 four: the reference answers and the mistakes
-were each a submission of their own, 44 gradings, which took CI past its 8 minutes).
+mistake that needs the notebook's objects, where it must be Chinese);
+* in chapters 1 and 10 (``UNTOUCHED``: functions to write, numbers, and Triton kernels run by
+  the interpreter), the untouched student notebook: zero, every question graded (no crash).
+  Every chapter's stubs take the same path (otter runs the answer cell, which raises or leaves
+  ``...``; the question's test calls ``check``, which says "not attempted" and fails), and each
+  exercise's stub is "not attempted" in its checker's own tests.
+
+24 gradings (until 2026-11 the untouched notebook of every chapter too, 33; before that the
+reference answers and the mistakes each a submission of their own, 44, which took CI past its
+8 minutes).
 
 The mistakes are the wrong answers of the checkers' own tests (``tests/test_exercises_*.py``):
 for a coding exercise the first wrong function of a ``(wrong, diagnosis)`` parametrisation,
@@ -51,7 +57,9 @@ from attncourse.exercises import check, registry  # noqa: E402
 
 CHAPTERS = [Path(doc).name for doc, _ in assignments.colab_edition.chapters()]
 LANGUAGES = assignments.LANGUAGES
-KINDS = ("untouched", "en-mixed", "zh-mixed")
+KINDS = ("en-mixed", "zh-mixed")
+#: The chapters whose untouched student notebook is graded too (see the module's docstring).
+UNTOUCHED = ("01_dot_product_attention", "10_gpu_attention")
 
 #: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
 #: and the words of its diagnosis there (``None``: the reference answer is prepended).
@@ -325,8 +333,8 @@ def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def results(built) -> dict[tuple[str, str], dict]:
-    """Every chapter's three submissions, graded two at a time: ``{(chapter, kind): results}``
-    with the kinds of :data:`KINDS`."""
+    """Every chapter's submissions, graded two at a time: ``{(chapter, kind): results}`` with the
+    kinds of :data:`KINDS`, and ``"untouched"`` for the chapters of :data:`UNTOUCHED`."""
     jobs = {}
     work = Path(tempfile.mkdtemp(prefix="graded-"))
     for chapter in CHAPTERS:
@@ -334,7 +342,9 @@ def results(built) -> dict[tuple[str, str], dict]:
         zip_path = next((dist["en"] / "autograder").glob("*.zip"))
         assert not (dist["zh"] / "autograder").exists(), "one autograder grades both languages"
         exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
-        submissions = {"untouched": dist["en"] / "student" / f"{chapter}.ipynb"}
+        submissions = {}
+        if chapter in UNTOUCHED:
+            submissions["untouched"] = dist["en"] / "student" / f"{chapter}.ipynb"
         for kind, lang, first in (("en-mixed", "en", 0), ("zh-mixed", "zh", 1)):
             student = json.loads((dist[lang] / "student" / f"{chapter}.ipynb").read_text())
             path = work / kind / chapter / f"{chapter}.ipynb"
@@ -346,24 +356,25 @@ def results(built) -> dict[tuple[str, str], dict]:
     with ProcessPoolExecutor(max_workers=2) as pool:
         futures = {key: pool.submit(grade, *job) for key, job in jobs.items()}
         graded = {key: future.result() for key, future in futures.items()}
-    summary = {
-        chapter: {kind: sum(t["score"] for t in graded[chapter, kind].values()) for kind in KINDS}
-        for chapter in CHAPTERS
-    }
+    summary: dict[str, dict[str, float]] = {chapter: {} for chapter in CHAPTERS}
+    for (chapter, kind), questions in graded.items():
+        summary[chapter][kind] = sum(t["score"] for t in questions.values())
     print(json.dumps(summary, indent=1))
     return graded
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_three_submissions(built, results, chapter):
+def test_submissions(built, results, chapter):
     exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
     names = [assignments.question_name(e.exercise_id) for e in exercises]
     assert exercises, f"{chapter}: no graded exercise"
-    for kind in KINDS:
+    kinds = KINDS + (("untouched",) if chapter in UNTOUCHED else ())
+    for kind in kinds:
         graded = results[chapter, kind]
         assert sorted(graded) == sorted(names), f"{kind}: questions graded {sorted(graded)}"
-    untouched = results[chapter, "untouched"]
-    assert all(untouched[n]["score"] == 0 and untouched[n]["max_score"] > 0 for n in names)
+    if chapter in UNTOUCHED:
+        untouched = results[chapter, "untouched"]
+        assert all(untouched[n]["score"] == 0 and untouched[n]["max_score"] > 0 for n in names)
     for i, (exercise, name) in enumerate(zip(exercises, names)):
         # the English notebook has the mistake in exercises 0, 2, ..., the Chinese one in 1, 3, ...
         wrong, right = ("en-mixed", "zh-mixed") if i % 2 == 0 else ("zh-mixed", "en-mixed")
