@@ -36,6 +36,26 @@ def test_cpu_peak_memory_sees_a_known_allocation(monkeypatch):
     assert untouched < 20 * 2**20  # the documented limit: untouched pages are not resident
 
 
+def per_thread(size_mib: int):
+    """Builder for cpu_peak_memory: ``size_mib`` MiB for each torch thread of the process."""
+    return allocate(size_mib * torch.get_num_threads())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_cpu_peak_memory_runs_on_the_callers_threads(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(__import__("pathlib").Path(__file__).parent))
+    threads = torch.get_num_threads()
+    try:
+        peaks = {}
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            peaks[n] = cpu_peak_memory("test_measure:per_thread", {"size_mib": 60})
+    finally:
+        torch.set_num_threads(threads)
+    assert 55 * 2**20 <= peaks[1] <= 75 * 2**20
+    assert 115 * 2**20 <= peaks[2] <= 135 * 2**20
+
+
 def test_cpu_peak_memory_reports_errors():
     with pytest.raises(RuntimeError, match="measuring process failed"):
         cpu_peak_memory("attncourse.benchmarks.measure:no_such_builder", {})

@@ -275,9 +275,12 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     dict with the zero-argument callable to measure under ``"fn"`` and optionally a
     ``"warmup"`` callable (the same computation on tiny inputs). A fresh Python process
     imports it, builds the inputs, runs the warm-up (thread pools, lazy buffers), records
-    ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is
-    the result. On Linux from ``/proc/self/status``; on macOS and Windows from the
-    system's peak counters (see ``_memory_now_and_peak``).
+    ``VmRSS``, calls ``fn()`` once and reads the peak ``VmHWM``; the difference is the
+    result. On Linux from ``/proc/self/status``; on macOS and Windows from the system's peak
+    counters (see ``_memory_now_and_peak``). The process runs torch on as many threads as the
+    caller (``torch.get_num_threads()``): with several, the threads' scratch memory and when
+    they free it vary with the machine's load (tiled attention at L = 2048 peaked at 28-29 MiB
+    in every run on one thread; on two, under load, at up to 52 MiB).
 
     Limits: a page counts once it has been touched, so allocated but untouched memory does
     not count; memory that the C allocator kept from the set-up and reuses is missed (the
@@ -302,12 +305,14 @@ def cpu_peak_memory(target: str, kwargs: Dict[str, object], *, timeout: float = 
     require_positive_number("timeout", timeout)
     code = (
         "import json, sys\n"
+        "import torch\n"
         "from attncourse.benchmarks.measure import _child_peak\n"
+        "torch.set_num_threads(int(sys.argv[3]))\n"
         "print(json.dumps(_child_peak(sys.argv[1], json.loads(sys.argv[2]))))\n"
     )
     env = dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-c", code, target, encoded],
+        [sys.executable, "-c", code, target, encoded, str(torch.get_num_threads())],
         capture_output=True,
         text=True,
         timeout=timeout,
