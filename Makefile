@@ -36,9 +36,7 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	the book needs 3.11 or newer: make ... PYTHON=/path/to/python3.11'"
 	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# --no-compile: pip would byte-compile every module of torch, triton and Sphinx, most of which
-	# nothing here imports (a quarter of the install's time); Python compiles what it imports.
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
 # Two editions, one execution: every chapter executes once, afresh, by jupyter-cache's parallel
@@ -67,15 +65,14 @@ book: $(BOOK)  ## builds both editions into _build/html, executing every noteboo
 # (so it moves nothing the readers install), added to the environment for the assignments and
 # their test.
 $(BIN)/.instructor: $(BIN)/.installed requirements-instructor.txt
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements-instructor.txt
+	$(BIN)/python -m pip install --quiet -r requirements-instructor.txt
 	touch $@
 
 # The instructor edition (tools/assignments.py): every chapter as an otter-grader assignment, in
 # English and Chinese, under _build/assignments/<lang>/<chapter>/ (master notebook, student notebook,
 # the autograder zip, one per chapter for both languages), and the two downloads the instructors'
 # page links, _build/html/assignments/attncourse-assignments-<lang>.zip (so after the book, whose
-# build empties _build/html). tests/test_assignments.py grades two submissions of each chapter
-# (three of chapters 1 and 10).
+# build empties _build/html). tests/test_assignments.py grades four submissions of each chapter.
 ASSIGNMENTS := _build/assignments/.built
 $(ASSIGNMENTS): $(BIN)/.instructor $(BOOK) tools/assignments.py tools/assignment_answers.py \
 		tools/assignments.yml tools/colab_edition.py
