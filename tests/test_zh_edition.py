@@ -165,6 +165,32 @@ def test_a_changed_english_cell_makes_its_translation_stale(tmp_path, monkeypatc
     assert '#| msgid "The mask hides the future keys."' in text  # what the translator sees
 
 
+def test_the_old_english_of_a_long_unit_survives_updates_without_leftover_comments(
+    tmp_path, monkeypatch
+):
+    old = "The mask hides the future keys.\n\nIt is causal."
+    page, notebook = _tiny_book(tmp_path, monkeypatch, old)
+    zh.update(page)
+    catalog = zh.load(page)
+    for message in catalog:
+        if message.id:
+            message.string = "译文。"
+    zh.save(page, catalog)
+    notebook["cells"][1]["source"] = (
+        "The mask hides the future keys.\n\nIt is causal, bottom-right."
+    )
+    page.write_text(json.dumps(notebook))
+    for _ in range(3):  # each update reads the catalogue back and writes it again
+        zh.update(page)
+        assert zh.status(page).fuzzy == ["cell m1"]
+        (changed,) = [m for m in zh.load(page) if m.fuzzy]
+        assert changed.previous_id == [old] and changed.user_comments == []
+        text = zh.catalogue_path(page).read_text(encoding="utf-8")
+        # Babel's reader took its own one-line previous msgid for a comment, written back as
+        # "# | msgid ..." and, wrapped, fragments of the old English (issue 32's fourth pass)
+        assert not [line for line in text.splitlines()[4:] if line.startswith("# ")], text
+
+
 def test_a_new_english_cell_is_missing_until_translated(tmp_path, monkeypatch):
     page, notebook = _tiny_book(tmp_path, monkeypatch, "One cell.")
     notebook["cells"].append(

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from babel.messages.catalog import Catalog
-from babel.messages.pofile import read_po, write_po
+from babel.messages.pofile import read_po, unescape, write_po
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -180,7 +180,28 @@ def load(page: Path) -> Optional[Catalog]:
     if not path.exists():
         return None
     with path.open("rb") as handle:
-        return read_po(handle, locale=LANGUAGE)
+        catalog = read_po(handle, locale=LANGUAGE)
+    for message in catalog:
+        _recover_previous(message)
+    return catalog
+
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _recover_previous(message) -> None:
+    """The old English of a fuzzy unit, as Babel wrote it, read back.
+
+    Babel (2.18) writes a previous msgid of several lines on one ``#| msgid "" "..." "..."``
+    line, which its own reader then takes for a translator's comment ``| msgid ...``: written
+    again, it became comment lines that piled up in the catalogues (``# | ...`` and, wrapped,
+    fragments of the old English). The tools write no translator comment, so any comment is
+    such a leftover: a ``| msgid`` one is the previous msgid again, the rest is dropped.
+    """
+    for comment in message.user_comments:
+        if comment.startswith("| msgid "):
+            message.previous_id = ["".join(unescape(f'"{s}"') for s in _QUOTED.findall(comment))]
+    message.user_comments = []
 
 
 def save(page: Path, catalog: Catalog) -> None:
@@ -197,7 +218,12 @@ def update(page: Path) -> Catalog:
     if catalog is None:
         catalog = Catalog(locale=LANGUAGE, project="attncourse", fuzzy=False)
     created = catalog.creation_date  # kept: a merge that changes nothing leaves the file as it was
+    # Babel's merge keeps a still-fuzzy unit's flag but not its old English: kept here
+    previous = {(m.id, m.context): m.previous_id for m in catalog if m.fuzzy and m.previous_id}
     catalog.update(fresh, no_fuzzy_matching=False, update_header_comment=False)
+    for message in catalog:
+        if message.fuzzy and not message.previous_id:
+            message.previous_id = previous.get((message.id, message.context), [])
     catalog.creation_date = created
     catalog.fuzzy = False
     save(page, catalog)
