@@ -37,6 +37,10 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	"$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	# The package is installed editable: its bytecode written now, once, for the processes that
+	# import it (notebook kernels, gradings, test workers), where PYTHONDONTWRITEBYTECODE is set
+	# (this project's machines, many containers) and Python would compile it in each of them.
+	$(BIN)/python -m compileall -q attncourse tools
 	touch $@
 
 # Two editions, one execution: every chapter executes once, afresh, by jupyter-cache's parallel
