@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
+import io
+import os
 import re
 import shutil
 import subprocess
@@ -384,6 +387,20 @@ def requirements(revision: str) -> str:
     return f"attncourse @ git+{url}@{revision}\n"
 
 
+def otter_assign(folder: Path, chapter: str) -> None:
+    """``otter assign --no-pdfs <chapter>.ipynb dist`` in ``folder``, called in this process:
+    otter's imports take a second, most of a command's time, paid here once a language."""
+    from otter.assign import main as assign
+
+    here = Path.cwd()
+    os.chdir(folder)  # otter reads the master's neighbours and writes dist/ relative to it
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assign(f"{chapter}.ipynb", "dist", no_pdfs=True)
+    finally:
+        os.chdir(here)
+
+
 def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
     """Write the master notebooks of one language and run ``otter assign`` on each."""
     if lang == "zh":
@@ -400,13 +417,7 @@ def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
         nb = master(colab_edition.convert(doc), chapter, worth[chapter], revision)
         (folder / f"{chapter}.ipynb").write_text(colab_edition.dump(nb))
         (folder / "requirements.txt").write_text(requirements(revision))
-        otter = Path(sys.executable).parent / "otter"
-        subprocess.run(
-            [str(otter), "assign", "--no-pdfs", f"{chapter}.ipynb", "dist"],
-            cwd=folder,
-            check=True,
-            capture_output=True,
-        )
+        otter_assign(folder, chapter)
         if lang != "en":  # the English autograder grades this language's notebooks too
             shutil.rmtree(folder / "dist" / "autograder")
         built.append(f"{lang}/{chapter}")
