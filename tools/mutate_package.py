@@ -667,13 +667,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     started = time.time()
-    pool = Pool(args.jobs, args.timeout, sorted({t for mod in modules for t in MODULES[mod]}))
+    files = sorted({t for mod in modules for t in MODULES[mod]})  # the modules' test files
+    pool = Pool(args.jobs, args.timeout, files)
     try:
         # The unmutated modules first: their tests must pass (or every mutant would look
         # killed), and a line tracer records which tests run which line of each module. Each
         # worker runs a share of the test files once, tracing every module (a file several
         # modules share, test_package_properties, runs once, not once a module).
-        files = sorted({t for mod in modules for t in MODULES[mod]})
         shares = [files[k :: args.jobs] for k in range(min(args.jobs, len(files)))]
         traces = [tempfile.mktemp(prefix="mutation-lines-", suffix=".json") for _ in shares]
         baseline = [
