@@ -305,10 +305,46 @@ def graded_exercises(master: Path) -> list:
     return [by_name[n] for n in names]
 
 
+def _guard_otter_log_server() -> None:
+    """Otter's grading starts a TCP server on a free port that the notebook's kernel sends its
+    log records to. When another kernel's client (the port race below) connects to that port
+    instead, otter's handler reads the zmq greeting as a record of 0xFF000000 bytes and, once
+    the client has gone, loops on the closed connection at full speed; its thread is not a
+    daemon, so this worker process never exits and the pool's shutdown waits for ever (seen in
+    a CI run of 2026-11-27: one core spinning, the browser test four times slower, then a hang).
+    Here a record longer than any log record, or a connection closed mid-record, ends that
+    connection's handler, and the server's threads are daemons."""
+    import logging
+    import struct
+
+    from otter.execute import logging as otter_logging
+
+    def handle(self) -> None:
+        while True:
+            header = self.connection.recv(4)
+            if len(header) < 4:
+                return
+            (size,) = struct.unpack(">L", header)
+            if size > 1 << 24:  # not a log record: another program's protocol
+                return
+            data = b""
+            while len(data) < size:
+                more = self.connection.recv(size - len(data))
+                if not more:
+                    return
+                data += more
+            self.handle_log_record(logging.makeLogRecord(self.unpickle(data)))
+
+    otter_logging.LogRecordStreamHandler.handle = handle
+    otter_logging.LogRecordSocketReceiver.daemon_threads = True
+
+
 def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
     """One submission graded by otter (``otter run``'s grading, in this worker process):
     ``{question: {score, max_score, output}}``."""
     from otter.api import grade_submission
+
+    _guard_otter_log_server()
 
     # jupyter_client picks a kernel's ports free and the kernel binds them a moment later: a
     # kernel that another process started meanwhile may take one, and the new kernel then dies
@@ -329,6 +365,44 @@ def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
         }
         for name, test in results.results.items()
     }
+
+
+def test_the_log_server_ends_a_strangers_connection_and_still_takes_records(monkeypatch):
+    """A zmq client's greeting on otter's log port ends that connection's handler (it looped for
+    ever before) and a log record sent afterwards is still received."""
+    import logging.handlers
+    import socket
+    import threading
+    import time
+
+    from otter.execute import logging as otter_logging
+
+    _guard_otter_log_server()
+    received = []
+    monkeypatch.setattr(
+        otter_logging.LogRecordStreamHandler,
+        "handle_log_record",
+        lambda self, record: received.append(record.getMessage()),
+    )
+    (host, port), stop = otter_logging.start_server()
+    try:
+        with socket.create_connection((host, port)) as stranger:
+            stranger.sendall(b"\xff" + bytes(8) + b"\x7f")  # ZMTP's signature
+        sender = logging.handlers.SocketHandler(host, port)
+        sender.handle(logging.makeLogRecord({"msg": "graded", "levelno": logging.INFO}))
+        sender.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+            received != ["graded"]
+            or any("process_request_thread" in t.name for t in threading.enumerate())
+        ):
+            time.sleep(0.05)
+    finally:
+        stop()
+    assert received == ["graded"]
+    handlers = [t for t in threading.enumerate() if "process_request_thread" in t.name]
+    assert handlers == [], "a connection's handler is still running"
+    assert otter_logging.LogRecordSocketReceiver.daemon_threads
 
 
 @pytest.fixture(scope="module")
