@@ -11,8 +11,8 @@ from attncourse.plotting import block_stages, plot_transformer_blocks  # noqa: E
 
 
 def test_stages_follow_the_layout():
-    assert block_stages(TransformerBlock(8, 2, 16)) == [
-        "input",
+    # what both layouts share: each sublayer with its dropout and residual, a LayerNorm between
+    sublayers = [
         "masked self-attention",
         "dropout",
         "+",
@@ -20,21 +20,12 @@ def test_stages_follow_the_layout():
         "feed-forward",
         "dropout",
         "+",
-        "LayerNorm",
-        "output",
     ]
-    assert block_stages(TransformerBlock(8, 2, 16, norm_first=True)) == [
-        "input",
-        "LayerNorm",
-        "masked self-attention",
-        "dropout",
-        "+",
-        "LayerNorm",
-        "feed-forward",
-        "dropout",
-        "+",
-        "output",
-    ]
+    # post-LN normalises after the last residual, pre-LN before the first sublayer too
+    post_ln = ["input", *sublayers, "LayerNorm", "output"]
+    pre_ln = ["input", "LayerNorm", *sublayers, "output"]
+    assert block_stages(TransformerBlock(8, 2, 16)) == post_ln
+    assert block_stages(TransformerBlock(8, 2, 16, norm_first=True)) == pre_ln
     decoder = block_stages(TransformerBlock(8, 2, 0, cross_attention=True))
     assert (
         "cross-attention" in decoder and "feed-forward" not in decoder and decoder.count("+") == 2
