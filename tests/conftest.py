@@ -80,13 +80,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Each check() a checker test makes is made a second time in Chinese: the two must take the same
 # path (the same messages looked up, in the same order: the same case, the same mistakes named)
 # and every message the Chinese one shows must be translated. So each Chinese message is tested
-# by exactly the cases that test the English one.
+# by exactly the cases that test the English one. The mutants of the solutions
+# (test_exercises_grading.py) are judged in English only: their hundreds of checks took 12 s
+# more in Chinese, and each message they reach is translated (test_zh_messages.py).
 BILINGUAL_MODULES = ("test_exercises_",)
+MONOLINGUAL_MODULES = ("test_exercises_grading.py",)
 
 
 @pytest.fixture(autouse=True)
 def _checks_in_chinese_too(request, monkeypatch):
-    if not request.path.name.startswith(BILINGUAL_MODULES):
+    name = request.path.name
+    if not name.startswith(BILINGUAL_MODULES) or name in MONOLINGUAL_MODULES:
         yield
         return
     from attncourse.exercises import _core, _i18n

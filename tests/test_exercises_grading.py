@@ -184,13 +184,14 @@ def test_mutation_covers_at_least_200_mutants_over_every_coding_exercise():
 
 
 # check()'s time limit while the mutants are judged on the CPU, and the mutants it stops. A mutant
-# that never ends is killed by the time limit alone: at the learner's 10 s the three below cost a
-# minute (each check runs in Chinese too). Without a GPU every solution checks within 0.5 s and
-# every other mutant ends within 1 s, even in Triton's interpreter on a loaded machine, so 2 s
-# gives every mutant the verdict it gets at 10 s (tools/mutate_checkers.py kills the same set,
-# with the same messages, with either). A mutant that the short limit stops must be listed here:
-# a slow one that is right would otherwise pass as killed. (With a GPU the limit stays: there it
-# also counts the seconds Triton takes to compile each kernel.)
+# that never ends is killed by the time limit alone: at the learner's 10 s the three below cost
+# half a minute (the mutants are judged in English only: conftest.py). Without a GPU every
+# solution checks within 0.5 s and every other mutant ends within 1 s, even in Triton's
+# interpreter on a loaded machine, so 2 s gives every mutant the verdict it gets at 10 s
+# (tools/mutate_checkers.py kills the same set, with the same messages, with either). A mutant
+# that the short limit stops must be listed here: a slow one that is right would otherwise pass
+# as killed. (With a GPU the limit stays: there it also counts the seconds Triton takes to
+# compile each kernel.)
 MUTANT_TIME_LIMIT_S = 2.0
 ENDLESS_MUTANTS = {  # loops up to a pointer: in the interpreter S, V and O are addresses
     f"gpu/online-softmax-kernel :: for start in range(0, n_keys, BLOCK_N): => "
