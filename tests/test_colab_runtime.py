@@ -364,11 +364,18 @@ def run_in_the_runtime(
     nb = nbformat.v4.new_notebook(metadata=metadata)
     chapters = [chapter for chapter, _ in cells] + ["probe"]
     nb.cells = [cell for _, cell in cells] + [nbformat.v4.new_code_cell(PROBE)]
+    # The kernel talks over Unix sockets (ipc), not TCP ports: jupyter_client chooses a TCP port
+    # free and the kernel binds it a moment later, and another process of the test run (otter's
+    # log server, another kernel) may take it in between; this kernel would then die unstarted.
+    # The sockets' path is absolute (the kernel runs in its own working directory) and outside
+    # that directory.
     kernel_manager = AsyncKernelManager(
         kernel_name="python3",
         kernel_spec_manager=KernelSpecManager(
             kernel_dirs=[str(runtime["kernels"])], ensure_native_kernel=False
         ),
+        transport="ipc",
+        ip=str(runtime["base"] / ("ipc-" + content.name)),
     )
     client = NotebookClient(
         nb, km=kernel_manager, timeout=600, resources={"metadata": {"path": str(content)}}
