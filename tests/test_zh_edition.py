@@ -340,3 +340,18 @@ def test_the_chinese_glossary_names_every_avoided_rendering():
     text = zh.chinese_markdown(ROOT / "book" / "glossary.md")
     missing = [(e, v) for e, _, avoid in zh.terminology() for v in avoid if v not in text]
     assert not missing, f"avoided words the Chinese glossary does not name: {missing}"
+
+
+def test_the_chinese_search_indexer_gives_sphinxs_words_and_stems():
+    """The Chinese edition's search indexer (tools/book_fixes.py: Sphinx's, with its Latin words
+    in a set instead of a list) splits and stems a mixed sentence as Sphinx's own does."""
+    from sphinx.search import zh as sphinx_zh
+
+    ours = tool("book_fixes")._chinese_search()({})
+    theirs = sphinx_zh.SearchChinese({})
+    text = "多头注意力把 its queries 和 keys 分给 GPU 上的 FlashAttention，RoPE 与 KV cache 也一样"
+    words = theirs.split(text)
+    assert ours.split(text) == words and "FlashAttention" in words
+    assert [ours.stem(w) for w in words] == [theirs.stem(w) for w in words]
+    # a Latin word whose stem is shorter than 3 letters is kept whole, as in Sphinx
+    assert ours.stem("its") == theirs.stem("its") == "its"
