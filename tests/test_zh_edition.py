@@ -347,7 +347,7 @@ def test_the_chinese_search_indexer_gives_sphinxs_words_and_stems():
     in a set instead of a list) splits and stems a mixed sentence as Sphinx's own does."""
     from sphinx.search import zh as sphinx_zh
 
-    ours = tool("book_fixes")._chinese_search()({})
+    ours = tool("book_fixes").chinese_search()({})
     theirs = sphinx_zh.SearchChinese({})
     text = "多头注意力把 its queries 和 keys 分给 GPU 上的 FlashAttention，RoPE 与 KV cache 也一样"
     words = theirs.split(text)
