@@ -37,7 +37,6 @@ import ast
 import contextlib
 import copy
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -392,13 +391,13 @@ def otter_assign(folder: Path, chapter: str) -> None:
     otter's imports take a second, most of a command's time, paid here once a language."""
     from otter.assign import main as assign
 
-    here = Path.cwd()
-    os.chdir(folder)  # otter reads the master's neighbours and writes dist/ relative to it
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            assign(f"{chapter}.ipynb", "dist", no_pdfs=True)
-    finally:
-        os.chdir(here)
+    # otter reads the master's neighbours and writes dist/ relative to it
+    with (
+        contextlib.chdir(folder),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        assign(f"{chapter}.ipynb", "dist", no_pdfs=True)
 
 
 def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
