@@ -340,11 +340,10 @@ def _guard_otter_log_server() -> None:
 
 
 def grade(zip_path: Path, notebook: Path) -> dict[str, dict]:
-    """One submission graded by otter (``otter run``'s grading, in this worker process):
+    """One submission graded by otter (``otter run``'s grading, in this pool process, which
+    :func:`_guard_otter_log_server` set up):
     ``{question: {score, max_score, output}}``."""
     from otter.api import grade_submission
-
-    _guard_otter_log_server()
 
     # jupyter_client picks a kernel's ports free and the kernel binds them a moment later: a
     # kernel that another process started meanwhile may take one, and the new kernel then dies
@@ -385,6 +384,10 @@ def test_the_log_server_ends_a_strangers_connection_and_still_takes_records(monk
         lambda self, record: received.append(record.getMessage()),
     )
     (host, port), stop = otter_logging.start_server()
+
+    def handlers() -> list:
+        return [t for t in threading.enumerate() if "process_request_thread" in t.name]
+
     try:
         with socket.create_connection((host, port)) as stranger:
             stranger.sendall(b"\xff" + bytes(8) + b"\x7f")  # ZMTP's signature
@@ -392,16 +395,12 @@ def test_the_log_server_ends_a_strangers_connection_and_still_takes_records(monk
         sender.handle(logging.makeLogRecord({"msg": "graded", "levelno": logging.INFO}))
         sender.close()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and (
-            received != ["graded"]
-            or any("process_request_thread" in t.name for t in threading.enumerate())
-        ):
+        while time.monotonic() < deadline and (received != ["graded"] or handlers()):
             time.sleep(0.05)
     finally:
         stop()
     assert received == ["graded"]
-    handlers = [t for t in threading.enumerate() if "process_request_thread" in t.name]
-    assert handlers == [], "a connection's handler is still running"
+    assert handlers() == [], "a connection's handler is still running"
     assert otter_logging.LogRecordSocketReceiver.daemon_threads
 
 
@@ -427,7 +426,7 @@ def results(built) -> dict[tuple[str, str], dict]:
             submissions[kind] = path
         for kind, notebook in submissions.items():
             jobs[chapter, kind] = (zip_path, notebook)
-    with ProcessPoolExecutor(max_workers=2) as pool:
+    with ProcessPoolExecutor(max_workers=2, initializer=_guard_otter_log_server) as pool:
         futures = {key: pool.submit(grade, *job) for key, job in jobs.items()}
         graded = {key: future.result() for key, future in futures.items()}
     summary: dict[str, dict[str, float]] = {chapter: {} for chapter in CHAPTERS}
