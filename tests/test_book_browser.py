@@ -1009,11 +1009,16 @@ def test_the_language_switch_keeps_the_tab_the_search_and_the_anchor(book, tab):
         ("search.html?q=cache", f"{CHINESE}search.html?q=cache"),
         (f"{chapter_files()[0]}.html#exercises", f"{CHINESE}{chapter_files()[0]}.html#exercises"),
     ):
-        report = PageReport(start)
-        page = open_page(tab, f"{origin}/{start}", report)
-        with page.expect_navigation():
-            page.click("a.btn-language-switch")
-        assert page.url == f"{origin}/{expected}", (start, page.url)
+        if start.startswith("search.html"):
+            # Once the search has finished and its results' summaries are fetched: a click while
+            # it still fetched them left two requests the tab never heard end, and no later page
+            # of this tab could settle (a CI run of 2026-11-27).
+            assert search_results(tab, origin, "cache")
+        else:
+            open_page(tab, f"{origin}/{start}", PageReport(start))
+        with tab.expect_navigation():
+            tab.click("a.btn-language-switch")
+        assert tab.url == f"{origin}/{expected}", (start, tab.url)
         assert len(tab.context.pages) == pages  # no new tab
     assert search_results(tab, origin, "缓存", CHINESE)  # and the search ran there
 
