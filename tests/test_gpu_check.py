@@ -1006,3 +1006,64 @@ def test_summary_names_the_machine_and_computes_the_ratios():
     targets = gpu_report.targets_markdown(report)
     assert targets.count("| missed |") == sum(t["met"] is False for t in report["targets"])
     assert env["gpu"] in targets and report["date"] in targets
+
+
+# -- which code a report measured ----------------------------------------------------------------
+
+
+def _copy_sources(destination):
+    """The files the fingerprints read, copied to ``destination`` (a checkout elsewhere)."""
+    shutil.copytree(
+        ROOT / "attncourse",
+        destination / "attncourse",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    (destination / "tools").mkdir()
+    shutil.copy(ROOT / "tools" / "gpu_check.py", destination / "tools")
+    return destination
+
+
+def test_the_fingerprints_follow_the_code_not_the_checkouts_place(tmp_path):
+    """A copy elsewhere has the same fingerprints; a one-byte change to a kernel changes the
+    kernels' and the package's, a change outside kernels/ only the package's."""
+    here = gpu_check.source_fingerprint(ROOT)
+    copy = _copy_sources(tmp_path / "copy")
+    assert gpu_check.source_fingerprint(copy) == here
+    assert all(len(v) == 16 and int(v, 16) >= 0 for v in here.values())
+    kernel = copy / "attncourse" / "kernels" / "flash.py"
+    kernel.write_bytes(kernel.read_bytes() + b"\n")
+    edited = gpu_check.source_fingerprint(copy)
+    assert edited["kernels"] != here["kernels"] and edited["package"] != here["package"]
+    assert edited["tool"] == here["tool"]
+    kernel.write_bytes(kernel.read_bytes()[:-1])
+    (copy / "attncourse" / "masks.py").write_text("# moved\n")
+    moved = gpu_check.source_fingerprint(copy)
+    assert moved["kernels"] == here["kernels"] and moved["package"] != here["package"]
+
+
+def test_the_fingerprint_command_needs_no_gpu():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--fingerprint"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert {k: printed[k] for k in ("kernels", "package", "tool")} == gpu_check.source_fingerprint()
+
+
+def test_the_report_records_the_commit_and_its_summary_names_it(fake_machine, tmp_path):
+    out = tmp_path / "out"
+    plan = tiny_plan()
+    fake_machine(["--out", str(out), "--only", "span", "--commit", "0123456789abcdef0123"], plan)
+    _, report = read_report(out)
+    assert report["source"] == {"commit": "0123456789abcdef0123", **gpu_check.source_fingerprint()}
+    summary = gpu_report.summary_markdown(report)
+    assert (
+        f"at commit 0123456789ab, kernels' fingerprint `{report['source']['kernels']}`" in summary
+    )
+    del report["source"]  # a report from before the key: no words about it
+    assert "kernels' fingerprint" not in gpu_report.summary_markdown(report)

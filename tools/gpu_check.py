@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
 import json
 import linecache
 import math
@@ -288,6 +289,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="run one small case of a kernel and exit (what compute-sanitizer runs):"
         f" {', '.join(MEMCHECK_CASES)}",
     )
+    parser.add_argument(
+        "--commit",
+        metavar="SHA",
+        help="the commit of this checkout, recorded in the report (a GPU machine given a copy"
+        " of the tree has no git to ask)",
+    )
+    parser.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="print this checkout's source fingerprints (what a report's 'source' records) and"
+        " exit; needs no GPU",
+    )
     internal = parser.add_argument_group("internal (the tool runs itself with these)")
     internal.add_argument("--sweep-shard", metavar="K/N", help="run every N-th sweep case from K")
     internal.add_argument("--warm-shard", metavar="K/N", help="compile every N-th timed kernel")
@@ -396,6 +409,45 @@ def environment(device: str = "cuda") -> Dict[str, object]:
     }
 
 
+def source_fingerprint(root: Path = ROOT) -> Dict[str, str]:
+    """SHA-256 digests (first 16 hex digits) of the code a report's figures belong to.
+
+    ``kernels`` covers ``attncourse/kernels/**/*.py`` (what the timings launch), ``package``
+    every ``attncourse/**/*.py``, ``tool`` this file. Each digest hashes the files' paths
+    relative to ``root`` and their bytes, in sorted order, so it changes with any edit and
+    not with where the checkout lies or how it was copied.
+    """
+
+    def digest(paths: Sequence[Path]) -> str:
+        sha = hashlib.sha256()
+        for path in sorted(paths):
+            sha.update(path.relative_to(root).as_posix().encode() + b"\0")
+            sha.update(path.read_bytes() + b"\0")
+        return sha.hexdigest()[:16]
+
+    package = root / "attncourse"
+    return {
+        "kernels": digest(list((package / "kernels").rglob("*.py"))),
+        "package": digest(list(package.rglob("*.py"))),
+        "tool": digest([root / "tools" / "gpu_check.py"]),
+    }
+
+
+def git_commit(root: Path = ROOT) -> Optional[str]:
+    """The checkout's commit, or ``None`` where git or the repository is missing."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and commit else None
+
+
 def capability_of(env: Dict[str, object]) -> Tuple[int, int]:
     major, minor = str(env["compute_capability"]).split(".")
     return int(major), int(minor)
@@ -422,6 +474,7 @@ def new_report(args: argparse.Namespace, plan: Plan, env: Dict[str, object]) -> 
         "wall_s": 0.0,
         "complete": False,
         "environment": env,
+        "source": {"commit": args.commit or git_commit(), **source_fingerprint()},
         "budget": {"budget_s": plan.budget_s, "phase1_s": plan.phase1_s},
         "sections": {name: {"status": "pending"} for name in SECTIONS if name in selected},
         "skipped": [],
@@ -2137,6 +2190,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.chapter is not None:
         return chapter_worker(args.chapter, args.result)
+    if args.fingerprint:
+        print(json.dumps({"commit": git_commit(), **source_fingerprint()}, indent=1))
+        return 0
     problem = gpu_problem()
     if problem is not None:
         print(problem, file=sys.stderr)

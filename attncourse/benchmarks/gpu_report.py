@@ -180,6 +180,17 @@ def _table(title: str, report: Dict[str, object], header: Sequence[str], rows: L
     return "\n".join([title, _caption(report), "", _row(*header), rule, *rows])
 
 
+def _source_words(report: Dict[str, object]) -> str:
+    """``", at commit abc123456789 (kernels' fingerprint ...)"``, or nothing for a report that
+    predates the ``source`` key."""
+    source = report.get("source")
+    if not isinstance(source, dict):
+        return ""
+    commit = source.get("commit")
+    at = f" at commit {str(commit)[:12]}" if commit else " (commit not recorded)"
+    return f"{at}, kernels' fingerprint `{source.get('kernels')}`"
+
+
 def summary_markdown(report: Dict[str, object]) -> str:
     """A compact Markdown summary of ``report`` (a dict as :func:`load_report` returns it).
 
@@ -197,7 +208,8 @@ def summary_markdown(report: Dict[str, object]) -> str:
         f"#### GPU check: {env['gpu']}{kind}{partial}",
         f"Compute capability {env['compute_capability']}, torch {env['torch']}, triton"
         f" {env['triton']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, driver {env['driver']},"
-        f" Python {env['python']}; measured {report['date']} (UTC) by `{report['command']}`.",
+        f" Python {env['python']}; measured {report['date']} (UTC) by `{report['command']}`"
+        f"{_source_words(report)}.",
         _correctness_lines(report),
         _comparison_table(report),
         _span_table(report),
