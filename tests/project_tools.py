@@ -32,6 +32,17 @@ def tool_package(name: str):
     return importlib.import_module(name)
 
 
-normalize = tool("normalize_notebooks")
-colab = tool("colab_edition")
-exercise_index = tool("exercise_index")
+# Short names for the tools several test modules use, loaded on first use (PEP 562): a module
+# that needs none of them (tests/helpers.py, the kernel tests on a GPU machine that has no
+# nbformat) imports this one without their dependencies.
+_SHORT_NAMES = {
+    "normalize": "normalize_notebooks",
+    "colab": "colab_edition",
+    "exercise_index": "exercise_index",
+}
+
+
+def __getattr__(name: str):
+    if name in _SHORT_NAMES:
+        return tool(_SHORT_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
