@@ -9,6 +9,7 @@ report (made-up numbers) for the reader.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1067,3 +1068,44 @@ def test_the_report_records_the_commit_and_its_summary_names_it(fake_machine, tm
     )
     del report["source"]  # a report from before the key: no words about it
     assert "kernels' fingerprint" not in gpu_report.summary_markdown(report)
+
+
+BLOCKER = """
+import sys
+MISSING = {names!r}
+
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in MISSING:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+
+sys.meta_path.insert(0, Missing())
+"""
+
+
+def test_the_kernel_tests_collect_without_the_notebook_stack(tmp_path):
+    """The GPU machine has torch, triton and pytest but no jupyter, nbformat, nbclient, nbval or
+    ipykernel: the test files make gpu-check runs must import without them (one did not, and
+    its whole file errored there)."""
+    missing = ["nbformat", "nbclient", "nbval", "ipykernel", "jupyter_client", "jupyter_core"]
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(names=missing))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    files = sorted(set(gpu_check.plan_for(False).test_files + gpu_check.plan_for(True).test_files))
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, "--collect-only", "-q", *files],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ tests collected in [\d.]+s", summary), done.stdout[-3000:]
+    probe = subprocess.run(  # the blocker itself works
+        [sys.executable, "-c", "import nbformat"], capture_output=True, text=True, env=env
+    )
+    assert "No module named 'nbformat'" in probe.stderr

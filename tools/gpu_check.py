@@ -1,7 +1,9 @@
 """`make gpu-check`: check and time the course on a real CUDA GPU, in one command (issue 29).
 
-Expected duration on one H100 (estimated from the sizes below, not yet measured on one: the
-report's ``wall_s`` and each section's ``seconds`` are the real figures):
+Measured on an H200: 139 s and 121 s for the full run (2026-11-27; phase 1 58-69 s, its
+slowest process a warm-up or the sweep; timings 46-59 s; masks 13-18 s). The estimates below,
+made before any run, are the upper ends; the report's ``wall_s`` and each section's
+``seconds`` are the real figures:
 
 * start-up (torch, triton, CUDA, nvidia-smi): 5-15 s, before the budget's clock starts;
 * phase 1, processes side by side, each killed at 210 s (70 s with ``--quick``); it lasts as
