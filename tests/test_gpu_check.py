@@ -1109,3 +1109,89 @@ def test_the_kernel_tests_collect_without_the_notebook_stack(tmp_path):
         [sys.executable, "-c", "import nbformat"], capture_output=True, text=True, env=env
     )
     assert "No module named 'nbformat'" in probe.stderr
+
+
+# -- where adaptive span's time goes ----------------------------------------------------------------
+
+
+def test_fit_line_agrees_with_numpy():
+    numpy = pytest.importorskip("numpy")
+    rng = numpy.random.default_rng(0)
+    xs = rng.integers(1, 500, size=7).astype(float)
+    ys = 0.3 + 0.002 * xs + rng.normal(0, 0.01, size=7)
+    line = gpu_check.fit_line(list(xs), list(ys))
+    per_unit, fixed = numpy.polyfit(xs, ys, 1)
+    assert line["fixed"] == pytest.approx(fixed) and line["per_unit"] == pytest.approx(per_unit)
+    assert line["r2"] == pytest.approx(numpy.corrcoef(xs, ys)[0, 1] ** 2)
+    exact = gpu_check.fit_line([1.0, 2.0, 4.0], [3.0, 5.0, 9.0])
+    assert exact == pytest.approx({"fixed": 1.0, "per_unit": 2.0, "r2": 1.0})
+    assert gpu_check.fit_line([3.0, 3.0], [1.0, 2.0]) is None  # one x: no line
+
+
+COST_SPANS = (8.0, 64.0, 256.0)
+
+
+@pytest.fixture
+def cheap_span_calls(monkeypatch):
+    """The adaptive-span calls replaced by ones that do nothing (the kernels' numbers are the
+    sweep's business): what is checked is which spans are timed and how the clocks are read."""
+    calls = []
+
+    def span_calls(plan, s, device, spans=None):
+        spans = plan.spans if spans is None else spans
+        calls.append((s.pass_name, tuple(spans)))
+        return {f"span {z:g}": (lambda: None) for z in spans}
+
+    monkeypatch.setattr(gpu_check, "span_calls", span_calls)
+    return calls
+
+
+def test_span_cost_counts_the_tiles_and_fits_each_clock(
+    fake_machine, monkeypatch, tmp_path, cheap_span_calls
+):
+    """Every cost span is timed in both passes; its tiles are the launcher's (fewer at a shorter
+    span); the events' line is fitted, and the kernels' too where the profiler gives times."""
+    kernel_times = iter([0.5 + 0.03 * i for i in range(6)])
+    monkeypatch.setattr(gpu_check, "kernel_ms", lambda fn, repeats, device: next(kernel_times))
+    plan = tiny_plan(span_length=256, tokens=256, spans=(8.0, 256.0), cost_spans=COST_SPANS)
+    assert fake_machine(["--only", "span", "--out", str(tmp_path)], plan) == 0
+    assert ("forward+backward", COST_SPANS) in cheap_span_calls
+    _, report = read_report(tmp_path)
+    cost = report["span"]["cost"]
+    capability = gpu_check.capability_of(FAKE_ENV)
+    cfg = gpu_check.launch.launch_config(capability, torch.float16, 64, "forward_span")
+    maps = gpu_check.tiles.span_tile_maps(
+        torch.tensor(COST_SPANS), 32.0, 256, cfg.block_m, cfg.block_n
+    )
+    assert cost["spans"] == list(COST_SPANS)
+    assert cost["tiles"] == maps.sum(dim=(1, 2)).tolist()
+    assert cost["tiles"][0] < cost["tiles"][-1]  # a shorter span, fewer tiles
+    for name in ("forward", "forward+backward"):
+        measured = cost["passes"][name]
+        assert [row["span"] for row in measured["rows"]] == list(COST_SPANS)
+        assert all(row["host_ms"] >= 0 for row in measured["rows"])
+        assert [row["event_ms"] for row in measured["rows"]] == [1.0, 2.0, 3.0]  # the stub clock
+        expected = gpu_check.fit_line(cost["tiles"], [1.0, 2.0, 3.0])
+        assert measured["fit_event_ms"]["fixed_ms"] == pytest.approx(expected["fixed"])
+        assert measured["fit_event_ms"]["per_tile_us"] == pytest.approx(expected["per_unit"] * 1e3)
+        assert "fit_kernel_ms" in measured and "kernel_error" not in measured
+    summary = gpu_report.summary_markdown(report)
+    assert "Where adaptive span's time goes" in summary
+    assert f"| 256 | {cost['tiles'][-1]} | 3.000 | 0.560 |" in summary
+    assert "- forward+backward, kernels: " in summary
+
+
+def test_span_cost_without_a_profiler_keeps_the_other_clocks(
+    fake_machine, tmp_path, cheap_span_calls
+):
+    """On the CPU the profiler records no CUDA kernel: the kernel times are left out with the
+    reason, the events and the host times stand."""
+    plan = tiny_plan(span_length=256, tokens=256, spans=(8.0, 256.0), cost_spans=COST_SPANS)
+    assert fake_machine(["--only", "span", "--out", str(tmp_path)], plan) == 0
+    _, report = read_report(tmp_path)
+    for measured in report["span"]["cost"]["passes"].values():
+        assert measured["kernel_error"]  # CPU-only torch: "No activities specified"
+        assert all("kernel_ms" not in row for row in measured["rows"])
+        assert "fit_event_ms" in measured and "fit_kernel_ms" not in measured
+    error = report["span"]["cost"]["passes"]["forward"]["kernel_error"]
+    assert f"- forward, kernels: not measured ({error})" in gpu_report.summary_markdown(report)

@@ -183,6 +183,7 @@ class Plan:
     target_length: int  # the targets' L (float16, every d of head_dims)
     span_length: int
     spans: Tuple[float, float]  # (short, full)
+    cost_spans: Tuple[float, ...]  # where adaptive span's time goes: a line fitted over these
     design_head_dims: Tuple[int, ...]
     design_tiles: bool  # block_m and num_stages, beside the grid order
     notebook: Path = NOTEBOOK
@@ -212,6 +213,7 @@ FULL = Plan(
     target_length=4096,
     span_length=4096,
     spans=(256.0, 4096.0),
+    cost_spans=(64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0),
     design_head_dims=(64, 128),
     design_tiles=True,
 )
@@ -227,6 +229,7 @@ QUICK = replace(
     dtypes=("float16",),
     repeats=20,
     flex_lengths=(),
+    cost_spans=(),
     design_head_dims=(64,),
     design_tiles=False,
 )
@@ -1599,14 +1602,16 @@ def span_tiles(capability: Tuple[int, int], plan: Plan) -> Dict[str, object]:
     }
 
 
-def span_calls(plan: Plan, s: Setting, device) -> Dict[str, Callable[[], object]]:
+def span_calls(
+    plan: Plan, s: Setting, device, spans: Optional[Sequence[float]] = None
+) -> Dict[str, Callable[[], object]]:
     """``{"span <z>": call}``: the adaptive-span kernel at ``s`` with every head's span at ``z``,
-    for each span of the plan, on the same inputs."""
+    for each of ``spans`` (the plan's short and full span by default), on the same inputs."""
     from attncourse.kernels import flash
 
     q, k, v, dout = inputs_for(s, device)
     calls = {}
-    for z in plan.spans:
+    for z in plan.spans if spans is None else spans:
         spans = torch.full((s.heads,), z, device=device)
         forward = lambda spans=spans: flash.adaptive_span_flash_attention(q, k, v, spans, RAMP)
         calls[f"span {z:g}"] = autograd_pass(forward, s.backward, (q, k, v), dout)
@@ -1649,6 +1654,111 @@ def span_section(
         short, full = (timed[f"span {z:g}"]["median_ms"] for z in plan.spans)
         result["speedup"][s.pass_name] = full / short
         checkpoint()
+    if plan.cost_spans:
+        if budget.allows(reserve=20):
+            try:
+                result["cost"] = span_cost(plan, base, device, capability)
+            except Exception as error:
+                _crashed(report, result, "adaptive span's cost per tile", error)
+            checkpoint()
+        else:
+            skip(report, "adaptive span's cost per tile", budget.reason())
+    return result
+
+
+def host_ms(fn: Callable[[], object], repeats: int, device) -> float:
+    """The host's time to issue one call of ``fn`` (its Python, checks and launches), in ms:
+    ``repeats`` calls in a row without waiting for the GPU, after it has finished its work."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    issued = time.perf_counter() - start
+    synchronize(device)
+    return issued / repeats * 1e3
+
+
+def kernel_ms(fn: Callable[[], object], repeats: int, device) -> float:
+    """The GPU's own time for one call of ``fn``, in ms: the durations of the kernels it ran,
+    added up by torch's profiler (CUPTI), so without the gaps in which the GPU waited for the
+    host. Raises where the profiler records no kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        synchronize(device)
+    total_us = 0.0
+    for entry in prof.key_averages():
+        total_us += getattr(entry, "self_device_time_total", None) or 0.0
+    if total_us <= 0:
+        raise RuntimeError("the profiler recorded no kernel time")
+    return total_us / repeats / 1e3
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Optional[Dict[str, float]]:
+    """The least-squares line ``y = fixed + per_unit * x`` and its coefficient of determination,
+    or ``None`` where the ``xs`` do not differ (no line is determined)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    per_unit = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    fixed = my - per_unit * mx
+    residual = sum((y - fixed - per_unit * x) ** 2 for x, y in zip(xs, ys))
+    total = sum((y - my) ** 2 for y in ys)
+    return {"fixed": fixed, "per_unit": per_unit, "r2": 1 - residual / total if total else 1.0}
+
+
+def span_cost(plan: Plan, base: Setting, device, capability) -> Dict[str, object]:
+    """Where adaptive span's time goes (chapter 10 asks whether a fixed cost per program explains
+    a speed-up below the tile ratio): each pass at every span of ``plan.cost_spans``, with the
+    tiles per head there, timed three ways: CUDA events around each call, round-robin, as the
+    speed-up is (``event_ms``); the host's time to issue a call (``host_ms``); and the GPU's
+    kernel time alone, from the profiler (``kernel_ms``, absent where it records nothing). A line
+    ``time = fixed + per_tile * tiles`` is fitted to the event and to the kernel times."""
+    cfg = launch.launch_config(capability, torch.float16, SPAN_HEAD_DIM, "forward_span")
+    maps = tiles.span_tile_maps(
+        torch.tensor(plan.cost_spans), RAMP, plan.span_length, cfg.block_m, cfg.block_n
+    )
+    counts = [int(n) for n in maps.sum(dim=(1, 2)).tolist()]
+    result: Dict[str, object] = {"spans": list(plan.cost_spans), "tiles": counts, "passes": {}}
+    for backward in (False, True):
+        s = replace(base, backward=backward)
+        calls = span_calls(plan, s, device, plan.cost_spans)
+        timed = time_round_robin(calls, plan.repeats, plan.warmup)
+        rows = []
+        for z, n in zip(plan.cost_spans, counts):
+            fn = calls[f"span {z:g}"]
+            rows.append(
+                {
+                    "span": z,
+                    "tiles": n,
+                    "event_ms": timed[f"span {z:g}"]["median_ms"],
+                    "host_ms": host_ms(fn, plan.repeats, device),
+                }
+            )
+        passed: Dict[str, object] = {"rows": rows}
+        try:
+            for row in rows:
+                row["kernel_ms"] = kernel_ms(calls[f"span {row['span']:g}"], plan.repeats, device)
+        except Exception as error:  # a profiler that records nothing: the other two stand
+            passed["kernel_error"] = first_line(error)
+            for row in rows:
+                row.pop("kernel_ms", None)
+        for key in ("event_ms", "kernel_ms"):
+            line = None
+            if all(key in row for row in rows):
+                line = fit_line(counts, [row[key] for row in rows])
+            if line is not None:
+                passed[f"fit_{key}"] = {
+                    "fixed_ms": line["fixed"],
+                    "per_tile_us": line["per_unit"] * 1e3,
+                    "r2": line["r2"],
+                }
+        result["passes"][s.pass_name] = passed
     return result
 
 

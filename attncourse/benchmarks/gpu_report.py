@@ -213,6 +213,7 @@ def summary_markdown(report: Dict[str, object]) -> str:
         _correctness_lines(report),
         _comparison_table(report),
         _span_table(report),
+        _span_cost_table(report),
         _design_table(report),
         masks_markdown(report),
         _skipped_lines(report),
@@ -336,6 +337,47 @@ def _span_table(report: Dict[str, object]) -> str:
         report,
         ("pass", f"span {full:g} (ms)", f"span {short:g} (ms)", "speed-up", "tile ratio"),
         lines,
+    )
+
+
+def _span_cost_table(report: Dict[str, object]) -> str:
+    """Adaptive span at several spans: its time three ways, and a line fitted to it over tiles."""
+    cost = (report.get("span") or {}).get("cost")
+    if not cost or not cost.get("passes"):
+        return ""
+    passes = cost["passes"]
+    header, by_pass = ["span", "tiles per head"], []
+    for name, measured in passes.items():
+        header += [f"{name}: events (ms)", "kernels (ms)", "host (ms)"]
+        by_pass.append({row["span"]: row for row in measured["rows"]})
+    lines = []
+    for z, n in zip(cost["spans"], cost["tiles"]):
+        cells = [f"{z:g}", n]
+        for rows in by_pass:
+            row = rows.get(z, {})
+            cells += [_number(row.get(key), ".3f") for key in ("event_ms", "kernel_ms", "host_ms")]
+        lines.append(_row(*cells))
+    fits = []
+    for name, measured in passes.items():
+        for key, what in (("event_ms", "events"), ("kernel_ms", "kernels")):
+            line = measured.get(f"fit_{key}")
+            if line:
+                fits.append(
+                    f"- {name}, {what}: {line['fixed_ms']:.3f} ms + {line['per_tile_us']:.3f} µs"
+                    f" per tile per head (r² {line['r2']:.3f})"
+                )
+        if measured.get("kernel_error"):
+            fits.append(f"- {name}, kernels: not measured ({measured['kernel_error']})")
+    table = _table(
+        "Where adaptive span's time goes: each call timed by CUDA events around it (as the"
+        " speed-up above), by the durations of the GPU's kernels alone (torch's profiler), and"
+        " by the host's time to issue it",
+        report,
+        header,
+        lines,
+    )
+    return "\n".join(
+        [table, "", "A line time = fixed + per tile × tiles, fitted over the spans:", *fits]
     )
 
 
