@@ -93,6 +93,14 @@ def read_report(folder):
     return path, gpu_report.load_report(path)
 
 
+def run_child(command, *, env, cwd=ROOT, status=0):
+    """``command`` in a child process (its output captured as text, at most 300 s); asserts its
+    exit status is ``status``, showing the ends of its output where not."""
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == status, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 # -- the command line and the refusal -------------------------------------------------------------
 
 
@@ -135,14 +143,8 @@ def test_plans_fit_their_budgets_and_time_the_targets_first():
 def test_refuses_without_a_gpu(tmp_path):
     """No CUDA GPU: a one-sentence refusal, exit status 2, no report written."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
+    tool = [sys.executable, str(ROOT / "tools" / "gpu_check.py")]
+    done = run_child([*tool, "--out", str(tmp_path)], env=env, status=2)
     message = done.stderr.strip()
     assert "needs a CUDA GPU" in message and len(message.splitlines()) == 1, message
     assert not list(tmp_path.iterdir())
@@ -612,15 +614,11 @@ def test_the_real_chapter_runs_cell_by_cell_through_the_interpreter(tmp_path):
     """Chapter 10 itself through the runner (about 10 s on the CPU): every cell as nbval accepts
     it, the exercise stubs and check() cells included; without a GPU its CPU branch runs."""
     result = tmp_path / "chapter.json"
-    done = subprocess.run(
+    run_child(
         gpu_check.tool_command("--chapter", str(gpu_check.NOTEBOOK), "--result", str(result)),
         cwd=tmp_path,
         env=gpu_check.child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     chapter = json.loads(result.read_text())
     assert chapter["finished"] and chapter["on_gpu"] is False
     assert chapter["cells"][0]["status"] == "skipped"  # the set-up cell, which would pip-install
@@ -699,15 +697,7 @@ def test_chapter_cells_plot_where_ipython_is_missing(tmp_path):
         f" '--result', {str(result)!r}]))\n"
     )
     env = gpu_check.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_child([sys.executable, "-c", code], cwd=tmp_path, env=env)
     chapter = json.loads(result.read_text())
     assert chapter["ipython_stub"] is True
     assert [(c["status"], c["detail"]) for c in chapter["cells"]] == [("ok", None)] * 3
@@ -1044,14 +1034,9 @@ def test_the_fingerprints_follow_the_code_not_the_checkouts_place(tmp_path):
 
 def test_the_fingerprint_command_needs_no_gpu():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--fingerprint"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    done = run_child(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--fingerprint"], env=env
     )
-    assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     assert {k: printed[k] for k in ("kernels", "package", "tool")} == gpu_check.source_fingerprint()
 
@@ -1094,15 +1079,7 @@ def test_the_kernel_tests_collect_without_the_notebook_stack(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     files = sorted(set(gpu_check.plan_for(False).test_files + gpu_check.plan_for(True).test_files))
     command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*command, "--collect-only", "-q", *files],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    done = run_child([*command, "--collect-only", "-q", *files], env=env)
     summary = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ tests collected in [\d.]+s", summary), done.stdout[-3000:]
     probe = subprocess.run(  # the blocker itself works
