@@ -1172,3 +1172,39 @@ def test_span_cost_without_a_profiler_keeps_the_other_clocks(
         assert "fit_event_ms" in measured and "fit_kernel_ms" not in measured
     error = report["span"]["cost"]["passes"]["forward"]["kernel_error"]
     assert f"- forward, kernels: not measured ({error})" in gpu_report.summary_markdown(report)
+
+
+def test_kernel_time_counts_each_kernel_once(monkeypatch):
+    """The profiler lists an operator on the CPU with its kernels' time and the kernels
+    themselves: only the GPU's events are added up, per call."""
+    from types import SimpleNamespace
+
+    import torch.profiler
+    from torch.autograd import DeviceType
+
+    entries = [
+        SimpleNamespace(device_type=DeviceType.CPU, self_device_time_total=900.0),  # aten::mm
+        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=600.0),  # its kernel
+        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=300.0),
+    ]
+
+    class FakeProfile:
+        def __init__(self, activities):
+            assert activities == [torch.profiler.ProfilerActivity.CUDA]
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def key_averages(self):
+            return entries
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    calls = []
+    assert gpu_check.kernel_ms(lambda: calls.append(1), 3, "cpu") == pytest.approx(0.3)
+    assert len(calls) == 3
+    entries[1:] = []
+    with pytest.raises(RuntimeError, match="no kernel time"):
+        gpu_check.kernel_ms(lambda: None, 3, "cpu")

@@ -1682,6 +1682,7 @@ def kernel_ms(fn: Callable[[], object], repeats: int, device) -> float:
     """The GPU's own time for one call of ``fn``, in ms: the durations of the kernels it ran,
     added up by torch's profiler (CUPTI), so without the gaps in which the GPU waited for the
     host. Raises where the profiler records no kernel."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     synchronize(device)
@@ -1689,9 +1690,13 @@ def kernel_ms(fn: Callable[[], object], repeats: int, device) -> float:
         for _ in range(repeats):
             fn()
         synchronize(device)
-    total_us = 0.0
-    for entry in prof.key_averages():
-        total_us += getattr(entry, "self_device_time_total", None) or 0.0
+    # the GPU's own events only, as torch's table totals them: an operator on the CPU also
+    # carries its kernels' time, and counting both would count each kernel twice
+    total_us = sum(
+        entry.self_device_time_total
+        for entry in prof.key_averages()
+        if entry.device_type == DeviceType.CUDA
+    )
     if total_us <= 0:
         raise RuntimeError("the profiler recorded no kernel time")
     return total_us / repeats / 1e3
