@@ -43,3 +43,18 @@ def test_chapter_10_shows_its_compile_tables_and_gpu_report_as_tables():
 def test_the_check_finds_a_raw_table():
     assert RAW_TABLE.search("<p>| d | causal | pass |\n|---|</p>")
     assert not RAW_TABLE.search("<table><tr><td>| not a paragraph |</td></tr></table>")
+
+
+def test_the_pages_named_where_no_report_is_found_exist():
+    """A runtime without the repository (Colab) is sent to the book's page for the GPU reports:
+    each ``page = "book/....html#anchor"`` of a chapter's code names a page and anchor the
+    built book has."""
+    _pages()
+    named = re.compile(r'page = "(book/[\w.-]+\.html)#([\w-]+)"')
+    found = []
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        found += named.findall(notebook.read_text(encoding="utf-8"))
+    assert len(found) >= 2, found  # chapters 10 and 11
+    for page, anchor in found:
+        html = (SITE / page).read_text(encoding="utf-8")
+        assert f'id="{anchor}"' in html, (page, anchor)

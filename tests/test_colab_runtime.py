@@ -458,6 +458,7 @@ def run_in_the_runtime(
             or "nothing (already installed)"
         ),
     )
+    return nb
 
 
 # The full chapter's test comes first: its set-up cell installs the package from nothing.
@@ -467,7 +468,13 @@ def test_the_full_chapter_installs_the_package_and_runs_in_a_fresh_colab_like_ru
     path = colab.OUT / f"{FULL_CHAPTER}.ipynb"
     nb = nbformat.read(path, as_version=4)
     cells = [(FULL_CHAPTER, cell) for cell in nb.cells]
-    run_in_the_runtime(runtime, FULL_CHAPTER, cells, nb.metadata, capsys)
+    ran = run_in_the_runtime(runtime, FULL_CHAPTER, cells, nb.metadata, capsys)
+    # The GPU reports are committed with the repository, not the package: the reader is told
+    # where the book shows them (not that none exists).
+    (reports,) = [cell for cell in ran.cells if cell.get("id") == "gpu-measured-reports"]
+    printed = "".join(out.get("text", "") for out in reports.outputs)
+    assert "not the repository's reports/gpu folder" in printed, printed
+    assert "10_gpu_attention.html#gpu-measured" in printed, printed
 
 
 def test_the_other_chapters_set_up_cells_and_imports_run_in_a_new_kernel_of_that_runtime(

@@ -1208,3 +1208,22 @@ def test_kernel_time_counts_each_kernel_once(monkeypatch):
     entries[1:] = []
     with pytest.raises(RuntimeError, match="no kernel time"):
         gpu_check.kernel_ms(lambda: None, 3, "cpu")
+
+
+def test_a_runtime_without_the_repository_is_told_where_the_reports_are(tmp_path):
+    """Installed without the checkout (as on Colab), the package has no reports/gpu: the note
+    says so and gives the book's page from the package's metadata; in the checkout, none
+    committed yet."""
+    shutil.copytree(
+        ROOT / "attncourse", tmp_path / "attncourse", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    code = (
+        "from attncourse.benchmarks import gpu_report\n"
+        "print(gpu_report.no_reports_note('GPU measurement', 'book/x.html#y'))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    away = run_child([sys.executable, "-c", code], cwd=tmp_path, env=env).stdout
+    assert "not the repository's reports/gpu folder" in away
+    assert "https://attncourse.github.io/attncourse/book/x.html#y" in away
+    here = run_child([sys.executable, "-c", code], cwd=ROOT, env=env).stdout
+    assert here.startswith("No GPU measurement has been committed yet")

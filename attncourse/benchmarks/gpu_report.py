@@ -28,6 +28,7 @@ __all__ = [
     "REQUIRED_KEYS",
     "REQUIRED_ENVIRONMENT",
     "find_reports",
+    "no_reports_note",
     "load_report",
     "summary_markdown",
     "targets_markdown",
@@ -98,6 +99,30 @@ def _default_folders() -> List[Path]:
                 found.append(place / "reports" / "gpu")
                 break
     return found
+
+
+def no_reports_note(what: str, page: str) -> str:
+    """The sentence a chapter prints where :func:`find_reports` found no report of ``what``.
+
+    In a checkout whose ``reports/gpu`` holds none: none has been committed yet. Where the
+    package was installed without the repository (Colab): the reports are not part of the
+    package, and the book's ``page`` (a path below the book's address, which the package's
+    metadata gives, such as ``"book/10_gpu_attention.html#gpu-measured"``) shows those committed.
+    """
+    if _default_folders():
+        return f"No {what} has been committed yet: `make gpu-check` on a GPU produces one."
+    try:
+        from importlib.metadata import PackageNotFoundError, metadata
+
+        urls = metadata("attncourse").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    home = next((u.split(",", 1)[1].strip() for u in urls if u.startswith("Homepage,")), None)
+    where = f"{home.rstrip('/')}/{page}" if home else "the chapter's page in the book"
+    return (
+        f"This runtime has the attncourse package but not the repository's reports/gpu folder,"
+        f" where each {what} is committed; the book shows them at {where}"
+    )
 
 
 def load_report(path) -> Dict[str, object]:
