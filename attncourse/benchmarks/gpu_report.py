@@ -202,7 +202,8 @@ def _row(*cells: object) -> str:
 def _table(title: str, report: Dict[str, object], header: Sequence[str], rows: List[str]) -> str:
     """A Markdown table under its title and the report's caption: the header, its rule, ``rows``."""
     rule = "|" + "---|" * len(header)
-    return "\n".join([title, _caption(report), "", _row(*header), rule, *rows])
+    # the caption a paragraph of its own, not run into the title's sentence
+    return "\n".join([title, "", _caption(report), "", _row(*header), rule, *rows])
 
 
 def _source_words(report: Dict[str, object]) -> str:
