@@ -474,7 +474,7 @@ def test_the_full_chapter_installs_the_package_and_runs_in_a_fresh_colab_like_ru
     (reports,) = [cell for cell in ran.cells if cell.get("id") == "gpu-measured-reports"]
     printed = "".join(out.get("text", "") for out in reports.outputs)
     assert "not the repository's reports/gpu folder" in printed, printed
-    assert "10_gpu_attention.html#gpu-measured" in printed, printed
+    assert "/book/10_gpu_attention.html#gpu-measured (中文版: " in printed, printed
 
 
 def test_the_other_chapters_set_up_cells_and_imports_run_in_a_new_kernel_of_that_runtime(

@@ -1123,39 +1123,70 @@ def cheap_span_calls(monkeypatch):
     return calls
 
 
-def test_span_cost_counts_the_tiles_and_fits_each_clock(
+def cost_plan():
+    """L = 256 in 4 blocks of 64, B = 2 and H = 2: four heads' tiles."""
+    return tiny_plan(
+        span_length=256, tokens=512, width=128, spans=(8.0, 256.0), cost_spans=COST_SPANS
+    )
+
+
+def test_span_cost_counts_each_kernels_tiles_and_fits_each_clock(
     fake_machine, monkeypatch, tmp_path, cheap_span_calls
 ):
-    """Every cost span is timed in both passes; its tiles are the launcher's (fewer at a shorter
-    span); the events' line is fitted, and the kernels' too where the profiler gives times."""
-    kernel_times = iter([0.5 + 0.03 * i for i in range(6)])
-    monkeypatch.setattr(gpu_check, "kernel_ms", lambda fn, repeats, device: next(kernel_times))
-    plan = tiny_plan(span_length=256, tokens=256, spans=(8.0, 256.0), cost_spans=COST_SPANS)
-    assert fake_machine(["--only", "span", "--out", str(tmp_path)], plan) == 0
+    """Every cost span is timed in both passes; the work is the tiles over all heads, each
+    kernel's counted at its own tile size; the events' and the kernels' lines are fitted over
+    that work, and rendered."""
+    clock = iter([0.5 + 0.03 * i for i in range(6)])  # the profiler's kernel times, in turn
+    order = []
+
+    def kernel_ms(fn, repeats, device):
+        order.append("kernel")
+        return next(clock)
+
+    def host_ms(fn, repeats, device):
+        order.append("host")
+        return 0.25
+
+    monkeypatch.setattr(gpu_check, "kernel_ms", kernel_ms)
+    monkeypatch.setattr(gpu_check, "host_ms", host_ms)
+    assert fake_machine(["--only", "span", "--out", str(tmp_path)], cost_plan()) == 0
     assert ("forward+backward", COST_SPANS) in cheap_span_calls
+    assert order == ["host"] * 6 + ["kernel"] * 6  # no profiler before the host's clock
     _, report = read_report(tmp_path)
     cost = report["span"]["cost"]
-    capability = gpu_check.capability_of(FAKE_ENV)
-    cfg = gpu_check.launch.launch_config(capability, torch.float16, 64, "forward_span")
-    maps = gpu_check.tiles.span_tile_maps(
-        torch.tensor(COST_SPANS), 32.0, 256, cfg.block_m, cfg.block_n
-    )
-    assert cost["spans"] == list(COST_SPANS)
-    assert cost["tiles"] == maps.sum(dim=(1, 2)).tolist()
-    assert cost["tiles"][0] < cost["tiles"][-1]  # a shorter span, fewer tiles
-    for name in ("forward", "forward+backward"):
-        measured = cost["passes"][name]
+    assert cost["spans"] == list(COST_SPANS) and cost["heads"] == 4
+    # sm_90, d = 64: the forward and dQ kernels in 64 x 64 tiles, dK/dV (span) in 32 x 32
+    sizes = {k: (v["block_m"], v["block_n"]) for k, v in cost["kernels"].items()}
+    assert sizes == {
+        "forward_span": (64, 64),
+        "backward_dq": (64, 64),
+        "backward_dkdv_span": (32, 32),
+    }
+    # span 256 with its ramp covers every causal tile: 10 of 4 x 4, and 36 of 8 x 8
+    assert [k["tiles_per_head"][-1] for k in cost["kernels"].values()] == [10, 10, 36]
+    forward, both = (cost["passes"][name] for name in ("forward", "forward+backward"))
+    assert forward["rows"][-1]["work"] == 4 * 10
+    assert both["rows"][-1]["work"] == 4 * (10 + 10 + 36 / 4)
+    assert [r["work"] for r in forward["rows"]] == sorted(r["work"] for r in forward["rows"])
+    assert forward["rows"][0]["work"] < forward["rows"][-1]["work"]
+    for measured in (forward, both):
         assert [row["span"] for row in measured["rows"]] == list(COST_SPANS)
-        assert all(row["host_ms"] >= 0 for row in measured["rows"])
         assert [row["event_ms"] for row in measured["rows"]] == [1.0, 2.0, 3.0]  # the stub clock
-        expected = gpu_check.fit_line(cost["tiles"], [1.0, 2.0, 3.0])
-        assert measured["fit_event_ms"]["fixed_ms"] == pytest.approx(expected["fixed"])
-        assert measured["fit_event_ms"]["per_tile_us"] == pytest.approx(expected["per_unit"] * 1e3)
-        assert "fit_kernel_ms" in measured and "kernel_error" not in measured
+        work = [row["work"] for row in measured["rows"]]
+        for key in ("event_ms", "kernel_ms"):
+            line = gpu_check.fit_line(work, [row[key] for row in measured["rows"]])
+            fitted = measured[f"fit_{key}"]
+            assert fitted["fixed_ms"] == pytest.approx(line["fixed"])
+            assert fitted["per_tile_ns"] == pytest.approx(line["per_unit"] * 1e6)
+            assert fitted["r2"] == pytest.approx(line["r2"])
     summary = gpu_report.summary_markdown(report)
-    assert "Where adaptive span's time goes" in summary
-    assert f"| 256 | {cost['tiles'][-1]} | 3.000 | 0.560 |" in summary
-    assert "- forward+backward, kernels: " in summary
+    assert "Where adaptive span's time goes" in summary and "over all 4 heads" in summary
+    assert "| 256 | 40 | 3.000 | 0.560 | 0.250 | 116 | 3.000 | 0.650 | 0.250 |" in summary
+    line = both["fit_kernel_ms"]
+    assert (
+        f"- forward+backward, kernels: {line['fixed_ms']:.3f} ms + {line['per_tile_ns']:.2f} ns"
+        f" per tile (r² {line['r2']:.3f})"
+    ) in summary
 
 
 def test_span_cost_without_a_profiler_keeps_the_other_clocks(
@@ -1163,8 +1194,7 @@ def test_span_cost_without_a_profiler_keeps_the_other_clocks(
 ):
     """On the CPU the profiler records no CUDA kernel: the kernel times are left out with the
     reason, the events and the host times stand."""
-    plan = tiny_plan(span_length=256, tokens=256, spans=(8.0, 256.0), cost_spans=COST_SPANS)
-    assert fake_machine(["--only", "span", "--out", str(tmp_path)], plan) == 0
+    assert fake_machine(["--only", "span", "--out", str(tmp_path)], cost_plan()) == 0
     _, report = read_report(tmp_path)
     for measured in report["span"]["cost"]["passes"].values():
         assert measured["kernel_error"]  # CPU-only torch: "No activities specified"
@@ -1172,6 +1202,27 @@ def test_span_cost_without_a_profiler_keeps_the_other_clocks(
         assert "fit_event_ms" in measured and "fit_kernel_ms" not in measured
     error = report["span"]["cost"]["passes"]["forward"]["kernel_error"]
     assert f"- forward, kernels: not measured ({error})" in gpu_report.summary_markdown(report)
+
+
+def test_host_time_is_per_call_and_waits_for_the_gpu_only_outside_its_clock(monkeypatch):
+    """host_ms: the GPU drained before the clock starts, the calls issued, the clock read, and
+    only then the GPU waited for (a wait inside the clock would time the GPU, not the host)."""
+    import time
+
+    seen = []
+
+    def synchronize(device):
+        seen.append("sync")
+        time.sleep(0.05)  # a GPU still busy
+
+    def call():
+        seen.append("call")
+        time.sleep(0.002)
+
+    monkeypatch.setattr(gpu_check, "synchronize", synchronize)
+    ms = gpu_check.host_ms(call, 5, "cuda")
+    assert seen == ["sync"] + ["call"] * 5 + ["sync"]
+    assert 2.0 <= ms < 10.0, ms  # per call: 2 ms of issuing, none of the 50 ms waits
 
 
 def test_kernel_time_counts_each_kernel_once(monkeypatch):
@@ -1224,6 +1275,7 @@ def test_a_runtime_without_the_repository_is_told_where_the_reports_are(tmp_path
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     away = run_child([sys.executable, "-c", code], cwd=tmp_path, env=env).stdout
     assert "not the repository's reports/gpu folder" in away
-    assert "https://attncourse.github.io/attncourse/book/x.html#y" in away
+    home = "https://attncourse.github.io/attncourse"
+    assert f"{home}/book/x.html#y (中文版: {home}/zh/book/x.html#y)" in away
     here = run_child([sys.executable, "-c", code], cwd=ROOT, env=env).stdout
     assert here.startswith("No GPU measurement has been committed yet")

@@ -1,7 +1,8 @@
 """`make gpu-check`: check and time the course on a real CUDA GPU, in one command (issue 29).
 
-Measured on an H200: 139 s and 121 s for the full run (2026-11-27; phase 1 58-69 s, its
-slowest process a warm-up or the sweep; timings 46-59 s; masks 13-18 s). The estimates below,
+Measured on an H200: 139 s and 121 s for the full run (2026-11-27; from the two runs' progress
+logs: phase 1 58-69 s, its slowest process a warm-up or the sweep; timings 46-59 s; masks
+13-18 s). The estimates below,
 made before any run, are the upper ends; the report's ``wall_s`` and each section's
 ``seconds`` are the real figures:
 
@@ -1717,53 +1718,98 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Optional[Dict[str, flo
     return {"fixed": fixed, "per_unit": per_unit, "r2": 1 - residual / total if total else 1.0}
 
 
+#: The kernels each adaptive-span pass launches (the backward's row sums aside, whose work does
+#: not depend on the span).
+SPAN_KERNELS = {
+    "forward": ("forward_span",),
+    "forward+backward": ("forward_span", "backward_dq", "backward_dkdv_span"),
+}
+
+
+def span_work(plan: Plan, base: Setting, capability) -> Dict[str, object]:
+    """The tiles each adaptive-span kernel computes per head at each of ``plan.cost_spans``, with
+    the launcher's tiles on this GPU, and each pass's work: the area of those tiles over all
+    ``B * H`` heads, in 64 x 64 tiles (the dK/dV kernel's 32 x 32 tiles count a quarter)."""
+    spans = torch.tensor(plan.cost_spans)
+    kernels = {}
+    for kernel in SPAN_KERNELS["forward+backward"]:
+        cfg = launch.launch_config(capability, torch.float16, SPAN_HEAD_DIM, kernel)
+        maps = tiles.span_tile_maps(spans, RAMP, plan.span_length, cfg.block_m, cfg.block_n)
+        kernels[kernel] = {
+            "block_m": cfg.block_m,
+            "block_n": cfg.block_n,
+            "tiles_per_head": [int(n) for n in maps.sum(dim=(1, 2)).tolist()],
+        }
+    work = {
+        name: [
+            base.batch
+            * base.heads
+            * sum(
+                kernels[k]["tiles_per_head"][i] * kernels[k]["block_m"] * kernels[k]["block_n"]
+                for k in used
+            )
+            / (64 * 64)
+            for i in range(len(plan.cost_spans))
+        ]
+        for name, used in SPAN_KERNELS.items()
+    }
+    return {"kernels": kernels, "work": work}
+
+
 def span_cost(plan: Plan, base: Setting, device, capability) -> Dict[str, object]:
     """Where adaptive span's time goes (chapter 10 asks whether a fixed cost per program explains
-    a speed-up below the tile ratio): each pass at every span of ``plan.cost_spans``, with the
-    tiles per head there, timed three ways: CUDA events around each call, round-robin, as the
-    speed-up is (``event_ms``); the host's time to issue a call (``host_ms``); and the GPU's
-    kernel time alone, from the profiler (``kernel_ms``, absent where it records nothing). A line
-    ``time = fixed + per_tile * tiles`` is fitted to the event and to the kernel times."""
-    cfg = launch.launch_config(capability, torch.float16, SPAN_HEAD_DIM, "forward_span")
-    maps = tiles.span_tile_maps(
-        torch.tensor(plan.cost_spans), RAMP, plan.span_length, cfg.block_m, cfg.block_n
-    )
-    counts = [int(n) for n in maps.sum(dim=(1, 2)).tolist()]
-    result: Dict[str, object] = {"spans": list(plan.cost_spans), "tiles": counts, "passes": {}}
-    for backward in (False, True):
+    a speed-up below the tile ratio): each pass at every span of ``plan.cost_spans``, timed
+    three ways: CUDA events around each call, round-robin, as the speed-up is (``event_ms``);
+    the host's time to issue a call (``host_ms``); and the GPU's kernel time alone, from the
+    profiler (``kernel_ms``, absent where it records nothing; taken last, as a profiler
+    session slows the calls issued after it). A line ``time = fixed + per tile * work`` is
+    fitted to the events and to the kernels, ``work`` being the pass's tiles over all heads in
+    64 x 64 tiles (:func:`span_work`): it assumes a tile's cost is the same in every kernel of
+    the pass, which holds for the forward's one kernel only."""
+    planned = span_work(plan, base, capability)
+    result: Dict[str, object] = {
+        "spans": list(plan.cost_spans),
+        "heads": base.batch * base.heads,
+        "kernels": planned["kernels"],
+        "passes": {},
+    }
+    calls = {}
+    for backward in (False, True):  # events and host times first, both passes
         s = replace(base, backward=backward)
-        calls = span_calls(plan, s, device, plan.cost_spans)
-        timed = time_round_robin(calls, plan.repeats, plan.warmup)
-        rows = []
-        for z, n in zip(plan.cost_spans, counts):
-            fn = calls[f"span {z:g}"]
-            rows.append(
+        calls[s.pass_name] = span_calls(plan, s, device, plan.cost_spans)
+        timed = time_round_robin(calls[s.pass_name], plan.repeats, plan.warmup)
+        result["passes"][s.pass_name] = {
+            "rows": [
                 {
                     "span": z,
-                    "tiles": n,
+                    "work": planned["work"][s.pass_name][i],
                     "event_ms": timed[f"span {z:g}"]["median_ms"],
-                    "host_ms": host_ms(fn, plan.repeats, device),
+                    "host_ms": host_ms(calls[s.pass_name][f"span {z:g}"], plan.repeats, device),
                 }
-            )
-        passed: Dict[str, object] = {"rows": rows}
+                for i, z in enumerate(plan.cost_spans)
+            ]
+        }
+    for name, measured in result["passes"].items():  # then the profiler's kernel times
+        rows = measured["rows"]
         try:
-            for row in rows:
-                row["kernel_ms"] = kernel_ms(calls[f"span {row['span']:g}"], plan.repeats, device)
+            kernel = [
+                kernel_ms(calls[name][f"span {r['span']:g}"], plan.repeats, device) for r in rows
+            ]
         except Exception as error:  # a profiler that records nothing: the other two stand
-            passed["kernel_error"] = first_line(error)
-            for row in rows:
-                row.pop("kernel_ms", None)
+            measured["kernel_error"] = first_line(error)
+        else:
+            for row, ms in zip(rows, kernel):
+                row["kernel_ms"] = ms
         for key in ("event_ms", "kernel_ms"):
             line = None
             if all(key in row for row in rows):
-                line = fit_line(counts, [row[key] for row in rows])
+                line = fit_line([row["work"] for row in rows], [row[key] for row in rows])
             if line is not None:
-                passed[f"fit_{key}"] = {
+                measured[f"fit_{key}"] = {
                     "fixed_ms": line["fixed"],
-                    "per_tile_us": line["per_unit"] * 1e3,
+                    "per_tile_ns": line["per_unit"] * 1e6,
                     "r2": line["r2"],
                 }
-        result["passes"][s.pass_name] = passed
     return result
 
 

@@ -106,8 +106,10 @@ def no_reports_note(what: str, page: str) -> str:
 
     In a checkout whose ``reports/gpu`` holds none: none has been committed yet. Where the
     package was installed without the repository (Colab): the reports are not part of the
-    package, and the book's ``page`` (a path below the book's address, which the package's
-    metadata gives, such as ``"book/10_gpu_attention.html#gpu-measured"``) shows those committed.
+    package, and the book's ``page`` shows those committed, in English and in the Chinese
+    edition. ``page`` is a path below the book's address (which the package's metadata gives),
+    such as ``"book/10_gpu_attention.html#gpu-measured"``; the Chinese edition's is below
+    ``zh/``.
     """
     if _default_folders():
         return f"No {what} has been committed yet: `make gpu-check` on a GPU produces one."
@@ -118,7 +120,11 @@ def no_reports_note(what: str, page: str) -> str:
     except PackageNotFoundError:
         urls = []
     home = next((u.split(",", 1)[1].strip() for u in urls if u.startswith("Homepage,")), None)
-    where = f"{home.rstrip('/')}/{page}" if home else "the chapter's page in the book"
+    if home:
+        home = home.rstrip("/")
+        where = f"{home}/{page} (中文版: {home}/zh/{page})"
+    else:
+        where = "this chapter's page of the book"
     return (
         f"This runtime has the attncourse package but not the repository's reports/gpu folder,"
         f" where each {what} is committed; the book shows them at {where}"
@@ -367,20 +373,21 @@ def _span_table(report: Dict[str, object]) -> str:
 
 
 def _span_cost_table(report: Dict[str, object]) -> str:
-    """Adaptive span at several spans: its time three ways, and a line fitted to it over tiles."""
+    """Adaptive span at several spans: its work, its time three ways, and a line fitted to it."""
     cost = (report.get("span") or {}).get("cost")
     if not cost or not cost.get("passes"):
         return ""
     passes = cost["passes"]
-    header, by_pass = ["span", "tiles per head"], []
+    header, by_pass = ["span"], []
     for name, measured in passes.items():
-        header += [f"{name}: events (ms)", "kernels (ms)", "host (ms)"]
+        header += [f"{name}: tiles", "events (ms)", "kernels (ms)", "host (ms)"]
         by_pass.append({row["span"]: row for row in measured["rows"]})
     lines = []
-    for z, n in zip(cost["spans"], cost["tiles"]):
-        cells = [f"{z:g}", n]
+    for z in cost["spans"]:
+        cells = [f"{z:g}"]
         for rows in by_pass:
             row = rows.get(z, {})
+            cells.append(_number(row.get("work"), ",.0f"))
             cells += [_number(row.get(key), ".3f") for key in ("event_ms", "kernel_ms", "host_ms")]
         lines.append(_row(*cells))
     fits = []
@@ -389,22 +396,23 @@ def _span_cost_table(report: Dict[str, object]) -> str:
             line = measured.get(f"fit_{key}")
             if line:
                 fits.append(
-                    f"- {name}, {what}: {line['fixed_ms']:.3f} ms + {line['per_tile_us']:.3f} µs"
-                    f" per tile per head (r² {line['r2']:.3f})"
+                    f"- {name}, {what}: {line['fixed_ms']:.3f} ms + {line['per_tile_ns']:.2f} ns"
+                    f" per tile (r² {line['r2']:.3f})"
                 )
         if measured.get("kernel_error"):
             fits.append(f"- {name}, kernels: not measured ({measured['kernel_error']})")
     table = _table(
-        "Where adaptive span's time goes: each call timed by CUDA events around it (as the"
-        " speed-up above), by the durations of the GPU's kernels alone (torch's profiler), and"
-        " by the host's time to issue it",
+        "Where adaptive span's time goes: at each span, the tiles a pass computes over all"
+        f" {cost['heads']} heads (in 64 x 64 tiles: the dK/dV kernel's smaller tiles count for"
+        " their area), and the time of one call measured by CUDA events around it (as the"
+        " speed-up above), by the durations of the GPU's kernels alone (torch's profiler) and by"
+        " the host's time to issue it",
         report,
         header,
         lines,
     )
-    return "\n".join(
-        [table, "", "A line time = fixed + per tile × tiles, fitted over the spans:", *fits]
-    )
+    fitted = "A line time = fixed + per tile × tiles, fitted over the spans:"
+    return "\n".join([table, "", fitted, *fits])
 
 
 def _design_table(report: Dict[str, object]) -> str:
