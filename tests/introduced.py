@@ -86,6 +86,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.benchmarks.gpu_report.REQUIRED_KEYS": 10,
     "attncourse.benchmarks.gpu_report.SCHEMA_VERSION": 10,
     "attncourse.benchmarks.gpu_report.find_reports": 10,
+    "attncourse.benchmarks.gpu_report.no_reports_note": 10,
     "attncourse.benchmarks.gpu_report.load_report": 10,
     "attncourse.benchmarks.gpu_report.summary_markdown": 10,
     "attncourse.benchmarks.gpu_report.targets_markdown": 10,
