@@ -2,7 +2,9 @@
 ones with the right diagnosis (in English, and in Chinese through tests/conftest.py)."""
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from exercise_helpers import assert_fails, assert_passes, stub
@@ -96,7 +98,16 @@ def _window(op):
     return factory
 
 
+def _first_batch_entry_only(document, window):
+    def mask_mod(b, h, q, k):
+        return (document[q] == document[k]) & (k <= q) & (q - k < window) & (b == 0)
+
+    return mask_mod
+
+
 DOCUMENT_MISTAKES = {
+    # a mask of positions only: the same for every batch entry and head
+    "differs between heads or batch entries": _first_batch_entry_only,
     "one key too wide": _window(lambda s, q, k, w: s & (k <= q) & (q - k <= w)),
     "one key too short": _window(lambda s, q, k, w: s & (k <= q) & (q - k < w - 1)),
     "Future keys are kept": _window(lambda s, q, k, w: s & (q - k < w)),
@@ -315,6 +326,24 @@ def test_predict_blocks_names_the_mistake(words, answer):
     assert_fails("flex/predict-blocks", answer, words)
 
 
+@pytest.mark.parametrize(
+    "style",
+    [tuple, list, lambda pair: np.array(pair), lambda pair: torch.tensor(pair)],
+    ids=["tuple", "list", "numpy", "tensor"],
+)
+def test_predict_blocks_accepts_the_pair_in_several_containers(style):
+    assert_passes("flex/predict-blocks", _reference_then(lambda f, p, n, w, b: style((f, p))))
+
+
+def test_a_count_that_is_nearly_whole_is_shown_as_it_is_with_its_case():
+    """15.0000001 is not 15: the message prints the value as given and names the case."""
+    nearly = _reference_then(lambda f, p, n, w, b: (f + 1e-7, p))
+    message = check("flex/predict-blocks", nearly).message
+    shown = re.search(r"whole number, got (\S+)\.", message).group(1)
+    assert not float(shown).is_integer(), message
+    assert message.startswith("L = S = "), message
+
+
 def test_predict_blocks_wants_a_pair_and_refuses_create_block_mask():
     kept_only = _reference_then(lambda f, p, n, w, b: f + p)
     assert_fails("flex/predict-blocks", kept_only, "return a pair (full, partial)")
@@ -357,6 +386,12 @@ CAUSAL_MISTAKES = {
     "Off by one the other way": lambda L, S: lambda b, h, q, k: k <= q + S - L + 1,
     "shift has the wrong sign": lambda L, S: lambda b, h, q, k: k <= q - (S - L),
     "future instead of the past": lambda L, S: lambda b, h, q, k: k >= q + S - L,
+    "Do not clamp the shift at 0": lambda L, S: lambda b, h, q, k: k <= q + max(S - L, 0),
+    # a mask of positions only: no head or batch entry may be left out, or shifted
+    "differs between heads or batch entries": lambda L, S: (
+        lambda b, h, q, k: (k <= q + S - L) & (h == 0)
+    ),
+    "depends on the positions only": lambda L, S: lambda b, h, q, k: k <= q + S - L + b,
 }
 
 
@@ -368,6 +403,16 @@ def test_fix_causal_names_the_mistake(words, answer):
 def test_fix_causal_names_the_first_wrong_entry_otherwise():
     answer = lambda L, S: lambda b, h, q, k: (k <= q + S - L) & (k != 0)  # noqa: E731
     assert_fails("flex/fix-causal", answer, "first wrong entry: query 0, key 0")
+
+
+def test_fix_causal_names_the_case_and_keeps_the_formula_for_the_solution():
+    """The feedback says which case failed, and names the mistake without writing the fix."""
+    clamped = lambda L, S: lambda b, h, q, k: k <= q + (S - L if S >= L else 0)  # noqa: E731
+    assert_fails("flex/fix-causal", clamped, "10 queries after 4 keys: ")
+    given = lambda L, S: lambda b, h, q, k: q >= k  # noqa: E731
+    for answer in (clamped, given, *CAUSAL_MISTAKES.values()):
+        message = check("flex/fix-causal", answer).message
+        assert "key_len - query_len)" not in message and "q_idx +" not in message, message
 
 
 # -- 5. the blocks behind a timing ratio ---------------------------------------------------------------

@@ -1038,7 +1038,8 @@ def integer(answer: Any, what: str = N_("answer")) -> int:
         )
     if not float(value).is_integer():
         raise Mistake(
-            _("The {what} should be a whole number, got {value:g}.").format(what=what, value=value)
+            # repr, not :g, which prints 15.0000001 as 15
+            _("The {what} should be a whole number, got {value!r}.").format(what=what, value=value)
         )
     return int(value)
 

@@ -130,7 +130,6 @@ def _in_flex(
     *,
     mask_mod: Optional[Callable] = None,
     score_mod: Optional[Callable] = None,
-    heads: Optional[int] = None,
 ) -> Tuple[Optional[torch.Tensor], Optional[BaseException]]:
     """FlexAttention's eager forward with the learner's programs: ``(output, None)`` or
     ``(None, the error)``. Not through :func:`call`: the programs already ran, time-limited, on
@@ -141,8 +140,8 @@ def _in_flex(
             warnings.filterwarnings("ignore", message=".*flex_attention called without torch")
             block_mask = None
             if mask_mod is not None:
-                block_mask = create_block_mask(
-                    mask_mod, None, heads, q.size(2), k.size(2), device="cpu"
+                block_mask = create_block_mask(  # every batch entry and head: none ignored
+                    mask_mod, q.size(0), q.size(1), q.size(2), k.size(2), device="cpu"
                 )
             return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask), None
     except Exception as error:  # noqa: BLE001 - reported as the learner's mistake
@@ -179,6 +178,17 @@ def _check_in_flex(
                 "{what}: inside FlexAttention your program gives another output than the "
                 "package's attention with the same mask. Does it depend on the shape of the "
                 "index tensors it gets?"
+            ).format(what=what)
+        )
+
+
+def _same_for_every_head(got: torch.Tensor, what: str) -> None:
+    """A mask of positions only: the same for every batch entry and head of ``got`` (B, H, L, S)."""
+    if bool((got.any(dim=(0, 1)) != got.all(dim=(0, 1))).any()):
+        raise Mistake(
+            _(
+                "{what}: your mask differs between heads or batch entries; this mask depends on "
+                "the positions only."
             ).format(what=what)
         )
 
@@ -291,32 +301,24 @@ def _check_document_window_mask(fn) -> str:
             lengths=lengths, window=window
         )
         program = _program(fn, (document.clone(), window), what)
-        got = _mask(program, (1, 2, length, length), what)
+        got = _mask(program, (2, 2, length, length), what)
         expected = sliding_window_mask(length, window=window) & (
             document[:, None] == document[None, :]
         )
         if not torch.equal(got, expected.expand_as(got)):
-            rows = got.any(dim=(0, 1)) != got.all(dim=(0, 1))
-            if bool(rows.any()):
-                raise Mistake(
-                    _(
-                        "{what}: your mask differs between heads or batch entries; the mask of a "
-                        "packed row depends on the positions only."
-                    ).format(what=what)
-                )
-            raise Mistake(
-                _matching(
-                    got[0, 0],
-                    _document_window_mistakes(document, window),
-                    default=_(
-                        "{what}: your mask differs from causal attention within the window and "
-                        "within each document (first wrong entry: query {query}, key {key})."
-                    ).format(what=what, **_first_difference(got[0, 0], expected)),
-                )
+            _same_for_every_head(got, what)
+            message = _matching(
+                got[0, 0],
+                _document_window_mistakes(document, window),
+                default=_(
+                    "Your mask differs from causal attention within the window and within each "
+                    "document (first wrong entry: query {query}, key {key})."
+                ).format(**_first_difference(got[0, 0], expected)),
             )
+            raise Mistake(_("{what}: {message}").format(what=what, message=message))
         if seed:
             continue
-        q, k, v = (random_tensor(1, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
+        q, k, v = (random_tensor(2, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
         _check_in_flex(what, expected, q, k, v, mask_mod=program)
     return _(
         "Right: one program for the three conditions. Each argument is a tensor the program "
@@ -607,9 +609,9 @@ def _check_window_blocks(fn) -> str:
             length=length, window=window, block=block
         )
         got = call(fn, length, window, block)
-        if isinstance(got, torch.Tensor):
-            try:
-                got = got.tolist() if got.dim() == 1 else got
+        if getattr(got, "ndim", None) == 1 and callable(getattr(got, "tolist", None)):
+            try:  # a 1-D tensor or numpy array of the two counts
+                got = got.tolist()
             except Exception:  # noqa: BLE001 - a meta or sparse tensor: not a pair of counts
                 pass
         if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -627,10 +629,13 @@ def _check_window_blocks(fn) -> str:
                     ),
                 )
             )
-        pair = (
-            integer(got[0], _("number of full blocks")),
-            integer(got[1], _("number of partial blocks")),
-        )
+        try:
+            pair = (
+                integer(got[0], _("number of full blocks")),
+                integer(got[1], _("number of partial blocks")),
+            )
+        except Mistake as mistake:
+            raise Mistake(_("{what}: {message}").format(what=what, message=mistake)) from None
         expected = _counted(length, window, block, _classify(0, window - 1))
         if pair == expected:
             continue
@@ -671,24 +676,27 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
     return {
         _(
             "This is still the given mask: q_idx >= kv_idx aligns the first query with the first "
-            "key (top left). In this course the last query is aligned with the last key: "
-            "kv_idx <= q_idx + (key_len - query_len)."
+            "key (top left). In this course the last query is aligned with the last key."
         ): j <= i,
         _(
-            "Off by one on the diagonal: each query must see its own key, kv_idx <= q_idx + "
-            "(key_len - query_len), not <."
+            "Off by one on the diagonal: each query must see the key at its own position, not "
+            "only the keys before it."
         ): j < i + offset,
         _(
-            "Off by one the other way: the key after the query's own is the future, so use "
-            "kv_idx <= q_idx + (key_len - query_len), without + 1."
+            "Off by one the other way: your mask also keeps the key just after the query's own "
+            "position, which is the future."
         ): j <= i + offset + 1,
         _(
             "The shift has the wrong sign: with more keys than queries the queries move right, by "
             "key_len - query_len."
         ): (j <= i - offset) if offset else None,
         _(
-            "Your mask keeps the future instead of the past: kv_idx <= q_idx + (key_len - "
-            "query_len), the key at or before the query."
+            "With more queries than keys the shift is negative: the first queries have no key "
+            "at or before their position, so their rows are empty. Do not clamp the shift at 0."
+        ): (j <= i) if offset < 0 else None,
+        _(
+            "Your mask keeps the future instead of the past: a query may see the keys at or before "
+            "its own position."
         ): j >= i + offset,
     }
 
@@ -717,28 +725,24 @@ def _check_fixed_causal(fn) -> str:
             query_len=query_len, key_len=key_len
         )
         program = _program(fn, (query_len, key_len), what)
-        got = _mask(program, (1, 1, query_len, key_len), what)[0, 0]
+        grid = _mask(program, (2, 2, query_len, key_len), what)
+        _same_for_every_head(grid, what)
+        got = grid[0, 0]
         expected = causal_mask(query_len, key_len)
         if not torch.equal(got, expected):
-            raise Mistake(
-                _matching(
-                    got,
-                    _causal_mistakes(query_len, key_len),
-                    default=_(
-                        "{what}: your mask differs from causal_mask({query_len}, {key_len}) "
-                        "(first wrong entry: query {query}, key {key})."
-                    ).format(
-                        what=what,
-                        query_len=query_len,
-                        key_len=key_len,
-                        **_first_difference(got, expected),
-                    ),
-                )
+            message = _matching(
+                got,
+                _causal_mistakes(query_len, key_len),
+                default=_(
+                    "Your mask differs from causal_mask({query_len}, {key_len}) (first wrong "
+                    "entry: query {query}, key {key})."
+                ).format(query_len=query_len, key_len=key_len, **_first_difference(got, expected)),
             )
+            raise Mistake(_("{what}: {message}").format(what=what, message=message))
         if seed != 1:  # the case with more keys than queries
             continue
         q, k, v = (
-            random_tensor(2, 1, n, 4, seed=seed + s)
+            random_tensor(2, 2, n, 4, seed=seed + s)
             for s, n in ((80, query_len), (90, key_len), (100, key_len))
         )
         _check_in_flex(what, expected, q, k, v, mask_mod=program)
@@ -864,7 +868,10 @@ def _check_computed_blocks(fn) -> str:
     forbid(fn, {"attncourse.flex.block_counts": block_counts})
     for what, block_mask in _block_masks():
         answer = call(fn, block_mask)
-        value = integer(answer, _("number of blocks"))
+        try:
+            value = integer(answer, _("number of blocks"))
+        except Mistake as mistake:
+            raise Mistake(_("{what}: {message}").format(what=what, message=mistake)) from None
         expected = block_counts(block_mask)["kept"]
         if value == expected:
             continue
