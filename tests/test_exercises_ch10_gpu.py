@@ -89,6 +89,16 @@ def _key_zero_is_no_key(qb, bm, bn, L, S):  # a last visible key 0 taken for "no
     return list(range(last // bn + 1)) if last > 0 else []
 
 
+def _cut_at_l_not_l_minus_1(qb, bm, bn, L, S):  # the last block's last query taken as L
+    last = min(bm * (qb + 1) - 1, L) + S - L
+    return list(range(last // bn + 1)) if last >= 0 else []
+
+
+def _rounded_toward_zero(qb, bm, bn, L, S):  # int(last / bn): -5 / 16 rounds to block 0
+    last = min(bm * (qb + 1), L) - 1 + S - L
+    return list(range(int(last / bn) + 1))
+
+
 @pytest.mark.parametrize(
     "wrong,words",
     [
@@ -100,8 +110,23 @@ def _key_zero_is_no_key(qb, bm, bn, L, S):  # a last visible key 0 taken for "no
         (lambda *a: None, "list or range"),
         (_one_query_short, "L=33, S=33"),
         (_key_zero_is_no_key, "L=47, S=16"),
-        (lambda *a: torch.ones(3, dtype=torch.bool), "boolean tensor"),
+        (lambda *a: torch.ones(3, dtype=torch.bool), "returned booleans"),
         (lambda *a: [0.5, 1.5], "list or range of integers"),
+        (_cut_at_l_not_l_minus_1, "L=48, S=48"),
+        (_rounded_toward_zero, "L=50, S=30"),
+        # which blocks are visible, as booleans of any kind, is not their indices
+        (lambda *a: [True, False, True], "returned booleans"),
+        (lambda *a: np.array([True, True]), "returned booleans"),
+        (lambda *a: [np.bool_(True)], "returned booleans"),
+        # nor are the characters of a string ("012" read as 0, 1, 2)
+        (
+            lambda qb, bm, bn, L, S: "".join(map(str, _key_blocks_solution(qb, bm, bn, L, S))),
+            "got str",
+        ),
+        (
+            lambda qb, bm, bn, L, S: [str(b) for b in _key_blocks_solution(qb, bm, bn, L, S)],
+            "list or range of integers",
+        ),
     ],
 )
 def test_diagnoses(wrong, words):
@@ -135,6 +160,19 @@ def test_skipped_tiles():
     assert_fails("gpu/span-skipped-tiles", 1000, "is not it")
     assert_fails("gpu/span-skipped-tiles", "1770", "number")
     assert str(right) in str(solution("gpu/span-skipped-tiles"))
+
+
+def test_skipped_tiles_names_every_slip_that_gives_1830():
+    """Three slips give the same count: the ramp left out, each block's keys counted from its
+    last query, and ceil(W / 64) key blocks for every block; the message names all three."""
+    causal = int(tile_map(4096, 4096, 64, 64, causal=True).sum())
+    no_ramp = causal - int(tile_map(4096, 4096, 64, 64, window=180).sum())
+    from_last_query = causal - sum(r - max(0, 64 * r + 63 - 212 + 1) // 64 + 1 for r in range(64))
+    no_plus_one = causal - sum(min(r + 1, math.ceil(212 / 64)) for r in range(64))
+    assert no_ramp == from_last_query == no_plus_one  # 1830
+    message = check("gpu/span-skipped-tiles", no_ramp).message
+    for slip in ("left out the ramp", "from its last query", "ceil(W / 64) key blocks"):
+        assert slip in message, message
 
 
 # -- the kernel exercises: through Triton's interpreter here (conftest sets TRITON_INTERPRET=1) --
@@ -1075,6 +1113,10 @@ def test_roofline_stub_is_not_attempted(gpu, monkeypatch):
         # memory-bound
         _measured(batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR),
         _measured(ms=3.1, device="Tesla T4"),
+        # one query decoding after a long cache: about 1 FLOP/byte at best, and right
+        _measured(batch=4, heads=8, L=1, S=4096, d=64, causal=True, exact=True, ms=0.3),
+        # the solution's count with L != S (the causal pairs, not half of L * S)
+        _measured(causal=True, L=1024, S=2048, exact=True, ms=4.0),
         _measured(ms=3.1, device=torch.device("cuda", 0)),
     ],
 )
@@ -1220,8 +1262,8 @@ def test_roofline_solution_times_with_cuda_events():
 # tools/mutate_checkers.py mutates the solutions it can run; this one needs a GPU (CUDA events,
 # CUDA tensors), so its mutants run here against a simulated one: tensors that only have a shape,
 # a stream whose clock advances by each launch's work, events that refuse to be read before a
-# synchronisation, as CUDA's do. Each mutant is run on three measurements (a T4, causal, L = S;
-# an H100, L != S; a memory-bound T4 case) and its answers are checked.
+# synchronisation, as CUDA's do. Each mutant is run on four measurements (a T4, causal, L = S;
+# an H100, L != S; a memory-bound T4 case; a T4, causal, L > S) and its answers are checked.
 
 
 class _SimulatedTensor:
@@ -1305,6 +1347,7 @@ ROOFLINE_RUNS = [
     {},  # the defaults: a T4's CUDA cores, causal, L = S = 2048
     dict(batch=2, heads=16, L=1024, S=4096, d=128, causal=False, **H100),
     dict(batch=8, heads=8, L=64, S=64, d=64, causal=False, **T4_TENSOR),  # memory-bound
+    dict(batch=4, heads=8, L=2048, S=1024, d=64, causal=True),  # L > S: first queries see no key
 ]
 
 # The mutants the check cannot see, by design: it grades the relations between the numbers it is
@@ -1332,8 +1375,22 @@ ROOFLINE_EQUIVALENT = {
     "intensity = flops // (q.element_size() * (2 * q.numel() + k.numel() + v.numel()))",
     "intensity = flops / (q.element_size() * (2 * q.numel() + k.numel() + v.numel())) => "
     "intensity = flops / (q.element_size() * (3 * q.numel() + k.numel() + v.numel()))",
-    # the same number as a float (flops is even), or changed by a part in 1e12 or 1e13
-    "flops = flops // 2 => flops = flops / 2",
+    # the causal pairs counted one per query more or fewer, or the queries that see no key given
+    # one or minus one: a part in a thousand of the FLOPs at these sizes, within the check's
+    # tolerance (the check grades how the numbers fit together, not the last pair)
+    *(
+        "pairs = sum((max(0, i + S - L + 1) for i in range(L))) if causal else L * S => "
+        f"pairs = sum((max({low}, i + S - L{shift}) for i in range(L))) if causal else L * S"
+        for low, shift in (
+            (-1, " + 1"),
+            (1, " + 1"),
+            (0, " - 1"),
+            (0, ""),
+            (0, " + 0"),
+            (0, " + 2"),
+        )
+    ),
+    # the same number changed by a part in 1e12 or 1e13
     "tflops = flops / (ms * 0.001) / 1000000000000.0 => "
     "tflops = flops // (ms * 0.001) / 1000000000000.0",
     "tflops = flops / (ms * 0.001) / 1000000000000.0 => "
