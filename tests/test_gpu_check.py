@@ -1268,14 +1268,16 @@ def test_a_runtime_without_the_repository_is_told_where_the_reports_are(tmp_path
     shutil.copytree(
         ROOT / "attncourse", tmp_path / "attncourse", ignore=shutil.ignore_patterns("__pycache__")
     )
-    code = (
+    code = (  # away from the checkout, then in it: one process, two places
+        "import os\n"
         "from attncourse.benchmarks import gpu_report\n"
+        "print(gpu_report.no_reports_note('GPU measurement', 'book/x.html#y'))\n"
+        f"os.chdir({str(ROOT)!r})\n"
         "print(gpu_report.no_reports_note('GPU measurement', 'book/x.html#y'))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    away = run_child([sys.executable, "-c", code], cwd=tmp_path, env=env).stdout
+    away, here = run_child([sys.executable, "-c", code], cwd=tmp_path, env=env).stdout.splitlines()
     assert "not the repository's reports/gpu folder" in away
     home = "https://attncourse.github.io/attncourse"
     assert f"{home}/book/x.html#y (中文版: {home}/zh/book/x.html#y)" in away
-    here = run_child([sys.executable, "-c", code], cwd=ROOT, env=env).stdout
     assert here.startswith("No GPU measurement has been committed yet")
