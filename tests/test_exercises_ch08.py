@@ -42,7 +42,42 @@ MASK_MISTAKES = {
     "above 1": lambda x, z, r: ((r + z - x) / r).clamp(min=0),
     "below 0": lambda x, z, r: ((r + z - x) / r).clamp(max=1),
     "hard mask": lambda x, z, r: (x <= z).double(),
+    "one position too wide": lambda x, z, r: ((r + z - x) / (r + 1)).clamp(0, 1),
 }
+
+
+def _under_no_grad(x, z, r):
+    with torch.no_grad():
+        return ((r + z - x) / r).clamp(0, 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, z, r: ((r + z.detach() - x) / r).clamp(0, 1),
+        lambda x, z, r: ((r + z.data - x) / r).clamp(0, 1),
+        lambda x, z, r: torch.from_numpy(((r + z.numpy() - x.numpy()) / r).clip(0, 1)),
+        _under_no_grad,
+    ],
+    ids=["detach", "data", "numpy", "no_grad"],
+)
+def test_soft_mask_with_the_right_values_but_no_gradient_is_refused(fn):
+    assert_fails("adaptive-span/soft-mask", fn, "passes no gradient to z")
+
+
+def test_soft_mask_with_a_gradient_passes_in_every_style():
+    styles = [
+        lambda x, z, r: torch.clamp((r + z - x) / r, 0, 1),
+        lambda x, z, r: torch.minimum(
+            torch.maximum((r + z - x) / r, torch.zeros(())), torch.ones(())
+        ),
+        lambda x, z, r: torch.where(x <= z, torch.ones(()), ((r + z - x) / r).clamp(min=0)),
+        lambda x, z, r: 1 - ((x - z) / r).clamp(0, 1),
+    ]
+    for style in styles:
+        assert check("adaptive-span/soft-mask", style).passed, check(
+            "adaptive-span/soft-mask", style
+        )
 
 
 @pytest.mark.parametrize("diagnosis, fn", MASK_MISTAKES.items(), ids=list(MASK_MISTAKES))
@@ -69,7 +104,16 @@ WINDOW_MISTAKES = {
     "shortest span": lambda z, r: math.ceil(z.min().item() + r),
     "ramp counts once": lambda z, r: math.ceil(z.max().item() + 2 * r),
     "whole number": lambda z, r: z.max().item() + r + 0.5,
+    # round() rounds a half to even: wrong where z + R is an odd whole number
+    "(spans [13.0, 2.0], R = 8)": lambda z, r: round(z.max().item() + r + 0.5),
+    "largest distance with a weight": lambda z, r: math.ceil(z.max().item() + r) - 1,
 }
+
+
+def test_window_names_both_slips_that_give_floor():
+    """ceil(z + R) - 1 equals floor(z + R) where z + R is not whole: both are named."""
+    message = check("adaptive-span/window", lambda z, r: math.ceil(z.max().item() + r) - 1).message
+    assert "largest distance with a weight" in message and "rounded down" in message, message
 
 
 @pytest.mark.parametrize("diagnosis, fn", WINDOW_MISTAKES.items(), ids=list(WINDOW_MISTAKES))
@@ -79,6 +123,8 @@ def test_window_mistakes(diagnosis, fn):
 
 def test_window_accepts_a_tensor_answer():
     assert check("adaptive-span/window", lambda z, r: torch.ceil(z.max() + r)).passed
+    # a count in float64 from float32 spans: the count is what is graded, not its dtype
+    assert check("adaptive-span/window", lambda z, r: torch.ceil(z.double().max() + r)).passed
 
 
 # -- weights ---------------------------------------------------------------------------------------
@@ -137,6 +183,19 @@ WEIGHT_MISTAKES = {
 @pytest.mark.parametrize("diagnosis, fn", WEIGHT_MISTAKES.items(), ids=list(WEIGHT_MISTAKES))
 def test_weights_mistakes(diagnosis, fn):
     assert_fails("adaptive-span/weights", fn, diagnosis)
+
+
+def _ten_positions_only(scores, span, ramp):  # torch.arange(10), as the chapter's demo cell
+    position = torch.arange(10)
+    distance = (position[:, None] - position[None, :]).double()
+    mask = ((ramp + span - distance) / ramp).clamp(0, 1)
+    probs = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), dim=-1)
+    weights = probs * mask
+    return weights / weights.sum(-1, keepdim=True)
+
+
+def test_weights_for_one_length_only_are_refused():
+    assert not check("adaptive-span/weights", _ten_positions_only).passed
 
 
 def test_weights_wrong_shape_and_crash():

@@ -136,11 +136,17 @@ def float32_output(reference):
     return answer
 
 
+# exercises whose checker also asks for the gradient of the answer (the soft span mask's to z)
+NEEDS_A_GRADIENT = {"adaptive-span/soft-mask"}
+
+
 @pytest.mark.parametrize("style", [vandal, float64_inside, numpy_round_trip])
 @pytest.mark.parametrize("exercise_id", CODING)
 def test_generic_right_answers_pass(exercise_id, style):
     if exercise_id in KERNELS:
         pytest.skip("a Triton kernel: wrappers in Python are no kernel")
+    if exercise_id in NEEDS_A_GRADIENT and style in (numpy_round_trip, vandal):
+        pytest.skip("its answer must pass the gradient on: numpy, or copies of the inputs, cut it")
     result = check(exercise_id, style(REGISTRY[exercise_id].reference))
     assert result.passed, result.message
 

@@ -19,6 +19,7 @@ from ._core import (
     integer,
     matches,
     random_tensor,
+    several,
     softmax_over,
 )
 from ._i18n import _
@@ -48,6 +49,10 @@ def _mask_mistakes(distance, span, ramp):
         _("You divided by z instead of R: the slope of the ramp is 1 / R, whatever the span."): (
             ((ramp + span - distance) / span).clamp(0, 1)
         ),
+        _(
+            "Your ramp is one position too wide (you divided by R + 1): the mask falls from 1 at "
+            "distance z to 0 at distance z + R, a slope of 1 / R."
+        ): (((ramp + span - distance) / (ramp + 1)).clamp(0, 1)),
         _(
             "This is 1 - x / z, the sources' formula: it has no ramp width R and starts falling "
             "at distance 0."
@@ -88,7 +93,7 @@ def _mask_mistakes(distance, span, ramp):
 def _check_mask(fn) -> str:
     distance = torch.arange(0, 24, dtype=torch.float64)
     for span, ramp in [
-        (torch.tensor(5.0, dtype=torch.float64), 4.0),
+        (torch.tensor(5.0, dtype=torch.float64), 3.0),  # z, R and R + 1 all differ
         (torch.tensor(9.5, dtype=torch.float64), 3.0),
     ]:
         expected = soft_span_mask(distance, span, ramp)
@@ -124,9 +129,36 @@ def _check_mask(fn) -> str:
                 "reshape."
             )
         )
+    _check_mask_gradient(fn, distance)
     return _(
         "Your mask is 1 up to distance z, falls linearly to 0 at z + R, and broadcasts over heads."
     )
+
+
+def _check_mask_gradient(fn, distance: torch.Tensor) -> None:
+    """The mask passes the gradient to z: d/dz of its sum is the number of distances on the
+    ramp, divided by R (z = 5.5 and R = 4 keep every integer distance off the ramp's ends).
+
+    ``fn`` is called directly, not through :func:`call`, whose copies of the arguments would
+    take the gradient: its values were checked through ``call`` already."""
+    span = torch.tensor(5.5, dtype=torch.float64, requires_grad=True)
+    reference = torch.tensor(5.5, dtype=torch.float64, requires_grad=True)
+    soft_span_mask(distance, reference, 4.0).sum().backward()
+    try:  # span * 1, not the leaf itself: an in-place edit of it is the learner's own affair
+        out = fn(distance.clone(), span * 1, 4.0)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.sum().backward()
+    except Exception:  # noqa: BLE001 - e.g. span.numpy(), refused on a tensor that needs a gradient
+        pass
+    if span.grad is None or not matches(span.grad, reference.grad):
+        raise Mistake(
+            _(
+                "Your mask has the right values but passes no gradient to z (or the wrong one): "
+                "with span.detach(), .data, .item(), torch.no_grad() or a detour through NumPy, "
+                "z cannot be learned, which is what the soft mask is for. Compute it from span "
+                "with tensor operations."
+            )
+        )
 
 
 # -- 2. the window to keep --------------------------------------------------------------------------
@@ -152,6 +184,7 @@ def _window_solution(spans, ramp):
     ),
     solution=_window_solution,
     name="keys_to_keep",
+    keep_dtype=False,  # a count: an int, a float or a tensor of any dtype holding it will do
 )
 def _check_window(fn) -> str:
     cases = [
@@ -161,6 +194,8 @@ def _check_window(fn) -> str:
         (torch.tensor([30.6, 29.9]), 2.5),
         # ceil(z) + ceil(R) = 5 but ceil(z + R) = 4: where the ceil goes matters
         (torch.tensor([2.3, 0.6]), 1.5),
+        # z + R = 21, odd and whole: round(z + R + 0.5) rounds the half to even, 22
+        (torch.tensor([13.0, 2.0]), 8.0),
     ]
     for spans, ramp in cases:
         got = call(fn, spans, ramp)
@@ -176,44 +211,63 @@ def _check_window(fn) -> str:
         if got == expected:
             continue
         z, mean = float(spans.max()), float(spans.mean())
-        known = {
-            math.ceil(z): (
+        known = [  # (value, message): every mistake that gives the learner's value is named
+            (
+                math.ceil(z + ramp) - 1,
                 _(
-                    "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to there "
-                    "still count."
-                )
+                    "That is the largest distance with a weight, ceil(z + R) - 1: the keys are the "
+                    "distances 0 up to it, one more than it."
+                ),
             ),
-            math.floor(z + ramp): (
+            (
+                math.ceil(z),
                 _(
-                    "You rounded down: a non-integer z + R still leaves a non-zero weight at distance "
-                    "floor(z + R); use ceil."
-                )
+                    "You forgot the ramp: the mask reaches 0 only at distance z + R, so keys up to "
+                    "there still count."
+                ),
             ),
-            math.ceil(z + ramp) + 1: (
+            (
+                math.floor(z + ramp),
+                _(
+                    "You rounded down: a non-integer z + R still leaves a non-zero weight at "
+                    "distance floor(z + R); use ceil."
+                ),
+            ),
+            (
+                math.ceil(z + ramp) + 1,
                 _(
                     "One too many: at distance z + R the mask is already 0, so ceil(z + R) keys "
                     "(distances 0 .. ceil(z + R) - 1) are enough."
-                )
+                ),
             ),
-            math.ceil(mean + ramp): (
+            (
+                math.ceil(mean + ramp),
                 _(
-                    "You used the mean span: every head shares the computation, so the longest span "
-                    "decides."
-                )
+                    "You used the mean span: every head shares the computation, so the longest "
+                    "span decides."
+                ),
             ),
-            math.ceil(float(spans.min()) + ramp): _(
-                "You used the shortest span: the longest head needs its keys too."
+            (
+                math.ceil(float(spans.min()) + ramp),
+                _("You used the shortest span: the longest head needs its keys too."),
             ),
-            math.ceil(z + 2 * ramp): _(
-                "The ramp counts once: the mask is 0 from distance z + R on."
+            (
+                math.ceil(z + 2 * ramp),
+                _("The ramp counts once: the mask is 0 from distance z + R on."),
             ),
-        }
+        ]
         if math.ceil(z) + math.ceil(ramp) != math.ceil(z + ramp):  # then it is one too many
-            known[math.ceil(z) + math.ceil(ramp)] = _(
-                "One too many: did you round z and R up separately? ceil(z) + ceil(R) can exceed "
-                "ceil(z + R) by one; round the sum once."
+            known.append(
+                (
+                    math.ceil(z) + math.ceil(ramp),
+                    _(
+                        "One too many: did you round z and R up separately? ceil(z) + ceil(R) can "
+                        "exceed ceil(z + R) by one; round the sum once."
+                    ),
+                )
             )
-        message = known.get(got) if got != expected else None
+        found = [words for value, words in known if value == got]
+        message = several(found) if found else None
         raise Mistake(
             (
                 message
@@ -323,11 +377,15 @@ def _over_queries(scores, span, ramp):
     name="span_weights",
 )
 def _check_weights(fn) -> str:
-    for seed, span, ramp in [(1, 2.0, 2.0), (2, 4.5, 3.0), (3, 0.0, 1.5)]:
-        scores = random_tensor(10, 10, seed=seed)
+    for seed, length, span, ramp in [(1, 10, 2.0, 2.0), (2, 7, 4.5, 3.0), (3, 13, 0.0, 1.5)]:
+        scores = random_tensor(length, length, seed=seed)
         expected = _reference_weights(scores, span, ramp)[0]
         out = call(fn, scores.clone(), span, ramp)
-        expect_tensor(out, (10, 10), _("The weights for scores of shape (10, 10)"))
+        expect_tensor(
+            out,
+            (length, length),
+            _("The weights for scores of shape ({length}, {length})").format(length=length),
+        )
         if not matches(out, expected, atol=1e-6):
             raise Mistake(
                 diagnose(
