@@ -45,7 +45,12 @@ def test_cache_bytes_accepts(answer):
         (RIGHT_BYTES // 2, "head_dim = 64"),
         (2 * 80 * 8 * 8192 * 4096 * 2, "width 8192"),
         (1.25, "GiB"),
-        (12345, "is not it"),
+        (torch.tensor(1.25), "GiB"),  # any kind of number, not only a Python float
+        (1280, "MiB"),
+        (1342.18, "MiB"),
+        (123456789, "123,456,789 bytes is not it"),
+        (RIGHT_BYTES - 1, "1,342,177,279 bytes is not it"),  # printed whole, not as 1.34218e+09
+        (2 * 80 * 8 * (8192 // 8) * 4096 * 2, "8192 / 8 = 1024"),  # head_dim over the K/V heads
         ("1342177280", "should be a number"),
     ],
 )
@@ -138,6 +143,13 @@ def step_forgets_to_append(query, new_key, new_value, past_key, past_value):
     )
 
 
+def step_for_five_cached_positions(query, new_key, new_value, past_key, past_value):
+    """The mask written for the 5 cached positions of the hint's example: wrong for 7."""
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool).tril(5)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask), key, value
+
+
 @pytest.mark.parametrize("answer", [_cached_attention_solution, step_explicit_mask, step_einsum])
 def test_cached_step_accepts(answer):
     assert_passes("inference/cached-step", answer)
@@ -151,6 +163,7 @@ def test_cached_step_accepts(answer):
         (step_no_mask, "each other's future"),
         (step_forgets_to_append, "only the 5 old positions"),
         (lambda *args: _cached_attention_solution(*args)[0], "triple"),
+        (step_for_five_cached_positions, "7 cached positions"),
     ],
 )
 def test_cached_step_rejects(wrong, words):
@@ -195,6 +208,14 @@ def rolling_key_in_wrong_slot(keys, positions, new_key, position):
     return keys, positions
 
 
+def rolling_first_batch_entry_only(keys, positions, new_key, position):
+    """Right for a batch of one: the second batch entry's rows are never written."""
+    slot = position % keys.size(-2)
+    keys[0, :, slot] = new_key[0, :, 0]
+    positions[slot] = position
+    return keys, positions
+
+
 @pytest.mark.parametrize("answer", [_rolling_update_solution, rolling_in_place, rolling_shift])
 def test_rolling_buffer_accepts(answer):
     assert_passes("inference/rolling-buffer", answer)
@@ -208,6 +229,7 @@ def test_rolling_buffer_accepts(answer):
         (rolling_key_in_wrong_slot, "its row is another position's key"),
         (lambda k, p, n, q: k, "pair"),
         (lambda k, p, n, q: (k, p.float()), "integer"),
+        (rolling_first_batch_entry_only, "another position's key"),
     ],
 )
 def test_rolling_buffer_rejects(wrong, words):
@@ -292,3 +314,38 @@ def test_mqa_gap_names_first_head_selection(trained):
         {"model": model, "tokens": tokens, "gap": first},
         "first head of each group",
     )
+
+
+def test_mqa_gap_of_the_chapters_model_is_measured_on_its_validation_batch():
+    """A model of the chapter's vocabulary is measured on the chapter's val_tokens: a gap
+    measured on training text (or on part of the batch) is refused, whatever its value."""
+    from attncourse import CausalLM
+    from attncourse.course.text import CharTokenizer, get_batch, load_text, train_val_split
+
+    text = load_text()
+    tokenizer = CharTokenizer(text)
+    train_ids, val_ids = train_val_split(tokenizer.encode(text))
+    val_tokens = get_batch(val_ids, 64, 32, torch.Generator().manual_seed(1))  # the chapter's
+    torch.manual_seed(0)
+    model = CausalLM.standard(
+        tokenizer.vocab_size, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=64
+    ).eval()
+    assert_passes(
+        "inference/mqa-gap", {"model": model, "tokens": val_tokens, "gap": _gap(model, val_tokens)}
+    )
+    train_tokens = get_batch(train_ids, 64, 32, torch.Generator().manual_seed(0))
+    for tokens in (train_tokens, val_tokens[:4]):
+        answer = {"model": model, "tokens": tokens, "gap": _gap(model, tokens)}
+        assert_fails("inference/mqa-gap", answer, "the chapter's validation batch")
+
+
+def test_mqa_gap_of_one_converted_block_asks_about_every_block(trained):
+    model, tokens = trained
+    partly = copy.deepcopy(model)
+    partly.blocks[0].self_attn = mean_pool_kv_heads(partly.blocks[0].self_attn, 1)
+    with torch.no_grad():
+        gap = (
+            next_token_loss(partly(tokens), tokens) - next_token_loss(model(tokens), tokens)
+        ).item()
+    answer = {"model": model, "tokens": tokens, "gap": gap}
+    assert_fails("inference/mqa-gap", answer, "convert every block's self_attn")

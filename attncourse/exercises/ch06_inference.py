@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
+from ..course.text import CharTokenizer, get_batch, load_text, train_val_split
 from ..kv_cache import repeat_kv, window_mask_from_positions
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, mean_pool_kv_heads
@@ -45,7 +47,10 @@ _CACHE_BYTES_MISTAKES = (
     "FQMdDQZGW1BfRUNFQllUWEdDRUdbVFY6Cw4BUhoWQRsaC0MDFAsWF0YHVA0CDB0XSUUMARgaCh8ZC1MHGFQABgZPTUJTCQANERwQQVdeU0dZQU"
     "xXWlxBR0pXUVZOTkE2GgdTEBIREE4XBxBSHgoFERhOFAYRBhtFWUVNXEMfEABTLk4iVAYGDhFJUwAAFxxOKEAjUhsAABBUBxBPHRcSAT4QHQND"
     "UlVKQlxTVFtOVVtVT1NUU0xUGQoLEFxRSUFWRV5UXEJGQl1TQERAU01PUlExCRUATgocVRcaAgkAVBoKAhABUxEJEVQPDRwCFwFfQRYdGhBPHB"
-    "wAEQQVEE4MCVUQChEEB0tOIk8XFB8KAABFWEMKGRceAA8AVBoCBBABU1dBFg0aBhxVWkJTQRYdGhBGW1AO"
+    "wAEQQVEE4MCVUQChEEB0tOIk8XFB8KAABFWEMKGRceAA8AVBoCBBABU1dBFg0aBhxVWkJTQRYdGhBGW1BfRUNFRFlQWEFDS1dVRFpeU01PUlE8"
+    "DgFUGgwAHlIbAAAQKwoKAlVPU11QTUZOTE9NUk5FUERGWk9PARoWRRYdEBoLTxEbBQwFERBOARZVBhsAQUxUJUw5VRoWBAUHTk4LChQWLAEIGV"
+    "QHEE8BGhZFFh0QGgtPERsFDAUREE4BFlUGGwBBQkBOEhoQAApFCREVChBDVUNBXU1UFQAHTwEaFkVZVD9BNU8dFxIBElQHBgIdEFIHDQAAVBkK"
+    "CwEaXUcc"
 )
 _CACHE_BYTES_SOLUTION = (
     "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksHEBMXOgUdGU5eT01DSldBW1RYV0ZVClNRUU1CThMABh"
@@ -74,12 +79,20 @@ _CACHE_BYTES_SOLUTION = (
     solution=_CACHE_BYTES_SOLUTION,
 )
 def _check_cache_bytes(answer) -> str:
-    if isinstance(answer, float) and 0 < answer < 1e3:
+    value = number(answer, _("number of bytes"))  # a Python, numpy or torch number
+    if 0 < value < 1e3:
         raise Mistake(
             _(
                 "{answer:g} looks like GiB or GB; give the size in bytes (an integer such as "
                 "123456789)."
-            ).format(answer=answer)
+            ).format(answer=value)
+        )
+    if 1e3 <= value < 1e7:  # every count in bytes of a mistake listed is above 1.6e7
+        raise Mistake(
+            _(
+                "{answer:g} looks like MiB, MB or KiB; give the size in bytes (an integer such as "
+                "123456789)."
+            ).format(answer=value)
         )
     return check_number(
         answer,
@@ -95,8 +108,8 @@ def _check_cache_bytes(answer) -> str:
         ),
         otherwise=(
             _(
-                "{value:g} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes per "
-                "element."
+                "{value:,.0f} bytes is not it. Count 2 x layers x kv_heads x head_dim x L x bytes "
+                "per element."
             )
         ),
     )
@@ -229,9 +242,11 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
     name="cached_attention",
 )
 def _check_cached_step(fn) -> str:
-    past_k, past_v = random_tensor(2, 3, 5, 4, seed=64), random_tensor(2, 3, 5, 4, seed=65)
-    # several new queries first: there the known mistakes give different outputs
-    for length in (3, 1):
+    # several new queries first: there the known mistakes give different outputs; then one, and
+    # another cache length (a mask written for 5 cached positions is not the mask)
+    for past, length in ((5, 3), (5, 1), (7, 2)):
+        past_k = random_tensor(2, 3, past, 4, seed=64 + 10 * (past - 5))  # 64, 65 and 84, 85
+        past_v = random_tensor(2, 3, past, 4, seed=65 + 10 * (past - 5))
         q, k, v = (
             random_tensor(2, 3, length, 4, seed=66 + length),
             random_tensor(2, 3, length, 4, seed=68 + length),
@@ -244,15 +259,17 @@ def _check_cached_step(fn) -> str:
             _("Return a triple (output, key, value), as the buggy function does; got {type_name}."),
         )
         if length == 1:
-            case = _("With 1 new query and 5 cached positions")
+            case = _("With 1 new query and {past} cached positions").format(past=past)
         else:
-            case = _("With {length} new queries and 5 cached positions").format(length=length)
-        if isinstance(new_key, torch.Tensor) and new_key.shape == (2, 3, 5, 4):
+            case = _("With {length} new queries and {past} cached positions").format(
+                length=length, past=past
+            )
+        if isinstance(new_key, torch.Tensor) and new_key.shape == past_k.shape:
             raise Mistake(
                 _(
-                    "{case}: the returned key holds only the 5 old positions: append the new keys to the "
-                    "cache."
-                ).format(case=case)
+                    "{case}: the returned key holds only the {past} old positions: append the new "
+                    "keys to the cache."
+                ).format(case=case, past=past)
             )
         expect_tensor(new_key, key.shape, _("{case}: the returned key").format(case=case))
         if not (matches(new_key, key) and matches(new_value, value)):
@@ -327,8 +344,8 @@ def _rolling_update_solution(keys, positions, new_key, position):
 
 def _run_buffer(fn, window: int, steps: int, seed: int):
     """Feed ``steps`` keys one by one to the learner's update; return (keys, positions, all keys)."""
-    stream = random_tensor(1, 2, steps, 3, seed=seed)
-    keys = torch.zeros(1, 2, window, 3, dtype=torch.float64)
+    stream = random_tensor(2, 2, steps, 3, seed=seed)  # two batch entries: both are kept
+    keys = torch.zeros(2, 2, window, 3, dtype=torch.float64)
     positions = torch.full((window,), -1, dtype=torch.long)
     for p in range(steps):
         keys, positions = expect_tuple(
@@ -338,7 +355,7 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
         )
         expect_tensor(
             keys,
-            (1, 2, window, 3),
+            (2, 2, window, 3),
             _("After position {p}, the buffer (window {window})").format(p=p, window=window),
         )
         expect_tensor(positions, (window,), _("After position {p}, positions").format(p=p))
@@ -430,7 +447,7 @@ def _check_rolling_buffer(fn) -> str:
                 )
     # the buffer in use: the newest query over the buffer equals sliding-window attention
     keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
-    query = random_tensor(1, 2, 1, 3, seed=91)
+    query = random_tensor(2, 2, 1, 3, seed=91)
     mask = window_mask_from_positions(torch.tensor([8]), positions, 4)
     got = scaled_dot_product_attention(query, keys, keys, mask)[0]
     want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
@@ -477,6 +494,20 @@ def _converted(model, num_kv_heads: int, how: str = "mean"):
             first.to(layer.q_proj.weight.dtype)
             block.self_attn = first
     return converted.eval()
+
+
+@functools.lru_cache(maxsize=1)
+def _validation_tokens() -> torch.Tensor:
+    """The chapter's ``val_tokens``: 32 sequences of 64 characters of the validation split."""
+    text = load_text()
+    _, val_ids = train_val_split(CharTokenizer(text).encode(text))
+    return get_batch(val_ids, 64, 32, torch.Generator().manual_seed(1))
+
+
+@functools.lru_cache(maxsize=1)
+def _chapter_vocabulary() -> int:
+    """The size of the chapter's character vocabulary (the model's output width there)."""
+    return CharTokenizer(load_text()).vocab_size
 
 
 @torch.no_grad()
@@ -551,6 +582,19 @@ def _check_mqa_gap(answer) -> str:
         )
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         raise Mistake(_("tokens should be the (B, L) validation tokens you measured on."))
+    chapter = _validation_tokens()
+    vocabulary = getattr(getattr(model, "head", None), "out_features", None)
+    # the chapter's model (its character vocabulary) is measured on the chapter's held-out batch
+    if vocabulary == _chapter_vocabulary() and not (
+        tokens.shape == chapter.shape and torch.equal(tokens.cpu(), chapter)
+    ):
+        raise Mistake(
+            _(
+                "tokens should be the chapter's validation batch, val_tokens (32 sequences of 64 "
+                "characters of the validation split): the gap is measured on text the model did "
+                "not train on."
+            )
+        )
     before = _loss(model, tokens)
     true_gap = _loss(_converted(model, 1), tokens) - before
     heads = {b.self_attn.num_heads for b in blocks}
@@ -596,6 +640,6 @@ def _check_mqa_gap(answer) -> str:
     raise Mistake(
         _(
             "Your gap {gap:.4f} differs from the one measured here by more than 2 %. Did you "
-            "measure in eval() mode on the same tokens?"
+            "convert every block's self_attn, and measure both models on the same tokens?"
         ).format(gap=gap)
     )
