@@ -272,3 +272,48 @@ def test_new_exercises_stub_and_solutions():
     for exercise_id in (MACS, BUG):
         assert check(exercise_id, ...).status == "not attempted yet"
         assert str(hint(exercise_id)) and str(solution(exercise_id))
+
+
+# -- found by attacking the checkers ------------------------------------------------------------------
+
+
+def _head_with_a_mask_cut_to_l(q, k, v, mk, mv, mask):
+    """Pads the mask for the memory with a slice of a mask of L columns: right only while N <= L."""
+    n = mk.size(-2)
+    keep = torch.cat([mask, torch.ones_like(mask)[..., :n]], -1)
+    keys, values = torch.cat([k, mk], -2), torch.cat([v, mv], -2)
+    scores = (q @ keys.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))
+    w = torch.softmax(scores, -1)
+    return w @ values, w
+
+
+def test_head_with_more_persistent_vectors_than_positions():
+    assert not check("all-attention/persistent-head", _head_with_a_mask_cut_to_l).passed
+
+
+def test_head_with_memory_keys_rescaled_as_all_attention_stores_them():
+    def rescaled(q, k, v, mk, mv, mask):
+        return _get("all-attention/persistent-head").reference(
+            q, k, v, mk * mk.size(-1) ** 0.5, mv, mask
+        )
+
+    assert_fails("all-attention/persistent-head", rescaled, "multiplied memory_key by sqrt(d_h)")
+
+
+def test_a_count_for_the_other_exercises_n_names_n():
+    message = check("all-attention/memory-cost", 2 * 2048 * 512).message
+    assert "FLOPs" in message and "N = 2048, the previous exercise's" in message, message
+    message = check("all-attention/parameter-count", 4 * 512**2 + 2 * 1024 * 512).message
+    assert "counted half" in message and "N = 1024, the next exercise's" in message, message
+
+
+def test_ffn_with_w2_for_keys_and_values_is_not_called_swapped():
+    message = check("all-attention/ffn-as-attention", lambda w1, w2: (w2.T, w2.T)).message
+    assert "so the keys are its rows" in message and "swapped" not in message, message
+    assert "swapped" in check("all-attention/ffn-as-attention", lambda w1, w2: (w2.T, w1)).message
+
+
+def test_a_number_written_with_words_is_given_back_without_them():
+    message = check("all-attention/find-the-bug", "line 7").message
+    assert "give the number itself, 7, without quotes or words" in message, message
+    assert "remove the quotes" in check("all-attention/find-the-bug", "7").message

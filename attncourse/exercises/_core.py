@@ -951,6 +951,14 @@ def _scalar(answer: Any, what: str) -> Any:
             )
         )
     if isinstance(answer, str):
+        inside = re.search(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", answer)
+        if inside and inside.group() != answer.strip():  # words around it: "line 7"
+            raise Mistake(
+                _(
+                    "The {what} should be a number, got the string {answer!r}: give the number "
+                    "itself, {number}, without quotes or words."
+                ).format(what=what, answer=answer[:40], number=inside.group())
+            )
         raise Mistake(
             _(
                 "The {what} should be a number, got the string {answer!r}: remove the quotes."

@@ -43,7 +43,9 @@ _COUNT_MISTAKES = (
     "hTRzgbAU4AAAAcBwAFVBVOBQoQFl4DDgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsR"
     "Tx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0XAAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOAR"
     "oaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwARBBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4A"
-    "FREGHUMbGh1dRxw="
+    "FREGHUMbGh1dR01UVlxTVkJDRldPRFZUQ00hGhIRQR0HTldPESxBRUpURk4tTxFSBAwVHFQgQ1JVQ0NXVVhUGgsKVR"
+    "wWHRVUERYGHRYbAABGB1QDBgIaAApfQQAcBxBPGRMKABNUHA8QTztSTkVTREBWQx8QAAAMEgARABdPAxcQEQ4GB04T"
+    "CgdSGwAAEFpMHg=="
 )
 _COUNT_SOLUTION = (
     "MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFA"
@@ -153,7 +155,8 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
         ): soft(scores, torch.cat([~mask, always], dim=-1)),
         _(
             "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N "
-            "scores the same way."
+            "scores the same way. (Or you multiplied memory_key by sqrt(d_h), as AllAttention "
+            "does with the keys it stores at 1 / sqrt(d_h): here the inputs are at unit scale.)"
         ): soft(unscaled, torch.cat([mask, always], dim=-1)),
         _("The scores are not scaled: divide every score by sqrt(d_h)."): soft(
             scores * d_h**0.5, torch.cat([mask, always], dim=-1)
@@ -211,6 +214,8 @@ def _check_persistent_head(fn) -> str:
     random_mask = torch.rand(6, 6, generator=g) > 0.5
     random_mask[:, 0] = True
     cases.append((_("A random boolean mask (L = 6, N = 2)"), (6, 8), 2, random_mask))
+    # more persistent vectors than positions, as in the paper (N = 2048 and short contexts)
+    cases.append((_("One head, L = 3, N = 5, d_h = 4, causal mask"), (3, 4), 5, causal_mask(3)))
     for seed, (case, shape, n, mask) in enumerate(cases):
         *batch, length, d_h = shape
         query, key, value = (random_tensor(*shape, seed=10 * seed + k) for k in range(3))
@@ -324,9 +329,16 @@ def _check_ffn(fn) -> str:
         diagnose(
             keys,
             {
-                _(
-                    "Your keys are the columns of W2: keys and values are swapped. The scores come from "
-                    "W1."
+                (
+                    _(
+                        "Your keys are the columns of W2: keys and values are swapped. The scores "
+                        "come from W1."
+                    )
+                    if matches(values, w1)
+                    else _(
+                        "Your keys are the columns of W2: the scores come from W1, so the keys are "
+                        "its rows."
+                    )
                 ): (w2.T),
                 (
                     _(
@@ -361,7 +373,9 @@ _MACS_MISTAKES = (
     "sHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BBQ1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcH"
     "Gx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBFAFQQARdPBQAcARQXAE4MCVUWLA1BSV"
     "RYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsRTxgHHxEIBBgXTg4RFlpf"
-    "QQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NCA=="
+    "QQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NWVJRV1FNQ19WXVtCUV9BViAGAhtVGwBFU1Q6TgdPAh"
+    "sHDUE6VFNDXUVGS0lBABwLQx8HFwUMDgEHTgYXEAAQDBIRUx1DAhAfHBcYTlQaCwYGUh4KBREYTgsOBlI9RVxURV5R"
+    "W1UCFhcSHQcaBgEBUgUAAgAbHBBPBRcBRQkRFQpNTQg="
 )
 _MACS_SOLUTION = (
     "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwHVR8GCRUdBAIaQhQWFxZBXDpOBzAdW19FABoQThcHEF"
