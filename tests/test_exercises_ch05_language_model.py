@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from exercise_helpers import assert_fails, assert_passes
 
+from attncourse.exercises import check
 from attncourse.exercises.ch05_language_model import (
     _rope_solution,
     _shifted_loss_solution,
@@ -231,13 +232,56 @@ def test_top_k_accepts(answer):
     [
         (top_k_not_renormalised, "without renormalising"),
         (top_k_times_t, "multiplies the logits"),
-        (top_k_no_temperature, "temperature is ignored"),
+        (top_k_no_temperature, "temperature has no effect"),
+        # T applied after the softmax: undone by the renormalisation, or left in the rows' sums
+        (
+            lambda z, k, t: _renormalised(torch.softmax(_top_k_masked(z, k), -1) / t),
+            "temperature has no effect",
+        ),
+        (lambda z, k, t: torch.softmax(_top_k_masked(z, k), -1) / t, "rows sum to 1 / T"),
         (top_k_plus_one, "k + 1"),
         (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing"),
     ],
 )
 def test_top_k_rejects(wrong, diagnosis):
     assert_fails("language-model/top-k", wrong, diagnosis)
+
+
+def _top_k_masked(logits, k):
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _renormalised(p):
+    return p / p.sum(-1, keepdim=True)
+
+
+def test_the_package_functions_the_notebook_imports_do_not_pass_for_the_learners():
+    from attncourse.positions import apply_rope, sinusoidal_encoding
+    from attncourse.sampling import next_token_distribution
+
+    for exercise_id, wrapper in (
+        ("language-model/sinusoidal", lambda length, d: sinusoidal_encoding(length, d)),
+        ("language-model/rope", lambda x, positions: apply_rope(x, positions)),
+        (
+            "language-model/top-k",
+            lambda z, k, t: next_token_distribution(z, temperature=t, top_k=k),
+        ),
+    ):
+        assert_fails(exercise_id, wrapper, "asks you to write yourself")
+
+
+def test_rope_for_three_dimensions_only_is_told_about_the_shape():
+    def three_dimensional(x, positions):  # (B, L, d) assumed: flatten(2) breaks (B, H, L, d)
+        d = x.size(-1)
+        theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+        angles = positions.to(x.dtype)[:, None] * theta
+        c, s_ = angles.cos(), angles.sin()
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * c - x2 * s_, x1 * s_ + x2 * c], -1).flatten(2)
+
+    message = check("language-model/rope", three_dimensional).message
+    assert "x (3, 5, 4, 16)" in message and "use the positions you are given" not in message
 
 
 # -- language-model/shifted-loss -------------------------------------------------------------------
@@ -308,6 +352,10 @@ def test_temperature_experiment_rejects_the_closed_form(value):
     assert_fails("language-model/temperature-experiment", value, "not a number")
 
 
+def _blocks(tokens, counts):
+    return torch.cat([torch.full((n,), token) for token, n in zip(tokens, counts)])
+
+
 def _shuffled(counts):
     ids = torch.cat([torch.full((n,), token) for token, n in enumerate(counts)])
     return ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(3))]
@@ -321,6 +369,8 @@ def _shuffled(counts):
         (torch.zeros(20_000, dtype=torch.long), "greedy"),
         (_shuffled([16_000, 2_000, 2_000]), "is not it"),
         (measured(0.5).sort().values, "sorted"),
+        # the right counts written out as blocks, in another order than ascending
+        (_blocks([2, 1, 0], [2_105, 4_737, 13_158]), "long runs"),
         (measured(0.5, n=2000), "20,000"),
         (measured(0.5) + 1, "0, 1 or 2"),
         (_shuffled([13_158, 6_842]), "both appear"),

@@ -166,6 +166,7 @@ def _sinusoidal_variants(length, d_model):
     name="sinusoidal",
 )
 def _check_sinusoidal(fn) -> str:
+    forbid(fn, {"the package's sinusoidal_encoding": sinusoidal_encoding})
     for length, d_model in ((7, 10), (50, 16)):
         expected = sinusoidal_encoding(length, d_model, dtype=torch.float64)
         out = expect_tensor(
@@ -260,6 +261,7 @@ def _rope_variants(x, positions):
     name="rope",
 )
 def _check_rope(fn) -> str:
+    forbid(fn, {"the package's apply_rope": apply_rope})
     x, positions = random_tensor(2, 6, 8, seed=30), torch.arange(6)
     out = expect_tensor(call(fn, x, positions), (2, 6, 8), _("apply_rope for x (2, 6, 8)"))
     if not matches(out, apply_rope(x, positions)):
@@ -271,12 +273,23 @@ def _check_rope(fn) -> str:
             )
         )
     x, positions = random_tensor(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
-    out = call(fn, x, positions)
-    if not (isinstance(out, torch.Tensor) and matches(out, apply_rope(x, positions))):
+    out = expect_tensor(
+        call(fn, x, positions),
+        (3, 5, 4, 16),
+        _("apply_rope for x (3, 5, 4, 16), two batch dimensions"),
+    )
+    if not matches(out, apply_rope(x, positions)):
+        if matches(out, apply_rope(x, torch.arange(4))):
+            raise Mistake(
+                _(
+                    "Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch "
+                    "dimensions: use the positions you are given."
+                )
+            )
         raise Mistake(
             _(
-                "Right for positions 0..L-1, wrong for the positions [3, 10, 11, 40] with batch "
-                "dimensions: use the positions you are given."
+                "Right for x (2, 6, 8), wrong for x (3, 5, 4, 16) at positions [3, 10, 11, 40]: "
+                "rotate the pairs of the last dimension, whatever the dimensions before it."
             )
         )
     x, positions = random_tensor(2, 6, 8, seed=34, dtype=torch.float32), torch.arange(6)
@@ -329,9 +342,15 @@ def _top_k_variants(logits, k, temperature):
                 "sharpens the distribution)."
             )
         ): torch.softmax((logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1),
-        _("The temperature is ignored."): torch.softmax(
-            logits.masked_fill(logits < kth, float("-inf")), dim=-1
-        ),
+        _(
+            "The temperature has no effect on your distribution: either it is not used, or it "
+            "scales the probabilities or shifts the logits, which normalising undoes. Divide the "
+            "logits by T before the softmax."
+        ): torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1),
+        _(
+            "Your rows sum to 1 / T: you divided the probabilities by T after the softmax. Divide "
+            "the logits by T before it."
+        ): torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1) / temperature,
         (
             _(
                 "You kept k + 1 tokens: keep the logits >= the k-th largest (topk(...).values[..., "
@@ -382,6 +401,7 @@ def _over_rows(logits, k, temperature):
     name="top_k_distribution",
 )
 def _check_top_k(fn) -> str:
+    forbid(fn, {"the package's next_token_distribution": next_token_distribution})
     for shape, k, temperature in (((4, 10), 3, 0.7), ((2, 3, 50), 5, 1.5), ((5, 10), 10, 1.0)):
         logits = random_tensor(*shape, seed=40 + k)
         expected = next_token_distribution(logits, temperature=temperature, top_k=k)
@@ -588,5 +608,18 @@ def _as_draws(answer) -> torch.Tensor:
     if draws.unique().numel() > 1 and bool((draws[1:] >= draws[:-1]).all()):
         raise Mistake(
             _("Your draws are sorted: pass them in the order torch.multinomial drew them.")
+        )
+    # independent draws change token at a rate 1 - sum p^2 (about half of the time here);
+    # counts written out as blocks, in any order, change a few times
+    shares = torch.bincount(draws, minlength=3).double() / draws.numel()
+    expected = draws.numel() * (1 - float((shares**2).sum()))
+    changes = int((draws[1:] != draws[:-1]).sum())
+    if changes < expected / 2:
+        raise Mistake(
+            _(
+                "Your draws come in long runs of one token ({changes:,} changes of token in "
+                "20,000 draws, where independent draws change about {expected:,.0f} times): pass "
+                "the draws in the order torch.multinomial drew them, not counts written out."
+            ).format(changes=changes, expected=expected)
         )
     return draws
