@@ -344,3 +344,17 @@ def test_gradient_ratio_accepts_independent_measurements(seed):
 )
 def test_gradient_ratio_rejects(wrong, words):
     _failed("dot-product/saturation-gradient", wrong, words)
+
+
+def test_the_fix_is_written_not_delegated():
+    """The find-and-fix exercise refuses the package's attention and torch's, which the
+    notebook imports (a one-line call of either passed)."""
+    import torch.nn.functional as F
+
+    from attncourse.attention import scaled_dot_product_attention
+
+    for delegated in (
+        lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+    ):
+        _failed("dot-product/fix-mask-after-softmax", delegated, "asks you to write yourself")

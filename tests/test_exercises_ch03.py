@@ -244,3 +244,10 @@ def test_fix_padding_rejects(wrong, words):
 
 def test_fix_padding_stub_is_not_attempted():
     assert check("masking/fix-padding-broadcast", _stub).status == "not attempted yet"
+
+
+def test_padding_broadcast_filled_with_zero_is_named():
+    def zero_filled(scores, keep):
+        return scores.masked_fill(keep[:, None, None, :] == 0, 0.0)
+
+    _failed("masking/fix-padding-broadcast", zero_filled, "filled with 0")

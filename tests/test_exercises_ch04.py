@@ -262,3 +262,20 @@ def test_diagonal_baseline_accepts_an_independent_measurement():
 )
 def test_diagonal_baseline_rejects(wrong, words):
     _failed("cross-attention/diagonal-baseline", wrong, words)
+
+
+def test_single_head_names_the_pair_in_the_wrong_order_and_a_fill_of_zero():
+    from attncourse.exercises.ch04_cross_attention import _cross_attention_solution
+
+    def swapped(*args):
+        output, weights = _cross_attention_solution(*args)
+        return weights, output
+
+    def zero_filled(target, source, w_q, w_k, w_v, source_mask):
+        query, key, value = target @ w_q, source @ w_k, source @ w_v
+        scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+        weights = torch.softmax(scores.masked_fill(~source_mask[:, None, :], 0.0), -1)
+        return weights @ value, weights
+
+    _failed("cross-attention/single-head", swapped, "return (output, weights), in that order")
+    _failed("cross-attention/single-head", zero_filled, "filled with 0")

@@ -267,3 +267,22 @@ def test_new_exercises_stub_and_solutions():
     for exercise_id in (CELLS, BUG, RATIO):
         assert check(exercise_id, ...).status == "not attempted yet"
         assert str(hint(exercise_id)) and str(solution(exercise_id))
+
+
+def test_online_softmax_without_the_max_subtracted_overflows_and_is_told():
+    """exp(scores) without the running max overflows float64 past about 709: the stress case's
+    scores reach past it (before, at about 57, the unstable update passed)."""
+
+    def unstable(running_max, running_sum, acc, scores, value):
+        new_max = torch.maximum(running_max, scores.amax(-1))
+        e = torch.exp(scores)
+        new_sum = (running_sum * torch.exp(running_max) + e.sum(-1)) / torch.exp(new_max)
+        new_acc = (acc * torch.exp(running_max)[:, None] + e @ value) / torch.exp(new_max)[:, None]
+        return new_max, new_sum, new_acc
+
+    assert not check("complexity/online-softmax", unstable).passed
+
+
+def test_causal_cells_computed_through_floats_is_the_count():
+    assert check("complexity/causal-cells", 16 * 17 / 2 * 256 * 256 * 1.0000000001).passed
+    assert "8,912,896.5 is not it" in check("complexity/causal-cells", 8912896.5).message

@@ -482,6 +482,12 @@ def _check_padded_scores(fn) -> str:
                 scores.masked_fill(keep[:, None, None, :] == 1, float("-inf")), -1
             ).nan_to_num(0.0)
         )
+        wrong[
+            _(
+                "The padded scores are filled with 0, which leaves each padded key a weight of "
+                "exp(0) / sum: fill them with -inf, whose exponential is 0."
+            )
+        ] = torch.softmax(scores.masked_fill(keep[:, None, None, :] == 0, 0.0), -1)
         raise Mistake(
             diagnose(
                 got.nan_to_num(0.0),

@@ -60,6 +60,10 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
         _("The padding mask is ignored: a padded source position must get zero weight."): soft(
             raw / d_k**0.5
         ),
+        _(
+            "The padded scores are filled with 0, which leaves each padded key a weight of "
+            "exp(0) / sum: fill them with -inf, whose exponential is 0."
+        ): soft((raw / d_k**0.5).masked_fill(keys, 0.0)),
         (
             _(
                 "The mask polarity is inverted: source_mask is True at real tokens, so fill the "
@@ -101,6 +105,18 @@ def _check_case(case, fn, args, value_mistake_possible):
     output, weights = expect_tuple(
         call(fn, *args), 2, _("Return a pair (output, weights); got {type_name}.")
     )
+    if (
+        isinstance(output, torch.Tensor)
+        and isinstance(weights, torch.Tensor)
+        and output.shape == expected_w.shape
+        and weights.shape == expected_out.shape
+        and expected_w.shape != expected_out.shape
+    ):
+        raise Mistake(
+            _(
+                "{case}: your pair is (weights, output): return (output, weights), in that order."
+            ).format(case=case)
+        )
     if (
         isinstance(weights, torch.Tensor)
         and weights.shape == expected_w.shape[:1] + expected_w.shape[1:][::-1]
