@@ -193,13 +193,23 @@ def _same_for_every_head(got: torch.Tensor, what: str) -> None:
         )
 
 
-def _matching(got: torch.Tensor, mistakes: Dict[str, torch.Tensor], default: str) -> str:
-    """``diagnose`` for boolean masks: the messages of the known mistakes ``got`` equals."""
-    return diagnose(
+def _matching(what: str, got: torch.Tensor, mistakes: Dict[str, torch.Tensor], default: str) -> str:
+    """``diagnose`` for boolean masks: the messages of the known mistakes ``got`` equals (else
+    ``default``), after the case ``what``."""
+    message = diagnose(
         got.double(),
         {message: (m.double() if m is not None else None) for message, m in mistakes.items()},
         default=default,
     )
+    return _("{what}: {message}").format(what=what, message=message)
+
+
+def _whole(answer, noun: str, what: str) -> int:
+    """:func:`integer` of ``answer`` (``noun`` names it), its complaint after the case ``what``."""
+    try:
+        return integer(answer, noun)
+    except Mistake as mistake:
+        raise Mistake(_("{what}: {message}").format(what=what, message=mistake)) from None
 
 
 # -- 1. a mask_mod: causal, within a window, within a document ---------------------------------
@@ -307,15 +317,17 @@ def _check_document_window_mask(fn) -> str:
         )
         if not torch.equal(got, expected.expand_as(got)):
             _same_for_every_head(got, what)
-            message = _matching(
-                got[0, 0],
-                _document_window_mistakes(document, window),
-                default=_(
-                    "Your mask differs from causal attention within the window and within each "
-                    "document (first wrong entry: query {query}, key {key})."
-                ).format(**_first_difference(got[0, 0], expected)),
+            raise Mistake(
+                _matching(
+                    what,
+                    got[0, 0],
+                    _document_window_mistakes(document, window),
+                    default=_(
+                        "Your mask differs from causal attention within the window and within "
+                        "each document (first wrong entry: query {query}, key {key})."
+                    ).format(**_first_difference(got[0, 0], expected)),
+                )
             )
-            raise Mistake(_("{what}: {message}").format(what=what, message=message))
         if seed:
             continue
         q, k, v = (random_tensor(2, 2, length, 4, seed=seed + s) for s in (10, 20, 30))
@@ -629,13 +641,10 @@ def _check_window_blocks(fn) -> str:
                     ),
                 )
             )
-        try:
-            pair = (
-                integer(got[0], _("number of full blocks")),
-                integer(got[1], _("number of partial blocks")),
-            )
-        except Mistake as mistake:
-            raise Mistake(_("{what}: {message}").format(what=what, message=mistake)) from None
+        pair = (
+            _whole(got[0], _("number of full blocks"), what),
+            _whole(got[1], _("number of partial blocks"), what),
+        )
         expected = _counted(length, window, block, _classify(0, window - 1))
         if pair == expected:
             continue
@@ -730,15 +739,19 @@ def _check_fixed_causal(fn) -> str:
         got = grid[0, 0]
         expected = causal_mask(query_len, key_len)
         if not torch.equal(got, expected):
-            message = _matching(
-                got,
-                _causal_mistakes(query_len, key_len),
-                default=_(
-                    "Your mask differs from causal_mask({query_len}, {key_len}) (first wrong "
-                    "entry: query {query}, key {key})."
-                ).format(query_len=query_len, key_len=key_len, **_first_difference(got, expected)),
+            raise Mistake(
+                _matching(
+                    what,
+                    got,
+                    _causal_mistakes(query_len, key_len),
+                    default=_(
+                        "Your mask differs from causal_mask({query_len}, {key_len}) (first wrong "
+                        "entry: query {query}, key {key})."
+                    ).format(
+                        query_len=query_len, key_len=key_len, **_first_difference(got, expected)
+                    ),
+                )
             )
-            raise Mistake(_("{what}: {message}").format(what=what, message=message))
         if seed != 1:  # the case with more keys than queries
             continue
         q, k, v = (
@@ -868,10 +881,7 @@ def _check_computed_blocks(fn) -> str:
     forbid(fn, {"attncourse.flex.block_counts": block_counts})
     for what, block_mask in _block_masks():
         answer = call(fn, block_mask)
-        try:
-            value = integer(answer, _("number of blocks"))
-        except Mistake as mistake:
-            raise Mistake(_("{what}: {message}").format(what=what, message=mistake)) from None
+        value = _whole(answer, _("number of blocks"), what)
         expected = block_counts(block_mask)["kept"]
         if value == expected:
             continue
