@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -497,17 +498,13 @@ def _converted(model, num_kv_heads: int, how: str = "mean"):
 
 
 @functools.lru_cache(maxsize=1)
-def _validation_tokens() -> torch.Tensor:
-    """The chapter's ``val_tokens``: 32 sequences of 64 characters of the validation split."""
+def _chapter_data() -> Tuple[int, torch.Tensor]:
+    """The chapter's vocabulary size (its model's output width) and its ``val_tokens``: 32
+    sequences of 64 characters of the validation split, from one reading of the text."""
     text = load_text()
-    _, val_ids = train_val_split(CharTokenizer(text).encode(text))
-    return get_batch(val_ids, 64, 32, torch.Generator().manual_seed(1))
-
-
-@functools.lru_cache(maxsize=1)
-def _chapter_vocabulary() -> int:
-    """The size of the chapter's character vocabulary (the model's output width there)."""
-    return CharTokenizer(load_text()).vocab_size
+    tokenizer = CharTokenizer(text)
+    _, val_ids = train_val_split(tokenizer.encode(text))
+    return tokenizer.vocab_size, get_batch(val_ids, 64, 32, torch.Generator().manual_seed(1))
 
 
 @torch.no_grad()
@@ -582,10 +579,9 @@ def _check_mqa_gap(answer) -> str:
         )
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         raise Mistake(_("tokens should be the (B, L) validation tokens you measured on."))
-    chapter = _validation_tokens()
-    vocabulary = getattr(getattr(model, "head", None), "out_features", None)
+    vocabulary, chapter = _chapter_data()
     # the chapter's model (its character vocabulary) is measured on the chapter's held-out batch
-    if vocabulary == _chapter_vocabulary() and not (
+    if getattr(getattr(model, "head", None), "out_features", None) == vocabulary and not (
         tokens.shape == chapter.shape and torch.equal(tokens.cpu(), chapter)
     ):
         raise Mistake(
