@@ -454,6 +454,11 @@ def git_commit(root: Path = ROOT) -> Optional[str]:
     return commit if done.returncode == 0 and commit else None
 
 
+def source_record(commit: Optional[str] = None) -> Dict[str, Optional[str]]:
+    """A report's ``source``: the commit (``commit``, else git's) and the code's fingerprints."""
+    return {"commit": commit or git_commit(), **source_fingerprint()}
+
+
 def capability_of(env: Dict[str, object]) -> Tuple[int, int]:
     major, minor = str(env["compute_capability"]).split(".")
     return int(major), int(minor)
@@ -480,7 +485,7 @@ def new_report(args: argparse.Namespace, plan: Plan, env: Dict[str, object]) -> 
         "wall_s": 0.0,
         "complete": False,
         "environment": env,
-        "source": {"commit": args.commit or git_commit(), **source_fingerprint()},
+        "source": source_record(args.commit),
         "budget": {"budget_s": plan.budget_s, "phase1_s": plan.phase1_s},
         "sections": {name: {"status": "pending"} for name in SECTIONS if name in selected},
         "skipped": [],
@@ -1613,8 +1618,10 @@ def span_calls(
     q, k, v, dout = inputs_for(s, device)
     calls = {}
     for z in plan.spans if spans is None else spans:
-        spans = torch.full((s.heads,), z, device=device)
-        forward = lambda spans=spans: flash.adaptive_span_flash_attention(q, k, v, spans, RAMP)
+        per_head = torch.full((s.heads,), z, device=device)
+        forward = lambda per_head=per_head: flash.adaptive_span_flash_attention(
+            q, k, v, per_head, RAMP
+        )
         calls[f"span {z:g}"] = autograd_pass(forward, s.backward, (q, k, v), dout)
     return calls
 
@@ -2354,7 +2361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.chapter is not None:
         return chapter_worker(args.chapter, args.result)
     if args.fingerprint:
-        print(json.dumps({"commit": git_commit(), **source_fingerprint()}, indent=1))
+        print(json.dumps(source_record(), indent=1))
         return 0
     problem = gpu_problem()
     if problem is not None:
