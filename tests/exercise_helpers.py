@@ -75,6 +75,11 @@ def run_listing(lines: list, name: str, replace: dict = None):
     return namespace[name]
 
 
+#: The answers a spy on ``check_number`` gives a number checker, in turn, until one reaches it:
+#: 1 first; a count such as a number of bytes refuses 1 as the wrong unit before it grades.
+NUMBER_PROBES = (1, 123456789)
+
+
 def number_exercises() -> dict:
     """``{id: (right value, rel_tol, [(mistake value, message)], mistake rel_tol, otherwise)}``
     of every exercise graded by ``check_number``, found by spying on the checkers (so value
@@ -106,8 +111,7 @@ def number_exercises() -> dict:
 
         module.check_number = _core.check_number = spy
         try:
-            # 1 first; a count such as a number of bytes refuses 1 as the wrong unit first
-            for probe in (1, 123456789):
+            for probe in NUMBER_PROBES:
                 if not seen:
                     check(eid, probe)
         finally:
