@@ -308,6 +308,61 @@ def test_the_forbidden_helpers_are_refused():
         assert result.status == FAILED and name in result.message, result.message
 
 
+def _notebook_function(source, **names):
+    """The function ``source`` defines, written in a notebook whose globals are ``names``."""
+    scope = dict(names)
+    exec(source, scope)  # noqa: S102 - a learner's cell, as the notebook runs it
+    return next(
+        v for k, v in scope.items() if k not in names and callable(v) and k != "__builtins__"
+    )
+
+
+def test_a_forbidden_helper_is_found_through_dotted_names_and_imports():
+    import attncourse
+
+    answers = [
+        # two modules deep from a global
+        _notebook_function(
+            "def loss(logits, tokens):\n"
+            "    return attncourse.training.next_token_loss(logits, tokens)\n",
+            attncourse=attncourse,
+        ),
+        # imported inside the function
+        _notebook_function(
+            "def loss(logits, tokens):\n"
+            "    from attncourse.training import next_token_loss\n"
+            "    return next_token_loss(logits, tokens)\n"
+        ),
+        _notebook_function(
+            "def loss(logits, tokens):\n"
+            "    import attncourse.training as t\n"
+            "    return t.next_token_loss(logits, tokens)\n"
+        ),
+    ]
+    for answer in answers:
+        result = check("language-model/shifted-loss", answer)
+        assert result.status == FAILED and "next_token_loss" in result.message, result.message
+
+
+def test_an_attribute_does_not_reach_a_global_of_the_same_name():
+    """Chapter 1's notebook imports the package's scaled_dot_product_attention; an answer that
+    calls torch's F.scaled_dot_product_attention calls torch's, not the package's."""
+    import torch.nn.functional as F
+
+    import attncourse
+
+    answer = _notebook_function(
+        "def attention(q, k, v, mask=None, *, scale=None):\n"
+        "    return F.scaled_dot_product_attention(q, k, v), None\n",
+        F=F,
+        scaled_dot_product_attention=attncourse.scaled_dot_product_attention,
+    )
+    reached = _core._referenced(answer)
+    assert F.scaled_dot_product_attention in reached
+    assert not any(obj is attncourse.scaled_dot_product_attention for obj in reached)
+    assert "the package's" not in check("dot-product/attention", answer).message
+
+
 # -- 8. no side effects ------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import decimal
 import difflib
+import dis
 import html
 import inspect
 import json
@@ -19,6 +20,7 @@ import math
 import numbers
 import re
 import signal
+import sys
 import textwrap
 import threading
 import time
@@ -846,32 +848,60 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+#: The instructions that read a global name, and those that read an attribute (or import one).
+_GLOBAL_READS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
+_ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"})
+
+
+def _names_read(code: Any) -> Tuple[set, set, set]:
+    """The global names, attribute names and imported modules that ``code`` (and the code
+    nested in it: lambdas, comprehensions, inner functions) reads."""
+    global_names, attributes, modules = set(), set(), set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(k for k in c.co_consts if inspect.iscode(k))
+        for instruction in dis.get_instructions(c):
+            if instruction.opname in _GLOBAL_READS:
+                global_names.add(instruction.argval)
+            elif instruction.opname in _ATTRIBUTE_READS:
+                attributes.add(instruction.argval)
+            elif instruction.opname == "IMPORT_NAME":
+                parts = str(instruction.argval).split(".")
+                modules.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return global_names, attributes, modules
+
+
 def _referenced(fn: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
-    """The objects ``fn``'s code can reach by name: its globals, attributes of the modules
-    among them (``F.softmax``, ``attncourse.scaled_dot_product_attention``), its closure, and
-    the same for the learner's own functions it calls (three levels deep)."""
+    """The objects ``fn``'s code can reach by name: the globals it reads, its closure, the
+    modules it imports, their attributes that it reads, to any depth
+    (``attncourse.flex.block_counts``, ``F.softmax``), and the same for the learner's own
+    functions it calls (three levels deep). A global is looked up only where the code reads a
+    global of that name: ``F.scaled_dot_product_attention`` does not reach a global
+    ``scaled_dot_product_attention``. Names built at run time (``getattr(m, "na" + "me")``)
+    are not followed."""
     seen = set() if seen is None else seen
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
     if code is None or id(fn) in seen or depth > 3:
         return []
     seen.add(id(fn))
-    names: set = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if inspect.iscode(k))
-    scope = dict(getattr(fn, "__globals__", {}))
-    for cell_name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+    global_names, attributes, imported = _names_read(code)
+    scope = getattr(fn, "__globals__", {})
+    found = [scope[n] for n in global_names if n in scope]
+    found += [sys.modules[m] for m in imported if m in sys.modules]
+    for cell in getattr(fn, "__closure__", None) or ():
         try:
-            scope[cell_name] = cell.cell_contents
-            names.add(cell_name)
+            found.append(cell.cell_contents)
         except ValueError:  # an empty cell
             pass
-    found = [scope[n] for n in names if n in scope]
-    for module in [v for v in found if inspect.ismodule(v)]:
-        found += [getattr(module, n) for n in names if hasattr(module, n)]
+    modules = [v for v in found if inspect.ismodule(v)]
+    visited = {id(m) for m in modules}
+    while modules:
+        reached = [getattr(m, n) for m in modules for n in attributes if hasattr(m, n)]
+        found += reached
+        modules = [v for v in reached if inspect.ismodule(v) and id(v) not in visited]
+        visited.update(id(m) for m in modules)
     for helper in [
         v
         for v in found
