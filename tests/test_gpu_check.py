@@ -1047,10 +1047,16 @@ def test_the_report_records_the_commit_and_its_summary_names_it(fake_machine, tm
     fake_machine(["--out", str(out), "--only", "span", "--commit", "0123456789abcdef0123"], plan)
     _, report = read_report(out)
     assert report["source"] == {"commit": "0123456789abcdef0123", **gpu_check.source_fingerprint()}
+    fingerprint = f"kernels' fingerprint `{report['source']['kernels']}`"
+    # the commit the command passed, once, shortened in the command
+    report["command"] = "python3 tools/gpu_check.py --commit 0123456789abcdef0123"
     summary = gpu_report.summary_markdown(report)
-    assert (
-        f"at commit 0123456789ab, kernels' fingerprint `{report['source']['kernels']}`" in summary
-    )
+    assert f"--commit 0123456789ab`, {fingerprint}" in summary
+    assert summary.count("0123456789ab") == 1
+    # a commit git found, named after the command
+    report["command"] = "python3 tools/gpu_check.py --out out"
+    summary = gpu_report.summary_markdown(report)
+    assert f"--out out` at commit 0123456789ab, {fingerprint}" in summary
     del report["source"]  # a report from before the key: no words about it
     assert "kernels' fingerprint" not in gpu_report.summary_markdown(report)
 

@@ -212,15 +212,22 @@ def _table(title: str, report: Dict[str, object], header: Sequence[str], rows: L
     return "\n".join([title, "", _caption(report), "", _row(*header), rule, *rows])
 
 
-def _source_words(report: Dict[str, object]) -> str:
-    """``", at commit abc123456789 (kernels' fingerprint ...)"``, or nothing for a report that
-    predates the ``source`` key."""
+def _command_and_source(report: Dict[str, object]) -> str:
+    """``"`python tools/gpu_check.py ...` at commit abc123456789, kernels' fingerprint `...`"``:
+    the command that measured the report, and the code it measured (nothing for a report that
+    predates the ``source`` key). A commit the command passed (``--commit``) is named once, in
+    the command, shortened to 12 characters."""
+    command = str(report["command"])
     source = report.get("source")
     if not isinstance(source, dict):
-        return ""
-    commit = source.get("commit")
-    at = f" at commit {str(commit)[:12]}" if commit else " (commit not recorded)"
-    return f"{at}, kernels' fingerprint `{source.get('kernels')}`"
+        return f"`{command}`"
+    commit = str(source.get("commit") or "")
+    if commit and commit in command:
+        at = ""
+        command = command.replace(commit, commit[:12])
+    else:
+        at = f" at commit {commit[:12]}" if commit else " (commit not recorded)"
+    return f"`{command}`{at}, kernels' fingerprint `{source.get('kernels')}`"
 
 
 def summary_markdown(report: Dict[str, object]) -> str:
@@ -240,8 +247,8 @@ def summary_markdown(report: Dict[str, object]) -> str:
         f"#### GPU check: {env['gpu']}{kind}{partial}",
         f"Compute capability {env['compute_capability']}, torch {env['torch']}, triton"
         f" {env['triton']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, driver {env['driver']},"
-        f" Python {env['python']}; measured {report['date']} (UTC) by `{report['command']}`"
-        f"{_source_words(report)}.",
+        f" Python {env['python']}; measured {report['date']} (UTC) by"
+        f" {_command_and_source(report)}.",
         _correctness_lines(report),
         _comparison_table(report),
         _span_table(report),
