@@ -344,6 +344,84 @@ def test_a_forbidden_helper_is_found_through_dotted_names_and_imports():
         assert result.status == FAILED and "next_token_loss" in result.message, result.message
 
 
+CHAPTER_2_GLOBALS = "import functools\nimport torch\nfrom attncourse.multihead import merge_heads\n"
+
+#: Answers to multi-head/fix-merge that call the package's merge_heads, each a way a learner
+#: writes code: through a helper, a default, a partial, a callable object, a method, a table.
+MERGE_HEADS_CALLED = {
+    "partial": "merge = functools.partial(merge_heads)",
+    "default argument": "def merge(heads, f=merge_heads):\n    return f(heads)",
+    "keyword-only default": "def merge(heads, *, f=merge_heads):\n    return f(heads)",
+    "callable object": (
+        "class Merge:\n    def __call__(self, heads):\n        return merge_heads(heads)\n"
+        "merge = Merge()"
+    ),
+    "module": (
+        "class Merge(torch.nn.Module):\n    def forward(self, heads):\n"
+        "        return merge_heads(heads)\nmerge = Merge()"
+    ),
+    "method through self": (
+        "class M:\n    def helper(self, heads):\n        return merge_heads(heads)\n"
+        "    def merge(self, heads):\n        return self.helper(heads)\nmerge = M().merge"
+    ),
+    "staticmethod": (
+        "class Ops:\n    @staticmethod\n    def merge(heads):\n        return merge_heads(heads)\n"
+        "def merge(heads):\n    return Ops.merge(heads)"
+    ),
+    "table": 'OPS = {"merge": merge_heads}\ndef merge(heads):\n    return OPS["merge"](heads)',
+    "lru_cache": "@functools.lru_cache\ndef merge(heads):\n    return merge_heads(heads)",
+    "six helpers deep": "\n".join(
+        [f"def h{i}(x):\n    return h{i + 1}(x)" for i in range(6)]
+        + ["def h6(x):\n    return merge_heads(x)", "def merge(heads):\n    return h0(heads)"]
+    ),
+    # reached late by a long path and early by a short one: breadth first, whatever the order
+    "two paths": (
+        "def inner(h):\n    return merge_heads(h)\ndef helper(h):\n    return inner(h)\n"
+        "def x2(h):\n    return helper(h)\ndef x1(h):\n    return x2(h)\n"
+        "def merge(heads):\n    return x1(heads) if heads.dim() == 0 else helper(heads)"
+    ),
+    # an attribute whose reading raises (torch.classes) must not switch the check off
+    "unreadable attribute": (
+        "class Cfg:\n    classes = [1, 2]\ncfg = Cfg()\n"
+        "def merge(heads):\n    assert len(cfg.classes) == 2\n    return merge_heads(heads)"
+    ),
+}
+
+
+@pytest.mark.parametrize("style", sorted(MERGE_HEADS_CALLED))
+def test_a_forbidden_helper_is_found_however_it_is_called(style):
+    scope: dict = {}
+    exec(CHAPTER_2_GLOBALS + MERGE_HEADS_CALLED[style], scope)  # noqa: S102 - a learner's cell
+    result = check("multi-head/fix-merge", scope["merge"])
+    assert result.status == FAILED and "merge_heads" in result.message, result.message
+
+
+def test_a_check_against_the_package_inside_the_answer_is_named():
+    scope: dict = {}
+    exec(  # noqa: S102 - a learner's cell
+        CHAPTER_2_GLOBALS + "def merge(heads):\n    B, h, L, d = heads.shape\n"
+        "    out = heads.transpose(1, 2).reshape(B, L, h * d)\n"
+        "    assert torch.equal(out, merge_heads(heads))\n    return out",
+        scope,
+    )
+    message = check("multi-head/fix-merge", scope["merge"]).message
+    assert "merge_heads" in message and "comparison" in message, message
+
+
+def test_chapter_1s_attention_refuses_torchs_function_too():
+    import torch.nn.functional as F
+
+    answer = _notebook_function(
+        "def attention(q, k, v, mask=None, *, scale=None):\n"
+        "    weights = torch.softmax(q @ k.transpose(-2, -1) * (scale or q.size(-1) ** -0.5), -1)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, scale=scale), weights\n",
+        F=F,
+        torch=torch,
+    )
+    message = check("dot-product/attention", answer).message
+    assert "F.scaled_dot_product_attention" in message, message
+
+
 def test_an_attribute_does_not_reach_a_global_of_the_same_name():
     """Chapter 1's notebook imports the package's scaled_dot_product_attention; an answer that
     calls torch's F.scaled_dot_product_attention calls torch's, not the package's."""

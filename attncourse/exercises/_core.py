@@ -13,6 +13,7 @@ import copy
 import decimal
 import difflib
 import dis
+import functools
 import html
 import inspect
 import json
@@ -872,43 +873,102 @@ def _names_read(code: Any) -> Tuple[set, set, set]:
     return global_names, attributes, modules
 
 
-def _referenced(fn: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
-    """The objects ``fn``'s code can reach by name: the globals it reads, its closure, the
-    modules it imports, their attributes that it reads, to any depth
-    (``attncourse.flex.block_counts``, ``F.softmax``), and the same for the learner's own
-    functions it calls (three levels deep). A global is looked up only where the code reads a
-    global of that name: ``F.scaled_dot_product_attention`` does not reach a global
-    ``scaled_dot_product_attention``. Names built at run time (``getattr(m, "na" + "me")``)
-    are not followed."""
-    seen = set() if seen is None else seen
+def _library(obj: Any) -> bool:
+    """Whether ``obj`` comes from torch or this package (whose code is not the learner's)."""
+    module = str(getattr(obj, "__module__", None) or "")
+    return module.split(".")[0] in ("torch", "attncourse")
+
+
+def _stands_for(obj: Any) -> List[Any]:
+    """What calling ``obj`` may call besides ``obj`` itself: a ``functools.partial``'s function
+    and bound arguments, what a decorator wrapped (``__wrapped__``), a function's default
+    arguments, the ``__call__`` of a callable object and the ``forward`` of a module."""
+    found: List[Any] = []
+    if isinstance(obj, functools.partial):
+        found += [obj.func, *obj.args, *obj.keywords.values()]
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None:
+        found.append(wrapped)
+    function = getattr(obj, "__func__", obj)
+    if inspect.isfunction(function):
+        found += list(function.__defaults__ or ()) + list((function.__kwdefaults__ or {}).values())
+    elif not inspect.isclass(obj) and not inspect.isroutine(obj) and callable(obj):
+        found += [_attribute(obj, "__call__"), _attribute(obj, "forward")]
+    return [v for v in found if v is not None]
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``obj.name``, or ``None`` where reading it fails in any way (``torch.classes`` raises
+    RuntimeError for a name it does not know)."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - an attribute that cannot be read reaches nothing
+        return None
+
+
+def _reached_from(fn: Any) -> List[Any]:
+    """The objects one function's code reaches by name: the globals it reads, its closure, the
+    modules it imports, and their attributes that it reads, to any depth
+    (``attncourse.flex.block_counts``, ``F.softmax``)."""
+    owner = getattr(fn, "__self__", None)
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None or id(fn) in seen or depth > 3:
+    if code is None:
         return []
-    seen.add(id(fn))
     global_names, attributes, imported = _names_read(code)
     scope = getattr(fn, "__globals__", {})
     found = [scope[n] for n in global_names if n in scope]
+    if owner is not None and not inspect.ismodule(owner):
+        found.append(owner if inspect.isclass(owner) else type(owner))  # self.helper(...)
+    # a dict, list or tuple of functions: {"merge": merge_heads}["merge"](...)
+    found += [
+        item
+        for v in list(found)
+        if isinstance(v, (dict, list, tuple)) and len(v) <= 100
+        for item in (v.values() if isinstance(v, dict) else v)
+    ]
     found += [sys.modules[m] for m in imported if m in sys.modules]
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             found.append(cell.cell_contents)
         except ValueError:  # an empty cell
             pass
-    modules = [v for v in found if inspect.ismodule(v)]
-    visited = {id(m) for m in modules}
-    while modules:
-        reached = [getattr(m, n) for m in modules for n in attributes if hasattr(m, n)]
+    # modules, and the learner's classes (``Ops.merge`` of a staticmethod), hold named attributes
+    holders = [v for v in found if _holds_names(v)]
+    visited = {id(v) for v in holders}
+    while holders:
+        reached = [_attribute(h, n) for h in holders for n in attributes]
+        reached = [v for v in reached if v is not None]
         found += reached
-        modules = [v for v in reached if inspect.ismodule(v) and id(v) not in visited]
-        visited.update(id(m) for m in modules)
-    for helper in [
-        v
-        for v in found
-        if inspect.isfunction(v)
-        and not str(getattr(v, "__module__", None) or "").startswith(("torch", "attncourse"))
-    ]:
-        found += _referenced(helper, depth + 1, seen)
+        holders = [v for v in reached if _holds_names(v) and id(v) not in visited]
+        visited.update(id(v) for v in holders)
+    return found
+
+
+def _holds_names(obj: Any) -> bool:
+    return inspect.ismodule(obj) or (inspect.isclass(obj) and not _library(obj))
+
+
+def _referenced(fn: Any, levels: int = 8) -> List[Any]:
+    """Everything the learner's ``fn`` can reach: what its code reaches by name
+    (:func:`_reached_from`) and what the callables among those stand for (:func:`_stands_for`),
+    followed through the learner's own functions, breadth first, ``levels`` calls deep.
+    A global is looked up only where the code reads a global of that name:
+    ``F.scaled_dot_product_attention`` does not reach a global ``scaled_dot_product_attention``.
+    Names built at run time (``getattr(m, "na" + "me")``) are not followed."""
+    found: List[Any] = []
+    seen: set = set()
+    level = [fn]
+    for _depth in range(levels + 1):
+        following = []
+        for obj in level:
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            reached = _stands_for(obj) + ([] if _library(obj) else _reached_from(obj))
+            found += reached
+            following += [v for v in reached if callable(v) and not _library(v)]
+        level = following
     return found
 
 
@@ -917,7 +977,7 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     helpers (``{"the name the exercise uses": the function}``): an exercise text that says
     "do not call X" and a checker that accepts X would contradict each other."""
     try:
-        reached = [fn, getattr(fn, "__wrapped__", None)] + _referenced(fn)
+        reached = [fn] + _referenced(fn)
     except Exception:  # noqa: BLE001 - an object whose code cannot be read: graded on its outputs alone
         reached = [fn]
     for name, helper in forbidden.items():
@@ -925,7 +985,8 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
             raise Mistake(
                 _(
                     "Your function calls {name}, which this exercise asks you to write yourself: compute "
-                    "it with torch operations."
+                    "it with torch operations. (A comparison with it inside your function counts as a "
+                    "call: compare outside the function.)"
                 ).format(name=name)
             )
 

@@ -269,7 +269,13 @@ def _compare(case: str, got, expected, variants) -> None:
     name="attention",
 )
 def _check_attention(fn) -> str:
-    forbid(fn, {"the package's scaled_dot_product_attention": scaled_dot_product_attention})
+    forbid(
+        fn,
+        {
+            "the package's scaled_dot_product_attention": scaled_dot_product_attention,
+            "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
+        },
+    )
     q, k, v = (
         random_tensor(4, 8, seed=10),
         random_tensor(6, 8, seed=11),
