@@ -11,7 +11,8 @@ fused kernel that skips the ``(query block, key block)`` tiles that ``create_blo
 empty. This module holds, as factories, the programs of every variant the course met (each
 checked in ``tests/test_flex.py`` against the package function it replaces), a materialising
 reference that evaluates the same programs with autograd on any device
-(:func:`flex_reference`: FlexAttention has no backward pass on the CPU), the compile with its
+(:func:`flex_reference`: on the CPU FlexAttention has no backward pass for the query, key and
+value), the compile with its
 eager fallback (:func:`compile_flex`), and the count of the blocks a block mask keeps against
 the tiles the course counted (:func:`block_counts`, :func:`sparsity_table`).
 

@@ -1,7 +1,7 @@
 """Chapter 11: every variant of the course as a FlexAttention program, against the package.
 
-Each program runs in FlexAttention's eager mode (forward only: torch has no FlexAttention
-backward on the CPU) and through :func:`attncourse.flex.flex_reference` (the same program with
+Each program runs in FlexAttention's eager mode (forward only: on the CPU torch has no FlexAttention
+backward for the query, key and value) and through :func:`attncourse.flex.flex_reference` (the same program with
 autograd), and both are compared in float64 with the package function it replaces, forward and
 gradients. Then the compile and its eager fallback (``torch.compile`` made to fail), the block
 counts against the course's tile counts, the timing function's plumbing, and the input checks.
