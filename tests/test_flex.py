@@ -170,8 +170,9 @@ def test_soft_span_as_chapter_8_with_the_gradient_of_the_spans():
         "score_mod": flex.soft_span_score_mod(spans, ramp),
         "mask_mod": flex.span_mask_mod(spans, ramp),
     }
-    # FlexAttention's forward gets the span detached: its eager mode traces the program with
-    # dynamo, which refuses (with dynamic shapes) a captured tensor that requires grad
+    # FlexAttention's forward gets the span detached here: its eager mode traces the program
+    # with dynamo, which after the other tests' shapes traces with symbolic sizes, and with those
+    # torch 2.13 fails to differentiate a captured tensor (the next test resets dynamo first)
     frozen = flex.soft_span_score_mod(spans.detach(), ramp)
     eager = _flex_eager(
         q.detach(),
@@ -197,6 +198,28 @@ def test_soft_span_as_chapter_8_with_the_gradient_of_the_spans():
         lambda: flex.flex_reference(q, k, v, **program), [spans], torch.ones(2, 4, 12, 8)
     )[0]
     assert torch.isfinite(grad).all() and grad[3] == 0 and (grad[1:3] != 0).all()
+
+
+def test_flexattentions_own_backward_gives_the_spans_chapter_8s_gradient():
+    """On the CPU FlexAttention refuses gradients for q, k and v, not for a captured tensor:
+    chapter 11 differentiates the spans through FlexAttention itself."""
+    spans = torch.tensor([0.0, 2.5, 6.0, 30.0], dtype=torch.float64)
+    ramp = 3.0
+    q, k, v = _qkv(2, 4, 12, 12, value_dim=8)
+    with pytest.raises(NotImplementedError):
+        flex_attention(q.clone().requires_grad_(), k, v)
+    torch.compiler.reset()  # fresh traces with static sizes (see the test above)
+    z = spans.clone().requires_grad_()
+    blocks = create_block_mask(flex.span_mask_mod(spans, ramp), None, 4, 12, 12, device="cpu")
+    out = flex_attention(q, k, v, score_mod=flex.soft_span_score_mod(z, ramp), block_mask=blocks)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (ours,) = torch.autograd.grad((out * upstream).sum(), z)
+    z8 = spans.clone().requires_grad_()
+    (chapter_8,) = torch.autograd.grad(
+        (adaptive_span_attention(q, k, v, z8, ramp)[0] * upstream).sum(), z8
+    )
+    torch.testing.assert_close(ours, chapter_8, **GRAD_TOL)
+    assert ours[3] == 0 and (ours[:3] != 0).all()
 
 
 def test_log_of_a_zero_soft_mask_gives_nan_gradients_unless_clamped():
