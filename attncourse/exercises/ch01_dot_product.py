@@ -21,6 +21,13 @@ from ._core import (
 )
 from ._i18n import _
 
+#: The functions the two attention exercises ask the learner to write instead of calling.
+_ATTENTION_FUNCTIONS = {
+    "the package's scaled_dot_product_attention": scaled_dot_product_attention,
+    "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
+}
+
+
 # -- 1. scaled scores ----------------------------------------------------------------------
 
 
@@ -269,13 +276,7 @@ def _compare(case: str, got, expected, variants) -> None:
     name="attention",
 )
 def _check_attention(fn) -> str:
-    forbid(
-        fn,
-        {
-            "the package's scaled_dot_product_attention": scaled_dot_product_attention,
-            "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
-        },
-    )
+    forbid(fn, _ATTENTION_FUNCTIONS)
     q, k, v = (
         random_tensor(4, 8, seed=10),
         random_tensor(6, 8, seed=11),
@@ -485,13 +486,7 @@ def _fixed_masked_attention_solution(query, key, value, mask):
 )
 def _check_fixed_masked_attention(fn) -> str:
     """Property: on random inputs (every row keeps a key), the output equals the package's."""
-    forbid(
-        fn,
-        {
-            "the package's scaled_dot_product_attention": scaled_dot_product_attention,
-            "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
-        },
-    )
+    forbid(fn, _ATTENTION_FUNCTIONS)
     generator = torch.Generator().manual_seed(30)
     for case, shape in (("L=4, S=6", (4, 6)), (_("with a batch (2, 3)"), (2, 3, 4, 6))):
         *batch, L, S = shape
