@@ -298,6 +298,11 @@ def _timing(rows: List[dict], **want) -> Optional[dict]:
     return None
 
 
+def _pass_words(name: object) -> str:
+    """A pass as a table shows it: ``"forward + backward"``, which a narrow column can wrap."""
+    return str(name).replace("+", " + ")
+
+
 def _comparison_table(report: Dict[str, object]) -> str:
     """The course against torch's flash and cuDNN backends at L = 4096, float16."""
     rows = (report.get("timings") or {}).get("rows") or []
@@ -321,7 +326,7 @@ def _comparison_table(report: Dict[str, object]) -> str:
             _row(
                 row["head_dim"],
                 "yes" if row["causal"] else "no",
-                row["pass"],
+                _pass_words(row["pass"]),
                 _number(row["tflops"]),
                 _number(flash_tflops),
                 _times(_ratio(row["tflops"], flash_tflops)),
@@ -361,7 +366,7 @@ def _span_table(report: Dict[str, object]) -> str:
         times = {r["span"]: r["median_ms"] for r in span["rows"] if r["pass"] == name}
         lines.append(
             _row(
-                name,
+                _pass_words(name),
                 _number(times.get(full), ".3f"),
                 _number(times.get(short), ".3f"),
                 _times(speedup),
@@ -438,7 +443,7 @@ def _design_table(report: Dict[str, object]) -> str:
                     c["length"],
                     c["head_dim"],
                     "yes" if c["causal"] else "no",
-                    c["pass"],
+                    _pass_words(c["pass"]),
                     c["winner"],
                     _times(c["by"]),
                 )

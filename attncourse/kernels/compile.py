@@ -199,7 +199,7 @@ def summary_table(results: Optional[Mapping[str, Any]] = None) -> str:
     lines = [
         (
             "| GPU (target) | requests compiled | fit in shared memory | largest block | "
-            "float16/bfloat16 without spills | most spilled per thread | "
+            "float16 or bfloat16 without spills | most spilled per thread | "
             "`tl.dot` in float16 / float32 |"
         ),
         "|---|---|---|---|---|---|---|",
