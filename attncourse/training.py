@@ -76,7 +76,7 @@ class ProgressBar:
     def _text(self) -> str:
         elapsed = time.perf_counter() - self.start
         return tqdm.format_meter(
-            self.n, self.total, elapsed, prefix=self.desc, postfix=self.postfix or None, ncols=100
+            self.n, self.total, elapsed, prefix=self.desc, postfix=self.postfix or None, ncols=80
         )
 
     def update(self, **postfix: float) -> None:

@@ -279,14 +279,19 @@ NARROW_JS = page_js(r"""
 """)
 
 # A chapter read in a desktop's window: the input code blocks that scroll sideways (a line wider
-# than the code column; the chapters are formatted at 80 characters, book/ruff.toml), and the
-# tables wider than the text column (the theme lets them scroll, and hides the columns past it).
+# than the code column; the chapters are formatted at 80 characters, book/ruff.toml), the printed
+# outputs that do (book_fixes.py wraps their lines), and the tables wider than the text column
+# (the theme lets them scroll, and hides the columns past it).
 WIDE_WIDTH = 1280
 WIDE_CODE_JS = r"""
 () => [
   ...[...document.querySelectorAll(".cell_input pre")]
     .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
     .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ` +
+      pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90)),
+  ...[...document.querySelectorAll(".cell_output .output:is(.stream, .text_plain, .stderr) pre")]
+    .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+    .map((pre) => `output ${pre.scrollWidth} px in ${pre.clientWidth} px: ` +
       pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90)),
   ...[...document.querySelectorAll("article table")]
     .filter((table) => table.scrollWidth > table.parentElement.clientWidth + 1)
@@ -1096,7 +1101,8 @@ def narrow_problems(report: PageReport) -> list[str]:
 def test_no_input_code_block_or_table_scrolls_sideways_at_1280_px(book):
     """Every input code block of every chapter, in both editions, fits the code column of a
     1280-px window: 80 characters a line (book/ruff.toml) in the font size book_fixes.py sets;
-    and every table (the chapters' and those their cells print) fits the text column."""
+    every printed output wraps its long lines; and every table (the chapters' and those their
+    cells print) fits the text column."""
     origin, reports = book
     pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in chapter_files()]
     _assert_none({page: reports[page].wide_code for page in pages})

@@ -91,8 +91,10 @@ NARROW_CSS = """
 .bd-article { overflow-wrap: break-word; }
 .bd-article span.math { overflow-x: auto; overflow-y: hidden; }
 .bd-article span.math mjx-assistive-mml { max-width: 100% !important; }
+.bd-article .cell_output .output.stream pre, .bd-article .cell_output .output.text_plain pre,
+.bd-article .cell_output .output.stderr pre { white-space: pre-wrap; overflow-wrap: break-word; }
 @media (min-width: 1200px) {
-  .bd-article .cell_input pre { font-size: 13px; }
+  .bd-article .cell_input pre, .bd-article .cell_output pre { font-size: 13px; }
   .bd-article .admonition .cell_input pre { font-size: 12px; }
 }
 @media (max-width: 575.98px) {
