@@ -26,6 +26,7 @@ from ._checks import (
     broadcast_batch,
     check_attention_inputs,
     default_scale,
+    fmt_shape,
     require_bool,
     require_floating,
     require_positive_int,
@@ -55,6 +56,20 @@ def online_softmax_update(
         require_floating(name, x)
     if scores.dim() == 0:
         raise ValueError("scores must have at least 1 dimension (..., B), got a 0-d tensor")
+    if scores.size(-1) == 0:
+        raise ValueError(
+            f"scores must hold at least one score per row, got shape {fmt_shape(scores.shape)}"
+        )
+    if not running_max.dtype == running_sum.dtype == scores.dtype:
+        raise TypeError(
+            "running_max, running_sum and scores must share one dtype, got"
+            f" {running_max.dtype}, {running_sum.dtype} and {scores.dtype}"
+        )
+    if not running_max.device == running_sum.device == scores.device:
+        raise ValueError(
+            "running_max, running_sum and scores must be on one device, got"
+            f" {running_max.device}, {running_sum.device} and {scores.device}"
+        )
     broadcast_batch(
         running_max=running_max.shape, running_sum=running_sum.shape, scores=scores.shape[:-1]
     )

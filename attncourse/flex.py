@@ -28,6 +28,7 @@ packing of the same shapes.
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import time
@@ -396,15 +397,21 @@ def flex_reference(
     b, h, q_idx, kv_idx = _grids(batch, heads, query_len, key_len, query.device)
     scores = (query @ key.transpose(-2, -1)) * scale
     if score_mod is not None:
-        scores = score_mod(scores, b, h, q_idx, kv_idx)
+        scores = _run_program("score_mod", score_mod, (scores, b, h, q_idx, kv_idx), shape)
         if not isinstance(scores, Tensor) or not scores.is_floating_point():
             raise TypeError(
                 "score_mod must return a floating tensor (the modified scores), got"
                 f" {type(scores).__name__}"
             )
-        scores = scores.to(query.dtype).expand(shape)
+        try:
+            scores = scores.to(query.dtype).expand(shape)
+        except RuntimeError:
+            raise ValueError(
+                f"score_mod returned shape {fmt_shape(scores.shape)}, which does not broadcast to"
+                f" the scores {fmt_shape(shape)}"
+            ) from None
     if mask_mod is not None:
-        keep = mask_mod(b, h, q_idx, kv_idx)
+        keep = _run_program("mask_mod", mask_mod, (b, h, q_idx, kv_idx), shape)
         if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
             raise TypeError(
                 "mask_mod must return a boolean tensor (True = may attend), got"
@@ -419,6 +426,18 @@ def flex_reference(
             ) from None
         scores = scores.masked_fill(~keep, float("-inf"))
     return safe_softmax(scores) @ value
+
+
+def _run_program(name: str, program: Callable, args: tuple, shape: Tuple[int, ...]):
+    """``program(*args)``; an index error (a captured tensor with fewer entries than the
+    batch, the heads or the positions it is indexed by) becomes a ValueError naming it."""
+    try:
+        return program(*args)
+    except IndexError as error:
+        raise ValueError(
+            f"{name} indexes a tensor it captured out of range for (B, H, L, S) ="
+            f" {shape}: was it built for other sizes? ({error})"
+        ) from None
 
 
 # -- compiling, with an eager fallback -------------------------------------------------------------
@@ -438,6 +457,45 @@ class FlexKernel:
     compiled: bool
     note: str
     first_call_s: float
+
+
+def _check_program_fits(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    score_mod: Optional[ScoreMod],
+    block_mask: Optional["BlockMask"],
+) -> None:
+    """What FlexAttention would refuse, refused here naming the argument: inside
+    :func:`compile_flex` it would read as a compiler failure."""
+    if (
+        key.shape[:2] != query.shape[:2]
+        or value.shape[:3] != key.shape[:3]
+        or key.size(3) != query.size(3)
+    ):
+        raise ValueError(
+            "expected query (B, H, L, E), key (B, H, S, E) and value (B, H, S, Ev):"
+            f" query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
+            f" {fmt_shape(value.shape)}"
+        )
+    if score_mod is not None:
+        try:
+            inspect.signature(score_mod).bind(*range(5))
+        except TypeError:
+            raise TypeError(
+                "score_mod must take (score, b, h, q_idx, kv_idx); a mask_mod (b, h, q_idx,"
+                " kv_idx) goes into a block mask (create_block_mask)"
+            ) from None
+        except ValueError:  # a builtin without a signature: FlexAttention will tell
+            pass
+    if block_mask is not None:
+        B, H, L, S = query.size(0), query.size(1), query.size(2), key.size(2)
+        mask_b, mask_h, mask_l, mask_s = block_mask.shape
+        if (mask_l, mask_s) != (L, S) or mask_b not in (1, B) or mask_h not in (1, H):
+            raise ValueError(
+                f"block_mask was built for (B, H, L, S) = {tuple(block_mask.shape)}, the inputs"
+                f" have ({B}, {H}, {L}, {S}) (B and H of the mask may be 1)"
+            )
 
 
 def compile_flex(
@@ -471,6 +529,7 @@ def compile_flex(
             f"block_mask must be a BlockMask (create_block_mask) or None, got"
             f" {type(block_mask).__name__}"
         )
+    _check_program_fits(query, key, value, score_mod, block_mask)
     args = (query.detach(), key.detach(), value.detach())
     start = time.perf_counter()
     try:

@@ -21,6 +21,7 @@ has seen and a step computes only the new position's query, key and value::
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -30,6 +31,7 @@ from ._checks import (
     check_positive_ints,
     fmt_shape,
     require_floating,
+    require_non_negative_int,
     require_positive_int,
     require_rank,
     require_tensor,
@@ -106,6 +108,8 @@ def window_mask_from_positions(
 
 def _window_mask(query_positions: Tensor, key_positions: Tensor, window: Optional[int]) -> Tensor:
     """:func:`window_mask_from_positions` without the checks."""
+    # int64: in an unsigned dtype 0 - 1 wraps to 255 and would make a future key visible
+    query_positions, key_positions = query_positions.long(), key_positions.long()
     distance = query_positions[:, None] - key_positions[None, :]
     visible = (distance >= 0) & (key_positions[None, :] >= 0)
     if window is not None:
@@ -143,6 +147,7 @@ class KVCache:
 
     def attended_length(self, new: int) -> int:
         """``S = len(self) + new``: how many key rows :meth:`update` returns for ``new`` new positions."""
+        require_non_negative_int("new", new)
         return len(self) + new
 
     def _stored(self) -> Tuple[Tensor, Tensor, Tensor]:
@@ -182,6 +187,11 @@ class KVCache:
                 f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value"
                 f" {fmt_shape(value.shape)}"
             )
+        if value.dtype != key.dtype or value.device != key.device:
+            raise TypeError(
+                f"key and value must share one dtype and device, got key {key.dtype} on"
+                f" {key.device}, value {value.dtype} on {value.device}"
+            )
         return self._append(key, value)
 
     def _append(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -196,8 +206,9 @@ class KVCache:
             or value.shape[3] != self.values.shape[3]
         ):
             raise ValueError(
-                f"key {fmt_shape(key.shape)} does not fit the cache's rows"
-                f" {fmt_shape(self.keys.shape)} (B, kv_heads and head_dim must stay the same)"
+                f"key {fmt_shape(key.shape)} and value {fmt_shape(value.shape)} do not fit the"
+                f" cache's rows, keys {fmt_shape(self.keys.shape)} and values"
+                f" {fmt_shape(self.values.shape)} (B, kv_heads and the head sizes must stay the same)"
             )
         for name, new, stored in (("key", key, self.keys), ("value", value, self.values)):
             if stored is not None and new.dtype != stored.dtype:
@@ -287,7 +298,8 @@ def kv_cache_bytes(
     bytes_per_element: int = 2,
 ) -> int:
     """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
-    check_positive_ints(
+    # Python ints: numpy int32 sizes would overflow the product silently
+    sizes = check_positive_ints(
         num_layers=num_layers,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
@@ -295,4 +307,4 @@ def kv_cache_bytes(
         batch=batch,
         bytes_per_element=bytes_per_element,
     )
-    return 2 * num_layers * num_kv_heads * head_dim * length * batch * bytes_per_element
+    return 2 * math.prod(sizes)

@@ -146,6 +146,11 @@ def generate(
         )
     require_non_negative_int("max_new_tokens", max_new_tokens)
     _check_sampling(temperature, top_k)
+    require_bool("use_cache", use_cache)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     max_len = getattr(model, "max_len", None)
     if use_cache and max_len is not None and tokens.size(1) + max_new_tokens - 1 > max_len:
         raise ValueError(
@@ -153,7 +158,6 @@ def generate(
             f" {max_new_tokens - 1} must fit the model's max_len={max_len}: the cache keeps every"
             " position"
         )
-    require_bool("use_cache", use_cache)
     if use_cache and not callable(getattr(model, "new_cache", None)):
         raise TypeError(
             "use_cache=True needs a model with a KV cache (a new_cache() method, as CausalLM has);"
@@ -171,6 +175,14 @@ def generate(
             else:
                 context = tokens if max_len is None else tokens[:, -max_len:]
                 logits = model(context)[:, -1]  # (B, V)
+            if (
+                not tokens.is_floating_point()
+                and logits.size(-1) - 1 > torch.iinfo(tokens.dtype).max
+            ):
+                raise TypeError(
+                    f"tokens of dtype {tokens.dtype} cannot hold the ids of the model's"
+                    f" {logits.size(-1)} tokens (up to {logits.size(-1) - 1}): pass int64 tokens"
+                )
             next_token = sample_next(
                 logits, temperature=temperature, top_k=top_k, generator=generator
             )

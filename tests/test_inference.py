@@ -271,7 +271,7 @@ def test_kv_cache_validation():
     with pytest.raises(ValueError, match=r"key and value"):
         cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 2, 4))
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(ValueError, match="do not fit"):
         cache.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
     with pytest.raises(ValueError, match="window"):
         KVCache(window=0)

@@ -159,7 +159,8 @@ def _check_report(report: object, what: str) -> Dict[str, object]:
     """``report`` if it has the schema's version and every required key, else the error naming them."""
     if not isinstance(report, dict):
         raise TypeError(f"{what} must be a dict (a JSON object), got {type(report).__name__}")
-    if report.get("schema_version") != SCHEMA_VERSION:
+    version = report.get("schema_version")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise ValueError(
             f"{what} has schema_version {report.get('schema_version')!r}; this reader reads"
             f" version {SCHEMA_VERSION}"
@@ -462,6 +463,7 @@ def _design_table(report: Dict[str, object]) -> str:
 def masks_markdown(report: Dict[str, object]) -> str:
     """Chapter 11's three masks on the report's GPU: FlexAttention compiled beside SDPA and the
     tiled attention, as a Markdown table ("" where the report has no such section)."""
+    report = _check_report(report, "report")
     masks = report.get("masks") or {}
     if not masks.get("rows"):
         return ""

@@ -48,6 +48,18 @@ def load_results(path: Optional[str] = None) -> Dict[str, Any]:
     return results
 
 
+def _results(results: Optional[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """``results`` (default :func:`load_results`), checked to be compile results."""
+    if results is None:
+        return load_results()
+    if not isinstance(results, Mapping) or not {"kernels", "rows", "targets"} <= set(results):
+        raise TypeError(
+            "results must be compile results (a dict with kernels, rows and targets, as"
+            f" load_results returns), got {type(results).__name__}"
+        )
+    return results
+
+
 def request_kernels(
     results: Mapping[str, Any], target: str, variant: str, dtype: str, head_dim: int
 ) -> Optional[List[Dict[str, Any]]]:
@@ -84,7 +96,13 @@ def compile_table(
     One request (default: causal, float16, ``d = 128``, the largest tiles) for every target in
     ``results`` (default :func:`load_results`), as a Markdown table. Compiler output, not timings.
     """
-    results = load_results() if results is None else results
+    results = _results(results)
+    for name, value in (("variant", variant), ("dtype", dtype), ("head_dim", head_dim)):
+        choices = sorted({row[name] for row in results["rows"]})
+        if isinstance(value, bool) or value not in choices:
+            raise ValueError(
+                f"{name} must be one of {choices} (the requests compiled), got {value!r}"
+            )
     lines = [
         (
             "| GPU (target) | kernel | tile, warps, stages | shared memory per block | registers | "
@@ -125,7 +143,7 @@ def target_summary(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str
     no spilled byte, and all of them), ``tensor_cores`` (what ``tl.dot`` became in float16 and
     in float32).
     """
-    results = load_results() if results is None else results
+    results = _results(results)
     out = []
     for name, target in results["targets"].items():
         rows = [r for r in results["rows"] if r["target"] == name]
@@ -177,7 +195,7 @@ def exceeding(results: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any
     One dict per (request, kernel): ``target``, ``variant``, ``dtype``, ``head_dim``,
     ``kernel``, ``shared`` and ``limit`` (bytes). Such a launch fails with ``OutOfResources``.
     """
-    results = load_results() if results is None else results
+    results = _results(results)
     out = []
     for row in results["rows"]:
         limit = results["targets"][row["target"]]["shared_per_block"]

@@ -30,7 +30,15 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_ints, require_non_negative_int, require_positive_int
+from .._checks import (
+    check_positive_ints,
+    require_bool,
+    require_floating,
+    require_non_negative_int,
+    require_positive_int,
+    require_positive_number,
+    require_rank,
+)
 
 __all__ = [
     "num_blocks",
@@ -46,6 +54,8 @@ __all__ = [
 def num_blocks(length: int, block: int) -> int:
     """``ceil(length / block)``: the blocks of ``block`` rows that cover ``length`` (the last
     one may stick out past ``length``); Triton's ``cdiv``."""
+    require_non_negative_int("length", length)
+    require_positive_int("block", block)
     return -(-length // block)
 
 
@@ -76,9 +86,12 @@ def key_block_range(
         key_len, query_len: ``S`` and ``L``.
         causal: bottom-right causal mask.
         window: ``W`` of an adaptive span (implies causal); keys at distance ``>= W`` are skipped.
+            The distance of query ``i`` to key ``j`` is ``i + (S - L) - j``, as for the causal mask
+            (the span kernels run with ``L = S``).
     """
     check_positive_ints(block_m=block_m, block_n=block_n, key_len=key_len, query_len=query_len)
     require_non_negative_int("query_start", query_start)
+    require_bool("causal", causal)
     hi = key_len
     lo = 0
     if causal or window is not None:
@@ -86,7 +99,7 @@ def key_block_range(
     if window is not None:
         require_positive_int("window", window)
         # the first query's first key, rounded down to a key block
-        lo = max(0, query_start - window + 1) // block_n * block_n
+        lo = max(0, query_start + key_len - query_len - window + 1) // block_n * block_n
     return lo, max(hi, 0)
 
 
@@ -106,13 +119,15 @@ def query_block_range(
     """
     check_positive_ints(block_m=block_m, block_n=block_n, key_len=key_len, query_len=query_len)
     require_non_negative_int("key_start", key_start)
+    require_bool("causal", causal)
     lo, hi = 0, query_len
     if causal or window is not None:
         # the first query that sees key_start, rounded down to a query block
         lo = max(0, key_start - (key_len - query_len)) // block_m * block_m
     if window is not None:
         require_positive_int("window", window)
-        hi = min(query_len, key_start + block_n + window - 1)  # last key's farthest query + 1
+        # the last key's farthest query, + 1
+        hi = max(0, min(query_len, key_start + block_n + window - 1 - (key_len - query_len)))
     return lo, hi
 
 
@@ -126,6 +141,7 @@ def tile_map(
     window: Optional[int] = None,
 ) -> Tensor:
     """``(ceil(L / block_m), ceil(S / block_n))`` boolean: ``True`` where the forward kernel computes the tile."""
+    check_positive_ints(query_len=query_len, key_len=key_len, block_m=block_m, block_n=block_n)
     rows, cols = num_blocks(query_len, block_m), num_blocks(key_len, block_n)
     visited = torch.zeros(rows, cols, dtype=torch.bool)
     for r in range(rows):
@@ -138,12 +154,25 @@ def tile_map(
 
 
 def span_windows(span: Tensor, ramp: float, length: int) -> Tensor:
-    """``(H,)`` int32: each head's window ``W_h = ceil(z_h + R)``, capped at ``length`` (at least 1)."""
+    """``(H,)`` int32: each head's window ``W_h = ceil(z_h + R)``, capped at ``length`` (at least 1).
+
+    ``span``: ``(H,)`` floating, each ``>= 0`` and finite. Its values are not read here: in the
+    kernels' launch path that would wait for the GPU, and their callers check them
+    (:func:`~attncourse.kernels.flash.adaptive_span_flash_attention`, :func:`span_tile_maps`)."""
+    require_floating("span", span)
+    require_rank("span", span, 1, "(H,)")
+    if span.numel() == 0:
+        raise ValueError("span must hold one span per head, got an empty tensor")
+    require_positive_number("ramp", ramp)
+    require_positive_int("length", length)
     windows = torch.ceil(span.detach().double().clamp_min(0) + ramp).clamp(1, length)
     return windows.to(torch.int32)
 
 
 def span_tile_maps(span: Tensor, ramp: float, length: int, block_m: int, block_n: int) -> Tensor:
     """``(H, ceil(L / block_m), ceil(L / block_n))`` boolean: the tiles the adaptive-span kernel computes per head."""
-    windows = span_windows(span, ramp, length).tolist()
+    windows = span_windows(span, ramp, length)
+    if not bool((span.detach() >= 0).all() & span.detach().isfinite().all()):
+        raise ValueError(f"every span must be finite and >= 0, got {span.tolist()}")
+    windows = windows.tolist()
     return torch.stack([tile_map(length, length, block_m, block_n, window=w) for w in windows])
