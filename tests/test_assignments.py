@@ -274,6 +274,40 @@ def test_the_sites_downloads_hold_every_chapter(built):
             assert len(autograders) == (1 if lang == "en" else 0), (lang, chapter, autograders)
 
 
+@pytest.mark.parametrize(
+    "chapters, words",
+    [
+        ({"03_maskin": {"masking/count-allowed": 3}}, "no chapter ['03_maskin']"),
+        ({"03_masking": {"masking/count-alowed": 3}}, "names no exercise ['masking/count-alowed']"),
+        (
+            {"03_masking": {"dot-product/attention": 2}},
+            "['dot-product/attention'] are not exercises of 03_masking",
+        ),
+    ],
+)
+def test_a_mistyped_points_file_is_refused_naming_the_entry(tmp_path, monkeypatch, chapters, words):
+    """An instructor's typo in tools/assignments.yml stops the build: it used to leave every
+    point at 1 without a word when it was in a chapter's name or put an id under another chapter."""
+    config = tmp_path / "assignments.yml"
+    config.write_text(json.dumps({"default_points": 1, "chapters": chapters}))
+    monkeypatch.setattr(assignments, "CONFIG", config)
+    with pytest.raises(SystemExit) as stopped:
+        assignments.points()
+    assert words in str(stopped.value), str(stopped.value)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_gradescope_shows_each_exercises_points_and_feedback(built, chapter):
+    """Otter shows every test's result on Gradescope (not only a summary of the public tests)
+    when its config has ``show_all_public`` and every test is public: both must hold."""
+    zip_path = next((built / "en" / chapter / "dist" / "autograder").glob("*.zip"))
+    with zipfile.ZipFile(zip_path) as archive:
+        config = json.loads(archive.read("otter_config.json"))
+        tests = [archive.read(n).decode() for n in archive.namelist() if n.startswith("tests/")]
+    assert config.get("show_all_public") is True, config
+    assert tests and all("hidden=False" in t and "hidden=True" not in t for t in tests)
+
+
 def planted(student: dict, chapter_exercises: list, first: int) -> dict:
     """The student notebook with a wrong answer in every other answer cell, from the cell
     numbered ``first`` (0 or 1) on, and the reference answer in the others."""

@@ -3,6 +3,7 @@ exactly one set-up cell, the first (in the Colab editions the first code cell, u
 chapter's title and first paragraph); the normaliser guarantees both for any notebook."""
 
 import json
+import re
 import warnings
 
 import nbformat
@@ -103,3 +104,20 @@ def test_normaliser_output_keeps_ids_of_cells_that_have_them():
     }
     out = normalize.normalized(nb)
     assert [c["id"] for c in out["cells"]] == ["setup", "keep-me", "and-me"]
+
+
+#: The exercise functions a chapter's cells call, running or commented out for the reader to run.
+EXERCISE_CALLS = re.compile(r"\b(check|hint|solution)\(")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_exercise_function_a_cell_calls_is_imported(path):
+    """A commented ``# hint("...")`` under each check cell is for the reader to run: the chapter
+    must import ``hint`` (ruff's unused-import fix had dropped it from every chapter)."""
+    cells = json.loads(path.read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    called = set(EXERCISE_CALLS.findall(code))
+    imported = set()
+    for line in re.findall(r"from attncourse\.exercises import ([^\n#]+)", code):
+        imported |= {name.strip() for name in line.split(",")}
+    assert called <= imported, f"called {sorted(called)}, imported {sorted(imported)}"

@@ -89,13 +89,27 @@ def points() -> dict[str, dict[str, float]]:
     config = yaml.safe_load(CONFIG.read_text())
     default = config.get("default_points", 1)
     exercises = registry()
+    chapters = {Path(doc).name: doc for doc, _ in colab_edition.chapters()}
+    listed = config.get("chapters") or {}
+    unknown = set(listed) - set(chapters)
+    if unknown:
+        raise SystemExit(
+            f"{CONFIG.name}: no chapter {sorted(unknown)}; the chapters are {sorted(chapters)}"
+        )
     out: dict[str, dict[str, float]] = {}
-    for doc, _ in colab_edition.chapters():
-        chapter = Path(doc).name
-        own = (config.get("chapters") or {}).get(chapter) or {}
+    for chapter, doc in chapters.items():
+        own = listed.get(chapter) or {}
         unknown = set(own) - set(exercises)
         if unknown:
             raise SystemExit(f"{CONFIG.name}: {chapter} names no exercise {sorted(unknown)}")
+        elsewhere = set(own) - {
+            e.exercise_id for e in find_exercises(colab_edition.convert(doc)["cells"])
+        }
+        if elsewhere:
+            raise SystemExit(
+                f"{CONFIG.name}: {sorted(elsewhere)} are not exercises of {chapter}: list each"
+                " under its own chapter"
+            )
         out[chapter] = {eid: own.get(eid, default) for eid in exercises}
     return out
 
@@ -314,7 +328,8 @@ def assignment_config(chapter: str) -> str:
         "run_tests": False,
         "solutions_pdf": False,
         "tests": {"files": True, "ok_format": False},
-        "generate": {"pdf": False, "filtering": False},
+        # every test is public: on Gradescope each exercise's points and feedback show at once
+        "generate": {"pdf": False, "filtering": False, "show_all_public": True},
         "python_version": "3.11",
     }
     return "# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)

@@ -85,7 +85,7 @@ def several(messages: Sequence[str]) -> str:
         return unique[0]
     items = "\n".join(f"- {m}" for m in unique)
     return _(
-        "Your answer is what each of {len_unique} known mistakes gives; check which one you "
+        "Your answer is what {len_unique} different known mistakes all give; check which one you "
         "made:\n{items}"
     ).format(len_unique=len(unique), items=items)
 
