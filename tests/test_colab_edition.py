@@ -552,3 +552,18 @@ def test_the_sites_ipynb_download_is_the_colab_edition_and_there_is_no_binder():
             assert downloaded == (ROOT / edition / f"{name}.ipynb").read_bytes(), (site, doc)
             assert b"{term}" not in downloaded and b"{cite:p}" not in downloaded
             assert "mybinder" not in page.lower(), (site, doc)
+
+
+def test_the_chinese_edition_links_its_own_home_and_sets_its_brackets_tight():
+    """The Chinese Colab notebooks' banner goes to the Chinese book, and a citation's full-width
+    brackets take no ASCII space on either side (a learner saw "窗口 （[Sukhbaatar …" and "） 让")."""
+    home = colab.site_url() + "zh/"
+    for path in sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")):
+        text = "".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "markdown"
+        )
+        assert f"[本书]({home})" in text, path.name
+        assert " （[" not in text, path.name
+        assert not re.search(r"\)） [\u4e00-\u9fff]", text), path.name

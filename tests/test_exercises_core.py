@@ -230,3 +230,38 @@ def test_boxes_meet_wcag_aa_in_light_and_dark_mode(shown):
         pre = rules[scope][".attncourse-box pre"]
         assert (pre["color"], pre["background"]) == ("inherit", "transparent")
     assert "attncourse-box" in box_class
+
+
+# -- numbers as a learner walking the Colab notebooks wrote them ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        # a number with its unit: the number alone may be in another unit
+        ("1.25 GiB", "in the unit the exercise asks for"),
+        ("1342177280 bytes", "in the unit the exercise asks for"),
+        # thousands separators: without the quotes Python reads a tuple
+        ("1,342,177,280", "give the number itself, 1342177280,"),
+        ("line 7", "give the number itself, 7,"),
+    ],
+)
+def test_a_number_written_as_text_is_told_how_to_write_it(answer, words):
+    message = check("inference/cache-bytes", answer).message
+    assert words in message, message
+
+
+def test_a_refused_number_is_never_printed_as_the_right_one():
+    """A format such as {value:,.0f} rounded 1342177280.5 to the right answer, 1,342,177,280,
+    and called it wrong."""
+    message = check("inference/cache-bytes", 1342177280.5).message
+    assert "1,342,177,280.5" in message, message
+    assert "1,342,177,279 bytes" in check("inference/cache-bytes", 1342177279.0).message
+
+
+def test_python_min_and_max_on_tensors_are_named():
+    def soft_mask(distance, span, ramp):
+        return min(max((ramp + span - distance) / ramp, 0), 1)
+
+    message = check("adaptive-span/soft-mask", soft_mask).message
+    assert "RuntimeError" in message and "torch.clamp" in message, message

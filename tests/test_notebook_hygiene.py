@@ -121,3 +121,22 @@ def test_every_exercise_function_a_cell_calls_is_imported(path):
     for line in re.findall(r"from attncourse\.exercises import ([^\n#]+)", code):
         imported |= {name.strip() for name in line.split(",")}
     assert called <= imported, f"called {sorted(called)}, imported {sorted(imported)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_check_cell_shows_its_verdict_with_its_hint_uncommented(path):
+    """``check(...)`` is the last line of its cell, so a reader who uncomments the hint line
+    still sees the verdict (a hint below the check was the last expression and hid it); the hint
+    line above it displays itself."""
+    cells = json.loads(path.read_text())["cells"]
+    checks = [
+        "".join(c["source"]).strip().splitlines()
+        for c in cells
+        if c["cell_type"] == "code" and re.search(r"^check\(", "".join(c["source"]), re.M)
+    ]
+    assert checks, path
+    for lines in checks:
+        assert lines[-1].startswith("check("), lines
+        assert all(re.fullmatch(r'# display\(hint\("[^"]+"\)\)', line) for line in lines[:-1]), (
+            lines
+        )

@@ -63,7 +63,7 @@ LANGUAGES = ("en", "zh")
 IGNORE_TAG = "otter_ignore"
 CHECK_CALL = re.compile(r'^check\(\s*"(?P<id>[^"]+)"')
 SOLUTION_CALL = re.compile(r'^solution\(\s*"(?P<id>[^"]+)"')
-HINT_LINE = re.compile(r'^#\s*hint\(\s*"[^"]+"[^\n]*$\n?', re.M)
+HINT_LINE = re.compile(r'^#\s*(?:display\()?hint\(\s*"[^"]+"[^\n]*$\n?', re.M)
 
 
 @dataclass
@@ -119,7 +119,12 @@ def find_exercises(cells: list[dict]) -> list[Exercise]:
     that, and its solution cell below."""
     found = []
     for i, cell in enumerate(cells):
-        match = CHECK_CALL.match(source(cell)) if cell["cell_type"] == "code" else None
+        # the check call after the commented hint line above it
+        match = (
+            CHECK_CALL.match(HINT_LINE.sub("", source(cell)))
+            if cell["cell_type"] == "code"
+            else None
+        )
         if not match:
             continue
         call = ast.parse(source(cell)).body[0].value

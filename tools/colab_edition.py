@@ -594,12 +594,17 @@ class Converter:
         for match in pattern.finditer(text):
             out.append(text[position : match.start()])
             if match.group("name"):
-                out.append(self.role(match.group("name"), match.group("content")))
+                role = self.role(match.group("name"), match.group("content"))
+                if role.startswith("（") and out and out[-1].endswith(" "):
+                    out[-1] = out[-1].rstrip(" ")  # Chinese brackets take no space before them
+                out.append(role)
             elif match.group("link"):
                 out.append(f"]({self.link(match.group('target'))})")
             else:
                 out.append(match.group(0))
             position = match.end()
+            if out[-1].endswith("）") and re.match(r" [^\x00-\x7f]", text[position:]):
+                position += 1  # nor after them, before Chinese text
         out.append(text[position:])
         return "".join(out)
 
@@ -786,7 +791,12 @@ class Converter:
 def banner(doc: str, number: int | None) -> str:
     name = word("chapter", number=number) if number is not None else word("a chapter")
     return word(
-        "banner", name=name, page=page_url(doc), site=site_url(), doc=doc, stem=Path(doc).name
+        "banner",
+        name=name,
+        page=page_url(doc),
+        site=site_url() + SITE_FOLDER,  # the edition's own home page: zh/ for the Chinese one
+        doc=doc,
+        stem=Path(doc).name,
     )
 
 

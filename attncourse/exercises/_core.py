@@ -834,11 +834,15 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: BLE001 - the learner's code failed (even sys.exit()): report it
-        raise Mistake(
-            _("Your function raised {type_name}: {value}").format(
-                type_name=type(error).__name__, value=_text(error)
+        message = _("Your function raised {type_name}: {value}").format(
+            type_name=type(error).__name__, value=_text(error)
+        )
+        if "Boolean value of Tensor with more than one" in _text(error):
+            message += "\n" + _(
+                "Python's min, max, if and and/or take one number at a time: on tensors use "
+                "torch.clamp, torch.minimum, torch.maximum, torch.where or & and |."
             )
-        ) from None
+        raise Mistake(message) from None
     finally:
         if context is not None:
             context.spent += time.perf_counter() - start
@@ -1042,13 +1046,23 @@ def _scalar(answer: Any, what: str) -> Any:
             )
         )
     if isinstance(answer, str):
-        inside = re.search(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", answer)
-        if inside and inside.group() != answer.strip():  # words around it: "line 7"
+        # a number as people write it: 1,342,177,280, 1.25, 3e-5
+        inside = re.search(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:e-?\d+)?", answer)
+        if inside and re.fullmatch(r"\s*-?[\d.,]+(?:e-?\d+)?\s*[^\W\d_]+\s*", answer):
+            # a number and its unit, "1.25 GiB": the number alone may be in another unit
+            raise Mistake(
+                _(
+                    "The {what} should be a number, got the string {answer!r}: give it as a number "
+                    "in the unit the exercise asks for, without quotes or a unit."
+                ).format(what=what, answer=answer[:40])
+            )
+        # words around it, "line 7", or thousands separators, which Python would read as a tuple
+        if inside and (inside.group() != answer.strip() or "," in inside.group()):
             raise Mistake(
                 _(
                     "The {what} should be a number, got the string {answer!r}: give the number "
                     "itself, {number}, without quotes or words."
-                ).format(what=what, answer=answer[:40], number=inside.group())
+                ).format(what=what, answer=answer[:40], number=inside.group().replace(",", ""))
             )
         raise Mistake(
             _(
@@ -1409,7 +1423,24 @@ def check_number(
     ]
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
-    raise Mistake(otherwise.format(value=value))
+    raise Mistake(otherwise.format(value=_Refused(value, expected)))
+
+
+class _Refused:
+    """A refused number in a message: formatted as the message asks (``{value:,.0f}``,
+    ``{value:g}``), unless that would print the right answer, which the learner did not give
+    (1342177280.5 rounded to 1,342,177,280): then as given."""
+
+    def __init__(self, value: Union[int, float], expected: float) -> None:
+        self.value, self.expected = value, expected
+
+    def __format__(self, spec: str) -> str:
+        shown = format(self.value, spec)
+        try:
+            looks_right = float(shown.replace(",", "")) == self.expected
+        except ValueError:  # inf, nan
+            return shown
+        return f"{self.value:,}" if looks_right else shown
 
 
 def check_line_number(
