@@ -265,3 +265,15 @@ def test_python_min_and_max_on_tensors_are_named():
 
     message = check("adaptive-span/soft-mask", soft_mask).message
     assert "RuntimeError" in message and "torch.clamp" in message, message
+
+
+def test_a_list_indexed_by_a_tensor_is_named():
+    """alibi_slopes() gives a list; slopes[h] in a score_mod fails inside torch in English."""
+    from attncourse.positions import alibi_slopes
+
+    def alibi(num_heads, query_len, key_len):
+        slopes = alibi_slopes(num_heads)
+        return lambda score, b, h, q, k: score - slopes[h] * (q + key_len - query_len - k)
+
+    message = check("flex/alibi-score-mod", alibi).message
+    assert "torch.tensor(values)" in message, message

@@ -25,6 +25,7 @@ import test_answers_not_above as scan
 from exercise_helpers import REGISTRY
 
 from attncourse.exercises import hint, set_language, solution
+from attncourse.exercises._core import reflow
 
 EXERCISES = list(REGISTRY)
 
@@ -99,9 +100,11 @@ def test_hint_levels_and_the_end_of_them():
     levels = REGISTRY[exercise_id].hints
     first, default = hint(exercise_id, 1), hint(exercise_id)
     assert first.text == default.text and first.label == default.label  # backward compatible
-    assert levels[0] in first.text and f"hint({exercise_id!r}, 2)" in first.text
+    # each level's text as a paragraph: the source's line breaks are not the reader's
+    assert " ".join(levels[0].split()) in first.text and f"hint({exercise_id!r}, 2)" in first.text
     last = hint(exercise_id, len(levels))
-    assert levels[-1] in last.text and f"solution({exercise_id!r})" in last.text
+    assert " ".join(levels[-1].split()) in " ".join(last.text.split())
+    assert f"solution({exercise_id!r})" in last.text
     beyond = hint(exercise_id, len(levels) + 1)
     assert f"no hint {len(levels) + 1}" in beyond.text
     assert f"{len(levels)} levels" in beyond.text and f"solution({exercise_id!r})" in beyond.text
@@ -244,3 +247,16 @@ def test_a_code_solution_reads_only_what_its_chapter_has(path):
         if unknown:
             missing[exercise_id] = sorted(unknown)
     assert not missing, missing
+
+
+def test_a_hint_reads_as_paragraphs_and_steps_not_as_its_sources_lines():
+    """Chapter 10's hints showed "which\nshould it\nsee?": the source's wrapping. Paragraphs
+    flow; numbered steps, bullets, indented code and blank lines keep their lines."""
+    text = hint("gpu/find-the-bug", 2).text
+    assert "and which should it see?" in text, text
+    steps = hint("multi-head/forward", 2).text.splitlines()
+    assert [line[:2] for line in steps[:4]] == ["1.", "2.", "3.", "4."], steps
+    assert (
+        reflow("第一行\n第二行\n\n- a\n- b\n    code\n    more")
+        == "第一行第二行\n\n- a\n- b\n    code\n    more"
+    )

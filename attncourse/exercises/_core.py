@@ -574,7 +574,35 @@ def _hint(exercise_id: str, level: int = 1) -> Reveal:
         label = _("Hint {level} of {count} for {exercise_id}").format(
             level=level, count=count, exercise_id=exercise_id
         )
-    return Reveal(label, f"{_(ex.hints[level - 1])}\n\n{after}")
+    return Reveal(label, f"{reflow(_(ex.hints[level - 1]))}\n\n{after}")
+
+
+#: A line that starts an item of its own: a numbered step, a bullet, or code (indented).
+_OWN_LINE = re.compile(r"(?:\d+[.)]|[-*•])\s|\s{2,}\S")
+
+
+def reflow(text: str) -> str:
+    """``text`` with each paragraph's lines joined, as its source wrapped them to fit a line of
+    code: the lines a box shows are the reader's, not the source's. Blank lines, numbered
+    steps, bullets and indented code keep their own lines; lines of Chinese join without a
+    space."""
+    out: List[str] = []
+    for line in text.splitlines():
+        previous = out[-1] if out else ""
+        if (
+            previous.strip()
+            and line.strip()
+            and not _OWN_LINE.match(line)
+            and not previous.startswith("  ")
+        ):
+            left, right = previous.rstrip(), line.strip()
+            cjk = re.match(r"[\u3000-\u9fff\uff00-\uffef]", right) or re.search(
+                r"[\u3000-\u9fff\uff00-\uffef]$", left
+            )
+            out[-1] = left + ("" if cjk else " ") + right
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def solution(exercise_id: str, *, language: Optional[str] = None) -> Reveal:
@@ -837,6 +865,11 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         message = _("Your function raised {type_name}: {value}").format(
             type_name=type(error).__name__, value=_text(error)
         )
+        if "only integer tensors of a single element can be converted to an index" in _text(error):
+            message += "\n" + _(
+                "A Python list cannot be indexed by a tensor (such as h or q_idx): make it a tensor "
+                "first, torch.tensor(values), then index it."
+            )
         if "Boolean value of Tensor with more than one" in _text(error):
             message += "\n" + _(
                 "Python's min, max, if and and/or take one number at a time: on tensors use "
@@ -1428,8 +1461,8 @@ def check_number(
 
 class _Refused:
     """A refused number in a message: formatted as the message asks (``{value:,.0f}``,
-    ``{value:g}``), unless that would print the right answer, which the learner did not give
-    (1342177280.5 rounded to 1,342,177,280): then as given."""
+    ``{value:g}``) where that prints the number the learner gave, else as given: a format that
+    rounds printed 3.1 as "3 is not it", and 1342177280.5 as the right answer, 1,342,177,280."""
 
     def __init__(self, value: Union[int, float], expected: float) -> None:
         self.value, self.expected = value, expected
@@ -1437,10 +1470,10 @@ class _Refused:
     def __format__(self, spec: str) -> str:
         shown = format(self.value, spec)
         try:
-            looks_right = float(shown.replace(",", "")) == self.expected
+            same = float(shown.replace(",", "")) == float(self.value)
         except ValueError:  # inf, nan
             return shown
-        return f"{self.value:,}" if looks_right else shown
+        return shown if same else f"{self.value:,}"
 
 
 def check_line_number(

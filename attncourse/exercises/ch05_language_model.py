@@ -338,7 +338,7 @@ def _top_k_variants(logits, k, temperature):
         ): (probs * (logits >= kth)),
         (
             _(
-                "The temperature multiplies the logits; divide them by it (a low temperature "
+                "Your function multiplies the logits by the temperature; divide them by it (a low temperature "
                 "sharpens the distribution)."
             )
         ): torch.softmax((logits * temperature).masked_fill(logits < kth, float("-inf")), dim=-1),

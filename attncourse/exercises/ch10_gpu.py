@@ -1106,10 +1106,8 @@ def run_masked_softmax(
     kernel: Any, x: torch.Tensor, lengths: torch.Tensor, *, block: Optional[int] = None
 ) -> torch.Tensor:
     """Launch ``masked_softmax_kernel(X, Y, LENGTHS, n_cols, stride_x, stride_y, BLOCK)`` (chapter
-    10's
-    exercise) with one program per row: row ``r`` of the result is the softmax of ``x[r,
-    :lengths[r]]``,
-    zeros after it.
+    10's exercise) with one program per row: row ``r`` of the result is the softmax of
+    ``x[r, :lengths[r]]``, zeros after it.
 
     Args:
         kernel: the kernel, a function decorated with ``@triton.jit``.
