@@ -34,6 +34,7 @@ from ._checks import (
     require_non_negative_int,
     require_positive_int,
     require_rank,
+    require_same_dtype_and_device,
     require_tensor,
 )
 from .masks import causal_mask
@@ -187,11 +188,7 @@ class KVCache:
                 f"key and value must agree in (B, kv_heads, L): key {fmt_shape(key.shape)}, value"
                 f" {fmt_shape(value.shape)}"
             )
-        if value.dtype != key.dtype or value.device != key.device:
-            raise TypeError(
-                f"key and value must share one dtype and device, got key {key.dtype} on"
-                f" {key.device}, value {value.dtype} on {value.device}"
-            )
+        require_same_dtype_and_device(key=key, value=value)
         return self._append(key, value)
 
     def _append(self, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -298,13 +295,14 @@ def kv_cache_bytes(
     bytes_per_element: int = 2,
 ) -> int:
     """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
-    # Python ints: numpy int32 sizes would overflow the product silently
-    sizes = check_positive_ints(
-        num_layers=num_layers,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        length=length,
-        batch=batch,
-        bytes_per_element=bytes_per_element,
+    # of Python ints: numpy int32 sizes would overflow the product silently
+    return 2 * math.prod(
+        check_positive_ints(
+            num_layers=num_layers,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            length=length,
+            batch=batch,
+            bytes_per_element=bytes_per_element,
+        )
     )
-    return 2 * math.prod(sizes)

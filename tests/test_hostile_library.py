@@ -64,7 +64,7 @@ BAD = [
     (
         lambda: KVCache().update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4).double()),
         TypeError,
-        "share one dtype",
+        "must have the same dtype",
     ),
     (lambda: update_twice(4, 6), ValueError, "value (1, 1, 1, 6)"),
     (lambda: KVCache().attended_length(-5), ValueError, "new"),
