@@ -277,3 +277,15 @@ def test_a_list_indexed_by_a_tensor_is_named():
 
     message = check("flex/alibi-score-mod", alibi).message
     assert "torch.tensor(values)" in message, message
+
+
+def test_a_solutions_code_copied_from_the_page_runs_as_pasted():
+    """A text solution's code block was shown indented by four spaces (its source's): pasted
+    into a cell it raised IndentationError. Its <pre> now holds the code without the indent."""
+    import html as html_module
+
+    page = solution("multi-head/dropout-row-sum")._repr_html_()
+    blocks = [html_module.unescape(b) for b in re.findall(r"<pre>(.*?)</pre>", page, re.S)]
+    assert blocks and not blocks[0].startswith(" "), blocks
+    compile(blocks[0], "<pasted>", "exec")
+    assert "\n\n" not in page.split("</pre>")[-1].split("</details>")[0]

@@ -207,14 +207,47 @@ class Reveal:
         return _bundle(self)
 
     def _repr_html_(self) -> str:
-        inner = html.escape(self.text)
-        inner = f"<pre>{inner}</pre>" if self.code else inner.replace("\n", "<br>")
+        inner = f"<pre>{html.escape(self.text)}</pre>" if self.code else _prose_html(self.text)
         return (
             f'<details class="attncourse-box attncourse-reveal"><summary>'
             f"<b>{html.escape(self.label)}</b>"
             f" {html.escape(_i18n.in_language(self.language, lambda: _('(click to show)')))}"
             f"</summary>{inner}</details>{STYLE}"
         )
+
+
+def _prose_html(text: str) -> str:
+    """A hint's or a solution's text as HTML: its paragraphs reflowed (:func:`reflow`), their
+    lines joined by ``<br>``, and each block of code (lines indented by four spaces or more) a
+    ``<pre>`` without that indentation, so that code copied from it runs as it is pasted."""
+    parts: List[str] = []
+    code: List[str] = []
+    prose: List[str] = []
+
+    def flush_prose() -> None:
+        if prose:
+            lines = reflow("\n".join(prose)).split("\n")
+            parts.append("<br>".join(html.escape(line) for line in lines))
+            prose.clear()
+
+    def flush_code() -> None:
+        if code:
+            block = textwrap.dedent("\n".join(code)).strip("\n")
+            parts.append(f"<pre>{html.escape(block)}</pre>")
+            code.clear()
+
+    for line in text.split("\n"):
+        if line.startswith("    ") and line.strip():
+            flush_prose()
+            code.append(line)
+        elif code and not line.strip():
+            code.append(line)  # a blank line inside a block of code
+        else:
+            flush_code()
+            prose.append(line)
+    flush_code()
+    flush_prose()
+    return "".join(parts)
 
 
 def _bundle(shown: Any) -> Any:
