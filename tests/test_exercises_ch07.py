@@ -286,3 +286,10 @@ def test_online_softmax_without_the_max_subtracted_overflows_and_is_told():
 def test_causal_cells_computed_through_floats_is_the_count():
     assert check("complexity/causal-cells", 16 * 17 / 2 * 256 * 256 * 1.0000000001).passed
     assert "8,912,896.5 is not it" in check("complexity/causal-cells", 8912896.5).message
+
+
+def test_causal_cells_names_the_tile_count_the_chapter_prints():
+    """A learner walking the chapter answered 40, the causal tiles printed above the exercise,
+    and was told only "40 is not it"."""
+    message = check("complexity/causal-cells", 40).message
+    assert "number of tiles" in message, message
