@@ -30,6 +30,7 @@ from ._checks import (
     require_bool,
     require_floating,
     require_positive_int,
+    require_same_dtype_and_device,
 )
 from .kernels.tiles import causal_key_stop
 
@@ -60,16 +61,7 @@ def online_softmax_update(
         raise ValueError(
             f"scores must hold at least one score per row, got shape {fmt_shape(scores.shape)}"
         )
-    if not running_max.dtype == running_sum.dtype == scores.dtype:
-        raise TypeError(
-            "running_max, running_sum and scores must share one dtype, got"
-            f" {running_max.dtype}, {running_sum.dtype} and {scores.dtype}"
-        )
-    if not running_max.device == running_sum.device == scores.device:
-        raise ValueError(
-            "running_max, running_sum and scores must be on one device, got"
-            f" {running_max.device}, {running_sum.device} and {scores.device}"
-        )
+    require_same_dtype_and_device(running_max=running_max, running_sum=running_sum, scores=scores)
     broadcast_batch(
         running_max=running_max.shape, running_sum=running_sum.shape, scores=scores.shape[:-1]
     )

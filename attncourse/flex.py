@@ -337,6 +337,26 @@ def _grids(batch: int, heads: int, query_len: int, key_len: int, device: torch.d
     )
 
 
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Query ``(B, H, L, E)``, key ``(B, H, S, E)`` and value ``(B, H, S, Ev)``, floating, of
+    one dtype and on one device (what FlexAttention and :func:`flex_reference` take)."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_floating(name, x)
+        require_rank(name, x, 4, "(B, H, L or S, E)")
+    require_same_dtype_and_device(query=query, key=key, value=value)
+    if key.shape[:2] != query.shape[:2] or value.shape[:3] != key.shape[:3]:
+        raise ValueError(
+            "query (B, H, L, E), key (B, H, S, E) and value (B, H, S, Ev) must share B and H,"
+            f" and key and value S: query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)},"
+            f" value {fmt_shape(value.shape)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            "query and key must share the feature size E (last dimension): query"
+            f" {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
+        )
+
+
 def flex_reference(
     query: Tensor,
     key: Tensor,
@@ -367,21 +387,7 @@ def flex_reference(
         ``(B, H, L, Ev)``. A query with no key left gets zeros, as in FlexAttention and in
         :func:`attncourse.attention.scaled_dot_product_attention`.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        require_floating(name, x)
-        require_rank(name, x, 4, "(B, H, L or S, E)")
-    require_same_dtype_and_device(query=query, key=key, value=value)
-    if key.shape[:2] != query.shape[:2] or value.shape[:3] != key.shape[:3]:
-        raise ValueError(
-            "query (B, H, L, E), key (B, H, S, E) and value (B, H, S, Ev) must share B and H,"
-            f" and key and value S: query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)},"
-            f" value {fmt_shape(value.shape)}"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            "query and key must share the feature size E (last dimension): query"
-            f" {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}"
-        )
+    _check_qkv(query, key, value)
     for name, mod in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if mod is not None and not callable(mod):
             raise TypeError(f"{name} must be a function or None, got {type(mod).__name__}")
@@ -462,22 +468,11 @@ class FlexKernel:
 def _check_program_fits(
     query: Tensor,
     key: Tensor,
-    value: Tensor,
     score_mod: Optional[ScoreMod],
     block_mask: Optional["BlockMask"],
 ) -> None:
-    """What FlexAttention would refuse, refused here naming the argument: inside
-    :func:`compile_flex` it would read as a compiler failure."""
-    if (
-        key.shape[:2] != query.shape[:2]
-        or value.shape[:3] != key.shape[:3]
-        or key.size(3) != query.size(3)
-    ):
-        raise ValueError(
-            "expected query (B, H, L, E), key (B, H, S, E) and value (B, H, S, Ev):"
-            f" query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
-            f" {fmt_shape(value.shape)}"
-        )
+    """The programs FlexAttention would refuse for these inputs, refused here naming the
+    argument: inside :func:`compile_flex` it would read as a compiler failure."""
     if score_mod is not None:
         try:
             inspect.signature(score_mod).bind(*range(5))
@@ -518,10 +513,7 @@ def compile_flex(
     tensors, any block mask of the same shape) reuse the compiled kernel.
     """
     _require_flex()
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        require_floating(name, x)
-        require_rank(name, x, 4, "(B, H, L or S, E)")
-    require_same_dtype_and_device(query=query, key=key, value=value)
+    _check_qkv(query, key, value)
     if score_mod is not None and not callable(score_mod):
         raise TypeError(f"score_mod must be a function or None, got {type(score_mod).__name__}")
     if block_mask is not None and not isinstance(block_mask, BlockMask):
@@ -529,7 +521,7 @@ def compile_flex(
             f"block_mask must be a BlockMask (create_block_mask) or None, got"
             f" {type(block_mask).__name__}"
         )
-    _check_program_fits(query, key, value, score_mod, block_mask)
+    _check_program_fits(query, key, score_mod, block_mask)
     args = (query.detach(), key.detach(), value.detach())
     start = time.perf_counter()
     try:

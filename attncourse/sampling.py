@@ -168,17 +168,15 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             if cache is not None:
                 # (B, V): only the new positions are computed
                 logits = model(step_input, cache)[:, -1]
             else:
                 context = tokens if max_len is None else tokens[:, -max_len:]
                 logits = model(context)[:, -1]  # (B, V)
-            if (
-                not tokens.is_floating_point()
-                and logits.size(-1) - 1 > torch.iinfo(tokens.dtype).max
-            ):
+            # once: the vocabulary is the model's, the same at every step
+            if step == 0 and logits.size(-1) - 1 > torch.iinfo(tokens.dtype).max:
                 raise TypeError(
                     f"tokens of dtype {tokens.dtype} cannot hold the ids of the model's"
                     f" {logits.size(-1)} tokens (up to {logits.size(-1) - 1}): pass int64 tokens"

@@ -217,7 +217,7 @@ class Reveal:
 
 
 def _prose_html(text: str) -> str:
-    """A hint's or a solution's text as HTML: its paragraphs reflowed (:func:`reflow`), their
+    """A hint's or a solution's text (reflowed where it is made, :func:`reflow`) as HTML: its
     lines joined by ``<br>``, and each block of code (lines indented by four spaces or more) a
     ``<pre>`` without that indentation, so that code copied from it runs as it is pasted."""
     parts: List[str] = []
@@ -226,8 +226,7 @@ def _prose_html(text: str) -> str:
 
     def flush_prose() -> None:
         if prose:
-            lines = reflow("\n".join(prose)).split("\n")
-            parts.append("<br>".join(html.escape(line) for line in lines))
+            parts.append("<br>".join(html.escape(line) for line in prose))
             prose.clear()
 
     def flush_code() -> None:
@@ -649,7 +648,7 @@ def solution(exercise_id: str, *, language: Optional[str] = None) -> Reveal:
 
 def _solution(exercise_id: str) -> Reveal:
     ex = _get(exercise_id)
-    text = ex.solution() if ex.solution_is_code else gettext_concealed(ex.solution())
+    text = ex.solution() if ex.solution_is_code else reflow(gettext_concealed(ex.solution()))
     return Reveal(
         _("Solution of {exercise_id}").format(exercise_id=exercise_id),
         text,
@@ -836,6 +835,26 @@ def _describe_args(args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+#: Torch's errors that a Python habit causes, and the advice added to them:
+#: ``(a fragment of the error's text, the advice)``.
+_TORCH_ERROR_ADVICE = (
+    (
+        "only integer tensors of a single element can be converted to an index",
+        N_(
+            "A Python list cannot be indexed by a tensor (such as h or q_idx): make it a tensor "
+            "first, torch.tensor(values), then index it."
+        ),
+    ),
+    (
+        "Boolean value of Tensor with more than one",
+        N_(
+            "Python's min, max, if and and/or take one number at a time: on tensors use "
+            "torch.clamp, torch.minimum, torch.maximum, torch.where or & and |."
+        ),
+    ),
+)
+
+
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call the learner's ``fn`` safely and return what it returns.
 
@@ -895,20 +914,12 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: BLE001 - the learner's code failed (even sys.exit()): report it
+        text = _text(error)
         message = _("Your function raised {type_name}: {value}").format(
-            type_name=type(error).__name__, value=_text(error)
+            type_name=type(error).__name__, value=text
         )
-        if "only integer tensors of a single element can be converted to an index" in _text(error):
-            message += "\n" + _(
-                "A Python list cannot be indexed by a tensor (such as h or q_idx): make it a tensor "
-                "first, torch.tensor(values), then index it."
-            )
-        if "Boolean value of Tensor with more than one" in _text(error):
-            message += "\n" + _(
-                "Python's min, max, if and and/or take one number at a time: on tensors use "
-                "torch.clamp, torch.minimum, torch.maximum, torch.where or & and |."
-            )
-        raise Mistake(message) from None
+        advice = [_(a) for fragment, a in _TORCH_ERROR_ADVICE if fragment in text]
+        raise Mistake("\n".join([message, *advice])) from None
     finally:
         if context is not None:
             context.spent += time.perf_counter() - start
@@ -1489,7 +1500,7 @@ def check_number(
     ]
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
-    raise Mistake(otherwise.format(value=_Refused(value, expected)))
+    raise Mistake(otherwise.format(value=_Refused(value)))
 
 
 class _Refused:
@@ -1497,8 +1508,8 @@ class _Refused:
     ``{value:g}``) where that prints the number the learner gave, else as given: a format that
     rounds printed 3.1 as "3 is not it", and 1342177280.5 as the right answer, 1,342,177,280."""
 
-    def __init__(self, value: Union[int, float], expected: float) -> None:
-        self.value, self.expected = value, expected
+    def __init__(self, value: Union[int, float]) -> None:
+        self.value = value
 
     def __format__(self, spec: str) -> str:
         shown = format(self.value, spec)

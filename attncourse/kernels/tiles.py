@@ -171,8 +171,9 @@ def span_windows(span: Tensor, ramp: float, length: int) -> Tensor:
 
 def span_tile_maps(span: Tensor, ramp: float, length: int, block_m: int, block_n: int) -> Tensor:
     """``(H, ceil(L / block_m), ceil(L / block_n))`` boolean: the tiles the adaptive-span kernel computes per head."""
-    windows = span_windows(span, ramp, length)
+    windows = span_windows(span, ramp, length)  # which checks the arguments' types
     if not bool((span.detach() >= 0).all() & span.detach().isfinite().all()):
         raise ValueError(f"every span must be finite and >= 0, got {span.tolist()}")
-    windows = windows.tolist()
-    return torch.stack([tile_map(length, length, block_m, block_n, window=w) for w in windows])
+    return torch.stack(
+        [tile_map(length, length, block_m, block_n, window=w) for w in windows.tolist()]
+    )
