@@ -145,6 +145,14 @@ def float_mask_as_boolean(query, key, value, mask=None, *, scale=None):
     return _attention_solution(query, key, value, mask, scale=scale)
 
 
+def float_mask_cast_to_bool(query, key, value, mask=None, *, scale=None):
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), float("-inf"))  # 0.0 -> False, -inf -> True
+    weights = torch.softmax(scores, -1)
+    return weights @ value, weights
+
+
 def returns_output_only(query, key, value, mask=None, *, scale=None):
     return _attention_solution(query, key, value, mask, scale=scale)[0]
 
@@ -182,6 +190,7 @@ def test_attention_refuses_the_package_function_the_text_forbids():
         (ignores_scale_argument, "scale argument is ignored"),
         (ignores_mask, "mask is ignored"),
         (float_mask_as_boolean, "float mask is added"),
+        (float_mask_cast_to_bool, "read the float mask as a boolean one"),
         (returns_output_only, "Return a pair"),
         (wrong_weighted_sum, "weights are right but the output is not"),
         (upcasts_to_float64, "keep the input's dtype"),
@@ -268,6 +277,10 @@ def _buggy(query, key, value, mask):
     "wrong,words",
     [
         (_buggy, "still the given code"),
+        (
+            lambda q, k, v, m: torch.softmax((q @ k.mT / q.size(-1) ** 0.5) * m, -1) @ v,
+            "filled with 0, not -inf",
+        ),
         (
             lambda q, k, v, m: (
                 torch.softmax(

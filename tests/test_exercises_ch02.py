@@ -70,6 +70,8 @@ def _forward(
     transpose=True,
     out_proj=True,
     merge_transpose=True,
+    in_t=True,
+    out_t=True,
 ):
     B, L, E = x_q.shape
     d = E // num_heads
@@ -79,10 +81,14 @@ def _forward(
             return t.view(t.size(0), t.size(1), num_heads, d).transpose(1, 2)
         return t.reshape(t.size(0), num_heads, t.size(1), d)
 
-    q, k, v = split(x_q @ w_q.T), split(x_kv @ w_k.T), split(x_kv @ w_v.T)
+    def project(x, w, transposed):  # nn.Linear's layout: y = x @ w.T
+        return x @ w.T if transposed else x @ w
+
+    q = split(project(x_q, w_q, in_t))
+    k, v = split(project(x_kv, w_k, in_t)), split(project(x_kv, w_v, in_t))
     heads = torch.softmax(q @ k.transpose(-2, -1) / (scale_width or d) ** 0.5, dim=-1) @ v
     concat = heads.transpose(1, 2).reshape(B, L, E) if merge_transpose else heads.reshape(B, L, E)
-    return concat @ w_o.T if out_proj else concat
+    return project(concat, w_o, out_t) if out_proj else concat
 
 
 def test_forward_accepts_the_reference_and_the_package_layer():
@@ -110,6 +116,9 @@ def test_forward_accepts_the_reference_and_the_package_layer():
         ({"scale_width": -1}, "1/sqrt(embed_dim)"),
         ({"transpose": False, "merge_transpose": False}, "without a transpose"),
         ({"merge_transpose": False}, "merged with reshape"),
+        ({"in_t": False, "out_t": False}, "multiply as they are stored (x_q @ w_q)"),
+        ({"out_t": False}, "output projection multiplies by w_o as stored"),
+        ({"in_t": False}, "query, key and value projections multiply by the weights as stored"),
     ],
 )
 def test_forward_rejects(options, words):

@@ -163,6 +163,18 @@ def rope_float32_theta(x, positions):
     )
 
 
+def rope_with_theta(theta_of):
+    """A complex-number RoPE whose frequencies are ``theta_of(d)``, a learner's other formula."""
+
+    def rope(x, positions):
+        theta = theta_of(x.size(-1))
+        turn = torch.polar(torch.ones_like(theta), positions.double()[:, None] * theta)
+        pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(pairs * turn).flatten(-2).to(x.dtype)
+
+    return rope
+
+
 def rope_float64_out(x, positions):
     return _rope_solution(x.double(), positions)
 
@@ -178,9 +190,18 @@ def test_rope_accepts(answer):
         (rope_backwards, "wrong way"),
         (rope_neox, "GPT-NeoX"),
         (rope_ignores_positions, "use the positions"),
-        (lambda x, p: x, "differs from RoPE"),
+        (lambda x, p: x, "returns x unchanged"),
+        (lambda x, p: x.flip(-1), "differs from RoPE"),
         (rope_float32_theta, "computed in float32"),
         (rope_float64_out, "keep the input's dtype"),
+        # 10000^(-i/d) over the d/2 pairs: the exponent counts pairs, not features
+        (rope_with_theta(lambda d: 10000.0 ** (-torch.arange(d // 2).double() / d)), "-i/d"),
+        (rope_with_theta(lambda d: 10000.0 ** (torch.arange(0, d, 2).double() / d)), "positive"),
+        # another base: still a rotation, by other angles
+        (
+            rope_with_theta(lambda d: 500000.0 ** (-torch.arange(0, d, 2).double() / d)),
+            "keeps its length, so you rotate",
+        ),
     ],
 )
 def test_rope_rejects(wrong, diagnosis):
@@ -241,6 +262,13 @@ def test_top_k_accepts(answer):
         (lambda z, k, t: torch.softmax(_top_k_masked(z, k), -1) / t, "rows sum to 1 / T"),
         (top_k_plus_one, "k + 1"),
         (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing"),
+        # the logits outside the top k zeroed, as a learner fills a mask with 0
+        (
+            lambda z, k, t: torch.softmax(
+                torch.where(z >= z.topk(k, -1).values[..., -1:], z / t, torch.zeros_like(z)), -1
+            ),
+            "set to 0, not -inf",
+        ),
     ],
 )
 def test_top_k_rejects(wrong, diagnosis):

@@ -42,7 +42,7 @@ def test_cache_bytes_accepts(answer):
         (RIGHT_BYTES * 2, "not 4"),
         (RIGHT_BYTES // 80, "80 layers"),
         (RIGHT_BYTES // 2, "elements, not bytes"),
-        (RIGHT_BYTES // 2, "head_dim = 64"),
+        (RIGHT_BYTES // 2, "d_k = 64"),
         (2 * 80 * 8 * 8192 * 4096 * 2, "width 8192"),
         (1.25, "GiB"),
         (torch.tensor(1.25), "GiB"),  # any kind of number, not only a Python float

@@ -113,7 +113,7 @@ def test_flops_accepts_the_formula_and_counted_value():
         (8 * L * E * E, "four projections alone"),
         (6 * L * E * E + 4 * L * L * E, "output projection"),
         (8 * L * E * E + 2 * L * L * E, "only one of the two attention products"),
-        (8 * L * E * E + 4 * L * L * E * H, "full width E"),
+        (8 * L * E * E + 4 * L * L * E * H, "full width d:"),
         (8 * L * E * E + 4 * L * L * E // H, "one head only"),
         (1e6, "is not it"),
     ],

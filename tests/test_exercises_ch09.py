@@ -87,11 +87,11 @@ def causal_over_all(query, key, value, memory_key, memory_value, mask):
 
 
 def two_softmaxes(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
+    d_k = query.size(-1)
     ctx = torch.softmax(
-        (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf")), -1
+        (query @ key.transpose(-2, -1) / d_k**0.5).masked_fill(~mask, float("-inf")), -1
     )
-    mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_h**0.5, -1)
+    mem = torch.softmax(query @ memory_key.transpose(-2, -1) / d_k**0.5, -1)
     return ctx @ value + mem @ memory_value, torch.cat([ctx, mem], -1)
 
 
@@ -101,8 +101,8 @@ def two_softmaxes_averaged(*args):
 
 
 def memory_unscaled(query, key, value, memory_key, memory_value, mask):
-    d_h = query.size(-1)
-    s_ctx = (query @ key.transpose(-2, -1) / d_h**0.5).masked_fill(~mask, float("-inf"))
+    d_k = query.size(-1)
+    s_ctx = (query @ key.transpose(-2, -1) / d_k**0.5).masked_fill(~mask, float("-inf"))
     s_mem = query @ memory_key.transpose(-2, -1)
     w = torch.softmax(torch.cat([s_ctx, s_mem], -1), -1)
     return w @ torch.cat([value, memory_value], -2), w
@@ -144,7 +144,7 @@ def test_head_accepts_reference():
         (causal_over_all, "causal_mask(L, L + N)"),
         (two_softmaxes, "one softmax over the context and another over the memory"),
         (two_softmaxes_averaged, "averaged a softmax"),
-        (memory_unscaled, "persistent keys are not divided by sqrt(d_h)"),
+        (memory_unscaled, "persistent keys are not divided by sqrt(d_k)"),
         (inverted_mask, "polarity is inverted"),
         (memory_first, "persistent keys came first"),
         (wrong_output, "weights are right but not the output"),
@@ -297,7 +297,7 @@ def test_head_with_memory_keys_rescaled_as_all_attention_stores_them():
             q, k, v, mk * mk.size(-1) ** 0.5, mv, mask
         )
 
-    assert_fails("all-attention/persistent-head", rescaled, "multiplied memory_key by sqrt(d_h)")
+    assert_fails("all-attention/persistent-head", rescaled, "multiplied memory_key by sqrt(d_k)")
 
 
 def test_a_count_for_the_other_exercises_n_names_n():

@@ -439,9 +439,9 @@ online_deferred_lse = _online_kernel(
         )
         m_new = tl.maximum(m, tl.max(s, axis=1))
         p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        l = l * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
+        correction = tl.exp(m - m_new)
+        l = l * correction + tl.sum(p, axis=1)
+        acc = acc * correction[:, None]
         acc = tl.dot(p, v, acc, input_precision="ieee")
         m = m_new
     out = acc / l[:, None]
@@ -475,13 +475,13 @@ def _online_variant(**change):
 @pytest.mark.parametrize(
     "change,words",
     [
-        ({"acc = alpha[:, None] * acc +": "acc = acc +"}, "accumulator is not rescaled"),
-        ({"l = alpha * l +": "l = l +"}, "running sum is not rescaled"),
+        ({"acc = correction[:, None] * acc +": "acc = acc +"}, "accumulator is not rescaled"),
+        ({"l = correction * l +": "l = l +"}, "running sum is not rescaled"),
         ({"acc / l[:, None]": "acc"}, "not divided by the running sum"),
         (
             {
                 "p = tl.exp(s - m_new[:, None])": "p = tl.exp(s)",
-                "alpha = tl.exp(m - m_new)": "alpha = 1.0",
+                "correction = tl.exp(m - m_new)": "correction = 1.0",
             },
             "overflowed",
         ),
@@ -835,8 +835,8 @@ def test_online_softmax_names_a_float16_accumulator():
     kernel = _online_variant(
         **{
             "acc = tl.zeros((BLOCK_M, D), tl.float32)": "acc = tl.zeros((BLOCK_M, D), tl.float16)",
-            "acc = alpha[:, None] * acc + tl.dot(p, v)": (
-                "acc = (alpha[:, None] * acc + tl.dot(p, v)).to(tl.float16)"
+            "acc = correction[:, None] * acc + tl.dot(p, v)": (
+                "acc = (correction[:, None] * acc + tl.dot(p, v)).to(tl.float16)"
             ),
         }
     )
@@ -869,10 +869,10 @@ def test_online_softmax_with_block_m_written_as_a_number_is_rejected():
             },
             "underflowed to 0",
         ),
-        # m updated before the rescale factor: alpha is always 1
+        # m updated before the correction: correction is always 1
         (
-            {"alpha = tl.exp(m - m_new)": "m = m_new\n        alpha = tl.exp(m - m_new)"},
-            "alpha is always 1",
+            {"correction = tl.exp(m - m_new)": "m = m_new\n        correction = tl.exp(m - m_new)"},
+            "correction is always 1",
         ),
     ],
 )

@@ -117,6 +117,7 @@ DOCUMENT_MISTAKES = {
     "window is ignored": _window(lambda s, q, k, w: s & (k <= q)),
     "diagonal is missing": _window(lambda s, q, k, w: s & (k < q) & (q - k < w)),
     "combined with |": _window(lambda s, q, k, w: s | ((k <= q) & (q - k < w))),
+    "mask is inverted": _window(lambda s, q, k, w: ~(s & (k <= q) & (q - k < w))),
 }
 
 
@@ -311,6 +312,22 @@ def _wider(length, window, block_size):
     return _get("flex/predict-blocks").reference(length, window + 1, block_size)
 
 
+def _diagonal_as_full(length, window, block_size):
+    """A learner's count that calls a block full when no key lies past the block's last query."""
+    full = partial = 0
+    for row in range(length // block_size):
+        first_q, last_q = row * block_size, (row + 1) * block_size - 1
+        for col in range(row + 1):
+            first_k, last_k = col * block_size, (col + 1) * block_size - 1
+            if first_q - last_k >= window:
+                continue
+            if last_k <= last_q and last_q - first_k < window:
+                full += 1
+            else:
+                partial += 1
+    return full, partial
+
+
 BLOCK_MISTAKES = {
     "(partial, full)": _reference_then(lambda f, p, n, w, b: (p, f)),
     "every kept block as full": _reference_then(lambda f, p, n, w, b: (f + p, 0)),
@@ -318,6 +335,7 @@ BLOCK_MISTAKES = {
     "one key too wide": _wider,
     "skipped blocks": _reference_then(lambda f, p, n, w, b: (0, (n // b) ** 2 - f - p)),
     "diagonal blocks are missing": _reference_then(lambda f, p, n, w, b: (f, p - n // b)),
+    "diagonal blocks as full": _diagonal_as_full,
 }
 
 

@@ -33,7 +33,7 @@ FIND_THE_BUG = {
     "all-attention/find-the-bug": (
         7,
         [
-            (6, "1/sqrt(d_h)"),
+            (6, "1/sqrt(d_k)"),
             (9, "ONE softmax"),
             (4, "appended"),
             (8, "-inf"),

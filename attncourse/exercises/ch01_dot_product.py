@@ -78,10 +78,12 @@ def _check_scores(fn) -> str:
                     _("You divided by d_k; the scale is 1 / sqrt(d_k)."): query @ key.T / 9,
                     _("You multiplied by sqrt(d_k); divide by it instead."): query @ key.T * 3,
                     _(
-                        "You divided by sqrt(L) or sqrt(S); d_k is the feature size, query.size(-1)."
+                        "You divided by sqrt(L) or sqrt(S); d_k is the width of the queries and keys, "
+                        "query.size(-1)."
                     ): (query @ key.T / math.sqrt(4)),
                     _(
-                        "You divided by sqrt(S) or sqrt(L); d_k is the feature size, query.size(-1)."
+                        "You divided by sqrt(S) or sqrt(L); d_k is the width of the queries and keys, "
+                        "query.size(-1)."
                     ): (query @ key.T / math.sqrt(5)),
                 },
                 default=(
@@ -331,7 +333,12 @@ def _check_attention(fn) -> str:
         {
             _("A float mask is added to the scores; treat only boolean masks as True/False."): (
                 scaled_dot_product_attention(q, k, v)
-            )
+            ),
+            _(
+                "You read the float mask as a boolean one: its 0s (keep) became False and its -infs "
+                "(remove) became True, so your weights sit exactly on the removed keys. Add a float "
+                "mask to the scaled scores; only a bool mask means True/False."
+            ): scaled_dot_product_attention(q, k, v, additive != 0),
         },
     )
 
@@ -519,6 +526,10 @@ def _check_fixed_masked_attention(fn) -> str:
                         "The mask polarity is inverted: True means 'may attend', so fill the scores where "
                         "mask is False."
                     ): (torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v),
+                    _(
+                        "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still "
+                        "gets weight. Fill them with float('-inf')."
+                    ): (torch.softmax(raw.masked_fill(~mask, 0.0), -1) @ v),
                     _(
                         "The scale went missing: divide the scores by sqrt(d_k) as the given code did."
                     ): (

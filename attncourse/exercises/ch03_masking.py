@@ -350,8 +350,8 @@ def _check_attention_mask(fn) -> str:
                 ),
             )
     return _(
-        "Right: key padding for every query, AND the causal triangle for a decoder; shape "
-        "(B, L, S)."
+        "Right: the padding mask on the keys for every query, AND the causal triangle for a "
+        "decoder; shape (B, L, S)."
     )
 
 
@@ -390,7 +390,7 @@ _ALLOWED_SOLUTION = (
         """
             Count per sequence, query by query. Query i of a sequence with n real tokens may see the
             keys j <= i (causal) that are also real (j < n): min(i + 1, n) keys. Add over the 6 queries
-            of each sequence (the padded queries too: their rows are not removed by a key padding
+            of each sequence (the padded queries too: their rows are not removed by a padding
             mask), then over the 3 sequences.
         """,
     ),
@@ -500,4 +500,4 @@ def _check_padded_scores(fn) -> str:
                 ),
             )
         )
-    return _("Right: a (B, S) key padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores.")
+    return _("Right: a (B, S) padding mask becomes (B, 1, 1, S) against (B, h, L, S) scores.")

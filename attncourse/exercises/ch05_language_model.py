@@ -196,9 +196,9 @@ def _check_sinusoidal(fn) -> str:
 
 
 def _rope_solution(x, positions):
-    d = x.size(-1)
-    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
-    angle = positions.double()[:, None] * theta  # (L, d/2)
+    d_k = x.size(-1)
+    theta = 10000.0 ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)  # (d_k/2,)
+    angle = positions.double()[:, None] * theta  # (L, d_k/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
@@ -206,31 +206,41 @@ def _rope_solution(x, positions):
 
 def _rope_variants(x, positions):
     d = x.size(-1)
-    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angle = positions.double()[:, None] * theta
-    cos, sin = angle.cos(), angle.sin()
+    pairs = torch.arange(0, d, 2, dtype=torch.float64)  # 2i for i = 0 .. d/2 - 1
     x1, x2 = x[..., 0::2], x[..., 1::2]
     h1, h2 = x[..., : d // 2], x[..., d // 2 :]
+
+    def rotated(theta, sign=1.0):
+        angle = positions.double()[:, None] * theta
+        cos, sin = angle.cos(), sign * angle.sin()
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+    theta = 10000.0 ** (-pairs / d)
+    angle = positions.double()[:, None] * theta
+    cos, sin = angle.cos(), angle.sin()
     return {
         _(
             "You rotate the wrong way (by -m*theta): the second component is x1 sin + x2 cos, "
             "the first x1 cos - x2 sin."
-        ): (torch.stack([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1).flatten(-2)),
+        ): rotated(theta, sign=-1.0),
         (
             _(
-                "You paired feature i with feature i + d/2 (the GPT-NeoX / LLaMA layout); this "
+                "You paired feature i with feature i + d_k/2 (the GPT-NeoX / LLaMA layout); this "
                 "exercise follows the paper and pairs neighbours (2i, 2i + 1)."
             )
         ): torch.cat([h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1),
-        _("The frequencies are wrong: theta_i = 10000^(-2i/d) for i = 0 .. d/2 - 1."): (
-            torch.stack(
-                [
-                    x1 * (angle / 2).cos() - x2 * (angle / 2).sin(),
-                    x1 * (angle / 2).sin() + x2 * (angle / 2).cos(),
-                ],
-                dim=-1,
-            ).flatten(-2)
+        _("The frequencies are wrong: theta_i = 10000^(-2i/d_k) for i = 0 .. d_k/2 - 1."): (
+            rotated(theta / 2)
         ),
+        _(
+            "Your exponent is -i/d_k: theta_i = 10000^(-2i/d_k), where 2i runs over 0, 2, ..., d_k - 2 "
+            "(torch.arange(0, d_k, 2) / d_k, with d_k = x.size(-1))."
+        ): rotated(10000.0 ** (-pairs / 2 / d)),
+        _(
+            "Your exponent is positive, so the angles grow with i: theta_i = 10000^(-2i/d_k), the "
+            "first pair turning fastest (one radian a position) and the last slowest."
+        ): rotated(10000.0 ** (pairs / d)),
+        _("Your function returns x unchanged: rotate the pair i of position m by m * theta_i."): x,
         (
             _(
                 "You added the rotation (x + cos/sin terms) instead of rotating: RoPE multiplies "
@@ -238,6 +248,21 @@ def _rope_variants(x, positions):
             )
         ): (x + torch.stack([cos, sin], dim=-1).flatten(-2)),
     }
+
+
+def _rope_default(out: torch.Tensor, x: torch.Tensor) -> str:
+    """The message for an unknown wrong rotation: does it at least keep each pair's length?"""
+
+    def pair_lengths(t):
+        return t[..., 0::2] ** 2 + t[..., 1::2] ** 2
+
+    if matches(pair_lengths(out), pair_lengths(x)):
+        return _(
+            "Each pair (x[..., 2i], x[..., 2i + 1]) keeps its length, so you rotate, but not by "
+            "m * theta_i with theta_i = 10000^(-2i/d_k): check the base 10000, the exponent and the "
+            "positions (position 0 is not turned at all)."
+        )
+    return _("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5.")
 
 
 @exercise(
@@ -251,7 +276,7 @@ def _rope_variants(x, positions):
         """,
         """
             Pair the features as (x[..., 0::2], x[..., 1::2]): each pair is a point in the plane.
-            Rotate the pair of position m by the angle m * theta_i, theta_i = 10000^(-2i/d):
+            Rotate the pair of position m by the angle m * theta_i, theta_i = 10000^(-2i/d_k):
             (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). Put the results back interleaved
             (torch.stack([...], dim=-1).flatten(-2)). Or view the pairs as complex numbers and
             multiply by exp(i m theta).
@@ -269,7 +294,7 @@ def _check_rope(fn) -> str:
             diagnose(
                 out,
                 _rope_variants(x, positions),
-                default=_("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5."),
+                default=_rope_default(out, x),
             )
         )
     x, positions = random_tensor(3, 5, 4, 16, seed=31), torch.tensor([3, 10, 11, 40])
@@ -303,8 +328,8 @@ def _check_rope(fn) -> str:
         raise Mistake(
             _(
                 "Right for small positions, wrong for x (1, 4, 16) in float64 at positions [0, 1, "
-                "4097, 100000]: at such positions a theta_i computed in float32 (torch.arange(0, d, "
-                "2) / d without a dtype) puts the angle m * theta_i off by about 1e-3 rad; compute "
+                "4097, 100000]: at such positions a theta_i computed in float32 (torch.arange(0, d_k, "
+                "2) / d_k without a dtype) puts the angle m * theta_i off by about 1e-3 rad; compute "
                 "theta and the angles in float64 (or x's dtype)."
             )
         )
@@ -360,6 +385,10 @@ def _top_k_variants(logits, k, temperature):
             (logits / temperature).masked_fill(logits < kth_k1, float("-inf")), dim=-1
         ),
         _("top-k is missing: every token keeps some probability."): probs,
+        _(
+            "The logits outside the top k are set to 0, not -inf: exp(0) is not 0, so those tokens "
+            "keep some probability. Fill them with float('-inf')."
+        ): torch.softmax((logits / temperature).masked_fill(logits < kth, 0.0), dim=-1),
         (
             _(
                 "You kept k - 1 tokens: keep every logit >= the k-th largest (topk(...).values[..., "

@@ -83,8 +83,8 @@ def _mask_mistakes(distance, span, ramp):
         """,
         """
             m_z(x) = min(max((R + z - x) / R, 0), 1): compute (ramp + span - distance) / ramp, then clamp
-            it into [0, 1] (tensor.clamp(0, 1)). Broadcasting does the rest: span of shape (H, 1, 1) and
-            distance of shape (L, S) give (H, L, S).
+            it into [0, 1] (tensor.clamp(0, 1)). Broadcasting does the rest: span of shape (h, 1, 1) and
+            distance of shape (L, L) give (h, L, L).
         """,
     ),
     solution=_mask_solution,

@@ -27,33 +27,30 @@ from ._i18n import _
 
 _COUNT = "UkVAW1RdTQ=="
 _COUNT_MISTAKES = (
-    "GlZFXVJfQkBDR1tUVjcMGlURHBAPABEKQxsdF1MVBAYHBxAbEBwHRRcRFxoMHQZSHANBGxoLQwcQExdFDhoYF1lPEB"
-    "MQDUEbEk4XBxBSG0VcVExOCwoUFgBFCRUHTgobBlIcEg9UOk4ICgwBUwQPEFQgQxkUHgYAElQbCEMYHBYHDUEQKwZP"
-    "TwYdU1dBOlQKPAdVGlNYQUZUIEMLW1BfRUNGRFdUXkBAUV9BVi0BFk8WHQYLFREQTgsOGRRTCgdUHRpZTwEaFkUREQ"
-    "YdChwBFx0RQR8RFxBPAhsHDQ4BAE4XBxBSBQQNAREdQ0dBUhc7U1RfTi1PEVtfRQ4GVBoLClUCFhcSHQcaBgEBUgUA"
-    "AgAbHBBPAhsHDQ4BAE4XBxBSFQoUBlQeEQAfFxARCBsaHUNHR1I9RQVdT04LCgcXUwcOABxOBAYDF1MRCRFUHQICEF"
-    "IdEAwWERxNTyEaFkUNFQ0LEU8dEwBFAxsABllPQVIXO1NUX05RTztSF0tDWFRMUVdNQUZdVVZOTkE2GgdTCQQSAE4M"
-    "GgFSEkURBhsEBgwBGxwLW1QjMDJDVSUtLk1UIzA1TxQcF0UVHBFODBoBAgYRQQQGAQkKFgYaCg9UIzAsTxQAFkUHGw"
-    "EcQwtVClMBQRkVGhEGFhcAS0NYVExSWE1ARlJYRlZUQ00sHQZFDAEYGgofGRsWAUEWDU4LTxocEABBABsBQwATBhYL"
-    "W1QRDwAHVRoWBAVTB04VChYGHBcSVBwPFQpVBRoBFRxUCjwHVU9TAUFbVAZPTwYdUwQNGFQGBg4RAVMRDhMRGgsKB1"
-    "IbCg0QVFxDIVUWUwsUGRYLERxZUh0KFVRGTi1PEVIbS0NYVExQXkFFRFJXVk5OQTYaB1MEBRARCkMNHBMAABJUAAFD"
-    "Gx0XUxUTGx4LABscHR0WWlQABgZPBRMDABNTB04CAxlfEhEVERoaCgAbUh8EGBEGTgsOBlIdCg8RVEYCARFSBw0EVB"
-    "EWBh0WGwAAQQcVFxBPBh1aS0NYVExQXkFERFBTVk5OQTYaB1MEBRARCkMbHRdTKQANERwtAAcfVBZBRlQKQx8UABII"
-    "BAARHBBUVQYbAEERDAsRDBwBFkUABx8dQwkaAFMRCRFUDxcbEBwHDA4aVAICFhAAUwQNGxoLTU1ZUlFQU0BGVltfV0"
-    "hTRzgbAU4AAAAcBwAFVBVOBQoQFl4DDgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsR"
-    "Tx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0XAAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOAR"
-    "oaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwARBBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4A"
-    "FREGHUMbGh1dR01UVlxTVkJDRldPRFZUQ00hGhIRQR0HTldPESxBRUpURk4tTxFSBAwVHFQgQ1JVQ0NXVVhUGgsKVR"
-    "wWHRVUERYGHRYbAABGB1QDBgIaAApfQQAcBxBPGRMKABNUHA8QTztSTkVTREBWQx8QAAAMEgARABdPAxcQEQ4GB04T"
-    "CgdSGwAAEFpMHg=="
+    "GlZFXVJfQkBDR1tUVjcMGlURHBAPABEKQxsdF1MVBAYHBxAbEBwHRRcRFxoMHQZSHANBGxoLQwcQExdFDhoYF1lPEBMQDUEbEk4X"
+    "BxBSG0VcVExOCwoUFgBFCRUHTgobBlIcEg9UOk4ICgwBUwQPEFQgQxkUHgYAElQbCEMYHBYHDUEQKwVPTwYdU1dBOlQKPARVGlNY"
+    "QUZUIEMLW1BfRUNGRFdUXkBAUV9BVi0BFk8WHQYLFREQTgsOGRRTCgdUHRpZTwEaFkUREQYdChwBFx0RQR8RFxBPAhsHDQ4BAE4X"
+    "BxBSBQQNAREdQ0dBUhc7U1RfTi1PEVtfRQ4GVBoLClUCFhcSHQcaBgEBUgUAAgAbHBBPAhsHDQ4BAE4XBxBSFQoUBlQeEQAfFxAR"
+    "CBsaHUNHR1I9RQVdT04LCgcXUwcOABxOBAYDF1MRCRFUHQICEFIdEAwWERxNTyEaFkUNFQ0LEU8dEwBFAxsABllPQVIXO1NUX05R"
+    "TztSF0tDWFRMUVdNQUZdVVZOTkE2GgdTCQQSAE4MGgFSEkURBhsEBgwBGxwLW1QjMDJDVSUtLk1UIzA1TxQcF0UVHBFODBoBAgYR"
+    "QQQGAQkKFgYaCg9UIzAsTxQAFkUHGwEcQwtVClMBQRkVGhEGFhcAS0NYVExSWE1ARlJYRlZUQ00sHQZFDAEYGgofGRsWAUEWDU4L"
+    "TxocEABBABsBQwATBhYLW1QRDwAHVRoWBAVTB04VChYGHBcSVBwPFQpVBRoBFRxUCjwEVU9TAUFbVAZPTwYdUwQNGFQGBg4RAVMR"
+    "DhMRGgsKB1IbCg0QVFxDIVUWUwsUGRYLERxZUh0KFVRGTi1PEVIbS0NYVExQXkFFRFJXVk5OQTYaB1MEBRARCkMNHBMAABJUAAFD"
+    "Gx0XUxUTGx4LABscHR0WWlQABgZPBRMDABNTB04CAxlfEhEVERoaCgAbUh8EGBEGTgsOBlIdCg8RVEYCARFSBw0EVBEWBh0WGwAA"
+    "QQcVFxBPBh1aS0NYVExQXkFERFBTVk5OQTYaB1MEBRARCkMbHRdTKQANERwtAAcfVBZBRlQKQx8UABIIBAARHBBUVQYbAEERDAsR"
+    "DBwBFkUABx8dQwkaAFMRCRFUDxcbEBwHDA4aVAICFhAAUwQNGxoLTU1ZUlFQU0BGVltfV0hTRzgbAU4AAAAcBwAFVBVOBQoQFl4D"
+    "DgYDDxELVR4SHAQGVA8QTwIXHwlbVAAGBk8UHh9IAAAACw0bHB0dRQ0VDQsRTx0TAEUPGxoLWE8cBgBFEREGHQocARcdEUECEQ0X"
+    "AAcBUxcEBBgPAApVGwdLQ1hUTFJfQUpGUldWTk5BNhoHUwYOARoaBgtVBhsAQQQGAQkKFgYaCg8HVAENAwxIUxEJEVQeBh0GGwAR"
+    "BBoATggKDAFTBA8QVBgCAwAXAEUABhFOEw4HEx4AFREGHUMbGh1dR01UVlxTVkJDRldPRFZUQ00hGhIRQR0HTldPESxBRUpURk4t"
+    "TxFSBAwVHFQgQ1JVQ0NXVVhUGgsKVRwWHRVUERYGHRYbAABGB1QDBgIaAApfQQAcBxBPGRMKABNUHA8QTztSTkVTREBWQx8QAAAM"
+    "EgARABdPAxcQEQ4GB04TCgdSGwAAEFpMHg=="
 )
 _COUNT_SOLUTION = (
-    "MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFA"
-    "EWFltUQE4bT0BDQTtTVElOUkNFRktJVENCQGk/EAAADBIAEQAXTwMXEBEOBgdUQwoUERtFDhJUGgsKVRpTWEFMVAYG"
-    "DhEBUw0AB1QgQ1JVQENRWVQfCxocVRMdAUFGRFpbTwMTHxAEB1QBBU8CGxcRCVQQMQtPSFJGVFNUW05bT0hSRVFbfk"
-    "ZOG09HQkddQQxUWFdPDVJLRVxURk4tTxFSTkVTWERXVENER0FLayAbGgIDT1JHRQUqRk5IT0dSPUUFVElOUENERkZJ"
-    "VkZMQkMKDRMQEQ0NVA9DHAETHQEABhBODw4MFwFCElRATgcxR1JYRVNUEE4HMBMUUxIIABxOBzATFFNYQTpUU0NdRU"
-    "ZLRUkWHQ8QCgZSEhYIEBFHTQ=="
+    "MQYbBAYMARscCxJOVDk9PllSJDsqWFQ5PTlZUiQ7LlQVHAZPEx0GF0EQVBZDC1UfEhETHRcLEE8CGwcNDgEATgEGFAEWFltUQE4b"
+    "T0BDQTtTVElOUkNFRktJVENCQGk/EAAADBIAEQAXTwMXEBEOBgdUQwoUERtFDhJUGgsKVRpTWEFMVAYGDhEBUw0AB1QgQ1JVQENR"
+    "WVQfCxocVRMdAUFGRFpbTwMTHxAEB1QBBU8CGxcRCVQQMQhPSFJGVFNUW05bT0hSRVFbfkZOG09HQkddQQxUWFdPDVJLRVxURk4t"
+    "TxFSTkVTWERXVENER0FLayAbGgIDT1JHRQUqRk5IT0dSPUUFVElOUENERkZJVkZMQkMKDRMQEQ0NVA9DHAETHQEABhBODw4MFwFC"
+    "ElRATgcxR1JYRVNUEE4HMBMUUxIIABxOBzATFFNYQTpUU0NdRUZLRUkWHQ8QCgZSEhYIEBFHTQ=="
 )
 
 
@@ -67,7 +64,7 @@ _COUNT_SOLUTION = (
         """,
         """
             Count the four projections W^Q, W^K, W^V, W^O first (no biases). Then the persistent
-            vectors: each of the h heads has N keys and N values, each a vector of d_h = d / h
+            vectors: each of the h heads has N keys and N values, each a vector of d_k = d / h
             numbers. Multiply out: how many numbers do all heads' keys and values hold together?
         """,
     ),
@@ -99,7 +96,7 @@ def _check_count(answer) -> str:
 
 def _persistent_head_solution(query, key, value, memory_key, memory_value, mask):
     n = memory_key.size(-2)
-    keys = torch.cat([key, memory_key], dim=-2)  # (..., L + N, d_h): context first, then memory
+    keys = torch.cat([key, memory_key], dim=-2)  # (..., L + N, d_k): context first, then memory
     values = torch.cat([value, memory_value], dim=-2)
     always = torch.ones(*mask.shape[:-1], n, dtype=torch.bool)  # persistent keys: never masked
     scores = query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5  # (..., L, L + N)
@@ -110,9 +107,9 @@ def _persistent_head_solution(query, key, value, memory_key, memory_value, mask)
 
 def _head_mistakes(query, key, value, memory_key, memory_value, mask):
     """Weights of the usual mistakes: message -> (L, L + N) weights."""
-    n, length, d_h = memory_key.size(-2), key.size(-2), query.size(-1)
+    n, length, d_k = memory_key.size(-2), key.size(-2), query.size(-1)
     keys = torch.cat([key, memory_key], dim=-2)
-    scores = query @ keys.transpose(-2, -1) / d_h**0.5
+    scores = query @ keys.transpose(-2, -1) / d_k**0.5
 
     def soft(s, keep):
         return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
@@ -121,7 +118,7 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
     never = torch.zeros_like(always)
     ctx = soft(scores[..., :length], mask)
     mem = torch.softmax(scores[..., length:], dim=-1)
-    unscaled = torch.cat([scores[..., :length], scores[..., length:] * d_h**0.5], dim=-1)
+    unscaled = torch.cat([scores[..., :length], scores[..., length:] * d_k**0.5], dim=-1)
     return {
         (
             _(
@@ -133,7 +130,7 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
             _(
                 "The causal mask was built over all L + N keys (causal_mask(L, L + N) aligns the "
                 "last query with the last persistent key, so queries see future tokens and lose "
-                "memory slots). Mask the L context columns only and leave the N persistent columns "
+                "persistent vectors). Mask the L context columns only and leave the N persistent columns "
                 "visible."
             )
         ): soft(scores, causal_mask(length, length + n)),
@@ -154,12 +151,12 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
             "where mask is False."
         ): soft(scores, torch.cat([~mask, always], dim=-1)),
         _(
-            "The scores of the persistent keys are not divided by sqrt(d_h): scale all L + N "
-            "scores the same way. (Or you multiplied memory_key by sqrt(d_h), as AllAttention "
-            "does with the keys it stores at 1 / sqrt(d_h): here the inputs are at unit scale.)"
+            "The scores of the persistent keys are not divided by sqrt(d_k): scale all L + N "
+            "scores the same way. (Or you multiplied memory_key by sqrt(d_k), as AllAttention "
+            "does with the keys it stores at 1 / sqrt(d_k): here the inputs are at unit scale.)"
         ): soft(unscaled, torch.cat([mask, always], dim=-1)),
-        _("The scores are not scaled: divide every score by sqrt(d_h)."): soft(
-            scores * d_h**0.5, torch.cat([mask, always], dim=-1)
+        _("The scores are not scaled: divide every score by sqrt(d_k)."): soft(
+            scores * d_k**0.5, torch.cat([mask, always], dim=-1)
         ),
         _(
             "The persistent keys came first: put the context's L columns first, then the N "
@@ -193,7 +190,7 @@ def _head_outputs(fn, *args):
         """
             1. Append the memory after the context: keys = cat([key, memory_key], dim=-2), the same for values.
             2. Extend the (L, L) mask with N columns of True: the persistent vectors are always visible.
-            3. scores = query @ keys^T / sqrt(d_h); fill -inf where the extended mask is False.
+            3. scores = query @ keys^T / sqrt(d_k); fill -inf where the extended mask is False.
             4. ONE softmax over the last dimension (all L + N keys), then weights @ values.
         """,
     ),
@@ -202,9 +199,9 @@ def _head_outputs(fn, *args):
 )
 def _check_persistent_head(fn) -> str:
     cases = [
-        (_("One head, L = 5, N = 3, d_h = 4, causal mask"), (5, 4), 3, causal_mask(5)),
+        (_("One head, L = 5, N = 3, d_k = 4, causal mask"), (5, 4), 3, causal_mask(5)),
         (
-            _("A batch (2, 3) of heads, L = 6, N = 4, d_h = 8, causal mask"),
+            _("A batch (2, 3) of heads, L = 6, N = 4, d_k = 8, causal mask"),
             (2, 3, 6, 8),
             4,
             causal_mask(6),
@@ -215,13 +212,13 @@ def _check_persistent_head(fn) -> str:
     random_mask[:, 0] = True
     cases.append((_("A random boolean mask (L = 6, N = 2)"), (6, 8), 2, random_mask))
     # more persistent vectors than positions, as in the paper (N = 2048 and short contexts)
-    cases.append((_("One head, L = 3, N = 5, d_h = 4, causal mask"), (3, 4), 5, causal_mask(3)))
+    cases.append((_("One head, L = 3, N = 5, d_k = 4, causal mask"), (3, 4), 5, causal_mask(3)))
     for seed, (case, shape, n, mask) in enumerate(cases):
-        *batch, length, d_h = shape
+        *batch, length, d_k = shape
         query, key, value = (random_tensor(*shape, seed=10 * seed + k) for k in range(3))
         memory_key, memory_value = (
-            random_tensor(*batch, n, d_h, seed=10 * seed + 3),
-            random_tensor(*batch, n, d_h, seed=10 * seed + 4),
+            random_tensor(*batch, n, d_k, seed=10 * seed + 3),
+            random_tensor(*batch, n, d_k, seed=10 * seed + 4),
         )
         args = (query, key, value, memory_key, memory_value, mask)
         expected_out, expected_w = _persistent_head_solution(*args)
@@ -248,7 +245,7 @@ def _check_persistent_head(fn) -> str:
                 _head_mistakes(*args),
                 default=(
                     _(
-                        "your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_h) with only "
+                        "your weights differ from one softmax over [q K^T, q M_K^T] / sqrt(d_k) with only "
                         "the context masked."
                     )
                 ),
@@ -277,8 +274,8 @@ def _check_persistent_head(fn) -> str:
 
 
 def _ffn_solution(w1, w2):
-    keys = w1  # (d_ff, d_model): row i of W1 is the key of persistent vector i
-    values = w2.T  # (d_ff, d_model): column i of W2 is its value
+    keys = w1  # (d_ff, d_model): row i of w1 (column i of W_1) is the key of hidden unit i
+    values = w2.T  # (d_ff, d_model): column i of w2 (row i of W_2) is its value
     return keys, values
 
 
@@ -288,12 +285,13 @@ def _ffn_solution(w1, w2):
     hint=(
         """
             Read the feed-forward layer as attention: the input is the query, each hidden
-            unit is one key and one value. Which row of W1 scores the input for hidden
-            unit i, and which column of W2 does that unit add to the output?
+            unit is one key and one value. Which row of w1 (linear1.weight) scores the
+            input for hidden unit i, and which column of w2 does that unit add to the output?
         """,
         """
-            Hidden unit i of W2 softmax(W1 x) is softmax_i(w1_i . x): a score of x against the row
-            w1_i of W1. It then contributes its weight times the column i of W2 to the output.
+            Hidden unit i of softmax(x W_1) W_2 is softmax_i(x . w1[i]): a score of x against row i
+            of w1, which is column i of W_1. It then adds its weight times column i of w2 (row i of
+            W_2) to the output.
             Each key and each value is a vector of width d_model, one per hidden unit: both tensors
             have shape (d_ff, d_model).
         """,
@@ -322,8 +320,8 @@ def _check_ffn(fn) -> str:
     got, _weights = scaled_dot_product_attention(x, keys.to(x.dtype), values.to(x.dtype), scale=1.0)
     if matches(got, expected):
         return _(
-            "Right: keys = rows of W1, values = columns of W2; attention over them is W2 "
-            "softmax(W1 x)."
+            "Right: keys = rows of w1, values = columns of w2 (the columns of W_1 and the rows of "
+            "W_2); attention over them is softmax(x W_1) W_2."
         )
     raise Mistake(
         diagnose(
@@ -331,30 +329,30 @@ def _check_ffn(fn) -> str:
             {
                 (
                     _(
-                        "Your keys are the columns of W2: keys and values are swapped. The scores "
-                        "come from W1."
+                        "Your keys are the columns of w2: keys and values are swapped. The scores "
+                        "come from w1."
                     )
                     if matches(values, w1)
                     else _(
-                        "Your keys are the columns of W2: the scores come from W1, so the keys are "
+                        "Your keys are the columns of w2: the scores come from w1, so the keys are "
                         "its rows."
                     )
                 ): (w2.T),
                 (
                     _(
                         "Your keys are divided by sqrt(d_model). The FFN has no such scale: keys are the "
-                        "rows of W1 as they are."
+                        "rows of w1 as they are."
                     )
                 ): (w1 / d_model**0.5),
             },
             default=_(
-                "Attention with your keys and values (scale 1) does not give W2 softmax(W1 x)."
+                "Attention with your keys and values (scale 1) does not give softmax(x W_1) W_2."
             ),
         )
         if not matches(keys, w1)
         else (
             _(
-                "Your keys are right, your values are not: value i is column i of W2 (W2.T as a "
+                "Your keys are right, your values are not: value i is column i of w2 (w2.T as a "
                 "tensor)."
             )
         )
@@ -365,26 +363,25 @@ def _check_ffn(fn) -> str:
 
 _MACS = "UERAVlZYQw=="
 _MACS_MISTAKES = (
-    "GlZMXVtXQ0JLR1tUVjcMGlUVEhMEVBEYBh0MUhsAABBUGgsKVRQGCQ1UAwcHGx1SF19BERUNC08dFxIBRgdUIEMEEA"
-    "sARQAaEE4VDhkHFhZBFQYLQwsqGlNYQRBUQUMHVQUaAQRYVB0MTwEaFkUJVBwLAgsGUgcKBhEABgYdVREcFhVURk4t"
-    "TxFcUUlBVkFcV11NSlFfQVYgBgIbVRsARRUcEU4QDBoAFhZBFRgBDQpVWgJFT1QfTgUAB1I9RQoRDR1DBhtSFgQCHF"
-    "QGBg4RSFMrQRBUBw1PFB4fTFtUFQoHTwEaFkUWER0JCxsQFlMWFBlUAQVPARoWRS9UAg8PGhABX0UAGhsaCwoHUj1F"
-    "BVpWQkNNREFCVVZGVlRDTSEaEhFBHQdODAEQUhsAABBOThcHEAAWRQAGEU4LT0hSS0UJERUKEENVFxIGCVQDBxcHVR"
-    "sHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BBQ1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcH"
-    "Gx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBFAFQQARdPBQAcARQXAE4MCVUWLA1BSV"
-    "RYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsRTxgHHxEIBBgXTg4RFlpf"
-    "QQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NWVJRV1FNQ19WXVtCUV9BViAGAhtVGwBFU1Q6TgdPAh"
-    "sHDUE6VFNDXUVGS0lBABwLQx8HFwUMDgEHTgYXEAAQDBIRUx1DAhAfHBcYTlQaCwYGUh4KBREYTgsOBlI9RVxURV5R"
+    "GlZMXVtXQ0JLR1tUVjcMGlUVEhMEVBEYBh0MUhsAABBUGgsKVRQGCQ1UAwcHGx1SF19BERUNC08dFxIBRgdUIEMEEAsARQAaEE4V"
+    "DhkHFhZBFQYLQwsqGVNYQRBUQUMHVQUaAQRYVB0MTwEaFkUJVBwLAgsGUgcKBhEABgYdVREcFhVURk4tTxFcUUlBVkFcV11NSlFf"
+    "QVYgBgIbVRsARRUcEU4QDBoAFhZBFRgBDQpVWgJFT1QfTgUAB1I9RQoRDR1DBhtSFgQCHFQGBg4RSFMrQRBUBw1PFB4fTFtUFQoH"
+    "TwEaFkUWER0JCxsQFlMWFBlUAQVPARoWRS9UAg8PGhABX0UAGhsaCwoHUj1FBVpWQkNNREFCVVZGVlRDTSEaEhFBHQdODAEQUhsA"
+    "ABBOThcHEAAWRQAGEU4LT0hSS0UJERUKEENVFxIGCVQDBxcHVRsHFkEbAwBDIVUCFhcSHQcaBgEBUhgAGAdUDw0LVQQSCRQRB0BB"
+    "Q1VQQlNSTEBMWU9XKxwQQRIbHAQAAVIHDQRUAwcHGx1SHANBABwLQxkQEQcKEwdOTgYOFhpTCgdUAAYGTx1SPUUSFxscBhxVGwBF"
+    "AFQQARdPBQAcARQXAE4MCVUWLA5BSVRYV08YBx8RCAQYF04OERYAS0NYVExRX0xFQlBTVk5OQTsdEwdFCAdUKC8gJQFTTVNUBAsR"
+    "TxgHHxEIBBgXTg4RFlpfQQAcC0MeABcAEQgbGk4AAAAcBxZBGQECFwYFHgpIABAQHU1NWVJRV1FNQ19WXVtCUV9BViAGAhtVGwBF"
+    "U1Q6TgdPAhsHDUE6VFNDXUVGS0lBABwLQx8HFwUMDgEHTgYXEAAQDBIRUx1DAhAfHBcYTlQaCwYGUh4KBREYTgsOBlI9RVxURV5R"
     "W1UCFhcSHQcaBgEBUgUAAgAbHBBPBRcBRQkRFQpNTQg="
 )
 _MACS_SOLUTION = (
-    "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwHVR8GCRUdBAIaQhQWFxZBXDpOBzAdW19FABoQThcHEF"
-    "IEAAgTHBoGC1UBBghBGxJOLU8DEx8QBAdUAQVPAhsXEQl+EDELT108UwE+HF1AQykaAFMNQRwRDwccT1JBRQlUOk4H"
-    "MB1STkVTVDpOB09IUkFFGVRFXlFbVQpTUFBGVFNDXllCR11NQUNYQwIAHgcMERgNQwILEQFTFQQGVBoMBBAcXW9rNR"
-    "pOJSk7UgQMFRxUCjwJE1JORS9USU5SX0dGUwYOBwAdQzgqQ1MdQVwQTgcwExRaRQAaEE40MEdSG0VJECsIBU8RW0lF"
-    "U1QQTgcwExRfRRUcEU4QDhgXXUU2HBUaQwscFBUAEwd+BxBPARoWRRIbEhoODg1SHBMEBlQGQyFVT1NdTUVNXEMcFh"
-    "0BABJUBAsRTwEdGAAPVFwPDU8zND1FAAQEAgoKBlISRTMRODtDGxpSFzoHElRTQ15ZQkFRQQEaBxccXFISCwV+AAYG"
-    "TxYdAxxBGxJOFwcQUh4ADBsGF0MGGwYcRQQCERwaTxcTBwYJUwdOCAoMAVMEDxBUGAIDABcASw=="
+    "MREGTgsKFBZJRS9UBw0MHRABUxRBWlQFPAFZUhYEAhxUCjwEVR8GCRUdBAIaQhQWFxZBXDpOBzAeW19FABoQThcHEFIEAAgTHBoG"
+    "C1UBBghBGxJOLU8DEx8QBAdUAQVPAhsXEQl+EDEIT108UwE+H11AQykaAFMNQRwRDwccT1JBRQlUOk4HMB5STkVTVDpOB09IUkFF"
+    "GVRFXlFbVQpTUFBGVFNDXllCR11NQUNYQwIAHgcMERgNQwILEQFTFQQGVBoMBBAcXW9rNRpOJSk7UgQMFRxUCjwJE1JORS9USU5S"
+    "X0dGUwYOBwAdQwtVFiwDB1QZGw8bHAIfHEwVEAoQTxMdAUUZVCMxUk8UHBdFBSsSCEMLVRQcF0EAHAtDHwcdFxACAFQZChsdUiQ6"
+    "U05+XEMLVRYsAwdYVBoLClUBEggEWlQ5Cw4BUhcMBxIRHBBlHAFTEQkRVB0MCQEfEh1BGwILEU8dUj1FXFRMQlJWR1IABg4GER1D"
+    "HxAAUxEOHxEAQ0cUHFMjJzpUDxMfGRsWFkEVVDwGIyBSBwpBECsIBU9IUkJJUUZAThYBHAYATEEVGgppGx0XUwYOBA1ODAlVBhsA"
+    "QRkRAwwdDFIaCxUbVAsVCgcLUwcAABcGRBxVGRYcElQVAAdPAxMfEAQHWg=="
 )
 
 
@@ -397,8 +394,8 @@ _MACS_SOLUTION = (
             weighted sum), then multiply by the heads, remembering the head's width.
         """,
         """
-            In one head: N scores, each a dot product of width d_h, then a weighted sum of N values of
-            width d_h. Then multiply by the h heads; remember d_h = d / h.
+            In one head: N scores, each a dot product of width d_k, then a weighted sum of N values of
+            width d_k. Then multiply by the h heads; remember d_k = d / h.
         """,
     ),
     solution=_MACS_SOLUTION,
@@ -425,14 +422,14 @@ def _check_macs(answer) -> str:
 
 _BUG = "Vg=="
 _BUG_MISTAKES = (
-    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OL08WHR0RBAwAThMABhsHDA4aB04CARFSPUUREQYdChwBFx0RQQIRDRcABw"
-    "FdR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMbHRdTFQQGBwcQGxAcB0UKEQ0dQw4HF1MEEQQRAAcKEVISAxURBk4X"
-    "BxBSEAoPABEWF0gGXFFJQVZBTFlPVz4aCwRUQU4KHFUAGgIJAE5OFwcQUgMAEwcdHRcKGwZTEwAYAQsQTxQAFkUABA"
-    "QLDQsQFlMMD1QABgZPBhMeAEEbBgoGHVUTAEUVHBFOCAoMAV1HTVRWWEFVVVA/DA8RVFhDBgZSAQwGHABUQwoDFwEc"
-    "QQcXAREKVRsARRIXFQIGC1UQCkVQWwcfERtdFiwNSFpWQkNNTVBJRUM4HQAGT01SGhZBBh0JCxtPUgcNBFQdABUGBh"
-    "sRCQRUHwsaHFUVFhFBWR0ABU8XFxUKExFUGgsKVQEcAxUZFRZNTVlSUVxDTlRMLwYbF1NcQR0HThEGEhoHX0E7OitD"
-    "HBoUBwgADFQBFQoHUhAKDwARFhdPFBwXRQwRGQERFlUGHAIEABwLEUFXXlNHUERWVENNORsdAEFFRE4KHFUAGgIJAE"
-    "5OFwcQUgQACBMcGhBPGgQWF0E4VEVDIVUZFhwSVAAHDgoGUgcNBFQ4TkhPO1IFBA0BER1NTQg="
+    "GlZHTFlPVz4aCwRUR04KHFUAGgIJAE5OL08WHR0RBAwAThMABhsHDA4aB04CARFSPUUREQYdChwBFx0RQQIRDRcABwFdR01UVlpB"
+    "VVVQPwwPEVRaQwYGUgEMBhwAVEMbHRdTFQQGBwcQGxAcB0UKEQ0dQw4HF1MEEQQRAAcKEVISAxURBk4XBxBSEAoPABEWF0gGXFFJ"
+    "QVZBTFlPVz4aCwRUQU4KHFUAGgIJAE5OFwcQUgMAEwcdHRcKGwZTEwAYAQsQTxQAFkUABAQLDQsQFlMMD1QABgZPBhMeAEEbBgoG"
+    "HVUTAEUVHBFOCAoMAV1HTVRWWEFVVVA/DA8RVFhDBgZSAQwGHABUQwoDFwEcQQcXAREKVRsARRIXFQIGC1UQCkVQWwcfERtdFiwO"
+    "SFpWQkNNTVBJRUM4HQAGT01SGhZBBh0JCxtPUgcNBFQdABUGBhsRCQRUHwsaHFUVFhFBWR0ABU8XFxUKExFUGgsKVQEcAxUZFRZN"
+    "TVlSUVxDTlRMLwYbF1NcQR0HThEGEhoHX0E7OitDHBoUBwgADFQBFQoHUhAKDwARFhdPFBwXRQwRGQERFlUGHAIEABwLEUFXXlNH"
+    "UERWVENNORsdAEFFRE4KHFUAGgIJAE5OFwcQUgQACBMcGhBPGgQWF0E4VEVDIVUZFhwSVAAHDgoGUgcNBFQ4TkhPO1IFBA0BER1N"
+    "TQg="
 )
 _BUG_SOLUTION = (
     "LR0aC0NYW1IHChMXHEAMARABWylNVDhOSE87W10REx0YRkpPHhcWFRJUFwEPGhgcUwZBEhscQx0aBVMRQRsaAhpPAh"

@@ -1469,10 +1469,10 @@ def online_softmax_kernel(
             V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0
         )
         m_new = tl.maximum(m, tl.max(s, axis=1))
-        alpha = tl.exp(m - m_new)  # rescales what was summed with the old maximum
+        correction = tl.exp(m - m_new)  # rescales what was summed with the old maximum
         p = tl.exp(s - m_new[:, None])
-        l = alpha * l + tl.sum(p, axis=1)
-        acc = alpha[:, None] * acc + tl.dot(p, v)
+        l = correction * l + tl.sum(p, axis=1)
+        acc = correction[:, None] * acc + tl.dot(p, v)
         m = m_new
     tl.store(
         O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_rows
@@ -1590,10 +1590,10 @@ def _online_emulation(
     for start in range(0, s.size(1), block_n):
         tile = s[:, start : start + block_n]
         m_new = torch.maximum(m, tile.amax(-1))
-        alpha = torch.exp(m - m_new)
+        correction = torch.exp(m - m_new)
         p = torch.exp(tile - m_new[:, None])
-        l = (alpha if rescale_sum else 1.0) * l + p.sum(-1)
-        acc = (alpha[:, None] if rescale_acc else 1.0) * acc + p @ v[start : start + block_n]
+        l = (correction if rescale_sum else 1.0) * l + p.sum(-1)
+        acc = (correction[:, None] if rescale_acc else 1.0) * acc + p @ v[start : start + block_n]
         m = m_new
     return acc / l[:, None] if normalise else acc
 
@@ -1676,8 +1676,8 @@ def _online_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
             scores with
             the mask (rows < n_rows) & (keys < n_keys) and other=float("-inf"), and the value rows
             keys < n_keys;
-            m_new = max(m, max of the tile); alpha = exp(m - m_new); p = exp(s - m_new[:, None]);
-            l = alpha * l + sum(p); acc = alpha[:, None] * acc + tl.dot(p, v); m = m_new. Store
+            m_new = max(m, max of the tile); correction = exp(m - m_new); p = exp(s - m_new[:, None]);
+            l = correction * l + sum(p); acc = correction[:, None] * acc + tl.dot(p, v); m = m_new. Store
             acc / l[:, None] for the rows < n_rows.
         """,
     ),
@@ -1772,7 +1772,7 @@ def _online_not_finite(what: str, index: int, out: torch.Tensor, scores: torch.T
             _(
                 "With {what}: your output has NaN or inf: an exponential overflowed. Subtract the "
                 "running maximum m_new = max(m, max of the tile), the largest score seen so far, in "
-                "every exponential, so that each is at most 1 (the rescale factor exp(m - m_new) "
+                "every exponential, so that each is at most 1 (the correction exp(m - m_new) "
                 "too)."
             ).format(what=what)
         )
@@ -1790,13 +1790,13 @@ def _online_mistakes(scores: torch.Tensor, value: torch.Tensor, block_n: int) ->
     return {
         (
             _(
-                "the accumulator is not rescaled: acc = alpha[:, None] * acc + tl.dot(p, v), alpha = "
+                "the accumulator is not rescaled: acc = correction[:, None] * acc + tl.dot(p, v), correction = "
                 "exp(m - m_new), so that what earlier tiles added moves to the new maximum too."
             )
         ): _online_emulation(scores, value, block_n, rescale_acc=False),
         (
             _(
-                "the running sum is not rescaled: l = alpha * l + tl.sum(p, axis=1), like the "
+                "the running sum is not rescaled: l = correction * l + tl.sum(p, axis=1), like the "
                 "accumulator."
             )
         ): _online_emulation(scores, value, block_n, rescale_sum=False),
@@ -1811,9 +1811,9 @@ def _online_mistakes(scores: torch.Tensor, value: torch.Tensor, block_n: int) ->
         ): _online_emulation(scores, value, block_n, pad_zero=True),
         (
             _(
-                "neither the running sum nor the accumulator is rescaled: alpha is always 1. "
-                "Was m set to m_new before alpha = exp(m - m_new) was computed? Compute alpha "
-                "(and p) first, then m = m_new; and multiply both l and acc by alpha."
+                "neither the running sum nor the accumulator is rescaled: correction is always 1. "
+                "Was m set to m_new before correction = exp(m - m_new) was computed? Compute correction "
+                "(and p) first, then m = m_new; and multiply both l and acc by correction."
             )
         ): _online_emulation(scores, value, block_n, rescale_acc=False, rescale_sum=False),
     }

@@ -273,6 +273,10 @@ def _document_window_mistakes(document: torch.Tensor, window: int) -> Dict[str, 
         _(
             "The conditions are combined with | (or): every one must hold, so combine them with &."
         ): same | (past & near),
+        _(
+            "Your mask is inverted: it is True at the pairs to remove. A mask_mod returns True "
+            "where the query may attend to the key, as the book's boolean masks do."
+        ): ~(same & past & near),
     }
 
 
@@ -500,9 +504,9 @@ def _check_alibi_mod(fn) -> str:
 def _window_blocks_solution(length, window, block_size):
     full = partial = 0
     blocks = length // block_size
-    for row in range(blocks):  # queries row * B .. row * B + B - 1
+    for row in range(blocks):  # queries row * block_size .. (row + 1) * block_size - 1
         first_q, last_q = row * block_size, (row + 1) * block_size - 1
-        for col in range(blocks):  # keys col * B .. col * B + B - 1
+        for col in range(blocks):  # keys col * block_size .. (col + 1) * block_size - 1
             first_k, last_k = col * block_size, (col + 1) * block_size - 1
             nearest, farthest = first_q - last_k, last_q - first_k  # distances q - k in the block
             if nearest >= window or farthest < 0:
@@ -583,6 +587,10 @@ def _block_mistakes(length: int, window: int, block: int) -> Dict[str, Tuple[int
             "The diagonal blocks are missing: each holds the query's own key (distance 0), so it "
             "is kept, as a partial block."
         ): (full, partial - rows),
+        _(
+            "You counted the diagonal blocks as full: each also holds keys after its queries (the "
+            "block's upper triangle), which the mask removes, so it is partial."
+        ): (full + rows, partial - rows),
     }
 
 
