@@ -249,6 +249,16 @@ def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
             "untranslated English",
         ),
         ("Only math: $a$ and words.", "$a$", "no Chinese"),
+        (  # a formula's words may be Chinese, but not other English words
+            "It takes $\\text{cache bytes} = 2 \\cdot \\text{layers}$ bytes.",
+            "它占 $\\text{cache size} = 2 \\cdot \\text{层数}$ 字节。",
+            "neither its word nor Chinese",
+        ),
+        (
+            "It takes $2 \\cdot \\text{layers}$ bytes.",
+            "它占 $3 \\cdot \\text{层数}$ 字节。",
+            "math differs",
+        ),
         ("[the site](https://a.example/x)", "[网站](https://a.example/y)", "link targets"),
         (  # ** glued to a Chinese character and opening on a role: printed as asterisks
             "Their answer is the **{term}`all-attention` layer**: no FFN.",
@@ -270,6 +280,12 @@ def test_the_checks_accept_a_good_translation():
         "{numref}`fig-a` 中的{term}`填充掩码 <padding mask>`隐藏填充位置：`keep[:, None, :]` 的形状是"
         " $(B, 1, S)$（{doc}`第 3 章 <03_masking>`，[torch](https://pytorch.org)）。"
     )
+    assert zh.problems(english, chinese) == []
+
+
+def test_the_words_of_a_formula_may_be_chinese():
+    english = "The cache takes $2 \\cdot \\text{layers} \\cdot d_\\text{model}$ bytes."
+    chinese = "缓存占 $2 \\cdot \\text{层数} \\cdot d_\\text{model}$ 字节。"
     assert zh.problems(english, chinese) == []
 
 

@@ -503,6 +503,8 @@ def import_text(page: Path, text: str) -> int:
 TERMINOLOGY = ROOT / "book" / "locale" / "zh_CN" / "terminology.tsv"
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
+#: A word of a formula (``\text{cache bytes}``): the translation may write it in Chinese.
+_MATH_WORDS = re.compile(r"\\text\{([^{}]*)\}")
 _CODE = re.compile(r"`(?:[^`\n]|\n(?!\n))+`")  # a code span may break across lines
 _FENCED = re.compile(r"^(`{3,}|~{3,})(?P<info>[^\n]*)\n.*?^\1\s*$", re.S | re.M)
 _ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<body>[^`]*)`")
@@ -597,10 +599,18 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
     bare_zh = _ROLE.sub(" ", _FENCED.sub(" ", chinese))
     for name, pattern in (("math", _MATH), ("inline code", _CODE), ("label", _LABEL)):
         a, b = _multiset(pattern, bare_en), _multiset(pattern, bare_zh)
+        if name == "math":  # the same formulas, but for the words of their \text{...}
+            a, b = (sorted(_MATH_WORDS.sub(r"\\text{}", m) for m in x) for x in (a, b))
         if a != b:
             lost = sorted(set(a) - set(b))[:3]
             added = sorted(set(b) - set(a))[:3]
             found.append(f"{name} differs from the English: missing {lost}, added {added}")
+    words_en = {w for m in _MATH.findall(bare_en) for w in _MATH_WORDS.findall(m)}
+    for word in (w for m in _MATH.findall(bare_zh) for w in _MATH_WORDS.findall(m)):
+        if word not in words_en and not _CJK.search(word):
+            found.append(
+                f"math differs from the English: \\text{{{word}}} is neither its word nor Chinese"
+            )
     roles_en = sorted(
         (m.group("role"), m.group("body") if m.group("role") != "term" else "")
         for m in _ROLE.finditer(english)
