@@ -289,3 +289,26 @@ def test_a_solutions_code_copied_from_the_page_runs_as_pasted():
     assert blocks and not blocks[0].startswith(" "), blocks
     compile(blocks[0], "<pasted>", "exec")
     assert "\n\n" not in page.split("</pre>")[-1].split("</details>")[0]
+
+
+def test_a_wrong_dtype_does_not_hide_the_mistake_in_the_values():
+    """The dtype rule is checked after the values: a hard mask returned in float32 is named as
+    a hard mask first, with the dtype as a second remark; right values in the wrong dtype get
+    the dtype remark alone; the same values in the right dtype are not told about dtypes."""
+    hard = check("adaptive-span/soft-mask", lambda d, s, r: (d <= s).float())
+    assert hard.status == FAILED
+    first, also = hard.message.split("\nAlso: ")[:2]
+    assert "hard mask" in first and "float64" not in first
+    assert also.startswith("Your function was given torch.float64 tensors and returned a")
+
+    right_values = check(
+        "adaptive-span/soft-mask", lambda d, s, r: ((r + s - d) / r).clamp(0, 1).float()
+    )
+    assert right_values.status == FAILED
+    assert right_values.message.startswith("Your function was given torch.float64 tensors")
+    assert "Also:" not in right_values.message
+
+    assert (
+        "Also:" not in check("adaptive-span/soft-mask", lambda d, s, r: (d <= s).double()).message
+    )
+    assert check("adaptive-span/soft-mask", lambda d, s, r: ((r + s - d) / r).clamp(0, 1)).passed

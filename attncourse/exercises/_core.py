@@ -487,6 +487,8 @@ def _check_in_language(exercise_id: str, answer: Any) -> Result:
             return Result(exercise_id, NOT_ATTEMPTED, _text(stub) or _(STUB_FUNCTION))
         except Mistake as mistake:
             text = _timeout_message() if context.timed_out else _text(mistake)
+            if context.dtype_mistake and not context.timed_out:
+                text += "\n" + _("Also: {message}").format(message=context.dtype_mistake)
             return Result(
                 exercise_id,
                 FAILED,
@@ -509,6 +511,13 @@ def _check_in_language(exercise_id: str, answer: Any) -> Result:
             )
         if context.timed_out:  # a checker that swallowed the time-out must not pass the answer
             return Result(exercise_id, FAILED, _timeout_message())
+        if context.dtype_mistake:  # right values, in the wrong dtype
+            return Result(
+                exercise_id,
+                FAILED,
+                context.dtype_mistake
+                + _("\nStuck? Run hint({exercise_id!r}).").format(exercise_id=exercise_id),
+            )
         return Result(
             exercise_id, PASSED, note if isinstance(note, str) and note else _("Well done.")
         )
@@ -699,6 +708,8 @@ class _Context:
         self.exercise = ex
         self.spent = 0.0
         self.timed_out = False
+        #: the first result of the wrong dtype the learner's function returned (its message)
+        self.dtype_mistake: Optional[str] = None
 
 
 _CONTEXT: Optional[_Context] = None
@@ -752,26 +763,42 @@ def _floating_tensors(values: Any, out: List[Tensor], depth: int = 0) -> List[Te
     return out
 
 
-def _check_dtype(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> None:
-    """The dtype rule: floating outputs keep the dtype of the floating inputs, promoted as
-    torch's operators promote them (a 0-d tensor does not raise the dtype of a larger one)."""
+def _expected_dtype(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[torch.dtype]:
+    """The dtype the floating inputs promote to, as torch's operators promote them (a 0-d
+    tensor does not raise the dtype of a larger one); ``None`` without a floating input."""
     given = _floating_tensors(list(args) + list(kwargs.values()), [])
     if not given:
-        return
+        return None
     promoted = torch.empty((0,) * min(given[0].dim(), 1), dtype=given[0].dtype)
     for t in given[1:]:
         promoted = promoted + torch.empty((0,) * min(t.dim(), 1), dtype=t.dtype)
-    expected = promoted.dtype
+    return promoted.dtype
+
+
+def _dtype_mistake(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> Optional[str]:
+    """The dtype rule: floating outputs keep the dtype of the floating inputs. The message
+    when ``result`` breaks it, else ``None``."""
+    expected = _expected_dtype(args, kwargs)
     for dtype in (t.dtype for t in _floating_tensors(result, [])):
-        if dtype != expected:
-            raise Mistake(
-                _(
-                    "Your function was given {expected} tensors and returned a {dtype} tensor: keep the "
-                    "input's dtype (a .float(), .double(), .to(...) or torch.tensor(..., dtype=...) "
-                    "changed it; create new tensors with dtype=x.dtype, or compute in another dtype and "
-                    "convert back at the end)."
-                ).format(expected=expected, dtype=dtype)
-            )
+        if expected is not None and dtype != expected:
+            return _(
+                "Your function was given {expected} tensors and returned a {dtype} tensor: keep the "
+                "input's dtype (a .float(), .double(), .to(...) or torch.tensor(..., dtype=...) "
+                "changed it; create new tensors with dtype=x.dtype, or compute in another dtype and "
+                "convert back at the end)."
+            ).format(expected=expected, dtype=dtype)
+    return None
+
+
+def _in_dtype(result: Any, dtype: torch.dtype) -> Any:
+    """``result`` (a tensor, or a plain tuple or list of values) with its floating tensors
+    converted to ``dtype``; ``None`` for any other kind of result."""
+    if isinstance(result, Tensor):
+        return result.to(dtype) if result.is_floating_point() else result
+    if type(result) in (tuple, list):
+        items = [_in_dtype(item, dtype) if isinstance(item, Tensor) else item for item in result]
+        return type(result)(items)
+    return None
 
 
 def _run_with_time_limit(
@@ -925,9 +952,18 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             context.spent += time.perf_counter() - start
         torch.set_default_dtype(default_dtype)
         torch.set_grad_enabled(grad_enabled)
-    if context is None or context.exercise is None or context.exercise.keep_dtype:
-        _check_dtype(args, kwargs, result)
-    return result
+    if context is not None and context.exercise is not None and not context.exercise.keep_dtype:
+        return result
+    mistake = _dtype_mistake(args, kwargs, result)
+    if mistake is None:
+        return result
+    converted = _in_dtype(result, _expected_dtype(args, kwargs))
+    if context is None or converted is None:
+        raise Mistake(mistake)
+    # the checker goes on with the values in the right dtype, so that a mistake in the values,
+    # usually the one that matters more, is named first; check() adds this one to the verdict
+    context.dtype_mistake = context.dtype_mistake or mistake
+    return converted
 
 
 #: The instructions that read a global name, and those that read an attribute (or import one).
