@@ -72,7 +72,7 @@ def soft_span_mask(distance: Tensor, span: Union[Tensor, float], ramp: float) ->
         distance: ``x``, how many positions back the key is (``0`` = the query's own
             position); any shape, integer or floating.
         span: ``z``, a number or a tensor that broadcasts against ``distance`` (one span per
-            head: shape ``(H, 1, 1)`` against distances ``(L, S)``).
+            head: shape ``(h, 1, 1)`` against distances ``(L, S)``).
         ramp: ``R > 0``, the width of the linear ramp from 1 down to 0.
 
     Returns:
@@ -190,9 +190,9 @@ def adaptive_span_attention(
     keeps the renormalisation from dividing underflowed numbers.
 
     Args:
-        query, key: ``(B, H, L, d_k)``, one sequence's queries and keys, per head.
-        value: ``(B, H, L, d_v)``.
-        span: ``(H,)`` the span ``z`` of each head, in positions, each ``>= 0``.
+        query, key: ``(B, h, L, d_k)``, one sequence's queries and keys, per head.
+        value: ``(B, h, L, d_v)``.
+        span: ``(h,)`` the span ``z`` of each head, in positions, each ``>= 0``.
         ramp: ``R > 0``.
         window: ``W``, keys kept per query; defaults to :func:`span_window` (capped at ``L``).
             ``L`` computes the full causal window and gives the same result to float
@@ -200,32 +200,37 @@ def adaptive_span_attention(
             and is refused.
         block_m: queries per block (the tiles' ``block_m``; the keys per block,
             ``block_m + W - 1``, follow from the window: :func:`block_plan`).
-        position_bias: optional ``(H, D)`` learned relative-position term added to the scores:
+        position_bias: optional ``(h, D)`` learned relative-position term added to the scores:
             ``position_bias[h, x]`` for the key at distance ``x``; ``D`` must cover
             :func:`span_window` (farther keys have weight 0 whatever their score).
 
     Returns:
-        ``(output, weights)``: output ``(B, H, L, d_v)``; weights ``(B, H, L, W)`` by distance:
+        ``(output, weights)``: output ``(B, h, L, d_v)``; weights ``(B, h, L, W)`` by distance:
         ``weights[b, h, t, x]`` is the weight of the key at position ``t - x`` (0 where
-        ``x > t``). Each row sums to 1. ``L = 0`` gives empty results ``(B, H, 0, d_v)``
-        and ``(B, H, 0, 0)``; ``d_k = 0`` has no defined ``1 / sqrt(d_k)`` and is refused.
+        ``x > t``). Each row sums to 1. ``L = 0`` gives empty results ``(B, h, 0, d_v)``
+        and ``(B, h, 0, 0)``; ``d_k = 0`` has no defined ``1 / sqrt(d_k)`` and is refused.
     """
     for name, x in (("query", query), ("key", key), ("value", value), ("span", span)):
         require_floating(name, x)
-    require_rank("query", query, 4, "(B, H, L, d_k)")
-    require_rank("key", key, 4, "(B, H, L, d_k)")
-    require_rank("value", value, 4, "(B, H, L, d_v)")
-    require_rank("span", span, 1, "(H,)")
+    require_rank("query", query, 4, "(B, h, L, d_k)")
+    require_rank("key", key, 4, "(B, h, L, d_k)")
+    require_rank("value", value, 4, "(B, h, L, d_v)")
+    require_rank("span", span, 1, "(h,)")
     require_same_dtype_and_device(query=query, key=key, value=value)
     if key.shape != query.shape or value.shape[:3] != query.shape[:3]:
         raise ValueError(
-            "self-attention needs query and key of one shape (B, H, L, d_k) and value (B, H, L,"
+            "self-attention needs query and key of one shape (B, h, L, d_k) and value (B, h, L,"
             f" d_v): query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
             f" {fmt_shape(value.shape)}"
         )
     require_span_per_head(span, query)
     require_positive_int("block_m", block_m)
     batch, heads, length, _ = query.shape
+    if query.size(-1) == 0:  # this function takes no scale: say so, not "pass scale="
+        raise ValueError(
+            f"query has d_k = 0 features (shape {fmt_shape(query.shape)}): the scale 1/sqrt(d_k)"
+            " is undefined"
+        )
     scale = default_scale(query, None)
     if length == 0:  # no query: nothing to attend (the span and ramp are still checked)
         span_window(span, ramp)
@@ -243,7 +248,7 @@ def adaptive_span_attention(
         window = min(window, length)
     if position_bias is not None:
         require_floating("position_bias", position_bias)
-        require_rank("position_bias", position_bias, 2, "(H, D)")
+        require_rank("position_bias", position_bias, 2, "(h, D)")
         if position_bias.size(0) != heads or position_bias.size(1) < needed:
             raise ValueError(
                 f"position_bias must have shape ({heads}, D) with D >= {needed} (the distances the"
@@ -251,8 +256,8 @@ def adaptive_span_attention(
             )
     num_blocks, block, num_keys = _plan(length, window, block_m)
 
-    # Blocks of queries (B, H, n, b, d) and, for each, its keys: the W - 1 before the block and
-    # the block's own (B, H, n, b + W - 1, d), cut from the sequence padded with W - 1 empty
+    # Blocks of queries (B, h, n, b, d) and, for each, its keys: the W - 1 before the block and
+    # the block's own (B, h, n, b + W - 1, d), cut from the sequence padded with W - 1 empty
     # positions in front (and to a whole number of blocks at the end).
     padded = num_blocks * block
     before = num_keys - block
@@ -261,7 +266,7 @@ def adaptive_span_attention(
     pad = (0, 0, before, padded - length)
     keys = nn.functional.pad(key, pad).unfold(2, num_keys, block).transpose(-2, -1)
     values = nn.functional.pad(value, pad).unfold(2, num_keys, block).transpose(-2, -1)
-    # (B, H, n, b, b + W - 1), scaled before the product
+    # (B, h, n, b, b + W - 1), scaled before the product
     scores = (queries * scale) @ keys.transpose(-2, -1)
 
     # Distance from query t (row r of block n) to key column c: t - (n b - before + c).
@@ -273,14 +278,14 @@ def adaptive_span_attention(
     exists = (distance >= 0) & (key_position >= 0)  # (n, b, K): causal, and not padding
     if position_bias is not None:
         reach = position_bias.size(1) - 1
-        # (H, 1, b, K)
+        # (h, 1, b, K)
         scores = scores + position_bias.to(scores.dtype)[:, None, distance.clamp(0, reach)]
-    # (H, n, b, K)
+    # (h, n, b, K)
     mask = soft_span_mask(distance, span.to(query.dtype)[:, None, None, None], ramp) * exists
     scores = scores.masked_fill(mask == 0, float("-inf"))
     weights = safe_softmax(scores) * mask  # the soft mask multiplies the probabilities ...
     weights = weights / weights.sum(-1, keepdim=True)  # ... which are renormalised
-    output = (weights @ values).flatten(2, 3)[:, :, :length]  # (B, H, L, d_v)
+    output = (weights @ values).flatten(2, 3)[:, :, :length]  # (B, h, L, d_v)
 
     # The weights by distance x = 0 .. W-1: column c = r + before - x of each block.
     x = torch.arange(window, device=device)
@@ -297,7 +302,7 @@ class AdaptiveSpan(nn.Module):
     """One learnable span per head, stored as a fraction ``z' = z / S`` of the maximum span.
 
     Args:
-        num_heads: ``H``.
+        num_heads: ``h``.
         max_span: ``S``, the longest span a head may learn (in positions).
         ramp: ``R``, the width of the soft mask's ramp.
         init_span: the initial span of every head, in positions (``0 <= init_span <= S``);
@@ -339,7 +344,7 @@ class AdaptiveSpan(nn.Module):
 
     @property
     def spans(self) -> Tensor:
-        """``(H,)`` the current spans ``z = S z'`` in positions (differentiable)."""
+        """``(h,)`` the current spans ``z = S z'`` in positions (differentiable)."""
         return self.span_fraction * self.max_span
 
     @torch.no_grad()
@@ -380,7 +385,7 @@ class AdaptiveSpanAttention(nn.Module):
         trim: compute only the keys within the longest span plus the ramp (the point of the
             method); ``False`` computes the full causal window, for comparison.
         block_m: queries per block of the trimmed computation (:func:`adaptive_span_attention`).
-        position_bias: learn a score per head and distance (``(H, max_span + ceil(ramp))``,
+        position_bias: learn a score per head and distance (``(h, max_span + ceil(ramp))``,
             zeros at first) added to the attention scores, so that a head can find "the token
             ``x`` back" directly. A simplified variant of the paper's relative positions: a
             scalar bias per head and distance (as in T5), where the paper's model dots the
@@ -390,9 +395,9 @@ class AdaptiveSpanAttention(nn.Module):
         bias: whether the four projections have biases.
 
     ``forward(x (B, L, embed_dim), mask=None)`` returns ``(output (B, L, embed_dim),
-    weights (B, H, L, W))`` with the weights by distance (see :func:`adaptive_span_attention`).
+    weights (B, h, L, W))`` with the weights by distance (see :func:`adaptive_span_attention`).
     After each call ``cells`` holds the number of attention cells (query-key scores) computed,
-    ``B * H * computed_cells(L, W, block_m=block_m)``.
+    ``B * h * computed_cells(L, W, block_m=block_m)``.
     """
 
     def __init__(
@@ -453,7 +458,7 @@ class AdaptiveSpanAttention(nn.Module):
                     f" boolean causal mask of shape ({length}, {length}), got dtype {mask.dtype}"
                     f" and shape {fmt_shape(mask.shape)}"
                 )
-        q = split_heads(p.q_proj(x), p.num_heads)  # (B, H, L, head_dim)
+        q = split_heads(p.q_proj(x), p.num_heads)  # (B, h, L, head_dim)
         k = split_heads(p.k_proj(x), p.num_heads)
         v = split_heads(p.v_proj(x), p.num_heads)
         if length == 0:  # an empty sequence: empty output and weights, no cell computed
@@ -489,7 +494,7 @@ class AdaptiveSpanBlock(nn.Module):
         out = LayerNorm(h + FFN(h))          (no FFN when d_ff = 0)
 
     Called as ``block(x, mask)`` with ``x`` ``(B, L, d_model)``; ``self_weights`` keeps the last
-    weights ``(B, H, L, W)`` (by distance), detached.
+    weights ``(B, h, L, W)`` (by distance), detached.
     """
 
     def __init__(

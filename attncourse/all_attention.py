@@ -5,7 +5,7 @@ Memory" (2019). Each head ``i`` gets ``N`` learned key vectors ``M_i^K`` and ``N
 vectors ``M_i^V`` that do not depend on the input. They are appended to the context's keys
 and values, and one softmax runs over both::
 
-    head_i = softmax([q K_i^T, q (M_i^K)^T] / sqrt(d_h)) [V_i; M_i^V]
+    head_i = softmax([q K_i^T, q (M_i^K)^T] / sqrt(d_k)) [V_i; M_i^V]
 
 The causal mask (and an adaptive span) restricts the context positions only: every query
 always sees all ``N`` persistent vectors. The layer then replaces a Transformer layer's
@@ -61,15 +61,15 @@ class AllAttention(nn.Module):
 
     Args:
         embed_dim: ``d``, the width of the input and of the output.
-        num_heads: ``h``; must divide ``embed_dim`` (``head_dim = d_h = d // h``).
+        num_heads: ``h``; must divide ``embed_dim`` (``head_dim = d_k = d // h``).
         num_persistent: ``N``, persistent vectors per head (``0``: the ordinary layer).
         bias: biases on the four projections (the paper has none).
 
     The persistent vectors follow the parametrisation of the authors' code: they are stored as
-    ``persistent_key`` ~ N(0, 1/d_h) and ``persistent_value`` ~ N(0, 1/N), each of shape
-    ``(h, N, d_h)``, and enter the attention multiplied by ``sqrt(d_h)`` and ``sqrt(N)``
+    ``persistent_key`` ~ N(0, 1/d_k) and ``persistent_value`` ~ N(0, 1/N), each of shape
+    ``(h, N, d_k)``, and enter the attention multiplied by ``sqrt(d_k)`` and ``sqrt(N)``
     (:meth:`memory`), so that they start at unit scale while the optimiser moves them
-    ``sqrt(d_h)`` and ``sqrt(N)`` times faster than a plain parameter.
+    ``sqrt(d_k)`` and ``sqrt(N)`` times faster than a plain parameter.
 
     The projections are those of a ``attncourse.multihead.MultiHeadAttention``
     (``self.projections``): with ``N = 0`` this layer computes exactly what that layer
@@ -90,7 +90,7 @@ class AllAttention(nn.Module):
         self.persistent_value = nn.Parameter(torch.randn(shape) / math.sqrt(max(num_persistent, 1)))
 
     def memory(self) -> Tuple[Tensor, Tensor]:
-        """The persistent keys and values as attention sees them: two ``(h, N, d_h)`` tensors."""
+        """The persistent keys and values as attention sees them: two ``(h, N, d_k)`` tensors."""
         return (
             self.persistent_key * math.sqrt(self.head_dim),
             self.persistent_value * math.sqrt(max(self.num_persistent, 1)),
@@ -148,12 +148,12 @@ class AllAttention(nn.Module):
             )
 
         p = self.projections
-        query = split_heads(p.q_proj(x), self.num_heads)  # (B, h, L, d_h)
-        key = split_heads(p.k_proj(x), self.num_heads)  # (B, h, L, d_h)
-        value = split_heads(p.v_proj(x), self.num_heads)  # (B, h, L, d_h)
-        memory_key, memory_value = self.memory()  # (h, N, d_h) each
+        query = split_heads(p.q_proj(x), self.num_heads)  # (B, h, L, d_k)
+        key = split_heads(p.k_proj(x), self.num_heads)  # (B, h, L, d_k)
+        value = split_heads(p.v_proj(x), self.num_heads)  # (B, h, L, d_k)
+        memory_key, memory_value = self.memory()  # (h, N, d_k) each
         n = self.num_persistent
-        # (B, h, L + N, d_h)
+        # (B, h, L + N, d_k)
         key = torch.cat([key, memory_key.to(key.dtype).expand(batch, -1, -1, -1)], dim=2)
         value = torch.cat([value, memory_value.to(value.dtype).expand(batch, -1, -1, -1)], dim=2)
         if mask is not None and n:
@@ -299,7 +299,7 @@ def all_attention_layer_parameters(
 ) -> int:
     """Parameters of one all-attention layer: ``4 d^2 + 2 N d``.
 
-    ``4 d^2`` for the projections and ``N d_h`` keys plus ``N d_h`` values in each of the
+    ``4 d^2`` for the projections and ``N d_k`` keys plus ``N d_k`` values in each of the
     ``h`` heads (``2 N d`` in all), plus ``4 d`` with ``attention_bias`` and ``2 d`` for its
     one LayerNorm with ``layer_norm`` (:class:`AllAttentionBlock` has both flags'
     parameters when built with ``bias=True``, and the norm always).

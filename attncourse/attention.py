@@ -83,11 +83,11 @@ def scaled_dot_product_attention(
     ``d_k = 0`` needs an explicit ``scale`` (all scores are then 0: uniform weights).
 
     Raises:
-        TypeError: an argument is not a floating tensor, the dtypes differ, or the mask is
-            neither boolean nor floating.
+        TypeError: an argument is not a floating tensor, the dtypes differ, the mask is
+            neither boolean nor floating, or the scale is not a number.
         ValueError: a rank below 2, ``d_k`` or ``S`` that disagree, batch dimensions that do
             not broadcast, a mask that does not broadcast to ``(..., L, S)``, devices that
-            differ, a scale that is not a positive number, or ``d_k = 0`` without a scale.
+            differ, a scale that is not positive and finite, or ``d_k = 0`` without a scale.
     """
     check_attention_inputs(query, key, value, mask)
     return _attention(query, key, value, mask, default_scale(query, scale))

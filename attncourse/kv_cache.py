@@ -16,7 +16,8 @@ has seen and a step computes only the new position's query, key and value::
 * :func:`repeat_kv`: grouped-query attention shares one key/value head among
   ``n_rep = num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
-* :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * L * batch * bytes per element``.
+* :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * S * batch * bytes per element``,
+  with ``S = length`` the positions cached.
 """
 
 from __future__ import annotations
@@ -129,7 +130,10 @@ class KVCache:
         keys, values: ``(B, kv_heads, S, head_dim)`` stored rows (``None`` before the first
             update). In a rolling buffer, slot ``p % W`` holds position ``p``: the rows are
             not in time order, and :attr:`positions` says which position each row holds.
-        positions: ``(S,)`` the absolute position of each stored row (``-1``: an empty slot).
+        positions: ``(S,)`` the absolute position of each stored row (``-1``: an empty slot;
+            ``None`` before the first update). A rolling buffer stores all ``W`` slots from the
+            first update on, so ``keys`` has ``S = W`` rows while ``len(cache)`` counts the
+            filled ones.
         seen: how many positions went through the cache: the position of the next token.
     """
 
@@ -294,7 +298,8 @@ def kv_cache_bytes(
     batch: int = 1,
     bytes_per_element: int = 2,
 ) -> int:
-    """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * L * batch * bytes per element``."""
+    """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * S * batch * bytes per
+    element``, with ``S = length`` the positions cached."""
     # of Python ints: numpy int32 sizes would overflow the product silently
     return 2 * math.prod(
         check_positive_ints(

@@ -62,7 +62,7 @@ def padding_mask(
 
     Returns:
         ``(B, S)`` boolean, ``True`` at positions ``j < lengths[b]``. To mask the *keys* of
-        scores ``(B, L, S)`` use ``mask[:, None, :]``; for ``(B, H, L, S)`` use
+        scores ``(B, L, S)`` use ``mask[:, None, :]``; for ``(B, h, L, S)`` use
         ``mask[:, None, None, :]``.
 
     Raises:

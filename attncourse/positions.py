@@ -54,6 +54,8 @@ def sinusoidal_encoding(
 
         PE[pos, 2i]     = sin(pos / base^(2i / d_model))
         PE[pos, 2i + 1] = cos(pos / base^(2i / d_model))
+
+    ``d_model`` must be even (a ``ValueError`` otherwise): the rows pair a sine with a cosine.
     """
     require_positive_int("length", length)
     require_positive_int("d_model", d_model)
@@ -70,7 +72,13 @@ def sinusoidal_encoding(
 
 
 def rope_angles(positions: Tensor, head_dim: int, *, base: float = 10000.0) -> Tensor:
-    """Rotation angles ``m * theta_i`` of RoPE, ``(L, head_dim / 2)``, with ``theta_i = base^(-2i / head_dim)``."""
+    """Rotation angles ``m * theta_i`` of RoPE, with ``theta_i = base^(-2i / head_dim)``.
+
+    ``positions`` ``(L,)`` (integer or real) -> ``(L, head_dim / 2)`` in float64, on the
+    positions' device: at long positions float32 angles would be off by about 1e-3 rad.
+    Convert their cos and sin to the dtype of the vectors they rotate (as :func:`apply_rope`
+    does).
+    """
     require_real_positions("positions", positions)
     if positions.dim() != 1:
         raise ValueError(f"positions must be 1-D (L,), got {fmt_shape(positions.shape)}")

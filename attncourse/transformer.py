@@ -167,7 +167,9 @@ class TransformerBlock(nn.Module):
         *,
         cache: Optional[KVCache] = None,
     ) -> Tensor:
-        """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask; ``memory``: ``(B, S, d_model)``
+        """``x``: ``(B, L, d_model)``; ``mask``: self-attention mask, boolean or additive,
+        broadcastable to ``(B, L, L)`` (with a cache, to ``(B, L, S)`` over the cached and new
+        positions; the cache adds the causal mask itself); ``memory``: ``(B, S, d_model)``
         encoder output, with ``memory_mask`` broadcastable to ``(B, L, S)``; ``cache``: the
         self-attention's :class:`attncourse.kv_cache.KVCache` (chapter 6). Returns ``(B, L, d_model)``.
         """
@@ -347,8 +349,8 @@ class CausalLM(nn.Module):
         final_norm: a LayerNorm after the last block (needed after pre-LayerNorm blocks, whose
             residual stream is never normalised otherwise).
 
-    ``forward`` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``;
-    ``max_len`` is the longest input (:func:`attncourse.sampling.generate` crops to it).
+    ``forward`` maps tokens ``(B, L)`` to next-token logits ``(B, L, vocab_size)``, with ``L``
+    at most ``max_len`` where there is a position table (see ``max_len`` above).
     """
 
     def __init__(

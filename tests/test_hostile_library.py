@@ -210,3 +210,15 @@ def test_windowed_tiles_cover_the_sliding_window_when_the_lengths_differ(block_m
                             r * block_m : (r + 1) * block_m, c * block_n : (c + 1) * block_n
                         ]
                         assert visited[r, c] or not tile.any(), (query_len, key_len, window, r, c)
+
+
+def test_adaptive_span_attention_refuses_zero_width_heads_without_offering_a_scale():
+    """It takes no ``scale``: the refusal of d_k = 0 must not tell the caller to pass one."""
+    from attncourse.adaptive_span import adaptive_span_attention
+
+    query = torch.randn(1, 2, 4, 0)
+    with pytest.raises(ValueError, match=r"d_k = 0") as raised:
+        adaptive_span_attention(
+            query, query, torch.randn(1, 2, 4, 3), torch.tensor([1.0, 1.0]), 2.0
+        )
+    assert "scale=" not in str(raised.value)

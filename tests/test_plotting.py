@@ -70,7 +70,7 @@ def test_plot_heads_accepts_a_list_with_own_scales():
             lambda: heatmap(torch.zeros(2, 3), None, ["a"]),
             "key_labels has 1 labels but the matrix has 3 columns",
         ),
-        (lambda: plot_heads(torch.zeros(2, 3)), r"\(H, L, S\)"),
+        (lambda: plot_heads(torch.zeros(2, 3)), r"\(h, L, S\)"),
         (lambda: plot_heads([np.eye(2)], titles=["a", "b"]), "2 titles for 1 matrices"),
         (lambda: plot_heads([]), "empty"),
         (

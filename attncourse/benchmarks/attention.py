@@ -476,7 +476,7 @@ def plot(result: Dict[str, object]):
     """Time and peak memory against L on log-log axes, one line per implementation (causal dashed).
 
     ``result``: what :func:`run` or :func:`load` returns (a dict whose ``"rows"`` hold timed
-    attention rows).
+    attention rows). Returns the matplotlib ``Figure`` (two axes: time, peak memory).
     """
     import matplotlib.pyplot as plt
 
@@ -543,6 +543,9 @@ def constants(
     * ``copy_bytes_per_s``: read + write bandwidth of cloning a 64 MiB tensor;
     * ``thread_flops_per_s``: ``{threads: FLOP/s}`` of a 768 x 768 product with 1 thread and
       with torch's default number of threads.
+
+    The keys ``n`` and ``threads`` are strings (``"768"``), as in the JSON file
+    :func:`load_constants` reads, so that a fresh run and a committed one read alike.
     """
     sizes = _require_positive_ints("sizes", sizes, distinct=True)
     require_positive_int("repeats", repeats)

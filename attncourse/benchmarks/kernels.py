@@ -96,7 +96,9 @@ def build_gpu(
     ``backward`` adds the backward pass of ``out.sum()`` (forward+backward). ``impl`` is one of
     ``GPU_IMPLEMENTATIONS``, or ``"span"``: the adaptive-span kernel with every head's span
     at ``span`` (causal by construction). ``dtype`` is a floating ``torch.dtype``; ``device``
-    ``"cpu"`` runs the Triton kernels through its interpreter.
+    ``"cpu"`` runs the Triton kernels through Triton's interpreter, which must be switched on
+    before triton is first imported (``TRITON_INTERPRET=1`` in the environment); without it a
+    CPU tensor is refused with a ``ValueError`` that says so.
     """
     _require_choice("impl", impl, GPU_IMPLEMENTATIONS + ("span",))
     length, batch, num_heads, head_dim = check_positive_ints(
@@ -311,8 +313,12 @@ def targets(
 ) -> Dict[str, Dict[str, Optional[float]]]:
     """The measured ratios behind ``TARGETS`` (non-causal, ``dtype``), each with its target and whether it is met.
 
-    A ratio is ``None`` where a time is not in ``rows`` or the time to divide by is 0; ``rows``
-    without any row of ``dtype`` is a ``ValueError``.
+    ``rows`` are :func:`run_gpu`'s: each a dict with ``"seconds"`` and the keys that place it,
+    ``"kind"`` (``"attention"`` or ``"span"``), ``"impl"`` (``"triton"``, ``"torch-flash"``,
+    ...), ``"pass"`` (``"forward"`` or ``"forward+backward"``), ``"dtype"`` (a name such as
+    ``"float16"``), ``"length"``, ``"causal"``, and for span rows ``"span"``. A ratio is
+    ``None`` where a time is not in ``rows`` or the time to divide by is 0; ``rows`` without any
+    row of ``dtype`` is a ``ValueError``.
     """
     rows = _rows("rows", rows, ())
     spans = _require_positive_numbers("spans", spans)
@@ -511,7 +517,8 @@ def time_triton_against_torch(
     Returns ``{"device", "backend", "triton_ms", "torch_ms", "ratio", "line"}`` (medians, and
     a printable line). The SDPA backend is :func:`attncourse.kernels.sdpa.sdpa_backend_for`'s (``"efficient"`` on a
     T4, ``"flash"`` on an A100 or H100). On a CPU the kernel runs through Triton's interpreter
-    and the times say nothing about a GPU; the line says so.
+    (``TRITON_INTERPRET=1`` set before triton is first imported; otherwise a ``ValueError``
+    says so), and the times say nothing about a GPU; the line says so.
     """
     device = _require_device("device", device)
     batch, heads, length, head_dim = check_positive_ints(

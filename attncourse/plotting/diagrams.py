@@ -548,8 +548,10 @@ def block_stages(block) -> list:
 
     Read off the block itself (its ``norm_first`` flag and the sublayers it has), so the
     schematic of :func:`plot_transformer_blocks` is the code's order. Each stage is a label:
-    ``"LayerNorm"``, a sublayer name, ``"dropout"`` or ``"+"`` (the residual addition, whose
-    skip connection starts at the ``"residual from"`` stage before it).
+    ``"input"`` first and ``"output"`` last, and between them ``"LayerNorm"``, a sublayer name,
+    ``"dropout"`` or ``"+"`` (the residual addition; its skip connection starts where the
+    sublayer's group starts: at the ``"LayerNorm"`` before the sublayer in a pre-LN block, at
+    the sublayer in a post-LN one).
     """
     sublayers = [("masked self-attention", True)]
     if getattr(block, "cross_attn", None) is not None:
@@ -873,7 +875,7 @@ def plot_tile_maps(
     """Which tiles a blocked kernel computes: one panel per head, a dark square per computed tile.
 
     Args:
-        maps: ``(H, query blocks, key blocks)`` boolean (``True`` = computed), e.g.
+        maps: ``(h, query blocks, key blocks)`` boolean (``True`` = computed), e.g.
             :func:`attncourse.kernels.tiles.span_tile_maps`.
         titles: one per panel; by default ``"head h: n tiles"``.
         suptitle: a title over the whole figure.
@@ -881,7 +883,7 @@ def plot_tile_maps(
     maps = np.asarray(maps.detach().cpu() if isinstance(maps, torch.Tensor) else maps)
     if maps.ndim != 3:
         raise ValueError(
-            f"maps must be (H, query blocks, key blocks), got shape {fmt_shape(maps.shape)}"
+            f"maps must be (h, query blocks, key blocks), got shape {fmt_shape(maps.shape)}"
         )
     heads = maps.shape[0]
     if titles is None:

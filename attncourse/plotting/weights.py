@@ -132,7 +132,7 @@ def plot_heads(
     """Several ``(L, S)`` matrices side by side, e.g. every head of one layer.
 
     Args:
-        matrices: a ``(H, L, S)`` tensor/array or a list of ``(L, S)`` matrices.
+        matrices: an ``(h, L, S)`` tensor/array or a list of ``(L, S)`` matrices.
         query_labels, key_labels: tick labels shared by every panel.
         titles: one title per panel (``"head 0"``, ``"head 1"``, ... by default).
         ncols: panels per row (all in one row by default).
@@ -147,7 +147,7 @@ def plot_heads(
     if isinstance(matrices, (torch.Tensor, np.ndarray)):
         if matrices.ndim != 3:
             raise ValueError(
-                "matrices must be (H, L, S) or a list of (L, S), got shape"
+                "matrices must be (h, L, S) or a list of (L, S), got shape"
                 f" {fmt_shape(matrices.shape)}"
             )
         panels = [matrices[h] for h in range(matrices.shape[0])]
