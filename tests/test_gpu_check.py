@@ -1057,6 +1057,14 @@ def test_the_report_records_the_commit_and_its_summary_names_it(fake_machine, tm
     report["command"] = "python3 tools/gpu_check.py --out out"
     summary = gpu_report.summary_markdown(report)
     assert f"--out out` at commit 0123456789ab, {fingerprint}" in summary
+    # whether the kernels installed here are the ones the report timed
+    assert "the kernels installed here are the ones it timed" in summary
+    report["source"]["kernels"] = "0" * 16
+    summary = gpu_report.summary_markdown(report)
+    assert (
+        f"installed here (`{gpu_report.kernels_fingerprint()}`) differ from those it timed"
+        in summary
+    )
     del report["source"]  # a report from before the key: no words about it
     assert "kernels' fingerprint" not in gpu_report.summary_markdown(report)
 

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import hashlib
 import json
 import linecache
 import math
@@ -425,11 +424,7 @@ def source_fingerprint(root: Path = ROOT) -> Dict[str, str]:
     """
 
     def digest(paths: Sequence[Path]) -> str:
-        sha = hashlib.sha256()
-        for path in sorted(paths):
-            sha.update(path.relative_to(root).as_posix().encode() + b"\0")
-            sha.update(path.read_bytes() + b"\0")
-        return sha.hexdigest()[:16]
+        return gpu_report.source_digest(paths, root)
 
     package = root / "attncourse"
     return {

@@ -18,6 +18,7 @@ what was not measured, and why. A run killed at its time limit leaves a partial 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -213,6 +214,23 @@ def _table(title: str, report: Dict[str, object], header: Sequence[str], rows: L
     return "\n".join([title, "", _caption(report), "", _row(*header), rule, *rows])
 
 
+def source_digest(paths: Sequence[Path], root: Path) -> str:
+    """SHA-256 (first 16 hex digits) of ``paths``' names relative to ``root`` and their bytes,
+    in sorted order: it changes with any edit, not with where the files lie."""
+    sha = hashlib.sha256()
+    for path in sorted(paths):
+        sha.update(path.relative_to(root).as_posix().encode() + b"\0")
+        sha.update(path.read_bytes() + b"\0")
+    return sha.hexdigest()[:16]
+
+
+def kernels_fingerprint() -> str:
+    """The fingerprint a report records as ``source["kernels"]``, of the kernels installed
+    here (``attncourse/kernels/**/*.py``): equal to a report's when it timed this code."""
+    package = Path(__file__).resolve().parents[1]
+    return source_digest(list((package / "kernels").rglob("*.py")), package.parent)
+
+
 def _command_and_source(report: Dict[str, object]) -> str:
     """``"`python tools/gpu_check.py ...` at commit abc123456789, kernels' fingerprint `...`"``:
     the command that measured the report, and the code it measured (nothing for a report that
@@ -228,7 +246,15 @@ def _command_and_source(report: Dict[str, object]) -> str:
         command = command.replace(commit, commit[:12])
     else:
         at = f" at commit {commit[:12]}" if commit else " (commit not recorded)"
-    return f"`{command}`{at}, kernels' fingerprint `{source.get('kernels')}`"
+    timed = source.get("kernels")
+    here = kernels_fingerprint()
+    same = (
+        "the kernels installed here are the ones it timed"
+        if timed == here
+        else f"the kernels installed here (`{here}`) differ from those it timed: its figures"
+        " are those of the commit it names"
+    )
+    return f"`{command}`{at}, kernels' fingerprint `{timed}`; {same}"
 
 
 def summary_markdown(report: Dict[str, object]) -> str:
