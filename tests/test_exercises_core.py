@@ -1,10 +1,12 @@
 """The exercise machinery: check/hint/solution, results, the registry and concealed answers."""
 
+import collections
 import json
 import re
 from pathlib import Path
 
 import pytest
+import torch
 from exercise_helpers import REGISTRY, stub
 from helpers import ROOT
 
@@ -312,3 +314,50 @@ def test_a_wrong_dtype_does_not_hide_the_mistake_in_the_values():
         "Also:" not in check("adaptive-span/soft-mask", lambda d, s, r: (d <= s).double()).message
     )
     assert check("adaptive-span/soft-mask", lambda d, s, r: ((r + s - d) / r).clamp(0, 1)).passed
+
+
+def _float32_repeat_kv(x, n_rep):
+    """Right values, built in a float32 buffer (torch.zeros without a dtype)."""
+    batch, heads, length, width = x.shape
+    out = torch.zeros(batch, heads * n_rep, length, width)
+    for i in range(heads * n_rep):
+        out[:, i] = x[:, i // n_rep]
+    return out
+
+
+def _bfloat16_shifted_loss(logits, tokens):
+    """Right, in bfloat16: its rounding lands on a known wrong shift's loss within 1e-4."""
+    logits = logits.bfloat16()
+    flat = logits[:, :-1].reshape(-1, logits.size(-1))
+    return torch.nn.functional.cross_entropy(flat, tokens[:, 1:].reshape(-1))
+
+
+def _unscaled_attention_as_named_tuple(query, key, value, mask=None, *, scale=None):
+    weights = torch.softmax(query @ key.transpose(-2, -1), dim=-1)  # not scaled
+    return collections.namedtuple("Out", "output weights")(
+        (weights @ value).float(), weights.float()
+    )
+
+
+@pytest.mark.parametrize(
+    "exercise_id, answer",
+    [
+        ("inference/repeat-kv", _float32_repeat_kv),
+        ("language-model/shifted-loss", _bfloat16_shifted_loss),
+        ("dot-product/scores", lambda q, k: (q.half() @ k.half().mT) / q.size(-1) ** 0.5),
+    ],
+)
+def test_right_values_in_a_lower_precision_are_told_only_the_dtype(exercise_id, answer):
+    """Rounding to float32 or below must not read as a mistake in the values: the verdict is
+    the dtype message alone (before naming known mistakes first, these were told their
+    values were wrong, the bfloat16 loss even that it was shifted the wrong way)."""
+    result = check(exercise_id, answer)
+    assert result.status == FAILED
+    assert result.message.startswith("Your function was given torch.float64 tensors"), result
+    assert "Also:" not in result.message
+
+
+def test_a_named_tuple_in_the_wrong_dtype_gets_its_known_mistake_named():
+    result = check("dot-product/attention", _unscaled_attention_as_named_tuple)
+    first, also = result.message.split("\nAlso: ")[:2]
+    assert "not scaled" in first and also.startswith("Your function was given torch.float64")

@@ -488,7 +488,12 @@ def _check_in_language(exercise_id: str, answer: Any) -> Result:
         except Mistake as mistake:
             text = _timeout_message() if context.timed_out else _text(mistake)
             if context.dtype_mistake and not context.timed_out:
-                text += "\n" + _("Also: {message}").format(message=context.dtype_mistake)
+                # a known mistake recognised in the values comes first, the dtype after it;
+                # any other complaint may come from the lower precision: the dtype alone
+                if any(message in text for message in context.named):
+                    text += "\n" + _("Also: {message}").format(message=context.dtype_mistake)
+                else:
+                    text = context.dtype_mistake
             return Result(
                 exercise_id,
                 FAILED,
@@ -710,6 +715,8 @@ class _Context:
         self.timed_out = False
         #: the first result of the wrong dtype the learner's function returned (its message)
         self.dtype_mistake: Optional[str] = None
+        #: the messages of the known mistakes the answer's values were recognised as (named())
+        self.named: List[str] = []
 
 
 _CONTEXT: Optional[_Context] = None
@@ -791,13 +798,21 @@ def _dtype_mistake(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> 
 
 
 def _in_dtype(result: Any, dtype: torch.dtype) -> Any:
-    """``result`` (a tensor, or a plain tuple or list of values) with its floating tensors
-    converted to ``dtype``; ``None`` for any other kind of result."""
+    """``result`` (a tensor, or a tuple, named tuple or list of values) with its floating
+    tensors converted to ``dtype``; ``None`` for any other kind of result, or for one with a
+    tensor of less than single precision (float16, bfloat16): its rounding alone would make the
+    values look wrong."""
     if isinstance(result, Tensor):
-        return result.to(dtype) if result.is_floating_point() else result
-    if type(result) in (tuple, list):
+        if not result.is_floating_point():
+            return result
+        return result.to(dtype) if torch.finfo(result.dtype).bits >= 32 else None
+    if isinstance(result, (tuple, list)) and (
+        type(result) in (tuple, list) or hasattr(result, "_make")
+    ):
         items = [_in_dtype(item, dtype) if isinstance(item, Tensor) else item for item in result]
-        return type(result)(items)
+        if any(item is None for item in items):
+            return None
+        return result._make(items) if hasattr(result, "_make") else type(result)(items)
     return None
 
 
@@ -960,8 +975,8 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     converted = _in_dtype(result, _expected_dtype(args, kwargs))
     if context is None or converted is None:
         raise Mistake(mistake)
-    # the checker goes on with the values in the right dtype, so that a mistake in the values,
-    # usually the one that matters more, is named first; check() adds this one to the verdict
+    # the checker goes on with the values in the right dtype, so that a known mistake in the
+    # values (named()), usually the one that matters more, is named first; check() adds this
     context.dtype_mistake = context.dtype_mistake or mistake
     return converted
 
@@ -1458,11 +1473,23 @@ def diagnose(
     message names all of them (:func:`several`): the output alone cannot tell which was made.
     A mistake whose value is ``None`` (not defined for this input) is skipped."""
     found = [
-        message
+        named(message)
         for message, wrong in mistakes.items()
         if wrong is not None and matches(actual, wrong, atol=atol, equal_nan=True)
     ]
     return several(found) if found else default
+
+
+def named(message: str) -> str:
+    """``message``, recorded as naming a known mistake that the answer's values reproduce.
+
+    :func:`diagnose` records its matches; a checker that matches known mistakes its own way
+    calls this on the message it raises. When the answer's result also had the wrong dtype,
+    :func:`check` shows a recorded message first and the dtype after it; any other complaint
+    about the values gives way to the dtype, whose rounding may be its cause."""
+    if _CONTEXT is not None:
+        _CONTEXT.named.append(message)
+    return message
 
 
 def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str:

@@ -17,6 +17,7 @@ from ._core import (
     expect_tuple,
     forbid,
     matches,
+    named,
     random_tensor,
 )
 from ._i18n import _
@@ -241,7 +242,7 @@ def _compare(case: str, got, expected, variants) -> None:
         )
     for message, (_output, wrong_weights) in variants.items():
         if matches(weights, wrong_weights, equal_nan=True):
-            raise Mistake(_("{case}: {message}").format(case=case, message=message))
+            raise Mistake(_("{case}: {message}").format(case=case, message=named(message)))
     if torch.isnan(weights).any() or torch.isnan(output).any():
         raise Mistake(
             _(

@@ -17,6 +17,7 @@ from ._core import (
     expect_tensor,
     expect_tuple,
     matches,
+    named,
     number,
     random_tensor,
     reveal,
@@ -165,7 +166,7 @@ def _check_case(case, fn, args, value_mistake_possible):
         )
     for message, wrong in _cross_variants(*args).items():
         if matches(weights, wrong, equal_nan=True):
-            raise Mistake(_("{case}: {value}").format(case=case, value=message.rstrip()))
+            raise Mistake(_("{case}: {value}").format(case=case, value=named(message.rstrip())))
     if torch.isnan(weights).any():
         raise Mistake(
             _(

@@ -14,6 +14,7 @@ from ._core import (
     exercise,
     expect_tuple,
     matches,
+    named,
     random_tensor,
 )
 from ._i18n import _
@@ -158,7 +159,7 @@ def _check_online_update(fn) -> str:
     if not all(matches(g, e) for g, e in zip(got, expected)):
         for message, wrong in _update_mistakes(*state, scores, value).items():
             if all(matches(g, w, equal_nan=True) for g, w in zip(got, wrong)):
-                raise Mistake(message)
+                raise Mistake(named(message))
         wrong_part = [n for n, g, e in zip(names, got, expected) if not matches(g, e)]
         raise Mistake(
             _(

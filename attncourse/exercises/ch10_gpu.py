@@ -46,6 +46,7 @@ from ._core import (
     expect_tensor,
     integer,
     matches,
+    named,
     number,
     several,
     stub_field,
@@ -2063,7 +2064,7 @@ def _diagnose_backward(
     lse, dout."""
     for message, wrong in _backward_variants(*inputs).items():
         if all(matches(g_, w, atol=1e-8, rtol=1e-6, equal_nan=True) for g_, w in zip(got, wrong)):
-            raise Mistake(_("With {what}: {message}").format(what=what, message=message))
+            raise Mistake(_("With {what}: {message}").format(what=what, message=named(message)))
     if all(matches(g_, e, atol=1e-5, rtol=1e-4) for g_, e in zip(got, expected)):
         largest = max((g_.double() - e).abs().max().item() for g_, e in zip(got, expected))
         raise Mistake(
