@@ -558,3 +558,16 @@ def test_extend_mask_appends_visible_columns_and_checks_its_input():
 def test_parameter_counts_take_bool_flags(count, flag):
     with pytest.raises(TypeError, match=flag):
         count(**{flag: 1})
+
+
+def test_the_lookup_runs_record_the_machine_they_ran_on(tmp_path):
+    """Chapter 9's committed seed losses and step times must say where they were measured: the
+    CPU, its cores, the date and the load (the step-times file had none of these)."""
+    import json
+
+    from attncourse.course import lookup_task
+
+    out = tmp_path / "seeds.json"
+    lookup_task.main(["--seeds", "0", "--steps", "2", "--output", str(out)])
+    recorded = json.loads(out.read_text())["machine"]
+    assert {"cpu", "cpu_cores", "date", "torch_threads"} <= set(recorded)

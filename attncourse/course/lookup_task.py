@@ -33,6 +33,7 @@ from .._checks import (
     require_token_ids,
 )
 from ..all_attention import AllAttentionBlock, count_parameters
+from ..benchmarks.common import machine
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
 from .text import _check_fraction, _require_float_size, _require_generator, _seeded
@@ -377,7 +378,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.step_times:
         result = time_training_steps()
         output = Path(STEP_TIMES.name)  # the working directory, never the installed package
-        output.write_text(json.dumps(dict(result, torch=torch.__version__), indent=1) + "\n")
+        record = dict(result, torch=torch.__version__, machine=machine("cpu"))
+        output.write_text(json.dumps(record, indent=1) + "\n")
         print(
             {kind: round(ms, 1) for kind, ms in result["median_ms"].items()}, f"written to {output}"
         )
@@ -396,6 +398,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "steps": args.steps,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "machine": machine("cpu"),
         "runs": runs,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
