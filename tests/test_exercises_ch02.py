@@ -117,8 +117,8 @@ def test_forward_accepts_the_reference_and_the_package_layer():
         ({"transpose": False, "merge_transpose": False}, "without a transpose"),
         ({"merge_transpose": False}, "merged with reshape"),
         ({"in_t": False, "out_t": False}, "multiply as they are stored (x_q @ w_q)"),
-        ({"out_t": False}, "output projection multiplies by w_o as stored"),
-        ({"in_t": False}, "query, key and value projections multiply by the weights as stored"),
+        ({"out_t": False}, "You multiplied by w_o as stored"),
+        ({"in_t": False}, "You multiplied by w_q, w_k, w_v as stored"),
     ],
 )
 def test_forward_rejects(options, words):
@@ -129,6 +129,18 @@ def test_forward_rejects(options, words):
         return _forward(*args, **opts)
 
     _failed("multi-head/forward", wrong, words)
+
+
+def test_forward_names_a_single_weight_multiplied_as_stored():
+    def key_as_stored(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
+        layer = torch.nn.MultiheadAttention(x_q.size(-1), num_heads, bias=False, batch_first=True)
+        layer = layer.to(x_q.dtype)
+        with torch.no_grad():  # in_proj_weight stacks W^Q, W^K, W^V in nn.Linear's layout
+            layer.in_proj_weight.copy_(torch.cat([w_q, w_k.T, w_v]))
+            layer.out_proj.weight.copy_(w_o)
+        return layer(x_q, x_kv, x_kv, need_weights=False)[0]
+
+    _failed("multi-head/forward", key_as_stored, "You multiplied by w_k as stored")
 
 
 def test_forward_rejects_single_head_and_tuples():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..attention import scaled_dot_product_attention
@@ -136,11 +138,13 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     E = x_q.size(-1)
     head_dim = E // num_heads
 
-    def run(split, scale, merge, out_proj=True, w_in=lambda w: w.T, w_out=lambda w: w.T):
-        q, k, v = split(x_q @ w_in(w_q)), split(x_kv @ w_in(w_k)), split(x_kv @ w_in(w_v))
+    def run(split, scale, merge, out_proj=True, stored=()):
+        # the weights named in ``stored`` multiply as stored (x @ w), the others as x @ w.T
+        w = {name: m if name in stored else m.T for name, m in _named_weights(w_q, w_k, w_v, w_o)}
+        q, k, v = split(x_q @ w["w_q"]), split(x_kv @ w["w_k"]), split(x_kv @ w["w_v"])
         heads, _ = scaled_dot_product_attention(q, k, v, scale=scale)
         concat = merge(heads)
-        return concat @ w_out(w_o) if out_proj else concat
+        return concat @ w["w_o"] if out_proj else concat
 
     good = lambda t: split_heads(t, num_heads)
     no_transpose = lambda t: t.reshape(t.size(0), num_heads, t.size(1), head_dim)
@@ -186,21 +190,25 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             "The weights multiply as they are stored (x_q @ w_q): like nn.Linear's, each is "
             "(out_features, in_features), so a projection is x W^T. Use x_q @ w_q.T, x_kv @ w_k.T, "
             "x_kv @ w_v.T and concat @ w_o.T."
-        ): run(good, head_dim**-0.5, merge_heads, w_in=_as_stored, w_out=_as_stored),
-        _(
-            "The query, key and value projections are right, but the output projection multiplies "
-            "by w_o as stored: use concat @ w_o.T, like the other three."
-        ): run(good, head_dim**-0.5, merge_heads, w_out=_as_stored),
-        _(
-            "The output projection is right, but the query, key and value projections multiply by "
-            "the weights as stored: use x_q @ w_q.T, x_kv @ w_k.T and x_kv @ w_v.T."
-        ): run(good, head_dim**-0.5, merge_heads, w_in=_as_stored),
+        ): run(good, head_dim**-0.5, merge_heads, stored=("w_q", "w_k", "w_v", "w_o")),
+        **{
+            _(
+                "You multiplied by {weights} as stored (x @ w): like nn.Linear's, each weight is "
+                "(out_features, in_features), so a projection is x @ w.T. Transpose {weights} as "
+                "you did the other weights."
+            ).format(weights=", ".join(subset)): run(
+                good, head_dim**-0.5, merge_heads, stored=subset
+            )
+            for size in (1, 2, 3)
+            for subset in itertools.combinations(("w_q", "w_k", "w_v", "w_o"), size)
+        },
         _(SOFTMAX_DIM): _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
     }
 
 
-def _as_stored(weight):
-    return weight
+def _named_weights(w_q, w_k, w_v, w_o):
+    """The four weight matrices with their names."""
+    return zip(("w_q", "w_k", "w_v", "w_o"), (w_q, w_k, w_v, w_o))
 
 
 def _with_softmax_over_queries(compute):
