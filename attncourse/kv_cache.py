@@ -16,8 +16,9 @@ has seen and a step computes only the new position's query, key and value::
 * :func:`repeat_kv`: grouped-query attention shares one key/value head among
   ``n_rep = num_heads // num_kv_heads`` query heads; repeating each K/V head that many times gives the
   ``(B, num_heads, S, head_dim)`` tensors that ordinary multi-head attention takes.
-* :func:`kv_cache_bytes`: ``2 * layers * kv_heads * head_dim * S * batch * bytes per element``,
-  with ``S = length`` the positions cached.
+* :func:`kv_cache_bytes`: ``2 * num_layers * num_kv_heads * head_dim * length * batch *
+  bytes_per_element`` (the book's 2 · layers · kv heads · d_k · S · B · bytes, with S the
+  positions cached).
 """
 
 from __future__ import annotations
@@ -298,8 +299,8 @@ def kv_cache_bytes(
     batch: int = 1,
     bytes_per_element: int = 2,
 ) -> int:
-    """Bytes of a KV cache: ``2 (K and V) * layers * kv_heads * head_dim * S * batch * bytes per
-    element``, with ``S = length`` the positions cached."""
+    """Bytes of a KV cache: ``2 (K and V) * num_layers * num_kv_heads * head_dim * length * batch
+    * bytes_per_element``, with ``length`` the positions cached (the book's S)."""
     # of Python ints: numpy int32 sizes would overflow the product silently
     return 2 * math.prod(
         check_positive_ints(

@@ -175,6 +175,14 @@ def rope_with_theta(theta_of):
     return rope
 
 
+def _swapped_cos_sin(x, positions):
+    d_k = x.size(-1)
+    angle = positions.double()[:, None] * 10000.0 ** (-torch.arange(0, d_k, 2).double() / d_k)
+    sin, cos = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # the names swapped
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
 def rope_float64_out(x, positions):
     return _rope_solution(x.double(), positions)
 
@@ -192,6 +200,13 @@ def test_rope_accepts(answer):
         (rope_ignores_positions, "use the positions"),
         (lambda x, p: x, "returns x unchanged"),
         (lambda x, p: x.flip(-1), "differs from RoPE"),
+        # the two components in the other order: a reflection, not a rotation
+        (
+            lambda x, p: _rope_solution(x, p).unflatten(-1, (-1, 2)).flip(-1).flatten(-2),
+            "not rotated",
+        ),
+        # cos and sin swapped: a rotation by pi/2 - m theta_i
+        (_swapped_cos_sin, "cos and sin are swapped"),
         (rope_float32_theta, "computed in float32"),
         (rope_float64_out, "keep the input's dtype"),
         # 10000^(-i/d) over the d/2 pairs: the exponent counts pairs, not features
@@ -200,7 +215,7 @@ def test_rope_accepts(answer):
         # another base: still a rotation, by other angles
         (
             rope_with_theta(lambda d: 500000.0 ** (-torch.arange(0, d, 2).double() / d)),
-            "keeps its length, so you rotate",
+            "is rotated, but not by m * theta_i",
         ),
     ],
 )

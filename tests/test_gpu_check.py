@@ -1050,17 +1050,18 @@ def test_the_report_records_the_commit_and_its_summary_names_it(fake_machine, tm
     fingerprint = f"kernels' fingerprint `{report['source']['kernels']}`"
     # the commit the command passed, once, shortened in the command
     report["command"] = "python3 tools/gpu_check.py --commit 0123456789abcdef0123"
-    summary = gpu_report.summary_markdown(report)
+    assert "installed here" not in gpu_report.summary_markdown(report)  # a file must not go stale
+    summary = gpu_report.summary_markdown(report, against_installed=True)
     assert f"--commit 0123456789ab`, {fingerprint}" in summary
     assert summary.count("0123456789ab") == 1
     # a commit git found, named after the command
     report["command"] = "python3 tools/gpu_check.py --out out"
-    summary = gpu_report.summary_markdown(report)
+    summary = gpu_report.summary_markdown(report, against_installed=True)
     assert f"--out out` at commit 0123456789ab, {fingerprint}" in summary
     # whether the kernels installed here are the ones the report timed
     assert "the kernels installed here are the ones it timed" in summary
     report["source"]["kernels"] = "0" * 16
-    summary = gpu_report.summary_markdown(report)
+    summary = gpu_report.summary_markdown(report, against_installed=True)
     assert (
         f"installed here (`{gpu_report.kernels_fingerprint()}`) differ from those it timed"
         in summary

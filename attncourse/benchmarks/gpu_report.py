@@ -231,7 +231,7 @@ def kernels_fingerprint() -> str:
     return source_digest(list((package / "kernels").rglob("*.py")), package.parent)
 
 
-def _command_and_source(report: Dict[str, object]) -> str:
+def _command_and_source(report: Dict[str, object], against_installed: bool = False) -> str:
     """``"`python tools/gpu_check.py ...` at commit abc123456789, kernels' fingerprint `...`"``:
     the command that measured the report, and the code it measured (nothing for a report that
     predates the ``source`` key). A commit the command passed (``--commit``) is named once, in
@@ -247,24 +247,28 @@ def _command_and_source(report: Dict[str, object]) -> str:
     else:
         at = f" at commit {commit[:12]}" if commit else " (commit not recorded)"
     timed = source.get("kernels")
+    named = f"`{command}`{at}, kernels' fingerprint `{timed}`"
+    if not against_installed:  # a report file: what it says must not go stale
+        return named
     here = kernels_fingerprint()
-    same = (
-        "the kernels installed here are the ones it timed"
-        if timed == here
-        else f"the kernels installed here (`{here}`) differ from those it timed: its figures"
+    if timed == here:
+        return f"{named}; the kernels installed here are the ones it timed"
+    return (
+        f"{named}; the kernels installed here (`{here}`) differ from those it timed: its figures"
         " are those of the commit it names"
     )
-    return f"`{command}`{at}, kernels' fingerprint `{timed}`; {same}"
 
 
-def summary_markdown(report: Dict[str, object]) -> str:
+def summary_markdown(report: Dict[str, object], *, against_installed: bool = False) -> str:
     """A compact Markdown summary of ``report`` (a dict as :func:`load_report` returns it).
 
     The GPU, its versions and the date; correctness counts; the course's forward and
     forward+backward against torch's flash and cuDNN backends at L = 4096 in float16 (TFLOP/s
     and the course's throughput as a multiple of each); adaptive span's speed-up beside the
     ratio of tiles it skips; the design questions' winners; and what was skipped. Each table
-    is headed with the GPU, the versions and the date.
+    is headed with the GPU, the versions and the date. ``against_installed`` (a chapter showing
+    the report) adds whether the kernels installed here are the ones the report timed; the
+    report's own ``.md`` leaves it out, since it would go stale.
     """
     report = _check_report(report, "report")
     env = report["environment"]
@@ -275,7 +279,7 @@ def summary_markdown(report: Dict[str, object]) -> str:
         f"Compute capability {env['compute_capability']}, torch {env['torch']}, triton"
         f" {env['triton']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, driver {env['driver']},"
         f" Python {env['python']}; measured {report['date']} (UTC) by"
-        f" {_command_and_source(report)}.",
+        f" {_command_and_source(report, against_installed)}.",
         _correctness_lines(report),
         _comparison_table(report),
         _span_table(report),

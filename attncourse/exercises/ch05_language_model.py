@@ -210,9 +210,11 @@ def _rope_variants(x, positions):
     x1, x2 = x[..., 0::2], x[..., 1::2]
     h1, h2 = x[..., : d // 2], x[..., d // 2 :]
 
-    def rotated(theta, sign=1.0):
+    def rotated(theta, sign=1.0, swap=False):
         angle = positions.double()[:, None] * theta
         cos, sin = angle.cos(), sign * angle.sin()
+        if swap:
+            cos, sin = sin, cos
         return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 
     theta = 10000.0 ** (-pairs / d)
@@ -241,6 +243,10 @@ def _rope_variants(x, positions):
             "first pair turning fastest (one radian a position) and the last slowest."
         ): rotated(10000.0 ** (pairs / d)),
         _("Your function returns x unchanged: rotate the pair i of position m by m * theta_i."): x,
+        _(
+            "cos and sin are swapped: position 0 must not turn at all (cos 0 = 1, sin 0 = 0); the "
+            "pair goes to (x1 cos - x2 sin, x1 sin + x2 cos)."
+        ): rotated(theta, swap=True),
         (
             _(
                 "You added the rotation (x + cos/sin terms) instead of rotating: RoPE multiplies "
@@ -251,18 +257,25 @@ def _rope_variants(x, positions):
 
 
 def _rope_default(out: torch.Tensor, x: torch.Tensor) -> str:
-    """The message for an unknown wrong rotation: does it at least keep each pair's length?"""
-
-    def pair_lengths(t):
-        return t[..., 0::2] ** 2 + t[..., 1::2] ** 2
-
-    if matches(pair_lengths(out), pair_lengths(x)):
+    """The message for an unknown wrong map: is it at least a rotation of each pair, by an angle
+    that depends only on the position and the pair (the same for every vector)?"""
+    x1, x2, o1, o2 = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
+    length = x1**2 + x2**2
+    if not matches(o1**2 + o2**2, length):
+        return _("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5.")
+    # the cosine and sine of the angle that takes (x1, x2) to (o1, o2), per vector
+    cos, sin = (x1 * o1 + x2 * o2) / length, (x1 * o2 - x2 * o1) / length
+    if matches(cos, cos[:1].expand_as(cos)) and matches(sin, sin[:1].expand_as(sin)):
         return _(
-            "Each pair (x[..., 2i], x[..., 2i + 1]) keeps its length, so you rotate, but not by "
-            "m * theta_i with theta_i = 10000^(-2i/d_k): check the base 10000, the exponent and the "
-            "positions (position 0 is not turned at all)."
+            "Each pair (x[..., 2i], x[..., 2i + 1]) is rotated, but not by m * theta_i with "
+            "theta_i = 10000^(-2i/d_k): check the base 10000, the exponent and the positions "
+            "(position 0 is not turned at all)."
         )
-    return _("Your rotation differs from RoPE on x (2, 6, 8), positions 0..5.")
+    return _(
+        "Each pair keeps its length but is not rotated (the angle would depend on the vector): "
+        "a rotation sends (x1, x2) to (x1 cos - x2 sin, x1 sin + x2 cos). Check the order and "
+        "the signs of the two components, and that cos and sin are not swapped."
+    )
 
 
 @exercise(
