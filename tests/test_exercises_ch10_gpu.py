@@ -1156,6 +1156,12 @@ def test_roofline_accepts_several_styles(on_a_gpu):
         types.SimpleNamespace(**right),
         renamed,
         as_numbers,
+        # the book's symbols: B and h
+        {
+            "B": right["batch"],
+            "h": right["heads"],
+            **{k: v for k, v in right.items() if k not in ("batch", "heads")},
+        },
     ):
         result = check(ROOFLINE, answer)
         assert result.passed, (answer, result)

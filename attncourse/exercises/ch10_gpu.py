@@ -2155,7 +2155,7 @@ def _roofline_solution(
 _ROOFLINE_FIELDS = {
     "ms": ("time_ms", "milliseconds", "median_ms"),
     "batch": ("batch_size", "B"),
-    "heads": ("num_heads", "H"),
+    "heads": ("num_heads", "h", "H"),
     "L": ("query_len", "seq_len"),
     "S": ("key_len", "seq_len"),
     "d": ("head_dim",),
@@ -2250,13 +2250,13 @@ def _raise_named(
             intensity.
         """,
         """
-            1. On the GPU, make q, k, v (float16, say B=4, H=8, L=S=2048, d=64) and call the kernel a few
+            1. On the GPU, make q, k, v (float16, say B=4, h=8, L=S=2048, d=64) and call the kernel a few
             times first (the first call compiles it). Then time 20 calls, each between two
             torch.cuda.Event(enable_timing=True) recorded before and after it, with
             torch.cuda.synchronize() before start.elapsed_time(end), and keep the median (ms).
-            2. FLOPs: two products of 2 L S d each per (batch, head), 4 B H L S d in all, about half of
+            2. FLOPs: two products of 2 L S d each per (batch, head), 4 B h L S d in all, about half of
             it with causal=True when L = S. TFLOP/s = FLOPs / (ms * 1e-3) / 1e12.
-            3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B H L d elements
+            3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B h L d elements
             of 2 bytes when L = S). Roofline = min(peak, intensity * bandwidth), in FLOP/s; fraction =
             achieved FLOP/s / roofline, a number between 0 and 1.
         """,
