@@ -113,7 +113,7 @@ def test_forward_accepts_the_reference_and_the_package_layer():
     "options,words",
     [
         ({"out_proj": False}, "W^O is missing"),
-        ({"scale_width": -1}, "1/sqrt(embed_dim)"),
+        ({"scale_width": -1}, "1/sqrt(E)"),
         ({"transpose": False, "merge_transpose": False}, "without a transpose"),
         ({"merge_transpose": False}, "merged with reshape"),
         ({"in_t": False, "out_t": False}, "multiply as they are stored (x_q @ w_q)"),

@@ -112,6 +112,27 @@ def inverted_mask(query, key, value, memory_key, memory_value, mask):
     return reference_head(query, key, value, memory_key, memory_value, ~mask)
 
 
+def _attend(query, key, value, memory_key, memory_value, keep):
+    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
+    scores = query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1)
+    return weights @ values, weights
+
+
+def _own_causal_mask(query, key, value, memory_key, memory_value, mask):
+    """Ignores the mask it is given and builds a causal one."""
+    length, n = key.size(-2), memory_key.size(-2)
+    keep = torch.cat([causal_mask(length), torch.ones(length, n, dtype=torch.bool)], -1)
+    return _attend(query, key, value, memory_key, memory_value, keep)
+
+
+def _inverted_extended_mask(query, key, value, memory_key, memory_value, mask):
+    """Extends the mask with True for the memory, then fills where it is True."""
+    n = memory_key.size(-2)
+    extended = torch.cat([mask, torch.ones(*mask.shape[:-1], n, dtype=torch.bool)], -1)
+    return _attend(query, key, value, memory_key, memory_value, ~extended)
+
+
 def memory_first(query, key, value, memory_key, memory_value, mask):
     keys, values = torch.cat([memory_key, key], -2), torch.cat([memory_value, value], -2)
     keep = torch.cat(
@@ -147,6 +168,8 @@ def test_head_accepts_reference():
         (memory_unscaled, "persistent keys are not divided by sqrt(d_k)"),
         (inverted_mask, "polarity is inverted"),
         (memory_first, "persistent keys came first"),
+        (_own_causal_mask, "causal mask of your own"),
+        (_inverted_extended_mask, "persistent columns were masked with it"),
         (wrong_output, "weights are right but not the output"),
         (returns_only_output, "Return a pair"),
     ],

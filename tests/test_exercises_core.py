@@ -361,3 +361,69 @@ def test_a_named_tuple_in_the_wrong_dtype_gets_its_known_mistake_named():
     result = check("dot-product/attention", _unscaled_attention_as_named_tuple)
     first, also = result.message.split("\nAlso: ")[:2]
     assert "not scaled" in first and also.startswith("Your function was given torch.float64")
+
+
+def _statement(line: str) -> bool:
+    """Whether ``line`` alone is a Python statement that does something (a call, a with or a
+    for): code, not prose."""
+    import ast
+
+    try:
+        tree = ast.parse(line.strip() + ("\n    pass" if line.rstrip().endswith(":") else ""))
+    except SyntaxError:
+        return False
+    return any(isinstance(node, (ast.Call, ast.With, ast.For)) for node in ast.walk(tree))
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_every_text_solutions_code_stands_on_its_own_indented_lines(language):
+    """The page shows a text solution's indented lines as code and joins its other lines into
+    prose: code written without the indent came out as one line that raised SyntaxError when
+    pasted (language-model/temperature-experiment, in both languages). Every code block that
+    is shown must also compile once its indent is removed (tables of numbers aside)."""
+    import html as html_module
+
+    from attncourse.exercises._core import _REGISTRY
+
+    for exercise_id, entry in _REGISTRY.items():
+        if entry.solution_is_code:
+            continue
+        shown = solution(exercise_id, language=language)
+        prose = [line for line in shown.text.splitlines() if not line.startswith(" ")]
+        assert not [line for line in prose if _statement(line)], (exercise_id, prose)
+        page = shown._repr_html_()
+        for block in re.findall(r"<pre>(.*?)</pre>", page, re.S):
+            code = html_module.unescape(block)
+            if any(_statement(line) for line in code.splitlines()):
+                compile(code, f"<{exercise_id}>", "exec")
+
+
+@pytest.mark.parametrize(
+    "answer, advice",
+    [
+        ("ln 63", "looks like a formula"),  # was told to give "the number itself, 63": V
+        ("math.log(63)", "looks like a formula"),
+        ("四点一四", "with digits"),  # was told to remove the quotes: a NameError
+        ("four", "with digits"),
+        ("4.14", "remove the quotes"),
+        ("约4.14", "the number itself, 4.14"),
+    ],
+)
+def test_a_number_written_as_text_gets_advice_that_works(answer, advice):
+    assert advice in check("language-model/initial-loss", answer).message
+
+
+def test_the_learners_text_is_echoed_as_written_in_chinese():
+    """The Chinese messages set Latin words off by spaces; the learner's own string, quoted,
+    must come back unchanged ('约4.14' was echoed as ' 约 4.14')."""
+    message = check("language-model/initial-loss", "约4.14", language="zh").message
+    assert "'约4.14'" in message, message
+
+
+@pytest.mark.parametrize(
+    "answer, shown", [(1_050_000, "1,050,000"), (4 * 512**2 + 256, "1,048,832")]
+)
+def test_a_refused_count_is_shown_as_a_whole_number(answer, shown):
+    """{value:g} printed 1050000 as 1.05e+06 and 1048832 as 1,048,832.0."""
+    message = check("multi-head/parameter-count", answer).message
+    assert message.startswith(f"{shown} is not it"), message

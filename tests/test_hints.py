@@ -260,3 +260,14 @@ def test_a_hint_reads_as_paragraphs_and_steps_not_as_its_sources_lines():
         reflow("第一行\n第二行\n\n- a\n- b\n    code\n    more")
         == "第一行第二行\n\n- a\n- b\n    code\n    more"
     )
+
+
+def test_chinese_meets_latin_with_a_space_where_a_hint_rejoins_its_lines():
+    """A Chinese hint wrapped after 应用 and before torch.nn... read "应用torch.nn..." once its
+    lines were joined; the catalogues set Latin words off from Chinese by a space, and
+    full-width punctuation takes none."""
+    assert reflow("应用\ntorch.nn.functional.dropout") == "应用 torch.nn.functional.dropout"
+    assert reflow("x 的形状\n是 (2, 3)") == "x 的形状是 (2, 3)"
+    assert reflow("求和（sum(-1)），\n再求标准差") == "求和（sum(-1)），再求标准差"
+    assert reflow("the keys\nand values") == "the keys and values"
+    assert "应用 torch" in hint("multi-head/dropout-row-sum", 2, language="zh").text

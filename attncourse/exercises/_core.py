@@ -630,8 +630,8 @@ _OWN_LINE = re.compile(r"(?:\d+[.)]|[-*•])\s|\s{2,}\S")
 def reflow(text: str) -> str:
     """``text`` with each paragraph's lines joined, as its source wrapped them to fit a line of
     code: the lines a box shows are the reader's, not the source's. Blank lines, numbered
-    steps, bullets and indented code keep their own lines; lines of Chinese join without a
-    space."""
+    steps, bullets and indented code keep their own lines; Chinese joins Chinese without a
+    space, and meets Latin text with one."""
     out: List[str] = []
     for line in text.splitlines():
         previous = out[-1] if out else ""
@@ -642,10 +642,16 @@ def reflow(text: str) -> str:
             and not previous.startswith("  ")
         ):
             left, right = previous.rstrip(), line.strip()
-            cjk = re.match(r"[\u3000-\u9fff\uff00-\uffef]", right) or re.search(
-                r"[\u3000-\u9fff\uff00-\uffef]$", left
+            # Chinese joins Chinese, and full-width punctuation anything, without a space; a
+            # Chinese word meets a Latin one with a space, as the catalogues write them
+            punctuation = r"[\u3000-\u303f\uff00-\uffef]"
+            ideograph = r"[\u4e00-\u9fff]"
+            tight = (
+                re.search(punctuation + "$", left)
+                or re.match(punctuation, right)
+                or (re.search(ideograph + "$", left) and re.match(ideograph, right))
             )
-            out[-1] = left + ("" if cjk else " ") + right
+            out[-1] = left + ("" if tight else " ") + right
         else:
             out.append(line)
     return "\n".join(out)
@@ -892,6 +898,22 @@ _TORCH_ERROR_ADVICE = (
         N_(
             "Python's min, max, if and and/or take one number at a time: on tensors use "
             "torch.clamp, torch.minimum, torch.maximum, torch.where or & and |."
+        ),
+    ),
+    (
+        "view size is not compatible with input tensor's size and stride",
+        N_(
+            "view() needs the tensor's memory in order: after a slice, a transpose or a permute, "
+            "use .reshape(...) (or .contiguous().view(...))."
+        ),
+    ),
+    (
+        "Sizes of tensors must match except in dimension",
+        N_(
+            "torch.cat joins tensors along one dimension and needs the same sizes in all the "
+            "others. The checks also pass batch dimensions in front: join along a dimension "
+            "counted from the end (dim=-2 for positions) and transpose with .transpose(-2, -1), "
+            "not .T."
         ),
     ),
 )
@@ -1182,6 +1204,22 @@ def _scalar(answer: Any, what: str) -> Any:
                 _(
                     "The {what} should be a number, got the string {answer!r}: give it as a number "
                     "in the unit the exercise asks for, without quotes or a unit."
+                ).format(what=what, answer=answer[:40])
+            )
+        # a formula, "ln 63" or "math.log(63)": Python computes it once the quotes are gone
+        if re.search(r"[A-Za-z_][\w.]*\s*\(|\b(?:ln|log|exp|sqrt|pi)\b|\*\*|[*/^]", answer):
+            raise Mistake(
+                _(
+                    "The {what} should be a number, got the string {answer!r}, which looks like a "
+                    "formula: write it as Python without quotes (math.log(63) for ln 63, "
+                    "math.sqrt(64), 2 ** 10), or give its value."
+                ).format(what=what, answer=answer[:40])
+            )
+        if not inside:  # words only, "four", "四点一四"
+            raise Mistake(
+                _(
+                    "The {what} should be a number, got the string {answer!r}: write the number "
+                    "with digits and without quotes, as Python reads it (4.14, 1342177280)."
                 ).format(what=what, answer=answer[:40])
             )
         # words around it, "line 7", or thousands separators, which Python would read as a tuple
@@ -1580,6 +1618,9 @@ class _Refused:
             same = float(shown.replace(",", "")) == float(self.value)
         except ValueError:  # inf, nan
             return shown
+        whole = float(self.value).is_integer() and abs(self.value) < 1e16
+        if whole and (not same or "e" in shown):  # a count: 1,050,000, not 1.05e+06 or 1,048,832.0
+            return f"{int(self.value):,}"
         return shown if same else f"{self.value:,}"
 
 

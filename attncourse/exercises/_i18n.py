@@ -153,13 +153,22 @@ _LATIN_THEN_CJK = re.compile(r"([A-Za-z0-9_)\]}'`%])([\u4e00-\u9fff])")
 _CJK_THEN_LATIN = re.compile(r"([\u4e00-\u9fff])([A-Za-z0-9_(\[{'`])")
 
 
+#: A Python string as repr() quotes it, the learner's own text echoed back: never respaced.
+_QUOTED = re.compile(r"(?<![A-Za-z])'(?:[^'\\\n]|\\.)*'")
+
+
 def spaced(text: str) -> str:
     """``text`` with a space between Chinese and the Latin text next to it (``positions 的形状``,
     ``写到了 Y 的第 3 行``), as the catalogues write it: a value filled into a Chinese template
-    (a name, a shape, a number) is set off like the template's own Latin words. Text without
+    (a name, a shape, a number) is set off like the template's own Latin words. A quoted string
+    (the learner's answer echoed back, ``'约4.14'``) is kept as it was written. Text without
     Chinese comes back unchanged."""
-    text = _LATIN_THEN_CJK.sub(r"\1 \2", text)
-    return _CJK_THEN_LATIN.sub(r"\1 \2", text)
+    quoted = _QUOTED.findall(text)
+    masked = _QUOTED.sub(lambda m: "'\0'", text)
+    masked = _LATIN_THEN_CJK.sub(r"\1 \2", masked)
+    masked = _CJK_THEN_LATIN.sub(r"\1 \2", masked)
+    pieces = masked.split("'\0'")
+    return "".join(piece + (quoted[i] if i < len(quoted) else "") for i, piece in enumerate(pieces))
 
 
 def N_(message: str) -> str:  # noqa: N802 - gettext's own name for "mark, translate later"

@@ -157,7 +157,7 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             )
         ): run(good, head_dim**-0.5, merge_heads, out_proj=False),
         _(
-            "The scores are scaled by 1/sqrt(embed_dim); each head's scale uses its own width, "
+            "The scores are scaled by 1/sqrt(E); each head's scale uses its own width, "
             "1/sqrt(head_dim)."
         ): run(good, E**-0.5, merge_heads),
         (

@@ -151,6 +151,18 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
             "where mask is False."
         ): soft(scores, torch.cat([~mask, always], dim=-1)),
         _(
+            "The mask polarity is inverted (True means 'may attend'), and the N persistent "
+            "columns were masked with it: fill the scores where the extended mask is False."
+        ): soft(scores, torch.cat([~mask, never], dim=-1)),
+        _(
+            "You built a causal mask of your own: use the mask you are given (here not a causal "
+            "one), extended with N columns of True."
+        ): (
+            soft(scores, torch.cat([causal_mask(length, length), always], dim=-1))
+            if not torch.equal(mask, causal_mask(length, length))
+            else None
+        ),
+        _(
             "The scores of the persistent keys are not divided by sqrt(d_k): scale all L + N "
             "scores the same way. (Or you multiplied memory_key by sqrt(d_k), as AllAttention "
             "does with the keys it stores at 1 / sqrt(d_k): here the inputs are at unit scale.)"
@@ -306,13 +318,13 @@ def _check_ffn(fn) -> str:
     keys, values = expect_tuple(
         call(fn, w1, w2), 2, _("Return a pair (keys, values); got {type_name}.")
     )
-    for name, t in (("keys", keys), ("values", values)):
+    for name, one, t in ((_("keys"), _("key"), keys), (_("values"), _("value"), values)):
         if isinstance(t, torch.Tensor) and t.shape == (d_model, d_ff):
             raise Mistake(
                 _(
                     "Your {name} have shape (d_model, d_ff) = {t_shape}: one {name2} per hidden unit "
                     "means d_ff rows of width d_model. Transpose."
-                ).format(name=name, t_shape=tuple(t.shape), name2=name[:-1])
+                ).format(name=name, t_shape=tuple(t.shape), name2=one)
             )
     expect_tensor(keys, (d_ff, d_model), _("The keys (one per hidden unit)"))
     expect_tensor(values, (d_ff, d_model), _("The values (one per hidden unit)"))
