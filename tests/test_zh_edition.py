@@ -108,7 +108,11 @@ def test_chinese_notebooks_run_the_english_code(page):
     code_zh = [zh._source(c) for c in chinese["cells"] if c["cell_type"] == "code"]
     # the set-up cell (the first) also chooses Chinese for check(); every other cell is the same
     assert code_en[0].startswith(zh.SETUP_MARKER)
-    assert code_zh[0] == code_en[0].rstrip("\n") + zh.SETUP_LANGUAGE
+    assert code_zh[0] == zh.chinese_setup(code_en[0])
+    code_lines = [line for line in code_zh[0].splitlines() if not line.startswith("#")]
+    english_code = [line for line in code_en[0].splitlines() if not line.startswith("#")]
+    assert "\n".join(code_lines) == "\n".join(english_code) + zh.SETUP_LANGUAGE.rstrip("\n")
+    assert zh.SETUP_COMMENT_ZH.splitlines()[0] in code_zh[0]  # its comment in Chinese too
     assert code_zh[1:] == code_en[1:]
     assert chinese["metadata"] == english["metadata"]
     translated = [

@@ -342,9 +342,22 @@ SETUP_LANGUAGE = (
 )
 
 
+#: The set-up cell's opening comment in Chinese, after the English one (whose first line marks
+#: the cell for the tools).
+SETUP_COMMENT_ZH = (
+    "# 在 Colab 或任何全新的运行环境中设置：只在缺少课程包时安装它。要从别处安装\n"
+    "# （一个 fork、一个本地副本），把 ATTNCOURSE_INSTALL_URL 设为一个 pip URL。\n"
+)
+
+
 def chinese_setup(source: str) -> str:
-    """The Chinese edition's set-up cell: the English one, then the language chosen."""
-    return source.rstrip("\n") + SETUP_LANGUAGE
+    """The Chinese edition's set-up cell: the English one with its opening comment also in
+    Chinese, then the language chosen."""
+    lines = source.rstrip("\n").splitlines(keepends=True)
+    comment = 0
+    while comment < len(lines) and lines[comment].startswith("#"):
+        comment += 1
+    return "".join(lines[:comment] + [SETUP_COMMENT_ZH] + lines[comment:]) + SETUP_LANGUAGE
 
 
 def chinese_notebook(page: Path, executed: Optional[Path] = None, strict: bool = True) -> dict:
