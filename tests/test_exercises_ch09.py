@@ -63,27 +63,24 @@ def _extended(mask, n, fill=True):
     return torch.cat([mask, torch.full((*mask.shape[:-1], n), fill)], dim=-1)
 
 
+def _attend(query, key, value, memory_key, memory_value, keep):
+    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
+    scores = query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1)
+    return weights @ values, weights
+
+
 def masked_memory(query, key, value, memory_key, memory_value, mask):
     """The causal mask applied to every column: torch.tril over (L, L + N) hides the memory."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = torch.ones(mask.size(-2), keys.size(-2), dtype=torch.bool).tril()
+    keep = torch.ones(mask.size(-2), mask.size(-1) + memory_key.size(-2), dtype=torch.bool).tril()
     keep[:, : mask.size(-1)] = mask
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
-        ~keep, float("-inf")
-    )
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+    return _attend(query, key, value, memory_key, memory_value, keep)
 
 
 def causal_over_all(query, key, value, memory_key, memory_value, mask):
     """causal_mask(L, L + N) over the concatenation (bottom-right aligned)."""
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    keep = causal_mask(query.size(-2), keys.size(-2))
-    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
-        ~keep, float("-inf")
-    )
-    w = torch.softmax(scores, -1)
-    return w @ values, w
+    keep = causal_mask(query.size(-2), key.size(-2) + memory_key.size(-2))
+    return _attend(query, key, value, memory_key, memory_value, keep)
 
 
 def two_softmaxes(query, key, value, memory_key, memory_value, mask):
@@ -112,25 +109,17 @@ def inverted_mask(query, key, value, memory_key, memory_value, mask):
     return reference_head(query, key, value, memory_key, memory_value, ~mask)
 
 
-def _attend(query, key, value, memory_key, memory_value, keep):
-    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
-    scores = query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5
-    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1)
-    return weights @ values, weights
-
-
 def _own_causal_mask(query, key, value, memory_key, memory_value, mask):
     """Ignores the mask it is given and builds a causal one."""
-    length, n = key.size(-2), memory_key.size(-2)
-    keep = torch.cat([causal_mask(length), torch.ones(length, n, dtype=torch.bool)], -1)
+    keep = _extended(causal_mask(key.size(-2)), memory_key.size(-2))
     return _attend(query, key, value, memory_key, memory_value, keep)
 
 
 def _inverted_extended_mask(query, key, value, memory_key, memory_value, mask):
     """Extends the mask with True for the memory, then fills where it is True."""
-    n = memory_key.size(-2)
-    extended = torch.cat([mask, torch.ones(*mask.shape[:-1], n, dtype=torch.bool)], -1)
-    return _attend(query, key, value, memory_key, memory_value, ~extended)
+    return _attend(
+        query, key, value, memory_key, memory_value, ~_extended(mask, memory_key.size(-2))
+    )
 
 
 def memory_first(query, key, value, memory_key, memory_value, mask):

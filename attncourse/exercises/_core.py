@@ -625,6 +625,12 @@ def _hint(exercise_id: str, level: int = 1) -> Reveal:
 
 #: A line that starts an item of its own: a numbered step, a bullet, or code (indented).
 _OWN_LINE = re.compile(r"(?:\d+[.)]|[-*•])\s|\s{2,}\S")
+#: Where two lines join without a space: at full-width punctuation, or between two Chinese
+#: characters (a Chinese word meets a Latin one with a space, as the catalogues write them).
+_PUNCTUATION_END = re.compile(r"[\u3000-\u303f\uff00-\uffef]$")
+_PUNCTUATION_START = re.compile(r"[\u3000-\u303f\uff00-\uffef]")
+_IDEOGRAPH_END = re.compile(r"[\u4e00-\u9fff]$")
+_IDEOGRAPH_START = re.compile(r"[\u4e00-\u9fff]")
 
 
 def reflow(text: str) -> str:
@@ -642,14 +648,10 @@ def reflow(text: str) -> str:
             and not previous.startswith("  ")
         ):
             left, right = previous.rstrip(), line.strip()
-            # Chinese joins Chinese, and full-width punctuation anything, without a space; a
-            # Chinese word meets a Latin one with a space, as the catalogues write them
-            punctuation = r"[\u3000-\u303f\uff00-\uffef]"
-            ideograph = r"[\u4e00-\u9fff]"
             tight = (
-                re.search(punctuation + "$", left)
-                or re.match(punctuation, right)
-                or (re.search(ideograph + "$", left) and re.match(ideograph, right))
+                _PUNCTUATION_END.search(left)
+                or _PUNCTUATION_START.match(right)
+                or (_IDEOGRAPH_END.search(left) and _IDEOGRAPH_START.match(right))
             )
             out[-1] = left + ("" if tight else " ") + right
         else:
@@ -788,10 +790,9 @@ def _expected_dtype(args: Sequence[Any], kwargs: Dict[str, Any]) -> Optional[tor
     return promoted.dtype
 
 
-def _dtype_mistake(args: Sequence[Any], kwargs: Dict[str, Any], result: Any) -> Optional[str]:
-    """The dtype rule: floating outputs keep the dtype of the floating inputs. The message
-    when ``result`` breaks it, else ``None``."""
-    expected = _expected_dtype(args, kwargs)
+def _dtype_mistake(expected: Optional[torch.dtype], result: Any) -> Optional[str]:
+    """The dtype rule: floating outputs keep ``expected``, the dtype of the floating inputs
+    (:func:`_expected_dtype`). The message when ``result`` breaks it, else ``None``."""
     for dtype in (t.dtype for t in _floating_tensors(result, [])):
         if expected is not None and dtype != expected:
             return _(
@@ -991,10 +992,11 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         torch.set_grad_enabled(grad_enabled)
     if context is not None and context.exercise is not None and not context.exercise.keep_dtype:
         return result
-    mistake = _dtype_mistake(args, kwargs, result)
+    expected = _expected_dtype(args, kwargs)
+    mistake = _dtype_mistake(expected, result)
     if mistake is None:
         return result
-    converted = _in_dtype(result, _expected_dtype(args, kwargs))
+    converted = _in_dtype(result, expected)
     if context is None or converted is None:
         raise Mistake(mistake)
     # the checker goes on with the values in the right dtype, so that a known mistake in the

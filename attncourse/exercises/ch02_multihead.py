@@ -133,6 +133,10 @@ def _forward_solution(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     return concat @ w_o.T  # mix the heads with W^O
 
 
+#: The names of the four weight matrices of the forward exercise, in its arguments' order.
+_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
+
+
 def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
     """message -> output of a known mistake."""
     E = x_q.size(-1)
@@ -140,7 +144,7 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
 
     def run(split, scale, merge, out_proj=True, stored=()):
         # the weights named in ``stored`` multiply as stored (x @ w), the others as x @ w.T
-        w = {name: m if name in stored else m.T for name, m in _named_weights(w_q, w_k, w_v, w_o)}
+        w = {n: m if n in stored else m.T for n, m in zip(_WEIGHTS, (w_q, w_k, w_v, w_o))}
         q, k, v = split(x_q @ w["w_q"]), split(x_kv @ w["w_k"]), split(x_kv @ w["w_v"])
         heads, _ = scaled_dot_product_attention(q, k, v, scale=scale)
         concat = merge(heads)
@@ -190,7 +194,7 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             "The weights multiply as they are stored (x_q @ w_q): like nn.Linear's, each is "
             "(out_features, in_features), so a projection is x W^T. Use x_q @ w_q.T, x_kv @ w_k.T, "
             "x_kv @ w_v.T and concat @ w_o.T."
-        ): run(good, head_dim**-0.5, merge_heads, stored=("w_q", "w_k", "w_v", "w_o")),
+        ): run(good, head_dim**-0.5, merge_heads, stored=_WEIGHTS),
         **{
             _(
                 "You multiplied by {weights} as stored (x @ w): like nn.Linear's, each weight is "
@@ -200,15 +204,10 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
                 good, head_dim**-0.5, merge_heads, stored=subset
             )
             for size in (1, 2, 3)
-            for subset in itertools.combinations(("w_q", "w_k", "w_v", "w_o"), size)
+            for subset in itertools.combinations(_WEIGHTS, size)
         },
         _(SOFTMAX_DIM): _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
     }
-
-
-def _named_weights(w_q, w_k, w_v, w_o):
-    """The four weight matrices with their names."""
-    return zip(("w_q", "w_k", "w_v", "w_o"), (w_q, w_k, w_v, w_o))
 
 
 def _with_softmax_over_queries(compute):
