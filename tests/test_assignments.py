@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from exercise_helpers import number_exercises
 from project_tools import ROOT, tool
 
@@ -306,6 +307,21 @@ def test_gradescope_shows_each_exercises_points_and_feedback(built, chapter):
         tests = [archive.read(n).decode() for n in archive.namelist() if n.startswith("tests/")]
     assert config.get("show_all_public") is True, config
     assert tests and all("hidden=False" in t and "hidden=True" not in t for t in tests)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_autograder_installs_a_cpu_torch(built, chapter):
+    """Gradescope builds the autograder's image from its ``environment.yml``: the pip list must
+    carry PyTorch's CPU index (else pip takes torch's CUDA build and its nvidia-* libraries, some
+    2.5 GB, on a machine with no GPU) and the package at the commit the students install."""
+    zip_path = next((built / "en" / chapter / "dist" / "autograder").glob("*.zip"))
+    with zipfile.ZipFile(zip_path) as archive:
+        environment = yaml.safe_load(archive.read("environment.yml"))
+    pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert f"--extra-index-url {assignments.CPU_TORCH_INDEX}" in pip, pip
+    assert assignments.CPU_TORCH_INDEX == "https://download.pytorch.org/whl/cpu"
+    package = [line for line in pip if line.startswith("attncourse @ git+")]
+    assert len(package) == 1 and re.search(r"@[0-9a-f]{40}$|@main$", package[0]), pip
 
 
 def planted(student: dict, chapter_exercises: list, first: int) -> dict:

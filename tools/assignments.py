@@ -400,10 +400,19 @@ def commit() -> str:
     return found.stdout.strip() or "main"
 
 
+#: PyTorch's index of CPU-only builds. Grading runs on the CPU; from PyPI alone pip would take
+#: torch's CUDA build on Linux, which brings gigabytes of nvidia-* libraries to every autograder.
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
 def requirements(revision: str) -> str:
-    """The autograder's requirements: the course package at the students' version."""
+    """The autograder's requirements: the course package at the students' version, with a CPU
+    build of torch. Otter copies each line into its ``environment.yml``'s pip list, and conda
+    hands that list to pip as a requirements file, option lines included. With the CPU index
+    beside PyPI, pip sees ``2.x.y+cpu`` next to ``2.x.y`` and takes the higher version, the
+    local ``+cpu`` one (PEP 440 sorts a local version after its public one)."""
     url = colab_edition.project_urls()["Repository"].rstrip("/")
-    return f"attncourse @ git+{url}@{revision}\n"
+    return f"--extra-index-url {CPU_TORCH_INDEX}\nattncourse @ git+{url}@{revision}\n"
 
 
 def otter_assign(folder: Path, chapter: str) -> None:
