@@ -249,7 +249,7 @@ def check_mask(
         raise ValueError(
             f"{name} must have at least 2 dimensions {layout} so that queries and keys are"
             f" explicit, got shape {fmt_shape(mask.shape)}; a key padding mask of shape (B, S)"
-            " becomes (B, 1, S) for scores (B, L, S) or (B, 1, 1, S) for scores (B, H, L, S)"
+            " becomes (B, 1, S) for scores (B, L, S) or (B, 1, 1, S) for scores (B, h, L, S)"
         )
     target = torch.Size(target)
     try:

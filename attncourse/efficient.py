@@ -81,7 +81,7 @@ def _attend_query_block(
     causal_offset: Optional[int],
     block_n: int,
 ) -> Tensor:
-    """Exact attention of one block of ``block_m`` (already scaled) queries ``(..., block_m, d)``
+    """Exact attention of one block of ``block_m`` (already scaled) queries ``(..., block_m, d_k)``
     over all keys, ``block_n`` keys at a time (the tiles of :mod:`attncourse.kernels.tiles`).
 
     ``key_t`` is the transposed keys ``(..., d, S)``, contiguous so that every tile's product

@@ -11,8 +11,8 @@ fused kernel that skips the ``(query block, key block)`` tiles that ``create_blo
 empty. This module holds, as factories, the programs of every variant the course met (each
 checked in ``tests/test_flex.py`` against the package function it replaces), a materialising
 reference that evaluates the same programs with autograd on any device
-(:func:`flex_reference`: on the CPU FlexAttention has no backward pass for the query, key and
-value), the compile with its
+(:func:`flex_reference`: on the CPU torch refuses FlexAttention when the query, key or value
+requires gradients), the compile with its
 eager fallback (:func:`compile_flex`), and the count of the blocks a block mask keeps against
 the tiles the course counted (:func:`block_counts`, :func:`sparsity_table`).
 
@@ -328,7 +328,7 @@ def document_ids(lengths: Union[Tensor, Sequence[int]]) -> Tensor:
 
 
 def _grids(batch: int, heads: int, query_len: int, key_len: int, device: torch.device):
-    """The index tensors ``b, h, q_idx, kv_idx``, shaped to broadcast to ``(B, H, L, S)``."""
+    """The index tensors ``b, h, q_idx, kv_idx``, shaped to broadcast to ``(B, h, L, S)``."""
     return (
         torch.arange(batch, device=device).view(-1, 1, 1, 1),
         torch.arange(heads, device=device).view(1, -1, 1, 1),
@@ -338,15 +338,15 @@ def _grids(batch: int, heads: int, query_len: int, key_len: int, device: torch.d
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
-    """Query ``(B, H, L, E)``, key ``(B, H, S, E)`` and value ``(B, H, S, Ev)``, floating, of
+    """Query ``(B, h, L, d_k)``, key ``(B, h, S, d_k)`` and value ``(B, h, S, d_v)``, floating, of
     one dtype and on one device (what FlexAttention and :func:`flex_reference` take)."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         require_floating(name, x)
-        require_rank(name, x, 4, "(B, H, L or S, E)")
+        require_rank(name, x, 4, "(B, h, L or S, d_k)")
     require_same_dtype_and_device(query=query, key=key, value=value)
     if key.shape[:2] != query.shape[:2] or value.shape[:3] != key.shape[:3]:
         raise ValueError(
-            "query (B, H, L, E), key (B, H, S, E) and value (B, H, S, Ev) must share B and H,"
+            "query (B, h, L, d_k), key (B, h, S, d_k) and value (B, h, S, d_v) must share B and h,"
             f" and key and value S: query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)},"
             f" value {fmt_shape(value.shape)}"
         )
@@ -369,22 +369,22 @@ def flex_reference(
     """FlexAttention's formula evaluated in plain PyTorch, every score materialised.
 
     The programs run once on index tensors shaped ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``,
-    ``(1, 1, L, 1)`` and ``(1, 1, 1, S)``, which broadcast to the ``(B, H, L, S)`` scores (a
+    ``(1, 1, L, 1)`` and ``(1, 1, 1, S)``, which broadcast to the ``(B, h, L, S)`` scores (a
     program written with tensor operations and indexing of captured tensors runs unchanged;
     FlexAttention's eager mode evaluates it the same way through ``vmap``). Autograd works
     through it on every device, including into tensors the programs capture (an adaptive
     span): the check of the gradients, which FlexAttention cannot run on a CPU.
 
     Args:
-        query: ``(B, H, L, E)``.
-        key: ``(B, H, S, E)``.
-        value: ``(B, H, S, Ev)``.
+        query: ``(B, h, L, d_k)``.
+        key: ``(B, h, S, d_k)``.
+        value: ``(B, h, S, d_v)``.
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` -> the modified scores.
         mask_mod: ``mask_mod(b, h, q_idx, kv_idx)`` -> boolean, ``True`` = may attend.
         scale: multiplies ``q . k``; defaults to ``1 / sqrt(E)``.
 
     Returns:
-        ``(B, H, L, Ev)``. A query with no key left gets zeros, as in FlexAttention and in
+        ``(B, h, L, d_v)``. A query with no key left gets zeros, as in FlexAttention and in
         :func:`attncourse.attention.scaled_dot_product_attention`.
     """
     _check_qkv(query, key, value)
@@ -441,7 +441,7 @@ def _run_program(name: str, program: Callable, args: tuple, shape: Tuple[int, ..
         return program(*args)
     except IndexError as error:
         raise ValueError(
-            f"{name} indexes a tensor it captured out of range for (B, H, L, S) ="
+            f"{name} indexes a tensor it captured out of range for (B, h, L, S) ="
             f" {shape}: was it built for other sizes? ({error})"
         ) from None
 
@@ -488,7 +488,7 @@ def _check_program_fits(
         mask_b, mask_h, mask_l, mask_s = block_mask.shape
         if (mask_l, mask_s) != (L, S) or mask_b not in (1, B) or mask_h not in (1, H):
             raise ValueError(
-                f"block_mask was built for (B, H, L, S) = {tuple(block_mask.shape)}, the inputs"
+                f"block_mask was built for (B, h, L, S) = {tuple(block_mask.shape)}, the inputs"
                 f" have ({B}, {H}, {L}, {S}) (B and H of the mask may be 1)"
             )
 
@@ -504,10 +504,11 @@ def compile_flex(
     """Compile ``flex_attention`` for these inputs, or fall back to its eager mode.
 
     ``torch.compile`` compiles on the first call, so this function makes that call (with
-    gradients off: on a CPU FlexAttention runs forward only) and times it. Compiling needs a
-    C++ compiler on the CPU (Linux and Colab have gcc, macOS clang; Windows often has none)
-    and Triton on a GPU; where anything in it fails, the kernel is FlexAttention's eager mode,
-    which computes the same numbers, materialising the scores, and the note says why.
+    gradients off: on a CPU FlexAttention runs forward only) and times it. Compiling for the CPU
+    needs an x86 CPU with AVX2 and a C++ compiler (Linux and Colab have gcc; Windows often has
+    none; torch 2.13 does not compile it for a Mac's CPU), and Triton on a GPU; where anything
+    in it fails, the kernel is FlexAttention's eager mode, which computes the same numbers,
+    materialising the scores, and the note says why.
 
     Later calls with the same shapes, dtype and programs (any values of their captured
     tensors, any block mask of the same shape) reuse the compiled kernel.

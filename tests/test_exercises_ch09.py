@@ -243,6 +243,7 @@ def test_memory_cost_accepts(style):
         (2 * 1024 * 64, "one head"),
         (2 * 8 * 1024, "width of the vectors"),
         (4 * 1024 * 512, "FLOPs"),
+        (2 * 1024 * 512 + 4 * 512**2, "four projections"),  # 4 d^2 = 2 N d here
         (5, "is not it"),
     ],
 )

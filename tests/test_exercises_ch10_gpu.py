@@ -562,27 +562,27 @@ def test_bug_listing_is_wrong_on_line_6_only():
     from exercise_helpers import notebook_listing
 
     lines = notebook_listing("10_gpu_attention.ipynb", "ex-gpu-find-the-bug")
-    assert len(lines) == 10 and "j < i + N - L" in lines[5]
+    assert len(lines) == 10 and "j < i + S - L" in lines[5]
 
-    def run(listing, L, N):
+    def run(listing, L, S):
         kernel = _jit(
             _from_source(
                 "\n".join(line for line in listing if not line.startswith("@")) + "\n",
                 "causal_softmax",
             )
         )
-        s = torch.randn(L, N)
-        p = torch.full((L, N), -1.0)
-        kernel[(L,)](s, p, L, N, s.stride(0), p.stride(0), BLOCK_N=triton.next_power_of_2(N))
-        weights = torch.softmax(s.masked_fill(~causal_mask(L, N), float("-inf")), -1)
+        x = torch.randn(L, S)
+        p = torch.full((L, S), -1.0)
+        kernel[(L,)](x, p, L, S, x.stride(0), p.stride(0), BLOCK_S=triton.next_power_of_2(S))
+        weights = torch.softmax(x.masked_fill(~causal_mask(L, S), float("-inf")), -1)
         return p, weights
 
     buggy, expected = run(lines, 6, 6)
     assert buggy[0].isnan().all() and not torch.allclose(buggy[1:], expected[1:])
     fixed = list(lines)
-    fixed[5] = "    visible = (j < N) & (j <= i + N - L)"
-    for L, N in [(6, 6), (5, 9), (1, 3)]:
-        got, expected = run(fixed, L, N)
+    fixed[5] = "    visible = (j < S) & (j <= i + S - L)"
+    for L, S in [(6, 6), (5, 9), (1, 3)]:
+        got, expected = run(fixed, L, S)
         torch.testing.assert_close(got, expected)
 
 
@@ -1023,7 +1023,7 @@ def _measured(
     heads=8,
     L=2048,
     S=2048,
-    d=64,
+    d_k=64,
     causal=True,
     ms=3.1,
     peak_flops=8.1e12,
@@ -1035,11 +1035,11 @@ def _measured(
     if exact:  # the exact count of the causal pairs (attncourse.benchmarks.measure.attention_flops)
         from attncourse.benchmarks.measure import attention_flops
 
-        flops = attention_flops(batch, heads, L, S, d, causal=causal)
+        flops = attention_flops(batch, heads, L, S, d_k, causal=causal)
     else:
-        flops = 4 * batch * heads * L * S * d // (2 if causal else 1)
+        flops = 4 * batch * heads * L * S * d_k // (2 if causal else 1)
     tflops = flops / (ms * 1e-3) / 1e12
-    intensity = flops / (2 * batch * heads * (2 * L * d + 2 * S * d))
+    intensity = flops / (2 * batch * heads * (2 * L * d_k + 2 * S * d_k))
     roofline = min(peak_flops, intensity * bandwidth)
     answer = dict(
         ms=ms,
@@ -1047,7 +1047,7 @@ def _measured(
         heads=heads,
         L=L,
         S=S,
-        d=d,
+        d_k=d_k,
         causal=causal,
         flops=flops,
         tflops=tflops,
@@ -1067,7 +1067,7 @@ class Measurement:
     heads: int
     L: int
     S: int
-    d: int
+    d_k: int
     causal: bool
     flops: float
     tflops: float
@@ -1108,13 +1108,13 @@ def test_roofline_stub_is_not_attempted(gpu, monkeypatch):
         _measured(causal=False, ms=6.0),
         _measured(causal=True, L=1024, S=4096, exact=True, ms=6.0),  # L < S: the exact causal count
         _measured(causal=False, ms=1.0, **T4_TENSOR),
-        _measured(causal=False, ms=3.0, batch=8, heads=16, L=4096, S=4096, d=128, **H100),
+        _measured(causal=False, ms=3.0, batch=8, heads=16, L=4096, S=4096, d_k=128, **H100),
         _measured(causal=True, ms=0.05, **H100),  # memory-bound? no: past the ridge
         # memory-bound
         _measured(batch=8, heads=8, L=64, S=64, causal=False, ms=0.012, **T4_TENSOR),
         _measured(ms=3.1, device="Tesla T4"),
         # one query decoding after a long cache: about 1 FLOP/byte at best, and right
-        _measured(batch=4, heads=8, L=1, S=4096, d=64, causal=True, exact=True, ms=0.3),
+        _measured(batch=4, heads=8, L=1, S=4096, d_k=64, causal=True, exact=True, ms=0.3),
         # the solution's count with L != S (the causal pairs, not half of L * S)
         _measured(causal=True, L=1024, S=2048, exact=True, ms=4.0),
         _measured(ms=3.1, device=torch.device("cuda", 0)),
@@ -1137,7 +1137,7 @@ def test_roofline_accepts_several_styles(on_a_gpu):
         "num_heads": right["heads"],
         "query_len": right["L"],
         "key_len": right["S"],
-        "head_dim": right["d"],
+        "head_dim": right["d_k"],
         **{k: right[k] for k in ("causal", "flops", "tflops", "intensity", "fraction")},
         "peak": right["peak_flops"],
         "bandwidth": right["bandwidth"],
@@ -1162,6 +1162,8 @@ def test_roofline_accepts_several_styles(on_a_gpu):
             "h": right["heads"],
             **{k: v for k, v in right.items() if k not in ("batch", "heads")},
         },
+        # d for the head width, as chapter 10 wrote it until 2026-11 (the book now writes d_k)
+        {"d": right["d_k"], **{k: v for k, v in right.items() if k != "d_k"}},
     ):
         result = check(ROOFLINE, answer)
         assert result.passed, (answer, result)
@@ -1351,9 +1353,9 @@ class _SimulatedTorch:
 
 ROOFLINE_RUNS = [
     {},  # the defaults: a T4's CUDA cores, causal, L = S = 2048
-    dict(batch=2, heads=16, L=1024, S=4096, d=128, causal=False, **H100),
-    dict(batch=8, heads=8, L=64, S=64, d=64, causal=False, **T4_TENSOR),  # memory-bound
-    dict(batch=4, heads=8, L=2048, S=1024, d=64, causal=True),  # L > S: first queries see no key
+    dict(batch=2, heads=16, L=1024, S=4096, d_k=128, causal=False, **H100),
+    dict(batch=8, heads=8, L=64, S=64, d_k=64, causal=False, **T4_TENSOR),  # memory-bound
+    dict(batch=4, heads=8, L=2048, S=1024, d_k=64, causal=True),  # L > S: first queries see no key
 ]
 
 # The mutants the check cannot see, by design: it grades the relations between the numbers it is
@@ -1402,11 +1404,11 @@ ROOFLINE_EQUIVALENT = {
     "tflops = flops / (ms * 0.001) / 1000000000000.0 => "
     "tflops = flops / (ms * 0.001) / 1000000000001.0",
     "return {'device': torch.cuda.get_device_name(), 'ms': ms, 'batch': batch, 'heads': heads, "
-    "'L': L, 'S': S, 'd': d, 'causal': causal, 'flops': flops, 'tflops': tflops, "
+    "'L': L, 'S': S, 'd_k': d_k, 'causal': causal, 'flops': flops, 'tflops': tflops, "
     "'peak_flops': peak_flops, 'bandwidth': bandwidth, 'intensity': intensity, "
     "'fraction': tflops * 1000000000000.0 / roofline} => return {'device': "
     "torch.cuda.get_device_name(), 'ms': ms, 'batch': batch, 'heads': heads, 'L': L, 'S': S, "
-    "'d': d, 'causal': causal, 'flops': flops, 'tflops': tflops, 'peak_flops': peak_flops, "
+    "'d_k': d_k, 'causal': causal, 'flops': flops, 'tflops': tflops, 'peak_flops': peak_flops, "
     "'bandwidth': bandwidth, 'intensity': intensity, 'fraction': tflops * 1000000000001.0 / "
     "roofline}",
 }

@@ -44,7 +44,7 @@ FIND_THE_BUG = {
         6,
         [
             (7, "masked lanes load -inf"),
-            (10, "every column j < N"),
+            (10, "every column j < S"),
             (3, "comment"),
             (8, "maximum"),
             (11, "lines 1 to 10"),

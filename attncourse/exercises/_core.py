@@ -1427,16 +1427,18 @@ def expect_tensor(
 
 
 def expect_tuple(value: Any, length: int, message: str, *, of: type = object) -> tuple:
-    """Check that ``value``, what a learner's function returned, is a tuple of ``length``
-    items (each an instance of ``of``), else raise a :class:`Mistake`: ``message`` (translated
-    by the caller) with ``{type_name}`` the type of ``value``."""
+    """Check that ``value``, what a learner's function returned, is a tuple or a list of
+    ``length`` items (each an instance of ``of``), and return it as a tuple; else raise a
+    :class:`Mistake`: ``message`` (translated by the caller) with ``{type_name}`` the type of
+    ``value``. A list is as good an answer as a tuple: the statements ask for a pair or a
+    triple, and ``return [out, weights]`` is one."""
     if (
-        not isinstance(value, tuple)
+        not isinstance(value, (tuple, list))
         or len(value) != length
         or not all(isinstance(item, of) for item in value)
     ):
         raise Mistake(message.format(type_name=type(value).__name__))
-    return value
+    return tuple(value)
 
 
 def matches(

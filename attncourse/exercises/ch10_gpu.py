@@ -1835,29 +1835,26 @@ def _row_list(rows: List[int]) -> str:
 
 _BUG = "Vw=="
 _BUG_MISTAKES = (
-    "GlZFTFlPVz4aCwRURU4KHFUAGgIJAE5OIxsHGwcKD1oeBxdPFh0eFQgYER1DRxoAUwwPABEcEx0QBgBMQQAcC0MJ"
-    "ABwQEQgbGk4CHFUTUw4EBhoLD0FVPhwKClQVGkMbHRdTCQgaER1DGx0TB0UCGxkeFhsQXFFJQVZGTFlPVz4aCwRU"
-    "Rk4KHFUAGgIJAE5OFwcQUhgAExoRAkMbFBkWFkEAHAtDHxobHREEBgdCQxsdF1MWCA4RHUMjVRMdAUE6WE4XBxBS"
-    "AQoWVAcaEQYRFwBFABoQThcHEFIRCQ4XH04UBhEGG0tDWFRMUE1PUlEpCBoRTlBPHAFTBEEXGwMOChsGX0UAGhBO"
-    "ChtVAQcEFREHThcHEFIBEA0RVBoLClUZFhcPERhOEAcaBx8BQRIbAg8AAkhTD0FISU4KT15SPUVMVDhAQysaFwBF"
-    "FRwRTgAAERdMR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMAGxdTFRMbExwCAlUCFhdBBQELERZVABwSTVQdTl5P"
-    "AR5dFRMbExwCAiobF01RXVpMT09XR1FfQVY4Bw0KVUdTDBJUBgcEBwFIUyctOzclPCFVTE5FL1QYDw0KBlIQChcR"
-    "Bk4XBxBSBA0OGBFOEQACSVMRCRFUAgIBEAFTD0FKSU4tTxQAFkUMFQcFBgtVEBYJDgNaTE9PV0VRX0FWOAcNClVF"
-    "UwwSVAYHBAcBSFMRCRFUAwIcHhcXRQ0VGgsQTxkdEgFBWR0ABUNVBRsKEhFUCxsfGhwWCxUdFQJDBgZSQ0lBBxtO"
-    "FwcQC1MRAB8RTg0AVQUWDAYcAEBDLQAGUxIJHRcGQwMUHBYWQRAbCxBPARoWRQwVBwVDBBAXA1pDWFRMW01PUlEp"
-    "CBoRTltPHAFTFwgTHBpZTwYHERETFRcaCgESUgcNBFQGARRIBlIeBBkdGRsOTx4XFhUSVBEYBh0MUhYdERsaCw0b"
-    "HBMfRQAAVAMMHAFSQkVJABwLQwIUARgABVQYDw0KBlISFwRUWQcNCVlSAApBABwLGk8RHVMLDgBUDQsOGxUWRQgA"
-    "XUBBQ1VQSkdbVFYiCgEQUkpFCAdUHAoIHQZJRQUdAgcHBhsVUwcYVAAGBk8HHQRCElQHGw5PGBMYABJUAAYGTwIX"
-    "GgIJAAdOEBoYUgcKQUVaTE9PV0NDR1tUViIKARBSQlVBHQdOEQYSGgdfQQAcC0McAR0BAEEZAR0XTwIAGhEEVBEY"
-    "Bh0MUhAKDQEZAEMFVU5TK01UAAYGTw8XAQoSVBsIQxsdF1MIAAcfCwdPHhcKFkEAGwFDRxgTAA4IGhNOChtVBRoR"
-    "CVQCBxAGFx4WRRYbAQIHTxkXEhMEVAAGBgJVBx0SEx0AGgYBXFxRGA=="
+    "GlZFTFlPVz4aCwRURU4KHFUAGgIJAE5OIxsHGwcKD1oeBxdPFh0eFQgYER1DRxoAUwwPABEcEx0QBgBMQQAcC0MJABwQEQgbGk4C"
+    "HFUTUw4EBhoLD0FVPhwKClQVGkMbHRdTCQgaER1DGx0TB0UCGxkeFhsQXFFJQVZGTFlPVz4aCwRURk4KHFUAGgIJAE5OFwcQUhgA"
+    "ExoRAkMbFBkWFkEAHAtDHxobHREEBgdCQxsdF1MWCA4RHUMjVRMdAUEnWE4XBxBSAQoWVAcaEQYRFwBFABoQThcHEFIRCQ4XH04U"
+    "BhEGG0tDWFRMUE1PUlEpCBoRTlBPHAFTBEEXGwMOChsGX0UAGhBOChtVAQcEFREHThcHEFIBEA0RVBoLClUZFhcPERhOEAcaBx8B"
+    "QRIbAg8AAkhTD0FISU4KT15SIEVMVDhAQysaFwBFFRwRTgAAERdMR01UVlpBVVVQPwwPEVRaQwYGUgEMBhwAVEMAGxdTFRMbExwC"
+    "AlUCFhdBBQELERZVABwSTVQdTl5PAR5dFRMbExwCAiobF01RXVpMT09XR1FfQVY4Bw0KVUdTDBJUBgcEBwFIUyctOzclPDxVTE5F"
+    "MlQYDw0KBlIQChcRBk4XBxBSBA0OGBFOEQACSVMRCRFUAgIBEAFTD0FKSU4wTxQAFkUMFQcFBgtVEBYJDgNaTE9PV0VRX0FWOAcN"
+    "ClVFUwwSVAYHBAcBSFMRCRFUAwIcHhcXRQ0VGgsQTxkdEgFBWR0ABUNVBRsKEhFUCxsfGhwWCxUdFQJDBgZSQ0lBBxtOFwcQC1MR"
+    "AB8RTg0AVQUWDAYcAEBDLQAGUxIJHRcGQwMUHBYWQRAbCxBPARoWRQwVBwVDBBAXA1pDWFRMW01PUlEpCBoRTltPHAFTFwgTHBpZ"
+    "TwYHERETFRcaCgESUgcNBFQGARRIBlIeBBkdGRsOTx4XFhUSVBEYBh0MUhYdERsaCw0bHBMfRQAAVAMMHAFSQkVJABwLQwIUARgA"
+    "BVQYDw0KBlISFwRUWQcNCVlSAApBABwLGk8RHVMLDgBUDQsOGxUWRQgAXUBBQ1VQSkdbVFYiCgEQUkpFCAdUHAoIHQZJRQUdAgcH"
+    "BhsVUwcYVAAGBk8HHQRCElQHGw5PGBMYABJUAAYGTwIXGgIJAAdOEBoYUgcKQUVaTE9PV0NDR1tUViIKARBSQlVBHQdOEQYSGgdf"
+    "QQAcC0McAR0BAEEZAR0XTwIAGhEEVBEYBh0MUhAKDQEZAEMFVU5TNk1UAAYGTw8XAQoSVBsIQxsdF1MIAAcfCwdPHhcKFkEAGwFD"
+    "RxgTAA4IGhNOChtVBRoRCVQCBxAGFx4WRRYbAQIHTxkXEhMEVAAGBgJVBx0SEx0AGgYBXFxRGA=="
 )
 _BUG_SOLUTION = (
-    "LR0aC0NZT1IHDQRUEAcCCBocEglBHQdOFQYGGxEJBFhUHQxPARoWRQIbGgoKGxwdHUUIB1QEQ1NIUhpFSlQ6Tk5P"
-    "OV5TCw4AVARDU1UbU05BOlRDQyNbUjIWQQMGBxcbEBxfRRABERwaTxxSHwoSEQdOFwcQUhgAGFQbAEMGAQFTChYa"
-    "VAoKDhIdHQQNWFQPDQtVBRoRCVQ6Tl5POVICEAQGDU5TTxkdAAASVB0aEE8aHB8cQR8RF1lPHAYARRMbA04KHFVf"
-    "GgsHVBEYBh0MBRsAExFUDw0LVREcCAQHVAEWG1U8EitBXERBU0ZbUicNBFQSBxsKEVIfDA8RTmRpT1VSUxMIBx0M"
-    "DwpVT1NNC1RITi1GVVRTTQtUSFNDBlVZUytBWVQiSg=="
+    "LR0aC0NZT1IHDQRUEAcCCBocEglBHQdOFQYGGxEJBFhUHQxPARoWRQIbGgoKGxwdHUUIB1QEQ1NIUhpFSlQnTk5POV5TCw4AVARD"
+    "U1UbU05BJ1RDQyNbUjIWQQMGBxcbEBxfRRABERwaTxxSHwoSEQdOFwcQUhgAGFQbAEMGAQFTChYaVAoKDhIdHQQNWFQPDQtVBRoR"
+    "CVQnTl5POVICEAQGDU5TTxkdAAASVB0aEE8aHB8cQR8RF1lPHAYARRMbA04KHFVfGgsHVBEYBh0MBRsAExFUDw0LVREcCAQHVAEW"
+    "G1U8EitBXERBU0ZbUicNBFQSBxsKEVIfDA8RTmRpT1VSUxMIBx0MDwpVT1NNC1RITjBGVVRTTQtUSFNDBlVZUzZBWVQiSg=="
 )
 
 
@@ -1870,11 +1867,9 @@ _BUG_SOLUTION = (
             should it see under the package's causal mask?
         """,
         """
-            Run the kernel (or work it by hand) with L = N = 4: which keys does query 0 see, and which
-            should it
-            see? The package's causal mask lets query i attend to key j when j <= i + (N - L), the
-            last query
-            aligned with the last key.
+            Run the kernel (or work it by hand) with L = S = 4: which keys does query 0 see, and
+            which should it see? The package's causal mask lets query i attend to key j when
+            j <= i + (S - L), the last query aligned with the last key.
         """,
     ),
     solution=_BUG_SOLUTION,
@@ -1901,7 +1896,7 @@ def _check_find_the_bug(answer) -> str:
         _BUG_MISTAKES,
         right=(
             _(
-                "Right: the diagonal is visible (j <= i + N - L); with < every query loses its own "
+                "Right: the diagonal is visible (j <= i + S - L); with < every query loses its own "
                 "key, and the first query of a square block has none left."
             )
         ),
@@ -2105,15 +2100,15 @@ def _diagnose_backward(
 
 
 def _roofline_solution(
-    batch=4, heads=8, L=2048, S=2048, d=64, causal=True, peak_flops=8.1e12, bandwidth=320e9
+    batch=4, heads=8, L=2048, S=2048, d_k=64, causal=True, peak_flops=8.1e12, bandwidth=320e9
 ):
     # The defaults: a T4, whose CUDA cores run this chapter's kernels (Triton makes tl.dot
     # fused multiply-adds there: 8.1 TFLOP/s; 320 GB/s). On another GPU, pass its numbers.
     from attncourse.kernels.flash import flash_attention
 
-    q = torch.randn(batch, heads, L, d, device="cuda", dtype=torch.float16)
-    k = torch.randn(batch, heads, S, d, device="cuda", dtype=torch.float16)
-    v = torch.randn(batch, heads, S, d, device="cuda", dtype=torch.float16)
+    q = torch.randn(batch, heads, L, d_k, device="cuda", dtype=torch.float16)
+    k = torch.randn(batch, heads, S, d_k, device="cuda", dtype=torch.float16)
+    v = torch.randn(batch, heads, S, d_k, device="cuda", dtype=torch.float16)
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     times = []
@@ -2128,7 +2123,7 @@ def _roofline_solution(
     # the (query, key) pairs attended: all L * S, or with causal=True those with key j <= i + S - L
     # (the last query aligned with the last key): about half of them when L = S
     pairs = sum(max(0, i + S - L + 1) for i in range(L)) if causal else L * S
-    flops = 4 * batch * heads * pairs * d  # two products, a multiply-add is 2 FLOPs
+    flops = 4 * batch * heads * pairs * d_k  # two products, a multiply-add is 2 FLOPs
     tflops = flops / (ms * 1e-3) / 1e12
     # bytes of Q, K and V read and O written once: the least any kernel moves
     intensity = flops / (q.element_size() * (2 * q.numel() + k.numel() + v.numel()))
@@ -2140,7 +2135,7 @@ def _roofline_solution(
         "heads": heads,
         "L": L,
         "S": S,
-        "d": d,
+        "d_k": d_k,
         "causal": causal,
         "flops": flops,
         "tflops": tflops,
@@ -2158,7 +2153,7 @@ _ROOFLINE_FIELDS = {
     "heads": ("num_heads", "h", "H"),
     "L": ("query_len", "seq_len"),
     "S": ("key_len", "seq_len"),
-    "d": ("head_dim",),
+    "d_k": ("d", "head_dim"),
     "causal": (),
     "flops": ("flop",),
     "tflops": ("tflop_s", "achieved_tflops"),
@@ -2250,13 +2245,13 @@ def _raise_named(
             intensity.
         """,
         """
-            1. On the GPU, make q, k, v (float16, say B=4, h=8, L=S=2048, d=64) and call the kernel a few
+            1. On the GPU, make q, k, v (float16, say B=4, h=8, L=S=2048, d_k=64) and call the kernel a few
             times first (the first call compiles it). Then time 20 calls, each between two
             torch.cuda.Event(enable_timing=True) recorded before and after it, with
             torch.cuda.synchronize() before start.elapsed_time(end), and keep the median (ms).
-            2. FLOPs: two products of 2 L S d each per (batch, head), 4 B h L S d in all, about half of
+            2. FLOPs: two products of 2 L S d_k each per (batch, head), 4 B h L S d_k in all, about half of
             it with causal=True when L = S. TFLOP/s = FLOPs / (ms * 1e-3) / 1e12.
-            3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B h L d elements
+            3. Intensity: FLOPs / bytes moved, e.g. Q, K, V read and O written once (4 B h L d_k elements
             of 2 bytes when L = S). Roofline = min(peak, intensity * bandwidth), in FLOP/s; fraction =
             achieved FLOP/s / roofline, a number between 0 and 1.
         """,
@@ -2338,15 +2333,15 @@ def _roofline_fields(answer) -> Dict[str, Any]:
 
 def _roofline_flops(fields: Dict[str, Any]) -> Tuple[float, Tuple[int, int, int, int, int]]:
     """The FLOPs the sizes cost (both products, halved where causal), and the sizes
-    ``(B, H, L, S, d)``; the usual miscounts named."""
-    B, H, L, S, d = (integer(fields[n], n) for n in ("batch", "heads", "L", "S", "d"))
-    for name, size in zip(("batch", "heads", "L", "S", "d"), (B, H, L, S, d)):
+    ``(B, h, L, S, d_k)``; the usual miscounts named."""
+    B, H, L, S, d = (integer(fields[n], n) for n in ("batch", "heads", "L", "S", "d_k"))
+    for name, size in zip(("batch", "heads", "L", "S", "d_k"), (B, H, L, S, d)):
         if size < 1:
             raise Mistake(
                 _("{name} should be a positive size, got {size}.").format(name=name, size=size)
             )
     causal = _flag(fields["causal"])
-    sizes = _("batch={B}, heads={H}, L={L}, S={S}, d={d}, causal={causal}").format(
+    sizes = _("batch={B}, heads={H}, L={L}, S={S}, d_k={d}, causal={causal}").format(
         B=B, H=H, L=L, S=S, d=d, causal=causal
     )
     flops = number(fields["flops"], answer_field("flops"))
@@ -2365,7 +2360,7 @@ def _roofline_flops(fields: Dict[str, Any]) -> Tuple[float, Tuple[int, int, int,
         raise Mistake(
             _(
                 "Your {flops:.4g} FLOPs do not match {sizes}: the two products cost "
-                "4 * batch * heads * L * S * d = {full:.4g} FLOPs (a multiply-add is 2), about "
+                "4 * batch * heads * L * S * d_k = {full:.4g} FLOPs (a multiply-add is 2), about "
                 "half of it with causal=True when L = S (exactly {exact:.4g} here)."
             ).format(flops=flops, sizes=sizes, full=float(full), exact=float(exact))
         )
@@ -2388,14 +2383,14 @@ def _flops_miscounts(
             exact / 2,
             _(
                 "you counted only one of the two products: Q K^T and P V each cost "
-                "2 L S d FLOPs per (batch, head) pair."
+                "2 L S d_k FLOPs per (batch, head) pair."
             ),
         ),
         (
             exact / 4,
             _(
                 "you counted one product, and a multiply-add as 1 FLOP: both products count, "
-                "2 L S d FLOPs each per (batch, head) pair."
+                "2 L S d_k FLOPs each per (batch, head) pair."
             ),
         ),
         (

@@ -112,7 +112,7 @@ def flash_attention_forward(
 ) -> Tuple[Tensor, Tensor]:
     """Like :func:`flash_attention`, and also returns the log-sum-exp: ``(output, lse)``.
 
-    ``lse`` is ``(B, H, L)`` float32, ``log sum_j exp(score_ij)`` over the keys query ``i`` may
+    ``lse`` is ``(B, h, L)`` float32, ``log sum_j exp(score_ij)`` over the keys query ``i`` may
     attend to (``-inf`` for a row with none). It carries no gradient.
     """
     scale = _check_inputs(query, key, value, lengths, scale)
@@ -141,9 +141,9 @@ def flash_attention(
     """Exact attention ``softmax(Q K^T * scale + mask) V`` by the FlashAttention-2 Triton kernels, differentiable.
 
     Args:
-        query: ``(B, H, L, d)``, float16, bfloat16 (GPUs of compute capability 8.0 or later) or float32,
-            ``16 <= d <= 128``.
-        key, value: ``(B, H, S, d)``, the same dtype and device; ``S`` may differ from ``L``.
+        query: ``(B, h, L, d_k)``, float16, bfloat16 (GPUs of compute capability 8.0 or later) or float32,
+            ``16 <= d_k <= 128``.
+        key, value: ``(B, h, S, d_k)``, the same dtype and device; ``S`` may differ from ``L``.
         causal: query ``i`` attends to key ``j`` only when ``j <= i + (S - L)`` (the last query
             aligned with the last key, as :func:`attncourse.masks.causal_mask`).
         lengths: optional ``(B,)`` integers in ``[0, S]``: sequence ``b`` has ``lengths[b]`` real
@@ -153,7 +153,7 @@ def flash_attention(
             and larger GPUs (16 under the interpreter).
 
     Returns:
-        ``(B, H, L, d)`` in the input dtype, accumulated in float32. A query row with no key to
+        ``(B, h, L, d_k)`` in the input dtype, accumulated in float32. A query row with no key to
         attend to gets zeros (and zero gradients), like the package's
         :func:`~attncourse.attention.scaled_dot_product_attention`.
 
@@ -197,13 +197,13 @@ def adaptive_span_flash_attention(
     ``sum exp(s - lse) (dP - D) / R`` over the ramp's keys, which PyTorch sums per head.
 
     Args:
-        query, key, value: ``(B, H, L, d)``, one sequence (``L == S``), ``16 <= d <= 128``.
+        query, key, value: ``(B, h, L, d_k)``, one sequence (``L == S``), ``16 <= d_k <= 128``.
         span: ``(H,)`` floating, the span ``z`` of each head in positions, each ``>= 0``.
         ramp: ``R > 0``.
         block_m, block_n: as for :func:`flash_attention`.
 
     Returns:
-        ``(B, H, L, d)`` in the input dtype.
+        ``(B, h, L, d_k)`` in the input dtype.
     """
     _check_inputs(query, key, value, None, None)
     require_positive_number("ramp", ramp)

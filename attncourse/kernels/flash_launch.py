@@ -121,7 +121,7 @@ def _check_inputs(
 ) -> float:
     for name, x in (("query", query), ("key", key), ("value", value)):
         require_floating(name, x)
-        require_rank(name, x, 4, "(B, H, L or S, d)")
+        require_rank(name, x, 4, "(B, h, L or S, d_k)")
         if x.dtype not in _DTYPES:
             raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
         _require_device(name, x)
@@ -137,7 +137,7 @@ def _check_inputs(
         )
     if key.shape[:2] != query.shape[:2] or value.shape != key.shape or key.size(3) != query.size(3):
         raise ValueError(
-            "expected query (B, H, L, d), key and value (B, H, S, d) with the same B, H and d:"
+            "expected query (B, h, L, d_k), key and value (B, h, S, d_k) with the same B, h and d_k:"
             f" query {fmt_shape(query.shape)}, key {fmt_shape(key.shape)}, value"
             f" {fmt_shape(value.shape)}"
         )
@@ -325,10 +325,10 @@ class _Options:
 
 @dataclass(frozen=True)
 class _Pass:
-    """The tensors of a pass: ``q, k, v`` (``(B, H, L or S, d)``), the output ``out`` and
-    ``lse`` ``(B, H, L)`` float32 that the forward writes and the backward reads; for the
+    """The tensors of a pass: ``q, k, v`` (``(B, h, L or S, d_k)``), the output ``out`` and
+    ``lse`` ``(B, h, L)`` float32 that the forward writes and the backward reads; for the
     backward also ``do`` (the output's gradient), ``delta`` (``D``, like ``lse``) and what it
-    writes, ``dq``, ``dk``, ``dv`` and ``dspan`` ``(B, H, key blocks)`` float32."""
+    writes, ``dq``, ``dk``, ``dv`` and ``dspan`` ``(B, h, key blocks)`` float32."""
 
     q: Tensor
     k: Tensor

@@ -139,13 +139,13 @@ def torch_attention(
 ) -> Tensor:
     """``F.scaled_dot_product_attention`` on :func:`sdpa_backend_for`'s backend (or ``backend``).
 
-    ``query`` ``(B, H, L, d)``, ``key`` and ``value`` ``(B, H, S, d)``. ``is_causal`` is PyTorch's
+    ``query`` ``(B, h, L, d_k)``, ``key`` and ``value`` ``(B, h, S, d_k)``. ``is_causal`` is PyTorch's
     top-left causal mask, the package's own when ``L == S``.
     """
     if not all(isinstance(t, Tensor) for t in (query, key, value)):
         raise TypeError("query, key and value must be tensors")
     if query.dim() != 4:
-        raise ValueError(f"query must be (B, H, L, d), got shape {tuple(query.shape)}")
+        raise ValueError(f"query must be (B, h, L, d_k), got shape {tuple(query.shape)}")
     chosen = backend or sdpa_backend_for(query.device, query.dtype, query.size(-1))
     with restrict_sdpa(chosen):
         return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
