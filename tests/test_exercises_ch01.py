@@ -166,6 +166,32 @@ def upcasts_to_float64(query, key, value, mask=None, *, scale=None):
     return _attention_solution(query.double(), key.double(), value.double(), mask, scale=scale)
 
 
+def empty_rows_of_bool_masks_only(query, key, value, mask=None, *, scale=None):
+    # zero weights for a row with no key, but only where the mask is boolean: a float mask
+    # that is -inf over a whole row still gives softmax(-inf, ..., -inf) = NaN
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, -1)
+    if mask is not None and mask.dtype == torch.bool:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ value, weights
+
+
+def boolean_index_fill(query, key, value, mask=None, *, scale=None):
+    # scores[~mask] = -inf: right for a mask of the scores' shape, an IndexError for one that
+    # broadcasts
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if mask is not None and mask.dtype == torch.bool:
+        scores[~mask] = float("-inf")
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
 @pytest.mark.parametrize("answer", [_attention_solution])
 def test_attention_accepts_correct_answers(answer):
     assert_passes("dot-product/attention", answer)
@@ -194,6 +220,8 @@ def test_attention_refuses_the_package_function_the_text_forbids():
         (returns_output_only, "Return a pair"),
         (wrong_weighted_sum, "weights are right but the output is not"),
         (upcasts_to_float64, "keep the input's dtype"),
+        (empty_rows_of_bool_masks_only, "-inf over a whole row"),
+        (boolean_index_fill, "masked_fill(~mask"),
     ],
 )
 def test_attention_rejects_wrong_answers(wrong, diagnosis):

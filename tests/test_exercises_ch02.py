@@ -211,7 +211,7 @@ def test_merge_accepts_right_answers(answer):
         (lambda t: t.reshape(t.size(0), t.size(2), -1), "still the given code"),
         (lambda t: t.permute(0, 2, 3, 1).reshape(t.size(0), t.size(2), -1), "interleaved"),
         (lambda t: t.flip(1).transpose(1, 2).reshape(t.size(0), t.size(2), -1), "reverse order"),
-        (lambda t: t.transpose(1, 2).view(t.size(0), t.size(2), -1), "not contiguous"),
+        (lambda t: t.transpose(1, 2).view(t.size(0), t.size(2), -1), "memory in order"),
         (lambda t: t.mean(1), "summed or averaged"),
         (lambda t: t.transpose(1, 2).reshape(t.size(0), t.size(2), -1).float(), "dtype"),
         (lambda t: t.transpose(1, 2).reshape(t.size(0), t.size(2), -1) * 2, "should give x back"),

@@ -256,6 +256,8 @@ def test_causal_flops_accepts_the_measurement_within_tolerance():
         (0.5002, "ideal half"),
         (1.0, "naive"),
         (16 / 9, "divided the non-causal"),
+        (56.25, "percentage"),
+        (0.4375, "saves"),
         (0.7, "not within 0.01"),
     ],
 )

@@ -18,6 +18,8 @@ FIND_THE_BUG = {
             (4, "-inf"),
             (15, "once"),
             (99, "outside the function"),
+            # the wrong line's code pasted instead of its number
+            ("acc = acc + p @ v[..., start:start + block, :]", "not the line's code"),
         ],
     ),
     "adaptive-span/find-the-bug": (

@@ -50,8 +50,11 @@ def test_backend_per_gpu(fake_gpu, gpu, dtype, expected):
 def test_head_size_limits():
     assert sdpa.sdpa_backend((9, 0), torch.float16, 256) == "flash"
     assert sdpa.sdpa_backend((9, 0), torch.float16, 512) == "efficient"  # flash stops at 256
-    # neither takes d % 8 != 0 in half precision
-    assert sdpa.sdpa_backend((9, 0), torch.float16, 60) == "math"
+    # flash takes any head size up to 256 (sdp_utils.cpp's check_head_dim_size_flash: the
+    # multiple of 8 is its nested-tensor variant's rule); the memory-efficient kernel wants
+    # multiples of 8 in half precision, so a T4 falls back to math at d = 60
+    assert sdpa.sdpa_backend((9, 0), torch.float16, 60) == "flash"
+    assert sdpa.sdpa_backend((7, 5), torch.float16, 60) == "math"
     assert sdpa.sdpa_backend((6, 0), torch.float16, 64) == "efficient"
     assert sdpa.sdpa_backend((3, 7), torch.float16, 64) == "math"
 

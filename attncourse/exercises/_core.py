@@ -917,6 +917,14 @@ _TORCH_ERROR_ADVICE = (
             "not .T."
         ),
     ),
+    (
+        "does not match the shape of the indexed tensor",
+        N_(
+            "Indexing with a boolean mask (scores[~mask] = ...) needs a mask of the scores' full "
+            "shape, but masks broadcast ((B, 1, S) for padding, (L, S) for a causal mask): use "
+            "scores.masked_fill(~mask, float('-inf')), which broadcasts."
+        ),
+    ),
 )
 
 
@@ -1634,6 +1642,14 @@ def check_line_number(
     """Check a find-the-bug answer, the number of the wrong line of a listing: a whole number
     (else a :class:`Mistake`), graded by :func:`check_number` against the concealed line, each
     known wrong line explained by its concealed message, ``right`` and ``otherwise`` as there."""
+    if isinstance(answer, str) and re.search(r"[=(\[]", answer):
+        # the wrong line's code pasted as the answer
+        raise Mistake(
+            _(
+                "Give the number of the wrong line in the listing, a whole number (bug_line = 7 "
+                "for line 7), not the line's code: got the string {answer!r}."
+            ).format(answer=answer[:40])
+        )
     return check_number(
         integer(answer, _("line number")),
         concealed_line,

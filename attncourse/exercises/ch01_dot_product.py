@@ -378,6 +378,29 @@ def _check_attention(fn) -> str:
         scaled_dot_product_attention(q, k, v, empty),
         _variants(q, k, v, empty),
     )
+    _compare(
+        _("With a float mask that is -inf over a whole row (query 2 of sequence 1)"),
+        _outputs(fn, q, k, v, additive.masked_fill(~empty, float("-inf"))),
+        scaled_dot_product_attention(q, k, v, empty),
+        {},
+    )
+
+    # masks that broadcast, as the chapters pass them: a padding mask (B, 1, S), a causal (L, S)
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, :]
+    causal = torch.ones(5, 6, dtype=torch.bool).tril(diagonal=1)
+    for case, broadcast in (
+        (
+            _("With a padding mask of shape (B, 1, S) = (2, 1, 6), broadcast over the queries"),
+            padding,
+        ),
+        (_("With a causal mask of shape (L, S) = (5, 6), broadcast over the batch"), causal),
+    ):
+        _compare(
+            case,
+            _outputs(fn, q, k, v, broadcast),
+            scaled_dot_product_attention(q, k, v, broadcast),
+            _variants(q, k, v, broadcast),
+        )
 
     _compare(
         _("With scale=0.5 (B=2, L=5, S=6)"),
@@ -400,8 +423,8 @@ def _check_attention(fn) -> str:
             ).format(output_dtype=output.dtype, weights_dtype=weights.dtype)
         )
     return _(
-        "Your attention matches the reference: batches, L != S, boolean and float masks, "
-        "fully masked rows, scale and dtype."
+        "Your attention matches the reference: batches, L != S, boolean and float masks, masks "
+        "that broadcast, fully masked rows, scale and dtype."
     )
 
 

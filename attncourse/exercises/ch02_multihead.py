@@ -374,17 +374,8 @@ def _check_merge(fn) -> str:
     for B, h, L, d in ((2, 3, 4, 5), (1, 4, 6, 2), (3, 2, 2, 8)):
         x = random_tensor(B, L, h * d, seed=40 + h)
         heads = split_heads(x, h).contiguous()  # (B, h, L, d), contiguous like an attention output
-        try:
-            out = call(fn, heads)
-        except Mistake as mistake:
-            if "view" in str(mistake):
-                raise Mistake(
-                    _(
-                        "{mistake}\nAfter a transpose the memory is not contiguous: use .reshape, or "
-                        ".contiguous().view."
-                    ).format(mistake=mistake)
-                ) from None
-            raise
+        # view() after the transpose: call() adds the advice to torch's error (use .reshape)
+        out = call(fn, heads)
         if isinstance(out, torch.Tensor) and out.shape == (B, L, d):
             raise Mistake(
                 _(

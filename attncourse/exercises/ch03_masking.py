@@ -233,9 +233,9 @@ def _check_causal(fn) -> str:
 
 def _attention_mask_solution(lengths, max_len, causal):
     positions = torch.arange(max_len)
-    keys = positions[None, :] < lengths[:, None]  # (B, S): the real keys
+    keep = positions[None, :] < lengths[:, None]  # (B, S): True at the real keys
     # (B, L, S): padding masks the KEYS, for every query
-    mask = keys[:, None, :].expand(-1, max_len, -1)
+    mask = keep[:, None, :].expand(-1, max_len, -1)
     if causal:
         mask = mask & (positions[None, :] <= positions[:, None])  # AND the (L, S) lower triangle
     return mask
@@ -251,8 +251,8 @@ def _attention_mask_solution(lengths, max_len, causal):
             that a key is kept only if both keep it.
         """,
         """
-            Start from the (B, S) padding mask. It is about the keys, so it must hold for every query:
-            keys[:, None, :] has shape (B, 1, S); expand it to (B, L, S). For a decoder (causal=True)
+            Start from the (B, S) padding mask, keep. It is about the keys, so it must hold for every
+            query: keep[:, None, :] has shape (B, 1, S); expand it to (B, L, S). For a decoder (causal=True)
             combine it with the (L, L) lower triangle by a logical AND: a key is kept only if both keep it.
         """,
     ),

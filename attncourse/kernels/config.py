@@ -162,9 +162,10 @@ def launch_config(
       99 KiB, 3 on an A100 or an H100 (the forward: 2 on an A100, where a third spills).
     * With 2 stages (sm_86, sm_89) the dK/dV kernel at ``d = 64`` takes 8 warps: with 4 it
       spills; so does the adaptive-span forward (``forward_span``) before sm_90.
-    * One exception, made by a measurement: on sm_90 at ``d > 64`` the dK/dV kernel takes
+    * One exception, made by a measurement: on sm_90 at ``d = 128`` the dK/dV kernel takes
       64 x 64 tiles with 4 warps, which spill (160-260 bytes per thread), because on an H200
-      they were faster than every spill-free choice (``make gpu-check``'s ``dkdv_tile``).
+      they were faster than the four other tiles tried (``make gpu-check``'s ``dkdv_tile``);
+      ``d = 96`` takes the same tiles, unmeasured.
     """
     capability = check_capability(capability)
     if kernel not in KERNELS:
@@ -203,7 +204,7 @@ def launch_config(
         # elsewhere 8 warps share the accumulators among twice the registers
         if kernel == "backward_dkdv" and capability >= (9, 0):
             # measured, not derived: spills 160-260 bytes per thread, yet beat 32 x 64 with
-            # 8 warps (most products mma.sync) by 1.37x (1.07x causal) forward+backward on an
+            # 8 warps (half its products mma.sync) by 1.37x (1.07x causal) forward+backward on an
             # H200 (make gpu-check, design question dkdv_tile; reports/gpu/)
             return LaunchConfig(64, 64, 4, stages)
         return LaunchConfig(32, 64, 8, stages) if backward_dkdv else LaunchConfig(64, 32, 8, stages)

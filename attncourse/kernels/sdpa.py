@@ -5,7 +5,8 @@ its Triton kernels with the fastest one the GPU has, restricted to that one back
 the comparison says what ran:
 
 * ``"flash"`` (FlashAttention-2, Dao 2023): compute capability 8.0 and later, float16 or
-  bfloat16, a head size that is a multiple of 8 and at most 256;
+  bfloat16, equal head sizes of at most 256 (``check_head_dim_size_flash``; the multiple of 8
+  is a rule of its nested-tensor variant only);
 * ``"efficient"`` (the memory-efficient kernel of xFormers): compute capability 5.0 and
   later, float16 or float32, and bfloat16 from 8.0 on;
 * ``"math"``: PyTorch's plain composition of operations, which runs everywhere;
@@ -61,7 +62,7 @@ def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int)
     """The fastest SDPA backend a CUDA GPU of ``capability`` offers for ``dtype`` and ``head_dim``.
 
     Returns ``"flash"`` where PyTorch's FlashAttention backend runs (8.0 and later, float16 or
-    bfloat16, ``head_dim`` a multiple of 8 up to 256), else ``"efficient"`` where the
+    bfloat16, ``head_dim`` up to 256), else ``"efficient"`` where the
     memory-efficient one runs (5.0 and later; float16, float32, and bfloat16 from 8.0), else
     ``"math"``. A T4 (7.5) in float16 gets ``"efficient"``; an A100 or H100 gets ``"flash"``.
     """
@@ -71,7 +72,7 @@ def sdpa_backend(capability: Tuple[int, int], dtype: torch.dtype, head_dim: int)
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
     half = dtype in (torch.float16, torch.bfloat16)
-    if capability >= (8, 0) and half and head_dim % 8 == 0 and head_dim <= 256:
+    if capability >= (8, 0) and half and head_dim <= 256:
         return "flash"
     efficient_dtypes = (torch.float16, torch.float32) + (
         (torch.bfloat16,) if capability >= (8, 0) else ()
