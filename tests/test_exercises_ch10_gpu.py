@@ -70,6 +70,16 @@ def _floor(qb, bm, bn, L, S):
     return list(range(max(0, min(S, qb * bm + bm + S - L)) // bn))
 
 
+def _ceil_of_the_last_index(qb, bm, bn, L, S):  # ceil(j / bn) of the last key's index j
+    last = min(qb * bm + bm, L) - 1 + S - L
+    return list(range(math.ceil(last / bn))) if last >= 0 else []
+
+
+def _floor_of_the_last_index(qb, bm, bn, L, S):  # j // bn blocks: the +1 forgotten
+    last = min(qb * bm + bm, L) - 1 + S - L
+    return list(range(last // bn)) if last >= 0 else []
+
+
 def _everything(qb, bm, bn, L, S):
     return list(range(math.ceil(S / bn)))
 
@@ -103,7 +113,9 @@ def _rounded_toward_zero(qb, bm, bn, L, S):  # int(last / bn): -5 / 16 rounds to
     "wrong,words",
     [
         (_top_left, "top left"),
-        (_floor, "round up"),
+        (_floor, "dropped the last key block"),
+        (_ceil_of_the_last_index, "j // block_n + 1"),
+        (_floor_of_the_last_index, "dropped the last key block"),
         (_everything, "every key block"),
         (_never_empty, "no key block at all"),
         (lambda *a: [0, 1], "should be"),

@@ -73,7 +73,6 @@ def _blocks(
     key_len,
     *,
     top_left=False,
-    floor=False,
     everything=False,
 ) -> List[int]:
     """The known wrong answers, computed as a learner would."""
@@ -81,7 +80,7 @@ def _blocks(
         return list(range(math.ceil(key_len / block_n)))
     offset = 0 if top_left else key_len - query_len
     hi = min(key_len, query_block * block_m + block_m + offset)
-    return list(range(max(hi, 0) // block_n if floor else math.ceil(max(hi, 0) / block_n)))
+    return list(range(math.ceil(max(hi, 0) / block_n)))
 
 
 _CASES = [  # (query_block, block_m, block_n, L, S): L = S, L < S (a cache), L > S, partial blocks
@@ -202,11 +201,14 @@ def _check_key_blocks(fn) -> str:
                     "last query with the last key, j <= i + (S - L)."
                 ).format(where=where)
             )
-        if got == _blocks(*case, floor=True):
+        if got == expected[:-1]:  # floor of the end, ceil of the last index, ...
             raise Mistake(
                 _(
-                    "At {where} you dropped the last key block, which is only partly visible: round up "
-                    "(it still holds keys the block's queries may see)."
+                    "At {where} you dropped the last key block. The last key the block may see, "
+                    "j = i + (S - L) for its last query i, lies in block j // block_n, which is "
+                    "visited although only partly visible: the blocks are 0 .. j // block_n, that "
+                    "is j // block_n + 1 of them (or ceil((j + 1) / block_n), counted from the end "
+                    "of the visible keys)."
                 ).format(where=where)
             )
         raise Mistake(
@@ -260,13 +262,14 @@ _SKIPPED_SOLUTION = (
         """
             Find the head's window of keys with a weight, then for each query block the
             key blocks that window reaches. Compare the tiles with the causal tiles;
-            tile_map can check your count.
+            tiles.span_tile_maps can check your count.
         """,
         """
             The head's keys with a weight are those at distance 0 .. W - 1 with W = ceil(z + R). With L = 4096
             and 64 x 64 tiles, query block r needs the key blocks from the one holding key max(0, 64 r - W + 1)
             up to block r (the diagonal). Add the tiles over r = 0 .. 63 and subtract from the causal count
-            64 * 65 / 2. Check with attncourse.kernels.tiles.tile_map.
+            64 * 65 / 2. Check with attncourse.kernels.tiles.span_tile_maps(span, ramp, length,
+            block_m, block_n), the tiles each head computes, as the chapter counted them.
         """,
     ),
     solution=_SKIPPED_SOLUTION,
@@ -1301,12 +1304,12 @@ def _softmax_inputs(index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """,
         """
             One program per row: row = tl.program_id(0), cols = tl.arange(0, BLOCK). Load the row's
-            length
-            with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with that
-            mask and
-            other=float("-inf"), subtract its maximum before tl.exp, and divide by the sum. A row of
-            length 0 has m = -inf and a sum of 0: zero its exponentials with tl.where(keep, ..., 0.0)
-            and give it zeros. Store every column cols < n_cols (the zeros too), at Y + row * stride_y + cols.
+            length with tl.load(LENGTHS + row) and keep the columns cols < length. Load the row with
+            that mask and other=float("-inf"), subtract its maximum before tl.exp, and divide by the
+            sum. A row of length 0 has m = -inf and a sum of 0: zero its exponentials with
+            tl.where(keep, ..., 0.0) and divide only where the sum is positive
+            (tl.where(total > 0, e / total, 0.0)), so that it stores zeros. Store every column
+            cols < n_cols (the zeros too), at Y + row * stride_y + cols.
         """,
     ),
     solution=masked_softmax_kernel,
