@@ -99,6 +99,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.__version__": 1,
     "attncourse.attention.safe_softmax": 1,
     "attncourse.attention.scaled_dot_product_attention": 1,
+    "attncourse.exercises._core.Exercise": 1,
     "attncourse.exercises._core.Result": 1,
     "attncourse.exercises._core.check": 1,
     "attncourse.exercises._core.hint": 1,

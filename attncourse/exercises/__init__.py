@@ -8,7 +8,7 @@ exercise. ``set_language("zh")`` makes them speak Chinese (简体中文); Englis
 import importlib
 import pkgutil
 
-from ._core import Result, check, hint, list_exercises, registry, solution
+from ._core import Exercise, Result, check, hint, list_exercises, registry, solution
 from ._i18n import get_language, set_language
 
 # Importing each chapter's module is what registers its exercises: the @exercise decorator
@@ -22,6 +22,7 @@ __all__ = [
     "solution",
     "list_exercises",
     "registry",
+    "Exercise",
     "Result",
     "set_language",
     "get_language",

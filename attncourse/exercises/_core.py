@@ -271,6 +271,10 @@ def _in_other_languages(make: Callable[[], Any]) -> Dict[str, Any]:
 
 @dataclass(frozen=True)
 class Exercise:
+    """One registered exercise, as :func:`registry` maps its id to it: the checker, the levels
+    of hints, the solution (shown by :func:`solution`) and the flags the course's tests and
+    tools read."""
+
     exercise_id: str
     title: str
     checker: Callable[[Any], Optional[str]]
