@@ -284,6 +284,15 @@ def test_top_k_accepts(answer):
             ),
             "set to 0, not -inf",
         ),
+        # right without ties, uniform over the vocabulary at a tie with the k-th logit
+        (
+            lambda z, k, t: (
+                torch.full_like(z, 1 / z.size(-1))
+                if bool((z == z.topk(k, -1).values[..., -1:]).sum(-1).gt(1).any())
+                else _top_k_solution(z, k, t)
+            ),
+            "tie at the k-th largest",
+        ),
     ],
 )
 def test_top_k_rejects(wrong, diagnosis):
@@ -363,6 +372,18 @@ def test_shifted_loss_accepts(answer):
                 z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1), reduction="none"
             ),
             "scalar",
+        ),
+        # shifted after flattening: the rows' ends meet the next rows' starts (it was named
+        # "the wrong way" when the checker's random logits made every loss nearly equal)
+        (
+            lambda z, t: F.cross_entropy(z.reshape(-1, z.size(-1))[:-1], t.reshape(-1)[1:]),
+            "after flattening",
+        ),
+        (
+            lambda z, t: (
+                F.cross_entropy(z[:, :-1].reshape(-1, z.size(-1)), t[:, 1:].reshape(-1)) + 1e-3
+            ),
+            "differs from the mean cross-entropy",
         ),
     ],
 )

@@ -50,6 +50,8 @@ def test_cache_bytes_accepts(answer):
         (1342.18, "MiB"),
         (123456789, "123,456,789 bytes is not it"),
         (RIGHT_BYTES - 1, "1,342,177,279 bytes is not it"),  # printed whole, not as 1.34218e+09
+        (1.342e9, "rounded to 4 significant digits"),  # the right count, rounded
+        (1.34e9, "rounded to 3 significant digits"),
         (2 * 80 * 8 * (8192 // 8) * 4096 * 2, "8192 / 8 = 1024"),  # head_dim over the K/V heads
         ("1342177280", "should be a number"),
     ],
@@ -164,6 +166,11 @@ def test_cached_step_accepts(answer):
         (step_forgets_to_append, "only the 5 old positions"),
         (lambda *args: _cached_attention_solution(*args)[0], "triple"),
         (step_for_five_cached_positions, "7 cached positions"),
+        # (output, value, key): the caches returned in the wrong order
+        (
+            lambda *args: (lambda out, k, v: (out, v, k))(*_cached_attention_solution(*args)),
+            "swapped",
+        ),
     ],
 )
 def test_cached_step_rejects(wrong, words):

@@ -422,12 +422,20 @@ def test_the_learners_text_is_echoed_as_written_in_chinese():
 
 
 @pytest.mark.parametrize(
-    "answer, shown", [(1_050_000, "1,050,000"), (4 * 512**2 + 256, "1,048,832")]
+    "answer, shown", [(1_060_000, "1,060,000"), (4 * 512**2 + 256, "1,048,832")]
 )
 def test_a_refused_count_is_shown_as_a_whole_number(answer, shown):
-    """{value:g} printed 1050000 as 1.05e+06 and 1048832 as 1,048,832.0."""
+    """{value:g} printed 1060000 as 1.06e+06 and 1048832 as 1,048,832.0 (1,050,000, the
+    answer rounded, is told so: test_a_rounded_count_is_told_to_be_computed_exactly)."""
     message = check("multi-head/parameter-count", answer).message
     assert message.startswith(f"{shown} is not it"), message
+
+
+def test_a_rounded_count_is_told_to_be_computed_exactly():
+    """1,050,000 for 1,050,624 parameters is the count rounded: the method is right."""
+    message = check("multi-head/parameter-count", 1_050_000).message
+    assert "rounded to 3 significant digits" in message, message
+    assert "is not it" not in message
 
 
 def _as_list(reference):

@@ -17,7 +17,8 @@ FIND_THE_BUG = {
             (10, "NEW maximum"),
             (4, "-inf"),
             (15, "once"),
-            (99, "outside the function"),
+            (99, "not a line that computes"),
+            (2, "line 2 the docstring"),
             # the wrong line's code pasted instead of its number
             ("acc = acc + p @ v[..., start:start + block, :]", "not the line's code"),
         ],
@@ -29,7 +30,8 @@ FIND_THE_BUG = {
             (8, "causal softmax"),
             (9, "probabilities"),
             (10, "renormalised"),
-            (42, "outside the function"),
+            (42, "not a line that computes"),
+            (2, "line 2 the docstring"),
         ],
     ),
     "all-attention/find-the-bug": (
@@ -39,7 +41,8 @@ FIND_THE_BUG = {
             (9, "ONE softmax"),
             (4, "appended"),
             (8, "-inf"),
-            (0, "outside the function"),
+            (0, "not a line that computes"),
+            (1, "line 1 is the signature"),
         ],
     ),
     "gpu/find-the-bug": (

@@ -1617,7 +1617,35 @@ def check_number(
     ]
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
+    digits = _rounded(value, expected) if rel_tol < 1e-6 else 0
+    if digits:
+        # an exact answer, rounded (1.342e9 for 1,342,177,280): the method is right
+        raise Mistake(
+            (
+                _(
+                    "{value:,.10g} is the {what} rounded to {digits} significant digits: the "
+                    "answer is a whole number, so compute it exactly (a product of integers, "
+                    "without e-notation)."
+                )
+                if float(expected).is_integer()
+                else _(
+                    "{value:,.10g} is the {what} rounded to {digits} significant digits: "
+                    "compute it exactly, without rounding."
+                )
+            ).format(value=_Refused(value), what=what, digits=digits)
+        )
     raise Mistake(otherwise.format(value=_Refused(value)))
+
+
+def _rounded(value: float, expected: float) -> int:
+    """The number of significant digits ``value`` has if it is ``expected`` rounded to them
+    (2 to 6, where ``expected`` needs more: 1.342e9 for 1,342,177,280 gives 4), else 0."""
+    if not math.isfinite(value) or value == expected:
+        return 0
+    for digits in range(2, 7):
+        if float(f"{expected:.{digits}g}") == value:
+            return digits
+    return 0
 
 
 class _Refused:

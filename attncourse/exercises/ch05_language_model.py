@@ -465,10 +465,38 @@ def _check_top_k(fn) -> str:
                     ),
                 )
             )
+    _check_top_k_ties(fn)
     return _(
-        "Your top-k distribution matches: exactly k tokens keep probability, renormalised, "
-        "sharpened or flattened by T."
+        "Your top-k distribution matches: the k largest logits keep probability (with ties at "
+        "the k-th, every tied one or exactly k), renormalised, sharpened or flattened by T."
     )
+
+
+def _check_top_k_ties(fn) -> None:
+    """Ties at the k-th largest logit: keeping every tied logit (the package's choice) or exactly
+    k of them (torch.topk, then scatter) are both top-k; the kept ones must share
+    softmax(logits / T)."""
+    tied = torch.tensor([[2.0, 1.0, 1.0, 0.0], [0.5, 0.5, 0.5, -1.0]], dtype=torch.float64)
+    out = expect_tensor(
+        call(fn, tied, 2, 0.8), tied.shape, _("The distribution for logits with ties")
+    )
+    for row, probs in zip(tied, out.detach().to(torch.float64)):
+        kth = row.topk(2).values[-1]
+        kept = probs > 0
+        allowed = bool((kept <= (row >= kth)).all() and (kept >= (row > kth)).all())
+        if allowed and int(kept.sum()) in (2, int((row >= kth).sum())):
+            expected = torch.softmax((row / 0.8).masked_fill(~kept, float("-inf")), dim=-1)
+            if matches(probs, expected):
+                continue
+        raise Mistake(
+            _(
+                "With a tie at the k-th largest logit (logits {row}, k = 2, T = 0.8) keep every "
+                "tied logit or exactly k of them, and give the kept ones softmax(logits / T) "
+                "renormalised; your distribution is {probs}."
+            ).format(
+                row=[round(x, 2) for x in row.tolist()], probs=[round(x, 3) for x in probs.tolist()]
+            )
+        )
 
 
 # -- 5. find the bug: the next-token loss -------------------------------------------------------------
@@ -500,10 +528,11 @@ def _shifted_loss_solution(logits, tokens):
 )
 def _check_shifted_loss(fn) -> str:
     forbid(fn, {"the package's next_token_loss": next_token_loss})
-    logits, tokens = (
-        random_tensor(3, 9, 11, seed=50),
-        torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51)),
-    )
+    tokens = torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51))
+    # logits that predict the next token well: the right loss is small, and every wrong
+    # pairing of logits with tokens costs far more than a rounding error
+    logits = random_tensor(3, 9, 11, seed=50)
+    logits[:, :-1] += 6 * torch.nn.functional.one_hot(tokens[:, 1:], 11).to(logits.dtype)
     out = call(fn, logits, tokens)
     if not isinstance(out, torch.Tensor) or out.dim() != 0:
         raise Mistake(_("Return the mean loss as a scalar tensor."))
@@ -534,6 +563,13 @@ def _check_shifted_loss(fn) -> str:
                 _("The loss is summed; take the mean over the predicted positions."): ce(
                     logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1), reduction="sum"
                 ),
+                (
+                    _(
+                        "You shifted after flattening: each sequence's last logits are scored on "
+                        "the first token of the next sequence. Shift within each sequence, "
+                        "logits[:, :-1] and tokens[:, 1:], then flatten."
+                    )
+                ): ce(logits.reshape(-1, v)[:-1], tokens.reshape(-1)[1:]),
             },
             default=(
                 _(

@@ -274,6 +274,13 @@ def _check_cached_step(fn) -> str:
                 ).format(case=case, past=past)
             )
         expect_tensor(new_key, key.shape, _("{case}: the returned key").format(case=case))
+        if matches(new_key, value) and matches(new_value, key):
+            raise Mistake(
+                _(
+                    "{case}: the returned key and value are swapped: return (output, key, "
+                    "value), the key cache second."
+                ).format(case=case)
+            )
         if not (matches(new_key, key) and matches(new_value, value)):
             raise Mistake(
                 _(

@@ -418,8 +418,8 @@ def _check_bug(answer) -> str:
         ),
         otherwise=(
             _(
-                "Line {value:g} is outside the function's body (lines 3 to 15). Give the number of "
-                "the wrong line."
+                "Line {value:g} is not a line that computes: those are lines 3 to 15 (line 1 is "
+                "the signature, line 2 the docstring). Give the number of the wrong line."
             )
         ),
     )

@@ -393,8 +393,9 @@ def _check_weights(fn) -> str:
                     _weights_mistakes(scores, span, ramp),
                     default=(
                         _(
-                            "Your weights differ from m_z(i - j) softmax(s)_ij / sum_j' m_z(i - j') "
-                            "softmax(s)_ij' (span z={span:g}, ramp R={ramp:g})."
+                            "Your weights differ from m_z(i - j) p_ij / sum_j' m_z(i - j') p_ij', "
+                            "with p the causal softmax of the scores (0 for j > i; span "
+                            "z={span:g}, ramp R={ramp:g})."
                         ).format(span=span, ramp=ramp)
                     ),
                     atol=1e-6,
@@ -523,8 +524,8 @@ def _check_bug(answer) -> str:
         ),
         otherwise=(
             _(
-                "Line {value:g} is outside the function's body (lines 3 to 10). Give the number of "
-                "the wrong line."
+                "Line {value:g} is not a line that computes: those are lines 3 to 10 (line 1 is "
+                "the signature, line 2 the docstring). Give the number of the wrong line."
             )
         ),
     )

@@ -705,8 +705,9 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
             "position, which is the future."
         ): j <= i + offset + 1,
         _(
-            "The shift has the wrong sign: with more keys than queries the queries move right, by "
-            "key_len - query_len."
+            "The shift has the wrong sign: with more keys than queries the queries move right, "
+            "by key_len - query_len; with more queries than keys they move left, by query_len - "
+            "key_len."
         ): (j <= i - offset) if offset else None,
         _(
             "With more queries than keys the shift is negative: the first queries have no key "
@@ -908,7 +909,7 @@ def _check_computed_blocks(fn) -> str:
             ).format(what=what, value=value)
         )
     return _(
-        "Right: these are the blocks the kernel computes, for every head a mask without heads "
-        "serves. On this chapter's CPU the time roughly followed them; on the GPU report it fell "
-        "far less than the blocks."
+        "Right: these are the blocks the kernel computes, once for every head of the input when "
+        "the mask was built with H=None. On this chapter's CPU the time roughly followed them; on "
+        "the GPU report it fell far less than the blocks."
     )
