@@ -168,6 +168,9 @@ def test_parameter_count():
     _failed("multi-head/parameter-count", truth // 8, "divided by the number of heads")
     _failed("multi-head/parameter-count", truth * 8, "multiplied by the number of heads")
     _failed("multi-head/parameter-count", 12345, "is not it")
+    _failed("multi-head/parameter-count", truth / 1e6, "in millions")
+    _failed("multi-head/parameter-count", 1050, "in thousands")
+    _failed("multi-head/parameter-count", 1.05e6, "rounded to 3 significant digits")
     _failed("multi-head/parameter-count", "1050624", "should be a number")
 
 

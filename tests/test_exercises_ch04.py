@@ -139,6 +139,8 @@ def test_shapes_accepts_the_measured_shapes_in_any_sequence_type():
         ("key_padding_mask", (2, 9), "Add dimensions for the heads and the queries"),
         ("key_padding_mask", (2, 1, 9), "unsqueeze(1)"),
         ("key_padding_mask", (2, 1, 5, 1), "this masks queries"),
+        ("key_padding_mask", (1, 1, 1, 9), "without a batch dimension"),
+        ("key_padding_mask", (2, 1, 9, 1), "S on the query axis"),
         ("key_padding_mask", (2, 4, 5, 9), "repeats one padding pattern"),
         ("output", (3, 5, 48), "count the sizes again"),
     ],
@@ -210,7 +212,7 @@ def test_the_given_code_has_the_bug_the_checker_names():
     q, k, v = args[0] @ args[2], args[1] @ args[3], args[1] @ args[4]
     scores = (q @ k.transpose(-2, -1) / 2).masked_fill(~mask[:, None, :], float("-inf"))
     torch.testing.assert_close(fixed, torch.softmax(scores, dim=-1) @ v)  # line (d) with dim=-1
-    for answer in ("d", "D", " (d) ", "(D)"):
+    for answer in ("d", "D", " (d) ", "(D)", "d)", "d."):
         assert check("cross-attention/which-bug", answer).passed
 
 
@@ -257,6 +259,7 @@ def test_diagonal_baseline_accepts_an_independent_measurement():
         (0.2179, "end-of-sentence"),
         (0.2576, "always picks the first word"),
         (0.98, "is not what this head scores"),
+        (1608, "count of digits"),  # the hits, not their share
         ("0.28", "should be a number"),
     ],
 )

@@ -1547,9 +1547,10 @@ def named(message: str) -> str:
 
 
 def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str:
-    """The learner's multiple-choice answer as one of ``choices`` (case, spaces and one pair of
-    brackets ignored: ``"B"``, ``" (b) "``), else a :class:`Mistake` that says what is expected.
-    The answer is compared with each choice whole, never as a substring."""
+    """The learner's multiple-choice answer as one of ``choices`` (case, spaces, one pair of
+    brackets or quotes and a closing bracket or full stop after the letter ignored: ``"B"``,
+    ``" (b) "``, ``"b)"``, ``"b."``), else a :class:`Mistake` that says what is expected. The
+    answer is compared with each choice whole, never as a substring."""
     what = _(what) if what == "answer" else what
     options = ", ".join(f'"{c}"' for c in choices)
     expected = _("Answer with one of {options}, as a string such as {value}").format(
@@ -1564,6 +1565,12 @@ def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str
     letter = answer.strip().lower()
     if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", '""', "''"):
         letter = letter[1:-1].strip()
+    elif (
+        len(letter) >= 2
+        and letter[-1] in ").]"
+        and letter[:-1].strip() in [c.lower() for c in choices]
+    ):  # "b)" or "b.", as a list labels its items
+        letter = letter[:-1].strip()
     if letter in [c.lower() for c in choices]:
         return letter
     if not letter:
@@ -1617,6 +1624,15 @@ def check_number(
     ]
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
+    if rel_tol < 1e-6 and float(expected).is_integer() and abs(expected) >= 1e4:
+        for scale, unit in ((1e3, _("thousands")), (1e6, _("millions")), (1e9, _("billions"))):
+            scaled = value * scale
+            if abs(scaled - expected) <= 0.5 or _rounded(scaled, expected):
+                raise Mistake(
+                    _(
+                        "{value:g} looks like the {what} in {unit}: give the whole number itself."
+                    ).format(value=value, what=what, unit=unit)
+                )
     digits = _rounded(value, expected) if rel_tol < 1e-6 else 0
     if digits:
         # an exact answer, rounded (1.342e9 for 1,342,177,280): the method is right
