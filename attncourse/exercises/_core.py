@@ -1566,10 +1566,11 @@ def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str
     if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", '""', "''"):
         letter = letter[1:-1].strip()
     elif (
+        # "b)" or "b.", as a list labels its items
         len(letter) >= 2
         and letter[-1] in ").]"
         and letter[:-1].strip() in [c.lower() for c in choices]
-    ):  # "b)" or "b.", as a list labels its items
+    ):
         letter = letter[:-1].strip()
     if letter in [c.lower() for c in choices]:
         return letter
