@@ -467,8 +467,21 @@ def test_sparsity_table_against_the_course():
         document_lengths=(100, 50, 200, 162),
     )
     by_mask = {row["mask"].split(",")[0].split(" ")[0]: row for row in rows}
+    # every block of the grid is kept (partial or full) or skipped: (query blocks) x (key
+    # blocks) x (batch entries and heads), from the sizes alone
+    blocks = [
+        8 * 8,  # causal, L = S = 512
+        8 * 8,  # L = S = 477: still 8 blocks of 64 each way
+        2 * 8,  # 128 queries after 512 keys
+        8 * 8,  # sliding window
+        3 * 8 * 8,  # three heads, one span each
+        2 * 2 * 8,  # two sequences, 128 queries, keys padded to 512
+        8 * 9,  # 512 + 20 keys: a ninth column of blocks for the memory
+        8 * 8,  # documents packed in one row of 512
+    ]
+    assert [row["kept"] + row["skipped"] for row in rows] == blocks
     for row in rows:
-        assert row["kept"] + row["skipped"] == row["kept"] + row["skipped"]
+        assert row["partial"] + row["full"] == row["kept"], row
         assert row["agree"] == (row["kept"] == row["course"])
         assert row["agree"] or "documents packed" in row["mask"], row
     assert rows[0]["kept"] == len(tile_schedule(512, 512, causal=True, block_m=64, block_n=64))
@@ -563,6 +576,17 @@ def test_flex_attention_backward_against_the_reference(device):
     if device.type == "cpu":
         with pytest.raises(NotImplementedError, match="backward on CPU"):
             flex_attention(q, k, v, score_mod=alibi, block_mask=block_mask)
+        # what the chapter checks instead: the same programs, materialised, against the
+        # package's attention with the bias and the window as masks, forward and gradients
+        reference = flex.flex_reference(q, k, v, score_mod=alibi, mask_mod=mask_mod)
+        mask = combine_masks(sliding_window_mask(40, window=9), alibi_bias(3, 40, 40))
+        expected = scaled_dot_product_attention(q, k, v, mask)[0]
+        torch.testing.assert_close(reference, expected, atol=1e-5, rtol=1e-5)
+        upstream = torch.randn(expected.shape, generator=g)
+        ours = torch.autograd.grad((reference * upstream).sum(), (q, k, v))
+        theirs = torch.autograd.grad((expected * upstream).sum(), (q, k, v))
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
         return
     out = flex_attention(q, k, v, score_mod=alibi, block_mask=block_mask)
     reference = flex.flex_reference(q, k, v, score_mod=alibi, mask_mod=mask_mod)

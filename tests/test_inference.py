@@ -227,6 +227,16 @@ def test_forgotten_offset_would_be_caught():
     out, _ = _decode_in_chunks(layer, x, [3, 1, 1, 1], NoOffset())
     assert not torch.allclose(out, full)
 
+    # and the real cache numbers new positions after the stored ones (one token at a time, the
+    # equality test above cannot see a restart at 0: one query sees every key either way)
+    cache = KVCache()
+    key = torch.randn(1, 2, 3, 4, generator=_gen(14), dtype=torch.float64)
+    cache.update(key, key)
+    _, _, mask = cache.update(key[:, :, :1], key[:, :, :1])
+    assert cache.positions.tolist() == [0, 1, 2, 3] and torch.equal(mask, causal_mask(1, 4))
+    _, _, mask = cache.update(key[:, :, :2], key[:, :, :2])
+    assert cache.positions.tolist() == list(range(6)) and torch.equal(mask, causal_mask(2, 6))
+
 
 @pytest.mark.parametrize("window", [1, 2, 3, 5, 8, 20])
 @pytest.mark.parametrize("chunks", [[1] * 12, [5, 1, 1, 1, 1, 1, 1, 1], [7, 5], [12]])

@@ -176,8 +176,17 @@ def test_combine_with_a_float_mask_adds_and_matches_boolean_attention():
     pad = padding_mask([4, 3], 4)[:, None, :]
     combined = combine_masks(bias, causal_mask(4), pad)
     assert combined.dtype == torch.float64 and combined.shape == (2, 4, 4)
-    expected = (bias + to_additive(causal_mask(4), torch.float64)) + to_additive(pad, torch.float64)
+    # built without to_additive: the bias where both masks keep, -inf elsewhere
+    keep = torch.ones(4, 4, dtype=torch.bool).tril()[None] & pad
+    expected = torch.where(keep, bias, torch.tensor(float("-inf"), dtype=torch.float64))
     assert torch.equal(combined, expected)
+    # and in attention: the package's with the combined mask is torch's with the bias added
+    # to the scores where both boolean masks keep
+    q, k, v = (_randn(2, 4, 3, seed=s) for s in (22, 23, 24))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, combined)[0],
+        F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~keep, float("-inf"))),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
@@ -187,7 +196,8 @@ def test_combine_keeps_the_float_masks_dtype_whatever_comes_first(dtype):
     bias = _randn(4, 4, seed=21).to(dtype)
     combined = combine_masks(causal_mask(4), bias)
     assert combined.dtype == dtype
-    assert torch.equal(combined, to_additive(causal_mask(4), dtype) + bias)
+    expected = bias.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), float("-inf"))
+    assert torch.equal(combined, expected)
 
 
 def test_combine_masks_errors():

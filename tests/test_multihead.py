@@ -269,15 +269,16 @@ def test_cross_attention_shapes():
 def test_half_precision_on_device(device):
     dtype = torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 4).double().to(device)
-    x = torch.randn(2, 5, 16, dtype=torch.float64, device=device)
-    ref, _ = layer(x, x, x, causal_mask(5, device=device))
     low = MultiHeadAttention(16, 4).to(device, dtype)
-    low.load_state_dict(layer.state_dict())
-    xl = x.to(dtype)
+    xl = torch.randn(2, 5, 16, dtype=torch.float64, device=device).to(dtype)
     out, w = low(xl, xl, xl, causal_mask(5, device=device))
     assert out.dtype == dtype and w.dtype == dtype
-    assert (out.double() - ref).abs().max() < 0.1
+    # float64 on the same rounded weights and inputs: what is left is the low-precision
+    # arithmetic (about 0.003 here; a 1.5x error in the scale gives 0.08)
+    layer = MultiHeadAttention(16, 4).double().to(device)
+    layer.load_state_dict({k: v.double() for k, v in low.state_dict().items()})
+    ref, _ = layer(xl.double(), xl.double(), xl.double(), causal_mask(5, device=device))
+    assert (out.double() - ref).abs().max() < 0.02
 
 
 @pytest.mark.parametrize(

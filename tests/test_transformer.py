@@ -62,9 +62,15 @@ def test_decoder_block_matches_torch_decoder_layer(device):
 
 
 def test_block_without_ffn_and_its_errors():
+    torch.manual_seed(3)
     block = TransformerBlock(8, 2, 0)
     assert block.ffn is None and block.norm3 is None
-    assert block(torch.randn(1, 3, 8), causal_mask(3)).shape == (1, 3, 8)
+    x = torch.randn(1, 3, 8)
+    # post-LN without an FFN: LayerNorm(x + attention(x)), recomputed by hand
+    attended = block.self_attn(x, x, x, causal_mask(3))[0]
+    expected = block.norm1(x + attended)
+    torch.testing.assert_close(block(x, causal_mask(3)), expected)
+    assert not torch.allclose(expected, x)
     with pytest.raises(ValueError, match="no cross-attention"):
         block(torch.randn(1, 3, 8), None, torch.randn(1, 4, 8))
     with pytest.raises(ValueError, match="pass memory"):
@@ -213,11 +219,15 @@ def test_seq2seq_source_padding_cannot_change_any_output(device):
 def test_seq2seq_target_padding_cannot_change_real_positions(device):
     model = _seq2seq(device)
     src = torch.randint(1, 13, (1, 6), device=device)
-    tgt = torch.tensor([[1, 4, 5, 0, 0]], device=device)
+    # pads at the end are hidden from the real positions by the causal mask already; a pad
+    # before real tokens is hidden only by the target padding mask
+    tgt = torch.tensor([[1, 4, 5, 0, 0], [1, 0, 4, 5, 0]], device=device)
+    src = src.expand(2, -1)
+    real = tgt != 0
     logits = model(src, tgt)
     with torch.no_grad():
         model.tgt_embed.tokens.weight[0] = torch.randn(16, device=device) * 10
-    torch.testing.assert_close(model(src, tgt)[:, :3], logits[:, :3])
+    torch.testing.assert_close(model(src, tgt)[real], logits[real])
 
 
 def test_greedy_decode_agrees_with_teacher_forcing(device):
