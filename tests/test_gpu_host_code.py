@@ -183,6 +183,8 @@ def test_launcher_asks_the_gpu_for_its_config(fake_gpu, gpu):
                 )
         chosen = flash_launch._config(FakeCudaTensor(torch.float16), kernel, 128, None)
         assert chosen.block_m == 128  # the caller's block size wins
+        chosen = flash_launch._config(FakeCudaTensor(torch.float16), kernel, None, 128)
+        assert chosen.block_n == 128  # either of them
     if gpu == "T4":
         with pytest.raises(ValueError, match="bfloat16.*T4"):
             flash_launch._config(FakeCudaTensor(torch.bfloat16), "forward", None, None)

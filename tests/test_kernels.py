@@ -157,9 +157,15 @@ def test_non_contiguous_inputs(kdevice):
 def test_scale_argument(kdevice):
     q, k, v = _inputs(1, 1, 18, 18, 16, kdevice, seed=4)
     out = flash.flash_attention(q, k, v, scale=0.3)
-    torch.testing.assert_close(
-        out, scaled_dot_product_attention(q, k, v, scale=0.3)[0], atol=1e-5, rtol=1e-5
-    )
+    expected = scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=0.3)[0]
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    # the backward kernels take the scale too (a backward that used 1/sqrt(d) was right forward)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(kdevice)
+    for ours, theirs in zip(
+        torch.autograd.grad(out, (q, k, v), grad),
+        torch.autograd.grad(expected, (q, k, v), grad.double()),
+    ):
+        torch.testing.assert_close(ours.double(), theirs.double(), atol=1e-4, rtol=1e-4)
 
 
 def test_float16_accumulates_in_float32(kdevice):
@@ -196,6 +202,12 @@ def test_bfloat16_on_cuda(kdevice):
 def test_softmax_rows(kdevice):
     x = torch.randn(5, 37, generator=torch.Generator().manual_seed(8)).to(kdevice)
     torch.testing.assert_close(flash.softmax_rows(x), torch.softmax(x, -1))
+    # scores in the hundreds overflow exp() unless the row's maximum is subtracted, and a -inf
+    # score gets weight 0
+    large = torch.cat(
+        [x + 100, x[:1].masked_fill(torch.arange(37, device=x.device) < 5, float("-inf"))]
+    )
+    torch.testing.assert_close(flash.softmax_rows(large), torch.softmax(large, -1))
 
 
 # -- adaptive span ---------------------------------------------------------------------------

@@ -89,6 +89,11 @@ def test_multihead_flops_matches_counted_matmuls():
     with FlopCounterMode(display=False) as counter:
         layer(x, y, y)
     assert counter.get_total_flops() == multihead_flops(2, 6, 9, 32, 4)
+    # causal: the four projections and the products of the pairs the mask allows, counted from
+    # the mask itself (query i sees key j when j <= i + S - L)
+    pairs = int(causal_mask(6, 9).sum())
+    projections = 2 * 2 * 32 * 32 * (6 + 9 + 9 + 6)
+    assert multihead_flops(2, 6, 9, 32, 4, causal=True) == projections + 2 * 2 * pairs * 32 * 2
     with pytest.raises(ValueError, match="num_heads"):
         multihead_flops(1, 2, 2, 10, 3)
 

@@ -269,10 +269,12 @@ def test_layers_in_float64_match_float32():
 
 
 def test_all_attention_memory_scales_and_span_mask_dtype():
-    layer = AllAttention(8, 2, 1)
+    # N = 9 persistent vectors and heads of d_k = 4: sqrt(N) = 3 and sqrt(d_k) = 2 tell the
+    # two scales apart (and neither is 1 or the number of heads)
+    layer = AllAttention(12, 3, 9)
     key, value = layer.memory()
-    torch.testing.assert_close(value, layer.persistent_value * 1.0)  # sqrt(N) with N = 1
-    torch.testing.assert_close(key, layer.persistent_key * 2.0)  # sqrt(d_h) with d_h = 4
+    torch.testing.assert_close(value, layer.persistent_value * 3.0)  # sqrt(N)
+    torch.testing.assert_close(key, layer.persistent_key * 2.0)  # sqrt(d_k)
     out, weights = AllAttention(8, 2, 3)(X, span_mask=torch.ones(4, 4, dtype=torch.float64))
     assert out.dtype == torch.float32 and weights.dtype == torch.float32
 
@@ -1140,8 +1142,15 @@ def test_online_softmax_update_folds_blocks_into_logsumexp(batch, blocks, seed):
     running_max = torch.full(batch, float("-inf"), dtype=torch.float64)
     running_sum = torch.zeros(batch, dtype=torch.float64)
     for part in parts:
+        old_max = running_max
         running_max, running_sum, correction = online_softmax_update(running_max, running_sum, part)
         assert correction.shape == tuple(batch)
+        # the factor that rescales what was summed before: exp(old max - new max), 0 where
+        # nothing was seen yet (an old max of -inf)
+        expected = torch.where(
+            torch.isneginf(old_max), torch.zeros_like(old_max), (old_max - running_max).exp()
+        )
+        torch.testing.assert_close(correction, expected)
     scores = torch.cat(parts, dim=-1)
     torch.testing.assert_close(running_max, scores.amax(-1))
     torch.testing.assert_close(running_max + running_sum.log(), scores.logsumexp(-1))
