@@ -159,6 +159,9 @@ def test_block_residual_dropout(norm_first):
     d = block(x, mask)
     torch.testing.assert_close(c, d, rtol=0, atol=0)  # seeded
     assert not torch.allclose(a, c)
+    # the residual dropout alone (the attention's switched off) still changes the output
+    block.self_attn.dropout = 0.0
+    assert not torch.allclose(block(x, mask), a)
     # the same block without dropout, same weights, equals the eval output
     clean = TransformerBlock(16, 4, 32, norm_first=norm_first).double()
     clean.load_state_dict(block.state_dict())
@@ -193,6 +196,11 @@ def test_causal_lm_dropout_and_final_norm():
     torch.testing.assert_close(model(tokens), model(tokens), rtol=0, atol=0)
     model.train()
     assert not torch.allclose(model(tokens), model(tokens))
+    # the embedding dropout alone (every block's switched off) still changes the output
+    for block in model.blocks:
+        block.self_attn.dropout = 0.0
+        block.dropout.p = 0.0
+    assert not torch.allclose(model(tokens), model.eval()(tokens))
     # defaults leave the earlier chapters' models unchanged: no dropout, no final norm
     plain = CausalLM.standard(11, d_model=16, num_heads=2, d_ff=32, max_len=8)
     assert plain.norm is None and plain.dropout.p == 0.0 and not plain.blocks[0].norm_first

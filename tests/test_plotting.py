@@ -223,10 +223,11 @@ def test_draw_kv_cache_shows_the_positions_each_slot_holds():
     # last row: every position
     assert [t.get_text() for t in ax.texts[-5:]] == ["0", "1", "2", "3", "4", "5"][-5:]
     assert len(ax.patches) == 2 + 3 + 4 + 5 + 6  # the cache grows by one slot per step
-    ax = draw_kv_cache(6, prompt_len=2, window=3)
+    ax = draw_kv_cache(7, prompt_len=2, window=3)
     last = [t.get_text() for t in ax.texts[-3:]]
-    assert last == ["3", "4", "5"]  # slot p % 3 holds position p
-    assert len(ax.patches) == 5 * 3  # a fixed buffer of 3 slots
+    # slot p % 3 holds position p: 6 overwrote 3 in slot 0, not in time order
+    assert last == ["6", "4", "5"]
+    assert len(ax.patches) == 6 * 3  # a fixed buffer of 3 slots
 
 
 def test_plot_decode_times_draws_both_lines():
@@ -236,6 +237,7 @@ def test_plot_decode_times_draws_both_lines():
     ax = plot_decode_times(rows)
     assert len(ax.lines) == 2
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.64, 1.28, 2.56])
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), [1.0, 1.0, 1.0])  # the cached step, ms
 
 
 # --- schematics drawn from the package's code (chapters 7-9) ---
@@ -319,11 +321,13 @@ def test_plot_roofline():
 
     from attncourse.plotting import plot_roofline
 
-    fig = plot_roofline({"gpu": (100e12, 1e12)}, {"kernel": 50.0})
+    # 100 TFLOP/s and 2 TB/s: the ridge at 50 FLOP/byte (a bandwidth of 1e12 would equal the
+    # plot's unit, 1e12 FLOP/s, and hide a roofline that ignores it)
+    fig = plot_roofline({"gpu": (100e12, 2e12)}, {"kernel": 50.0})
     line = fig.axes[0].get_lines()[0]
     x, y = line.get_data()
-    # flat at the peak, bandwidth-bound below the ridge
-    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - x[0]) < 1e-9
+    # flat at the peak, bandwidth-bound below the ridge: 2 TFLOP/s per FLOP/byte
+    assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - 2 * x[0]) < 1e-9
     plt.close(fig)
     with pytest.raises(ValueError, match="intensity_range"):
         plot_roofline({}, {}, intensity_range=(10, 1))
