@@ -108,6 +108,24 @@ def test_a_failing_cell_fails_the_run_and_records_nothing(tmp_path):
     assert not (tmp_path / "executed").exists()
 
 
+def test_a_kernel_that_does_not_start_is_retried_once_and_still_fails_the_run(tmp_path):
+    """A notebook whose execution never started ("errored": in CI, two kernels drew the same
+    port) is run again, one at a time; if it fails again the run fails. A kernel that does not
+    exist stands in for the race here: it fails both times."""
+    nowhere = notebook(tmp_path / "nowhere.ipynb", ['print("never")'])
+    nb = nbformat.read(nowhere, as_version=4)
+    nb.metadata["kernelspec"]["name"] = "no-such-kernel"
+    nbformat.write(nb, nowhere)
+    passes = notebook(tmp_path / "passes.ipynb", ['print("fine")'])
+    done = execute(tmp_path, nowhere, passes)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert (
+        "retrying, one at a time, 1 notebook(s)" in done.stderr and "nowhere.ipynb" in done.stderr
+    )
+    assert "nowhere.ipynb failed" in done.stderr and "the book is not built" in done.stderr
+    assert not (tmp_path / "executed").exists()
+
+
 def test_the_longest_first_are_chapters_and_go_first():
     execute_book = tool("execute_book")
     paths = execute_book.chapter_paths()
