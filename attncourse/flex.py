@@ -368,7 +368,7 @@ def flex_reference(
 ) -> Tensor:
     """FlexAttention's formula evaluated in plain PyTorch, every score materialised.
 
-    The programs run once on index tensors shaped ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``,
+    The programs run once on index tensors shaped ``(B, 1, 1, 1)``, ``(1, h, 1, 1)``,
     ``(1, 1, L, 1)`` and ``(1, 1, 1, S)``, which broadcast to the ``(B, h, L, S)`` scores (a
     program written with tensor operations and indexing of captured tensors runs unchanged;
     FlexAttention's eager mode evaluates it the same way through ``vmap``). Autograd works
@@ -381,7 +381,7 @@ def flex_reference(
         value: ``(B, h, S, d_v)``.
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` -> the modified scores.
         mask_mod: ``mask_mod(b, h, q_idx, kv_idx)`` -> boolean, ``True`` = may attend.
-        scale: multiplies ``q . k``; defaults to ``1 / sqrt(E)``.
+        scale: multiplies ``q . k``; defaults to ``1 / sqrt(d_k)``.
 
     Returns:
         ``(B, h, L, d_v)``. A query with no key left gets zeros, as in FlexAttention and in
@@ -489,7 +489,7 @@ def _check_program_fits(
         if (mask_l, mask_s) != (L, S) or mask_b not in (1, B) or mask_h not in (1, H):
             raise ValueError(
                 f"block_mask was built for (B, h, L, S) = {tuple(block_mask.shape)}, the inputs"
-                f" have ({B}, {H}, {L}, {S}) (B and H of the mask may be 1)"
+                f" have ({B}, {H}, {L}, {S}) (B and h of the mask may be 1)"
             )
 
 

@@ -87,25 +87,25 @@ def execute(paths: list[Path], cache_dir: Path, executed: Path, root: Path, time
     result = load_executor("local-parallel", cache=cache).run_and_cache(
         timeout=timeout, allow_errors=False, force=True
     )
-    succeeded = set(result.succeeded)
-    if result.errored:
+    succeeded, excepted, errored = map(set, (result.succeeded, result.excepted, result.errored))
+    if errored:
         # "errored" is the executor failing, not a cell: a kernel that did not start (two
         # kernels starting at once can draw the same free port, "Address already in use",
         # then "Kernel didn't respond"). Those notebooks ran no cell: run them again, one at a
         # time. A cell that raises is "excepted" and is never retried.
         print(
-            f"retrying, one at a time, {len(result.errored)} notebook(s) whose execution did"
-            f" not start: {', '.join(sorted(Path(uri).name for uri in result.errored))}",
+            f"retrying, one at a time, {len(errored)} notebook(s) whose execution did"
+            f" not start: {', '.join(sorted(Path(uri).name for uri in errored))}",
             file=sys.stderr,
             flush=True,
         )
         retry = load_executor("local-serial", cache=cache).run_and_cache(
-            filter_uris=list(result.errored), timeout=timeout, allow_errors=False, force=True
+            filter_uris=sorted(errored), timeout=timeout, allow_errors=False, force=True
         )
         succeeded |= set(retry.succeeded)
-        result.excepted.extend(retry.excepted)
-        result.errored[:] = retry.errored
-    failed = set(result.excepted) | set(result.errored)
+        excepted |= set(retry.excepted)
+        errored = set(retry.errored)
+    failed = excepted | errored
     for record in cache.list_project_records():
         if record.uri in failed:
             print(

@@ -1562,23 +1562,17 @@ def choice(answer: Any, choices: Sequence[str], what: str = N_("answer")) -> str
                 expected=expected, type_name=type(answer).__name__, value=_short_repr(answer, 40)
             )
         )
+    lowered = [c.lower() for c in choices]
     letter = answer.strip().lower()
     if len(letter) >= 2 and letter[0] + letter[-1] in ("()", "[]", '""', "''"):
         letter = letter[1:-1].strip()
-    elif (
-        # "b)" or "b.", as a list labels its items
-        len(letter) >= 2
-        and letter[-1] in ").]"
-        and letter[:-1].strip() in [c.lower() for c in choices]
-    ):
-        letter = letter[:-1].strip()
-    if letter in [c.lower() for c in choices]:
+    elif len(letter) >= 2 and letter[-1] in ").]" and letter[:-1].strip() in lowered:
+        letter = letter[:-1].strip()  # "b)" or "b.", as a list labels its items
+    if letter in lowered:
         return letter
     if not letter:
         raise Mistake(_("{expected}; your {what} is empty.").format(expected=expected, what=what))
-    if len(letter) > 1 and all(
-        c in [x.lower() for x in choices] for c in letter.replace(",", "").replace(" ", "")
-    ):
+    if len(letter) > 1 and all(c in lowered for c in letter.replace(",", "").replace(" ", "")):
         raise Mistake(
             _("{expected}; you gave several ({answer!r}): exactly one is the answer.").format(
                 expected=expected, answer=answer
@@ -1625,7 +1619,8 @@ def check_number(
     ]
     if found:
         raise Mistake(several([gettext_concealed(message) for message in found]))
-    if rel_tol < 1e-6 and float(expected).is_integer() and abs(expected) >= 1e4:
+    exact, whole = rel_tol < 1e-6, float(expected).is_integer()
+    if exact and whole and abs(expected) >= 1e4:
         for scale, unit in ((1e3, _("thousands")), (1e6, _("millions")), (1e9, _("billions"))):
             scaled = value * scale
             if abs(scaled - expected) <= 0.5 or _rounded(scaled, expected):
@@ -1634,7 +1629,7 @@ def check_number(
                         "{value:g} looks like the {what} in {unit}: give the whole number itself."
                     ).format(value=value, what=what, unit=unit)
                 )
-    digits = _rounded(value, expected) if rel_tol < 1e-6 else 0
+    digits = _rounded(value, expected) if exact else 0
     if digits:
         # an exact answer, rounded (1.342e9 for 1,342,177,280): the method is right
         raise Mistake(
@@ -1644,7 +1639,7 @@ def check_number(
                     "answer is a whole number, so compute it exactly (a product of integers, "
                     "without e-notation)."
                 )
-                if float(expected).is_integer()
+                if whole
                 else _(
                     "{value:,.10g} is the {what} rounded to {digits} significant digits: "
                     "compute it exactly, without rounding."
