@@ -5,7 +5,9 @@ import sys
 import pytest
 import torch
 
+from attncourse.benchmarks import measure
 from attncourse.benchmarks.measure import (
+    Timing,
     attention_flops,
     autograd_pass,
     cpu_peak_memory,
@@ -109,6 +111,22 @@ def test_timing_helpers():
     assert order == ["a", "b"] * 3 and set(result) == {"a", "b"}
     with pytest.raises(ValueError, match="repeats"):
         time_call(lambda: None, repeats=0)
+
+
+def test_timers_record_the_time_each_call_takes(monkeypatch):
+    # a fake clock that only the timed functions advance: each time must be its call's own
+    # duration (not a clock reading, not a neighbour's), and the median the middle one
+    clock = [100.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+
+    def takes(seconds):
+        return lambda: clock.__setitem__(0, clock[0] + seconds.pop(0))
+
+    timing = time_call(takes([50.0, 3.0, 1.0, 2.0, 10.0]), repeats=4, warmup=1)
+    assert timing.times == [3.0, 1.0, 2.0, 10.0] and timing.median == 2.5
+    assert Timing([1.0, 10.0, 2.0]).median == 2.0 and Timing([4.0, 2.0, 3.0]).spread == 2 / 3
+    result = time_interleaved({"a": takes([1.0, 2.0]), "b": takes([5.0, 7.0])}, repeats=2, warmup=0)
+    assert result["a"].times == [1.0, 2.0] and result["b"].times == [5.0, 7.0]
 
 
 def test_autograd_pass_runs_forward_alone_or_with_its_backward():

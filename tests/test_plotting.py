@@ -300,6 +300,8 @@ def test_plot_tile_maps_and_span_time():
     assert [ax.get_title() for ax in fig.axes] == [
         f"head {h}: {int(maps[h].sum())} tiles" for h in range(2)
     ]
+    for h, ax in enumerate(fig.axes):  # each panel draws its own head's map
+        assert np.array_equal(np.asarray(ax.images[0].get_array()) > 0, maps[h].numpy())
     plt.close(fig)
     with pytest.raises(ValueError, match="maps"):
         plot_tile_maps(maps[0])

@@ -44,6 +44,15 @@ def test_plot_draws_every_stage_and_one_residual_per_sublayer():
             if line.get_color() == "tab:red" and len(line.get_xdata()) == 3
         ]
         assert len(residual_lines) == 2
+        # each skip connection leaves from just below its group's first stage (the sublayer in
+        # post-LN, the LayerNorm before it in pre-LN) and enters its "+"
+        stages, starts = block_stages(block), []
+        for plus in [i for i, label in enumerate(stages) if label == "+"]:
+            sublayer = plus - 2  # the stages read sublayer, dropout, "+"
+            first = sublayer - 1 if block.norm_first else sublayer
+            starts += [first - 0.5, plus]
+        drawn = [y for line in residual_lines for y in (line.get_ydata()[0], line.get_ydata()[-1])]
+        assert drawn == pytest.approx(starts)
     plt.close(fig)
     with pytest.raises(ValueError, match="one title per block"):
         plot_transformer_blocks(blocks, ["only one"])
