@@ -129,6 +129,33 @@ def test_chapter_cell_on_the_cpu(fake_gpu):
     assert result["ratio"] == pytest.approx(result["triton_ms"] / result["torch_ms"])
 
 
+def test_chapter_cell_times_each_implementation_under_its_own_name(monkeypatch):
+    """With a fake clock that the Triton call advances by 4 ms and torch's by 1 ms, the result
+    says Triton 4 ms, torch 1 ms, ratio 4: the labels cannot be swapped."""
+    pytest.importorskip("triton")
+    from attncourse.benchmarks import measure
+    from attncourse.kernels import flash
+
+    clock = [0.0]
+
+    def takes(seconds):
+        def run(*args, **kwargs):
+            clock[0] += seconds
+            return args[0]
+
+        return run
+
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(flash, "flash_attention", takes(4e-3))
+    monkeypatch.setattr(kernel_timing, "torch_attention", takes(1e-3))
+    result = kernel_timing.time_triton_against_torch(
+        "cpu", batch=1, heads=1, length=8, head_dim=4, dtype=torch.float32, repeats=3
+    )
+    assert result["triton_ms"] == pytest.approx(4.0) and result["torch_ms"] == pytest.approx(1.0)
+    assert result["ratio"] == pytest.approx(4.0)
+    assert "Triton 4.00 ms" in result["line"] and "(default backend) 1.00 ms" in result["line"]
+
+
 def test_benchmark_uses_the_same_choice(monkeypatch):
     """kernel_benchmark's "torch-flash" implementation runs on the backend sdpa picks: told
     "efficient", which CPU tensors lack, it fails as a T4 asked for "flash" would."""

@@ -551,7 +551,7 @@ def time_triton_against_torch(
         else "CPU (interpreter: not a GPU timing)"
     )
     line = (
-        f"{name}, B={batch} H={heads} L={length} d={head_dim} {str(dtype).removeprefix('torch.')} "
+        f"{name}, B={batch} H={heads} L={length} d_k={head_dim} {str(dtype).removeprefix('torch.')} "
         f"{'causal ' if causal else ''}forward: Triton {triton_ms:.2f} ms, "
         f"torch SDPA ({backend} backend) "
         f"{torch_ms:.2f} ms, ratio {triton_ms / torch_ms:.2f}"
