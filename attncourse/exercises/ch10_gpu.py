@@ -1089,7 +1089,7 @@ def _softmax_run(
     stride_y: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Launch a masked-softmax kernel on ``x`` placed with row stride ``stride_x`` (and Y with
-    ``stride_y``) inside guarded buffers: ``{"out": Y (R, C) or None, "error": what went wrong
+    ``stride_y``) inside guarded buffers: ``{"out": Y (rows, n_cols) or None, "error": what went wrong
     or None}``."""
     rows, cols = x.shape
     X = _place("X", x, device, stride=stride_x)
@@ -1115,12 +1115,12 @@ def run_masked_softmax(
 
     Args:
         kernel: the kernel, a function decorated with ``@triton.jit``.
-        x: scores ``(R, C)``, float32 or float16.
-        lengths: ``(R,)`` integers in ``0 .. C``.
-        block: ``BLOCK``, a power of two ``>= C`` (default: the smallest).
+        x: scores ``(rows, n_cols)``, float32 or float16.
+        lengths: ``(rows,)`` integers in ``0 .. n_cols``.
+        block: ``BLOCK``, a power of two ``>= n_cols`` (default: the smallest).
 
     Returns:
-        ``(R, C)`` on the device the kernels run on: CUDA with a GPU, else the CPU (Triton's
+        ``(rows, n_cols)`` on the device the kernels run on: CUDA with a GPU, else the CPU (Triton's
         interpreter, which also checks that every load and store stays inside the tensors).
     """
     if (
@@ -1129,7 +1129,7 @@ def run_masked_softmax(
         or x.dtype not in (torch.float32, torch.float16)
     ):
         raise TypeError(
-            _("x should be a 2-D float32 or float16 tensor (R, C), got {value}").format(
+            _("x should be a 2-D float32 or float16 tensor (rows, n_cols), got {value}").format(
                 value=type(x).__name__
                 if not isinstance(x, torch.Tensor)
                 else (tuple(x.shape), x.dtype)
@@ -1233,7 +1233,7 @@ def _softmax_mistakes(
     }
 
 
-_SOFTMAX_CASES = [  # (what, R, C, lengths, block, stride_x, stride_y, scale, shift)
+_SOFTMAX_CASES = [  # (what, rows, n_cols, lengths, block, stride_x, stride_y, scale, shift)
     (N_("full rows, 16 columns, BLOCK 16"), 4, 16, [16, 16, 16, 16], 16, None, None, 2.0, 0.0),
     (
         (

@@ -73,9 +73,9 @@ __all__ = [
 
 
 def softmax_rows(x: Tensor) -> Tensor:
-    """Softmax over the last dimension of a 2-D tensor ``(R, C)``, one Triton program per row."""
+    """Softmax over the last dimension of a 2-D tensor ``(rows, n_cols)``, one Triton program per row."""
     require_floating("x", x)
-    require_rank("x", x, 2, "(R, C)")
+    require_rank("x", x, 2, "(rows, n_cols)")
     if x.dtype not in _DTYPES:
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     _require_device("x", x)
