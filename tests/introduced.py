@@ -35,6 +35,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.benchmarks.attention.load_cache": 6,
     "attncourse.benchmarks.common.MAX_LOAD_PER_CORE": 6,
     "attncourse.benchmarks.common.RESULTS": 5,
+    "attncourse.benchmarks.common.command_line": 5,
     "attncourse.benchmarks.common.machine": 5,
     "attncourse.benchmarks.common.meminfo_gib": 5,
     "attncourse.benchmarks.common.read_result": 5,

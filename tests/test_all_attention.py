@@ -569,5 +569,10 @@ def test_the_lookup_runs_record_the_machine_they_ran_on(tmp_path):
 
     out = tmp_path / "seeds.json"
     lookup_task.main(["--seeds", "0", "--steps", "2", "--output", str(out)])
-    recorded = json.loads(out.read_text())["machine"]
+    written = json.loads(out.read_text())
+    assert (
+        written["command"]
+        == f"python -m attncourse.course.lookup_task --seeds 0 --steps 2 --output {out}"
+    )
+    recorded = written["machine"]
     assert {"cpu", "cpu_cores", "date", "torch_threads"} <= set(recorded)

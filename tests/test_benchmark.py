@@ -9,7 +9,7 @@ from attncourse.attention import scaled_dot_product_attention
 from attncourse.benchmarks import attention as benchmark
 from attncourse.benchmarks import measure, positions
 from attncourse.benchmarks.__main__ import build_parser, main
-from attncourse.benchmarks.common import RESULTS, write_result
+from attncourse.benchmarks.common import RESULTS, command_line, write_result
 from attncourse.benchmarks.positions import ENCODINGS, load_positions, train_positional
 from attncourse.masks import causal_mask
 
@@ -54,6 +54,10 @@ def test_command_writes_json(tmp_path, capsys, monkeypatch):
     run_on_the_cpu(tmp_path, "--lengths", "32", "--layer-lengths", "32")
     result = json.loads((tmp_path / "ch07_benchmark_cpu_t.json").read_text())
     assert result["machine"]["torch"] == torch.__version__
+    assert result["command"] == (  # what reruns it, recorded beside the numbers
+        "python -m attncourse.benchmarks --lengths 32 --layer-lengths 32 --device cpu"
+        f" --output {tmp_path} --tag _t"
+    )
     rows = result["rows"]
     assert {(r["impl"], r["causal"]) for r in rows if r["kind"] == "attention"} == {
         (impl, c) for impl in benchmark.IMPLEMENTATIONS for c in (False, True)
@@ -73,7 +77,11 @@ def test_command_writes_to_the_working_directory_not_the_package(tmp_path, monke
     committed = {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()}
     monkeypatch.chdir(tmp_path)
     main(["--cache", "--contexts", "8", "--device", "cpu", "--tag", "_cwd", "--force"])
-    assert (tmp_path / "ch06_cache_benchmark_cpu_cwd.json").is_file()
+    written = json.loads((tmp_path / "ch06_cache_benchmark_cpu_cwd.json").read_text())
+    assert written["command"] == (
+        "python -m attncourse.benchmarks --cache --contexts 8 --device cpu --tag _cwd --force"
+    )
+    assert command_line("m", ["--tag", "a b"]) == "python -m m --tag 'a b'"  # quoted for a shell
     assert {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()} == committed
 
 

@@ -11,7 +11,7 @@ from typing import List, Optional
 import torch
 
 from . import attention, kernels
-from .common import MAX_LOAD_PER_CORE, machine, require_quiet, write_result
+from .common import MAX_LOAD_PER_CORE, command_line, machine, require_quiet, write_result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,8 +107,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         parser.error(f"--tag is appended to file names: it must not hold a path, got {args.tag!r}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    command = command_line("attncourse.benchmarks", argv)  # recorded in every file written
     if args.constants:
-        result = attention.constants()
+        result = dict(attention.constants(), command=command)
         args.output.mkdir(parents=True, exist_ok=True)
         path = args.output / f"constants_cpu{args.tag}.json"
         path.write_text(json.dumps(result, indent=1) + "\n")
@@ -122,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"== {device}: one decoding step, KV cache or not ==", flush=True)
             if device == "cpu":  # refuse before minutes of timing, and again after them
                 require_quiet(machine("cpu"), args.max_load_per_core, force=args.force)
-            result = attention.run_cache(args.contexts, device)
+            result = dict(attention.run_cache(args.contexts, device), command=command)
             print(attention.cache_table(result["rows"]))  # type: ignore[arg-type]
             measured_on: dict = result["machine"]  # type: ignore[assignment]
             print(
@@ -137,13 +138,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     if args.span_time:
         print("== adaptive-span layer on the CPU: time against span ==", flush=True)
-        result = kernels.run_span_time()
+        result = dict(kernels.run_span_time(), command=command)
         print(kernels.span_table(result))
         print(f"written to {write_result(result, args.output, f'span_time_cpu{args.tag}.json')}")
     for device in devices:
         if device == "cuda" and not args.no_kernels:
             print("== cuda: Triton kernels ==", flush=True)
             result = kernels.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
+            result["command"] = command
             print(kernels.gpu_table(result["rows"]))  # type: ignore[arg-type]
             print(json.dumps(result["targets"], indent=1))
             gpu = str(result["machine"]["gpu"])  # type: ignore[index]
@@ -154,6 +156,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"== {device} ==", flush=True)
         print(attention.table([]), flush=True)
         result = attention.run(args.lengths, device, layer_lengths=args.layer_lengths)
+        result["command"] = command
         print("\n" + attention.table(result["rows"]))  # type: ignore[arg-type]
         args.output.mkdir(parents=True, exist_ok=True)
         path = args.output / f"ch07_benchmark_{device}{args.tag}.json"

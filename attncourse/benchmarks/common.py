@@ -15,6 +15,8 @@ import json
 import math
 import os
 import platform
+import shlex
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -27,6 +29,7 @@ __all__ = [
     "RESULTS",
     "MAX_LOAD_PER_CORE",
     "machine",
+    "command_line",
     "meminfo_gib",
     "require_quiet",
     "write_result",
@@ -59,6 +62,14 @@ def machine(device: str) -> Dict[str, object]:
     if parsed.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(parsed)
     return info
+
+
+def command_line(module: str, argv: Optional[Sequence[str]] = None) -> str:
+    """The command that reruns a measurement, recorded beside its numbers: ``python -m module``
+    and its arguments (``argv``; default: this process's own), quoted as a shell needs them."""
+    require_str("module", module)
+    args = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    return shlex.join(["python", "-m", module, *args])
 
 
 #: The 1-minute load average per core above which a timing is not committed (``require_quiet``):

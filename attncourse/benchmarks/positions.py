@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -29,7 +28,7 @@ from ..course.runtime import set_threads
 from ..course.text import CharTokenizer, get_batch, load_text, train_val_split
 from ..training import train
 from ..transformer import POSITIONAL, CausalLM
-from .common import _require_choice, machine, read_result, write_result
+from .common import _require_choice, command_line, machine, read_result, write_result
 
 __all__ = [
     "ENCODINGS",
@@ -146,7 +145,7 @@ def compare_positions(
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
         "what": "validation loss (nats per character) of chapter 5's GPT per positional encoding",
-        "command": " ".join(["python -m attncourse.benchmarks.positions"] + sys.argv[1:]),
+        "command": command_line("attncourse.benchmarks.positions"),
         "model": dict(_MODEL, norm_first=True, batch_size=32, lr=3e-3, optimizer="AdamW"),
         "steps": steps,
         "seeds": seeds,

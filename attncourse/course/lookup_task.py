@@ -33,7 +33,7 @@ from .._checks import (
     require_token_ids,
 )
 from ..all_attention import AllAttentionBlock, count_parameters
-from ..benchmarks.common import machine
+from ..benchmarks.common import command_line, machine
 from ..training import next_token_loss, train
 from ..transformer import CausalLM, TransformerBlock
 from .text import _check_fraction, _require_float_size, _require_generator, _seeded
@@ -375,10 +375,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         ),
     )
     args = parser.parse_args(argv)
+    command = command_line("attncourse.course.lookup_task", argv)  # recorded with the numbers
     if args.step_times:
         result = time_training_steps()
         output = Path(STEP_TIMES.name)  # the working directory, never the installed package
-        record = dict(result, torch=torch.__version__, machine=machine("cpu"))
+        record = dict(result, command=command, torch=torch.__version__, machine=machine("cpu"))
         output.write_text(json.dumps(record, indent=1) + "\n")
         print(
             {kind: round(ms, 1) for kind, ms in result["median_ms"].items()}, f"written to {output}"
@@ -395,6 +396,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         }
         print(seed, {kind: round(r["test_loss"], 4) for kind, r in result.items()}, flush=True)
     payload = {
+        "command": command,
         "steps": args.steps,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
