@@ -61,6 +61,8 @@ LANGUAGES = assignments.LANGUAGES
 KINDS = ("en-mixed", "zh-mixed")
 #: The chapters whose untouched student notebook is graded too (see the module's docstring).
 UNTOUCHED = ("01_dot_product_attention", "10_gpu_attention")
+#: The chapter whose two attacks on grading are graded, every cell run (see :func:`quick`).
+FULL_CHAPTER = "01_dot_product_attention"
 
 #: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
 #: and the words of its diagnosis there (``None``: the reference answer is prepended).
@@ -336,6 +338,107 @@ def planted(student: dict, chapter_exercises: list, first: int) -> dict:
     return nb
 
 
+def _imported(cells: list[dict]) -> frozenset[str]:
+    """The names the notebook binds by importing a module (``torch``, ``F``, ``plt``)."""
+    found = set()
+    for cell in cells:
+        try:
+            tree = ast.parse(assignments.source(cell)) if cell["cell_type"] == "code" else None
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree) if tree else []:
+            if isinstance(node, ast.Import):
+                found.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(found)
+
+
+def needed_cells(cells: list[dict]) -> set[int]:
+    """The code cells the submission's answers depend on: walking up from the last cell, a cell
+    is needed when it writes a name that a needed cell or an answer below it reads."""
+    modules = _imported(cells)
+    wanted: set[str] = set()
+    code = [i for i, c in enumerate(cells) if c["cell_type"] == "code"]
+    needed = set(code[:2])  # the set-up cell and the chapter's imports
+    for i in reversed(code):
+        text = assignments.source(cells[i])
+        if "otter_answer_cell" in cells[i]["metadata"].get("tags", []):
+            written, read = assignments.names(text)
+            wanted |= read - written
+            needed.add(i)
+            continue
+        written, read = assignments.names(text, modules)
+        if "*" in written or written & wanted:
+            needed.add(i)
+            wanted |= read
+    return needed
+
+
+def quick(submission: dict) -> dict:
+    """The submission with ``otter_ignore`` on every teaching cell its answers do not need.
+
+    The autograder runs every cell, as the student did (an answer may read any name of the
+    chapter); the planted submissions, whose answers are known, skip the rest so that the
+    24 gradings of the chapters stay within CI's minutes (every chapter run in full took about
+    three minutes more). :func:`test_an_answer_may_read_any_name_of_the_chapter` grades one
+    submission in full."""
+    nb = json.loads(json.dumps(submission))
+    needed = needed_cells(nb["cells"])
+    for i, cell in enumerate(nb["cells"]):
+        tags = cell["metadata"].setdefault("tags", [])
+        if cell["cell_type"] == "code" and i not in needed and assignments.IGNORE_TAG not in tags:
+            tags.append(assignments.IGNORE_TAG)
+    return nb
+
+
+def teaching_name(student: dict, chapter_exercises: list) -> dict:
+    """The reference answers, the first one reading first a name that a teaching cell above it
+    defines and that no reference answer needs (as a student who checks an answer with the
+    chapter's objects does)."""
+    nb = planted(student, chapter_exercises, 2)  # 2: no mistake anywhere
+    cells, needed = nb["cells"], needed_cells(nb["cells"])
+    first = next(
+        i for i, c in enumerate(cells) if "otter_answer_cell" in c["metadata"].get("tags", [])
+    )
+    defined = [
+        name
+        for i, cell in enumerate(cells[:first])
+        if cell["cell_type"] == "code" and i not in needed
+        for name in sorted(assignments.names(assignments.source(cell))[0])
+        if name.isidentifier()
+    ]
+    assert defined, "no teaching cell above the first answer defines a name"
+    cells[first]["source"] = f"_seen = {defined[-1]}\n{assignments.source(cells[first])}"
+    return nb
+
+
+REBIND = """import attncourse.exercises as _exercises
+from attncourse.exercises import _core
+
+
+class _Passed:
+    passed, message = True, "passed"
+
+
+_exercises.check = _core.check = lambda *args, **kwargs: _Passed()
+"""
+
+
+def rebound(student: dict, chapter_exercises: list) -> dict:
+    """The untouched student notebook with a cell, after the imports, that rebinds ``check`` to
+    a function that passes everything."""
+    nb = json.loads(json.dumps(student))
+    imports = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"][1]
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {},
+        "outputs": [],
+        "source": REBIND,
+    }
+    nb["cells"].insert(imports + 1, cell)
+    return nb
+
+
 def graded_exercises(master: Path) -> list:
     """The graded exercises of a master notebook, in order (their question cells)."""
     cells = json.loads(master.read_text())["cells"]
@@ -472,8 +575,15 @@ def results(built) -> dict[tuple[str, str], dict]:
             student = json.loads((dist[lang] / "student" / f"{chapter}.ipynb").read_text())
             path = work / kind / chapter / f"{chapter}.ipynb"
             path.parent.mkdir(parents=True)
-            path.write_text(json.dumps(planted(student, exercises, first)))
+            path.write_text(json.dumps(quick(planted(student, exercises, first))))
             submissions[kind] = path
+        if chapter == FULL_CHAPTER:
+            for kind, make in (("teaching-name", teaching_name), ("rebound-check", rebound)):
+                student = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
+                path = work / kind / chapter / f"{chapter}.ipynb"
+                path.parent.mkdir(parents=True)
+                path.write_text(json.dumps(make(student, exercises)))
+                submissions[kind] = path
         for kind, notebook in submissions.items():
             jobs[chapter, kind] = (zip_path, notebook)
     with ProcessPoolExecutor(max_workers=2, initializer=_guard_otter_log_server) as pool:
@@ -513,3 +623,19 @@ def test_submissions(built, results, chapter):
             assert re.search(r"[\u4e00-\u9fff]", feedback), (exercise.exercise_id, feedback)
             expected = chinese_diagnosis(exercise)
             assert expected is None or expected in feedback, (exercise.exercise_id, expected)
+
+
+def test_an_answer_may_read_any_name_of_the_chapter(results):
+    """An answer that reads a name a teaching cell defines, which no reference answer needs,
+    gets its points: the autograder runs every cell (it used to skip the cells the reference
+    answers did not need, and such an answer failed with a NameError)."""
+    graded = results[FULL_CHAPTER, "teaching-name"]
+    assert graded and all(t["score"] == t["max_score"] > 0 for t in graded.values()), graded
+
+
+def test_a_notebook_that_rebinds_check_gets_no_points(results):
+    """Every test refuses a notebook that replaced part of the package: one that rebinds
+    ``check`` (in the package and in its core module) to pass everything, its answers untouched,
+    scores nothing (it used to score full marks)."""
+    graded = results[FULL_CHAPTER, "rebound-check"]
+    assert graded and all(t["score"] == 0 for t in graded.values()), graded

@@ -14,9 +14,10 @@ into the student notebook and the autograder (a zip for Gradescope, or for ``ott
   one public test that grades the answer with the package's own checker
   (``check(id, answer)``), whose message is the feedback. Its ``check`` cell stays for the
   learner; its ``hint`` and ``solution`` cells, and cells that show the solution, go;
-* the autograder executes only what grading needs: code cells that no answer depends on
-  (names read from the code, the answers' own included) carry otter's ``otter_ignore`` tag, and
-  so do the learner's ``check`` cells.
+* the autograder runs the notebook as the student ran it, every teaching cell included (an answer
+  may read any name the chapter defines); only the learner's ``check`` cells carry otter's
+  ``otter_ignore`` tag, since each question's test grades the answer itself (and refuses a
+  notebook that replaced part of the package: :func:`test_cell`).
 
 One autograder per chapter grades both languages: the two notebooks share their code cells
 and the assignment's name, and the feedback comes in the language the notebook's set-up cell
@@ -239,43 +240,6 @@ def names(code: str, modules: frozenset[str] = frozenset()) -> tuple[set[str], s
     return (written - {"", *modules}) | bound, _free_reads(tree)
 
 
-def imported(cells: list[dict]) -> frozenset[str]:
-    """The names the notebook binds by importing a module (``torch``, ``F``, ``plt``)."""
-    found = set()
-    for cell in cells:
-        try:
-            tree = ast.parse(source(cell)) if cell["cell_type"] == "code" else None
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree) if tree else []:
-            if isinstance(node, ast.Import):
-                found.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return frozenset(found)
-
-
-def needed_cells(cells: list[dict], answers: dict[int, str]) -> set[int]:
-    """The code cells the answers depend on: walking up from the last cell, a cell is needed
-    when it writes a name that a needed cell or an answer below it reads (``answers``: the code
-    of each answer cell, by index, the reference answer and the stub together)."""
-    modules = imported(cells)
-    wanted: set[str] = set()
-    needed = {i for i, c in enumerate(cells) if c["cell_type"] == "code"}
-    needed = set(sorted(needed)[:2])  # the set-up cell and the chapter's imports
-    for i in range(len(cells) - 1, -1, -1):
-        if i in answers:
-            written, read = names(answers[i])
-            wanted |= read - written
-            needed.add(i)
-            continue
-        if cells[i]["cell_type"] != "code":
-            continue
-        written, read = names(source(cells[i]), modules)
-        if "*" in written or written & wanted:
-            needed.add(i)
-            wanted |= read
-    return needed
-
-
 # -- the master notebook -----------------------------------------------------------------------
 
 
@@ -295,11 +259,21 @@ def question_name(exercise_id: str) -> str:
 
 
 def test_cell(exercise: Exercise) -> str:
-    """Otter's test of an exercise: the package's checker, its message the feedback."""
+    """Otter's test of an exercise: the package's checker, its message the feedback.
+
+    Otter runs the test in the student's Python process: the test first refuses a notebook that
+    replaced a function or class of the package with one of its own (a rebound ``check``, a
+    checker's helper), which would otherwise grade itself."""
     return (
         '""" # BEGIN TEST CONFIG\nhidden: false\n""" # END TEST CONFIG\n'
         "def test_check(env):\n"
+        "    import sys\n\n"
         "    from attncourse.exercises import check\n\n"
+        '    package = [m for n, m in list(sys.modules.items()) if n.split(".")[0] == "attncourse"]\n'
+        "    spaces = [vars(m) for m in package if m is not None]\n"
+        "    spaces += [vars(v) for s in list(spaces) for v in s.values() if isinstance(v, type)]\n"
+        '    mine = {k for s in spaces for k, v in s.items() if getattr(v, "__module__", "") == "__main__"}\n'
+        '    assert not mine, f"the notebook replaced {sorted(mine)} in the course package, which grades"\n'
         f"    result = check({exercise.exercise_id!r}, eval({exercise.answer!r}, env))\n"
         "    assert result.passed, result.message\n"
     )
@@ -362,8 +336,6 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str) -> dict
     cells = nb["cells"]
     exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
     by_stub = {e.stub: e for e in exercises}
-    answers = {e.stub: f"{source(cells[e.stub])}\n{reference_answer(e)}" for e in exercises}
-    needed = needed_cells(cells, answers)
     setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
     dropped = revealing(cells, exercises) | {
         e.solution for e in exercises if e.solution is not None
@@ -379,7 +351,7 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str) -> dict
         cell = copy.deepcopy(cell)
         if i == setup:
             cell["source"] = source(cell).replace("@main", f"@{commit}")
-        elif cell["cell_type"] == "code" and (i not in needed or i in {e.check for e in exercises}):
+        elif i in {e.check for e in exercises}:  # the learner's own check: the test grades
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
             tags.append(IGNORE_TAG)
         if any(i == e.check for e in exercises):
