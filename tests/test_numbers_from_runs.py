@@ -40,7 +40,11 @@ RESULTS = ROOT / "attncourse" / "results"
 #: manual, a size that is an input.
 ALLOWED: dict[tuple[str, str, str], str] = {
     ("06_inference", "6.7", "Llama 2 7B's"): "Llama 2 7B's parameter count (its paper)",
-    ("06_inference", "13.5", "take about"): "Llama 2 7B's weights in 16-bit precision: 6.7e9 x 2 B",
+    (
+        "06_inference",
+        "13.4",
+        "take about",
+    ): "Llama 2 7B's weights in 16-bit precision: 6.7e9 x 2 B = 13.4e9 B",
     ("07_complexity", "320", "a few TB/s ("): "the T4's memory bandwidth, from NVIDIA's data sheet",
     ("02_multi_head_attention", "0.16", "predict it:\n0, about"): "an exercise's answer choices",
     ("10_gpu_attention", "8.9", "from 8.0 to"): "compute capabilities: names of GPU generations",

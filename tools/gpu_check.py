@@ -1530,7 +1530,7 @@ def timings_section(
         skip(report, "timings of FlexAttention", "not in this plan (--quick: no compiles)")
     result: Dict[str, object] = {
         "convention": FLOPS_CONVENTION,
-        "shapes": f"B * L = {plan.tokens} tokens and H * d = {plan.width} in every configuration",
+        "shapes": f"B * L = {plan.tokens} tokens and h * d_k = {plan.width} in every configuration",
         "statistics": f"CUDA events; {plan.warmup} warm-up rounds, then the median, 20th and 80th"
         f" percentiles of {plan.repeats} repeats, the implementations interleaved round-robin",
         "peak_memory": "torch.cuda.max_memory_allocated above what was allocated before the call",

@@ -373,7 +373,7 @@ def _comparison_table(report: Dict[str, object]) -> str:
         f" {timings['convention']}",
         report,
         (
-            "d",
+            "d_k",
             "causal",
             "pass",
             "course TFLOP/s",
@@ -405,7 +405,7 @@ def _span_table(report: Dict[str, object]) -> str:
             )
         )
     return _table(
-        f"Adaptive span at L = {span['length']}, {span['dtype']}, d = {span['head_dim']},"
+        f"Adaptive span at L = {span['length']}, {span['dtype']}, d_k = {span['head_dim']},"
         f" ramp {span['ramp']:g}: the tile ratio is {span['tiles']['full']} /"
         f" {span['tiles']['short']} tiles per head ({span['block_m']} x {span['block_n']}"
         " tiles)",
@@ -485,7 +485,7 @@ def _design_table(report: Dict[str, object]) -> str:
         f"Design questions on {design['target']}, float16 (`by`: the runner-up's time over"
         " the winner's)",
         report,
-        ("question", "L", "d", "causal", "pass", "winner", "by"),
+        ("question", "L", "d_k", "causal", "pass", "winner", "by"),
         lines,
     )
 
@@ -510,7 +510,7 @@ def masks_markdown(report: Dict[str, object]) -> str:
     ]
     return _table(
         f"Chapter 11's masks at L = {masks['length']}, {masks['num_heads']} heads,"
-        f" d = {masks['head_dim']}, {masks['dtype']}: one FlexAttention program, "
+        f" d_k = {masks['head_dim']}, {masks['dtype']}: one FlexAttention program, "
         + (
             f"compiled ({_number(masks['compile_s'])} s to compile, not in the times)"
             if masks.get("compiled")

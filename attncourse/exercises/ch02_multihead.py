@@ -344,9 +344,9 @@ def _check_count(answer) -> str:
 
 
 def _merge_solution(heads):
-    B, h, L, d = heads.shape
-    # (B, L, h, d): each position's heads side by side
-    return heads.transpose(1, 2).reshape(B, L, h * d)
+    B, h, L, d_k = heads.shape
+    # (B, L, h, d_k): each position's heads side by side
+    return heads.transpose(1, 2).reshape(B, L, h * d_k)
 
 
 @exercise(
@@ -354,13 +354,13 @@ def _merge_solution(heads):
     title="Find the bug: merging the heads with a reshape alone",
     hint=(
         """
-            merge must undo split_heads. In what order are the numbers of a (B, h, L, d)
-            tensor laid out in memory, and in what order must they be for a (B, L, h * d)
+            merge must undo split_heads. In what order are the numbers of a (B, h, L, d_k)
+            tensor laid out in memory, and in what order must they be for a (B, L, h * d_k)
             result?
         """,
         """
-            merge must undo split_heads: head i's d columns of position t must land in columns
-            i*d ... (i+1)*d - 1 of row t. In (B, h, L, d) memory, the L positions of head 0 come
+            merge must undo split_heads: head i's d_k columns of position t must land in columns
+            i*d_k ... (i+1)*d_k - 1 of row t. In (B, h, L, d_k) memory, the L positions of head 0 come
             first; a reshape keeps that order. Bring the positions in front of the heads first
             (transpose(1, 2)), then reshape (a view needs .contiguous() after a transpose).
         """,
@@ -371,22 +371,24 @@ def _merge_solution(heads):
 def _check_merge(fn) -> str:
     """Property: merge inverts the package's split_heads, on several shapes, and keeps dtype."""
     forbid(fn, {"the package's merge_heads": merge_heads})
-    for B, h, L, d in ((2, 3, 4, 5), (1, 4, 6, 2), (3, 2, 2, 8)):
-        x = random_tensor(B, L, h * d, seed=40 + h)
-        heads = split_heads(x, h).contiguous()  # (B, h, L, d), contiguous like an attention output
+    for B, h, L, d_k in ((2, 3, 4, 5), (1, 4, 6, 2), (3, 2, 2, 8)):
+        x = random_tensor(B, L, h * d_k, seed=40 + h)
+        heads = split_heads(
+            x, h
+        ).contiguous()  # (B, h, L, d_k), contiguous like an attention output
         # view() after the transpose: call() adds the advice to torch's error (use .reshape)
         out = call(fn, heads)
-        if isinstance(out, torch.Tensor) and out.shape == (B, L, d):
+        if isinstance(out, torch.Tensor) and out.shape == (B, L, d_k):
             raise Mistake(
                 _(
-                    "Your output has shape (B, L, d) = {value}: the heads were summed or averaged, not "
+                    "Your output has shape (B, L, d_k) = {value}: the heads were summed or averaged, not "
                     "concatenated."
-                ).format(value=(B, L, d))
+                ).format(value=(B, L, d_k))
             )
         expect_tensor(
             out,
-            (B, L, h * d),
-            _("For heads of shape {value} the merged output").format(value=(B, h, L, d)),
+            (B, L, h * d_k),
+            _("For heads of shape {value} the merged output").format(value=(B, h, L, d_k)),
         )
         if not matches(out, x):
             raise Mistake(
@@ -395,27 +397,27 @@ def _check_merge(fn) -> str:
                     {
                         (
                             _(
-                                "This is still the given code: a reshape of (B, h, L, d) keeps head 0's positions "
-                                "together, so row t mixes pieces of several positions. Transpose to (B, L, h, d) "
+                                "This is still the given code: a reshape of (B, h, L, d_k) keeps head 0's positions "
+                                "together, so row t mixes pieces of several positions. Transpose to (B, L, h, d_k) "
                                 "first, then reshape."
                             )
-                        ): heads.reshape(B, L, h * d),
+                        ): heads.reshape(B, L, h * d_k),
                         (
                             _(
                                 "The columns are interleaved (column j*h + i holds head i's feature j): "
                                 "concatenate "
-                                "whole heads, head 0's d columns first (transpose(1, 2), not permute(0, 2, 3, 1))."
+                                "whole heads, head 0's d_k columns first (transpose(1, 2), not permute(0, 2, 3, 1))."
                             )
-                        ): (heads.permute(0, 2, 3, 1).reshape(B, L, h * d)),
+                        ): (heads.permute(0, 2, 3, 1).reshape(B, L, h * d_k)),
                         _("The heads are concatenated in reverse order."): (
-                            heads.flip(1).transpose(1, 2).reshape(B, L, h * d)
+                            heads.flip(1).transpose(1, 2).reshape(B, L, h * d_k)
                         ),
                     },
                     default=(
                         _(
                             "For heads {value} your output is not Concat(head_1, ..., head_h) per position: "
                             "merge(split_heads(x, h)) should give x back."
-                        ).format(value=(B, h, L, d))
+                        ).format(value=(B, h, L, d_k))
                     ),
                 )
             )
@@ -425,7 +427,7 @@ def _check_merge(fn) -> str:
                     out_dtype=out.dtype, heads_dtype=heads.dtype
                 )
             )
-    return _("Right: transpose to (B, L, h, d), then reshape: merge undoes split_heads exactly.")
+    return _("Right: transpose to (B, L, h, d_k), then reshape: merge undoes split_heads exactly.")
 
 
 # -- 5. a measured experiment: dropout on the attention weights -----------------------------------

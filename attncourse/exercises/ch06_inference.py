@@ -121,7 +121,7 @@ def _check_cache_bytes(answer) -> str:
 
 
 def _repeat_kv_solution(x, n_rep):
-    # (B, kv_heads, S, d) -> (B, kv_heads * n_rep, S, d): K/V head j serves query heads j*n_rep ...
+    # (B, kv_heads, S, d_k) -> (B, kv_heads * n_rep, S, d_k): K/V head j serves query heads j*n_rep ...
     return x.repeat_interleave(n_rep, dim=1)
 
 

@@ -169,6 +169,7 @@ def _as_list(result) -> List[int]:
         """,
     ),
     solution=_key_blocks_solution,
+    name="causal_key_blocks",
 )
 def _check_key_blocks(fn) -> str:
     for case in _CASES:
