@@ -348,6 +348,14 @@ def test_the_chinese_sources_build_configuration(tmp_path):
     with (messages / "booktheme.mo").open("rb") as handle:
         assert gettext.GNUTranslations(handle).gettext("Print to PDF") == "打印为 PDF"
     assert (tmp_path / "src" / "tools" / "book_templates" / "toggle-primary-sidebar.html").is_file()
+    # the references page lists the source texts with their notes, in Chinese; the papers'
+    # notes (figures and identifiers) and every other field stay as in the English bib
+    bib = (tmp_path / "src" / "book" / "references.bib").read_text(encoding="utf-8")
+    english = (zh.BOOK / "references.bib").read_text(encoding="utf-8")
+    notes = zh.bib_notes()
+    assert len(notes) == 5 and all(n.text not in bib for n in notes)
+    assert "网络文章" in bib and "arXiv:2307.08691" in bib
+    assert len(bib.splitlines()) == len(english.splitlines())
     assert (tmp_path / "src" / "book" / "api.md").read_text() == (
         ROOT / "book" / "api.md"
     ).read_text()

@@ -154,8 +154,39 @@ def markdown_units(path: Path) -> Iterator[Unit]:
             yield Unit(block, "block", where)
 
 
+#: A ``note`` field of references.bib, on one line (``note = {...},``).
+_BIB_NOTE = re.compile(r"^\s*note\s*=\s*\{(.*)\},?\s*$", re.M)
+
+
+def bib_notes() -> List[Unit]:
+    """The notes of the source texts' entries (``keywords = {source}``) in references.bib: the
+    references page shows them as prose, so they are translated with the page (context
+    ``bibnote``). The papers' notes are figures and identifiers, and stay as they are."""
+    text = (BOOK / "references.bib").read_text(encoding="utf-8")
+    found = []
+    for entry in re.split(r"\n(?=@)", text):
+        if re.search(r"keywords\s*=\s*\{[^}]*\bsource\b", entry):
+            note = _BIB_NOTE.search(entry)
+            if note:
+                line = text.count("\n", 0, text.find(note.group(0))) + 1
+                found.append(Unit(note.group(1), "bibnote", f"references.bib line {line}"))
+    return found
+
+
 def units(path: Path) -> List[Unit]:
-    return list(notebook_units(path) if path.suffix == ".ipynb" else markdown_units(path))
+    if path.suffix == ".ipynb":
+        return list(notebook_units(path))
+    return list(markdown_units(path)) + (bib_notes() if path.name == "references.md" else [])
+
+
+def chinese_bib(strict: bool = True) -> str:
+    """references.bib with the source texts' notes in Chinese (:func:`bib_notes`)."""
+    text = (BOOK / "references.bib").read_text(encoding="utf-8")
+    table = translations(BOOK / "references.md")
+    for unit in bib_notes():
+        chinese = _translate(table, unit.context, unit.text, unit.where, strict)
+        text = text.replace("{" + unit.text + "}", "{" + chinese + "}")
+    return text
 
 
 def catalogue_path(page: Path) -> Path:
@@ -452,7 +483,7 @@ def write_sources(out: Path, executed: Optional[Path] = None, strict: bool = Tru
     write_theme_catalogues(out)
     (out / SEARCH_WORDS).write_text("\n".join(search_words()) + "\n", encoding="utf-8")
     shutil.copy(ROOT / "pyproject.toml", out / "pyproject.toml")
-    shutil.copy(BOOK / "references.bib", out / "book" / "references.bib")
+    (out / "book" / "references.bib").write_text(chinese_bib(strict), encoding="utf-8")
     for name in UNTRANSLATED_PAGES:
         shutil.copy(BOOK / f"{name}.md", out / "book" / f"{name}.md")
     for page in pages():
