@@ -123,6 +123,8 @@ BAD = [
     bad(TOK.decode, [1.0], error=TypeError, match="ids must"),
     bad(TOK.decode, torch.tensor([1.0, 2.0]), error=TypeError, match="ids must"),
     # course.span_task
+    bad(near_far_copy_task, 2, 10, near=2, far=10, error=ValueError, match="near < far < length"),
+    bad(near_far_copy_task, 2, 10, near=4, far=4, error=ValueError, match="near < far < length"),
     bad(near_far_entropy, 16, -0.1, error=ValueError, match="noise must be"),
     bad(near_far_entropy, 16, float("nan"), error=ValueError, match="noise must be"),
     bad(near_far_entropy, 16, 1.5, error=ValueError, match="noise must be"),

@@ -566,3 +566,14 @@ def test_mean_pooled_copy_keeps_rope():
     assert mean_pool_kv_heads(layer, 2).positional == "rope"
     x = torch.randn(1, 5, 16)
     torch.testing.assert_close(mean_pool_kv_heads(layer, 4)(x, x, x)[0], layer(x, x, x)[0])
+
+
+def test_cache_edges_a_mutation_audit_found():
+    # a negative key position (an empty slot of a rolling buffer) is never visible
+    mask = window_mask_from_positions(torch.tensor([3]), torch.tensor([-1, 2]))
+    assert mask.tolist() == [[False, True]]
+    # keys of another head size do not fit the stored rows: the cache says so, naming itself
+    cache = KVCache()
+    cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="do not fit the cache's rows"):
+        cache.update(torch.zeros(1, 2, 1, 6), torch.zeros(1, 2, 1, 4))

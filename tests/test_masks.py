@@ -249,3 +249,21 @@ def test_from_multihead_masks_shapes_and_errors():
         from_multihead_masks(None, torch.zeros(S, dtype=torch.bool), num_heads=H)
     with pytest.raises(ValueError, match="attn_mask must have shape"):
         from_multihead_masks(torch.zeros(1, 1, L, S), num_heads=H)
+
+
+def test_edges_a_mutation_audit_found():
+    # complex lengths are refused as not integers (a TypeError, not torch's NotImplementedError)
+    with pytest.raises(TypeError, match="lengths must hold integers"):
+        padding_mask(torch.tensor([1 + 0j, 2 + 0j]), 3)
+    # the additive result takes the first floating mask's dtype
+    wide, half = torch.zeros(2, 2, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float16)
+    assert combine_masks(wide, half).dtype == torch.float64
+    assert combine_masks(half, wide).dtype == torch.float16
+    # a 3-D attn_mask is (B * num_heads, L, S), batch-major as torch reads it: one marked row
+    # (batch 0, head 1) must land at [0, 1] and nowhere else
+    B, H = 2, 3
+    blocked = torch.zeros(B * H, 4, 5, dtype=torch.bool)
+    blocked[0 * H + 1, 2, 3] = True  # torch's convention: True = may not attend
+    mask = from_multihead_masks(blocked, None, num_heads=H)
+    refused = ~mask.expand(B, H, 4, 5)
+    assert refused.nonzero().tolist() == [[0, 1, 2, 3]]

@@ -206,3 +206,12 @@ def test_rope_refuses_boolean_complex_and_non_finite_positions():
     torch.testing.assert_close(
         apply_rope(x, torch.arange(3)), apply_rope(x, torch.arange(3).double())
     )
+
+
+def test_position_shapes_a_mutation_audit_found():
+    # positions are (L,): a column (L, 1) is refused, not broadcast into (L, 1, head_dim / 2)
+    with pytest.raises(ValueError, match="positions must be 1-D"):
+        rope_angles(torch.arange(5)[:, None], 8)
+    # a vector without a row dimension is refused with the package's error, not an IndexError
+    with pytest.raises(ValueError, match=r"x must be \(\.\.\., L, head_dim\)"):
+        apply_rope(torch.randn(8), torch.arange(1))

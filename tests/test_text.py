@@ -112,3 +112,13 @@ def test_unigram_entropy_is_below_log_v(text):
     p = counts / counts.sum()
     entropy = -(p * p.log()).sum().item()
     assert 3.0 < entropy < math.log(63) - 0.7
+
+
+def test_edges_a_mutation_audit_found():
+    tok = CharTokenizer("abc")
+    with pytest.raises(ValueError, match=r"ids must be integers in \[0, 3\)"):
+        tok.decode([-1])  # a negative id is not Python's index from the end
+    # n_val = round(0.35 * 10) = round(3.5) = 4 validation ids; int() would give 3
+    assert [len(part) for part in train_val_split(torch.arange(10), 0.35)] == [6, 4]
+    with pytest.raises(ValueError, match="empty part"):
+        train_val_split(torch.arange(10), 0.96)  # round(9.6) = 10: no training data left
