@@ -464,3 +464,42 @@ def test_a_pair_returned_as_a_list_is_as_right_as_a_tuple(exercise_id):
     (the checkers of chapters 6 and 9 refused ``[keys, values]`` with "got list")."""
     result = check(exercise_id, _as_list(REGISTRY[exercise_id].reference))
     assert result.passed, result
+
+
+def _number_note(answer, right_value, mistakes, **tolerances):
+    """What :func:`check_number` says: its note for a right answer, else the Mistake's words."""
+    from attncourse.exercises._core import Mistake, check_number
+
+    try:
+        return check_number(
+            answer,
+            conceal(repr(right_value)),
+            conceal(json.dumps(mistakes)),
+            what="count",
+            right="right",
+            otherwise="other {value}",
+            **tolerances,
+        )
+    except Mistake as mistake:
+        return str(mistake)
+
+
+def test_check_number_edges_a_mutation_audit_found():
+    # a mistake at zero is named within mistake_rel_tol of 1 (a relative tolerance of 0 is none)
+    assert _number_note(0.05, 7, {"0": "forgot it"}, mistake_rel_tol=0.1) == "forgot it"
+    # mistake_rel_tol, not rel_tol, decides the known wrong values
+    assert _number_note(103, 7, {"100": "off"}, rel_tol=0.0, mistake_rel_tol=0.05) == "off"
+    assert _number_note(103, 7, {"100": "off"}, rel_tol=0.0).startswith("other 103")
+    # an exact answer rounded to six significant digits is named as such
+    assert "rounded to 6 significant digits" in _number_note(1234570, 1234567, {})
+
+
+def test_choice_shape_and_tensor_edges_a_mutation_audit_found():
+    from attncourse.exercises._core import Mistake, as_shape, choice, expect_tensor
+
+    with pytest.raises(Mistake, match="you gave several"):
+        choice("ab", ["a", "b", "c"])  # two letters run together
+    with pytest.raises(Mistake, match="sizes are never negative"):
+        as_shape((-1, 3))
+    with pytest.raises(Mistake, match="ordinary dense tensor"):
+        expect_tensor(torch.empty(2, 3, device="meta"), (2, 3), "x")
