@@ -576,3 +576,61 @@ def test_the_lookup_runs_record_the_machine_they_ran_on(tmp_path):
     )
     recorded = written["machine"]
     assert {"cpu", "cpu_cores", "date", "torch_threads"} <= set(recorded)
+
+
+def test_lookup_comparison_data_batches_and_loss_as_documented(monkeypatch):
+    """compare_on_lookup's data come from a generator seeded with 0 whatever the seed, batch
+    ``step`` is drawn with the seed ``step + 1_000_003 * seed``, and the test loss is the
+    model's next-token loss on the test sequences from the third token on: each recomputed
+    here from that description."""
+    from attncourse.course import lookup_task
+    from attncourse.training import next_token_loss
+
+    generator = torch.Generator().manual_seed(0)
+    table = make_table(32, generator=generator)
+    train = lookup_sequences(table, 8192, 16, noise=0.0, generator=generator)
+    test = lookup_sequences(table, 1024, 16, noise=0.0, generator=generator)
+    batches = []
+
+    def fake_train(model, get_batch, loss, *, steps, **options):
+        batches.extend(get_batch(step) for step in range(steps))
+        return [0.0] * steps
+
+    monkeypatch.setattr(lookup_task, "train", fake_train)
+    for seed in (1, 2):
+        batches.clear()
+        result = lookup_task.compare_on_lookup(
+            seed, steps=2, batch=4, noise=0.0, kinds=("attention-only",), progress=False
+        )["attention-only"]
+        for step, tokens in enumerate(batches):
+            g = torch.Generator().manual_seed(step + 1_000_003 * seed)
+            assert torch.equal(tokens, train[torch.randint(8192, (4,), generator=g)])
+        with torch.no_grad():
+            expected = next_token_loss(result["model"](test), test, start=2).item()
+        assert result["test_loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_step_timing_rotates_the_order_and_reports_the_middle_time(monkeypatch):
+    from attncourse.course import lookup_task
+
+    clock, order = [0.0], []
+    durations = {"FFN Transformer": [1.0, 5.0, 2.0, 9.0], "attention-only": [3.0] * 4}
+
+    class Fake(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind, self.weight = kind, nn.Parameter(torch.zeros(()))
+
+        def forward(self, tokens):
+            order.append(self.kind)
+            clock[0] += durations[self.kind][sum(k == self.kind for k in order) - 1] / 1e3
+            return torch.zeros(*tokens.shape, 32) + self.weight
+
+    monkeypatch.setattr(lookup_task, "build_lookup_model", lambda kind, *a, **k: Fake(kind))
+    monkeypatch.setattr(lookup_task.time, "perf_counter", lambda: clock[0])
+    kinds = ("FFN Transformer", "attention-only")
+    result = lookup_task.time_training_steps(rounds=4, warmup=0, kinds=kinds)
+    assert order[:4] == ["FFN Transformer", "attention-only", "attention-only", "FFN Transformer"]
+    assert result["times_ms"]["FFN Transformer"] == pytest.approx([1.0, 5.0, 2.0, 9.0])
+    # the median of an even count is the upper of the two middle times, as median_high
+    assert result["median_ms"]["FFN Transformer"] == pytest.approx(5.0)

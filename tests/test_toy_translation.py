@@ -188,3 +188,36 @@ def test_attention_translator_decodes_as_it_trains_and_ignores_padding():
         model(data.src[0], data.tgt_in)
     with pytest.raises(ValueError, match="max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long), data.tgt_in[:1])
+
+
+def test_edges_a_mutation_audit_found(monkeypatch):
+    from attncourse.course import toy_translation
+
+    data = make_data([12, 345, 6789])
+    one = data[0]  # an int index keeps the batch dimension
+    assert one.numbers == [12] and torch.equal(one.src, data.src[:1])
+    model = AttentionTranslator(len(SRC_VOCAB), len(TGT_VOCAB), pad_id=PAD).eval()
+    # as many tokens as the model has target positions for
+    assert model.greedy_decode(data.src, BOS, model.max_len).shape == (3, model.max_len)
+    # the same token at two positions is embedded differently: the positions are added
+    embedded = model._embed_target(torch.tensor([[5, 5]]))
+    assert not torch.allclose(embedded[0, 0], embedded[0, 1])
+    # a layer adds its attention to its input (the residual)
+    layer = model.encoder[0]
+    x = torch.randn(2, 4, model.src_tokens.embedding_dim)
+    attended, _ = layer.self_attn(x, x, x, None)
+    torch.testing.assert_close(layer(x, None), x + attended)
+
+    # the batches: drawn from every row, in an order that the seed decides
+    def drawn(seed):
+        seen = []
+
+        def fake_train(model, get_batch, loss, *, steps, **options):
+            seen.extend(n for step in range(steps) for n in get_batch(step).numbers)
+            return [0.0] * steps
+
+        monkeypatch.setattr(toy_translation, "train", fake_train)
+        train_translator(data, steps=5, batch_size=8, seed=seed, progress=False)
+        return seen
+
+    assert set(drawn(1)) == {12, 345, 6789} and drawn(1) != drawn(2)
