@@ -264,6 +264,22 @@ def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
             "math differs",
         ),
         ("[the site](https://a.example/x)", "[网站](https://a.example/y)", "link targets"),
+        (  # a fenced code block must come through as it is
+            "Run this:\n\n```python\nx = 1\n```",
+            "运行它：\n\n```python\nx = 2\n```",
+            "a code block differs",
+        ),
+        ("(sec-a)=\n## The masks", "## 掩码", "label differs"),
+        (
+            "A note.\n\n:::{note}\nMasks matter.\n:::",
+            "一条说明。\n\n掩码很重要。",
+            "directives differ",
+        ),
+        (
+            "See {doc}`chapter 3 <03_masking>`.",
+            "见{doc}`第 3 章 <04_cross_attention>`。",
+            "{doc} targets differ",
+        ),
         (  # ** glued to a Chinese character and opening on a role: printed as asterisks
             "Their answer is the **{term}`all-attention` layer**: no FFN.",
             "他们的答案是**{term}`纯注意力 <all-attention>`层**：去掉 FFN。",

@@ -209,6 +209,8 @@ def test_the_unmarked_text_check_sees_each_form(tmp_path):
         "    number(answer, _('accuracy'))\n"  # marked: fine
         "    number(answer, answer_field('gap'))\n"  # built from marked text: fine
         "    re.search('Cannot access global variable (\\\\w+)', text)\n"  # not shown: fine
+        "    raise Mistake(_('Fine.') if answer else 'The heads were summed, not joined.')\n"
+        "    several(['A mask was applied twice here.', _('Marked.')])\n"  # a list of messages
     )
     found = [text for _line, text in messages.unmarked(source)]
     assert found == [
@@ -217,6 +219,8 @@ def test_the_unmarked_text_check_sees_each_form(tmp_path):
         "a mistake's message: You masked the queries instead of the keys.",
         "a mistake's message: The causal part is missing: AND the lower triangle.",
         "Mistake(): f'{value} is not the answer'",
+        "Mistake(): The heads were summed, not joined.",
+        "several(): A mask was applied twice here.",
     ]
 
 
@@ -299,3 +303,31 @@ def test_known_mistakes_kept_concealed_are_named_in_chinese(chinese):
         assert not messages.english_runs(first_line), first_line
         named += 1
     assert named == 21  # 17 shapes of the table and 4 lines
+
+
+def test_concealed_messages_of_each_part_are_found(tmp_path):
+    source = tmp_path / "ch99_example.py"
+    flat = _core.conceal(json.dumps({"3": "Off by one."}))
+    nested = _core.conceal(json.dumps({"part": {"1": "The part is wrong."}}))
+    source.write_text(f"_A = {flat!r}\n_B = {nested!r}\n")
+    assert sorted(messages.concealed_texts(source)) == ["Off by one.", "The part is wrong."]
+
+
+def test_a_four_word_english_run_is_english_left_in():
+    assert messages.english_runs("这里 the mask is wrong 了") == ["the mask is wrong"]
+    assert messages.english_runs("这里 the mask 错了") == []
+
+
+def test_the_translation_checks_see_line_breaks_and_missing_chinese(monkeypatch):
+    from babel.messages.catalog import Catalog
+
+    plain = Catalog(locale="zh_CN")
+    plain.add("Right: the rows sum to one.\n", "正确：各行之和为 1。")  # the break is lost
+    plain.add("The mask is inverted here.", "The mask is inverted here.")  # not translated
+    found = {m.id: [("ch99_example.py", 1)] for m in plain if m.id}
+    monkeypatch.setattr(messages, "unmarked_messages", lambda: [])
+    monkeypatch.setattr(messages, "messages", lambda: (found, {}))
+    monkeypatch.setattr(messages, "catalogues", lambda: (plain, Catalog(locale="zh_CN")))
+    problems = messages.problems()
+    assert any("line break" in p for p in problems), problems
+    assert any("has no Chinese" in p for p in problems), problems
