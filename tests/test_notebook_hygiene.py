@@ -140,3 +140,25 @@ def test_a_check_cell_shows_its_verdict_with_its_hint_uncommented(path):
         assert all(re.fullmatch(r'# display\(hint\("[^"]+"\)\)', line) for line in lines[:-1]), (
             lines
         )
+
+
+def test_normaliser_edges_a_mutation_audit_found():
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            _cell("code", "# Set-Up Cell (any case)"),  # a placeholder: dropped
+            _cell("markdown", "a", id="cell-02"),
+            _cell("code", ["x = ", "1"]),  # a list source, and no id: index 2 after the set-up
+            _cell("markdown", "b", id="cell-02-1"),  # the first two candidates are taken
+        ],
+    }
+    out = normalize.normalized(nb)
+    assert [c["source"] for c in out["cells"]][1:] == ["a", "x = 1", "b"]
+    ids = [c["id"] for c in out["cells"]]
+    assert len(set(ids)) == len(ids) and ids[2] == "cell-02-2"
+    # "id" goes before the first key that sorts after it (nbformat's order), the others kept
+    keys = list(out["cells"][2])
+    at = keys.index("id")
+    assert all(k < "id" for k in keys[:at]) and keys[at + 1] > "id", keys
