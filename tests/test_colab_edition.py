@@ -567,3 +567,29 @@ def test_the_chinese_edition_links_its_own_home_and_sets_its_brackets_tight():
         assert f"[本书]({home})" in text, path.name
         assert " （[" not in text, path.name
         assert not re.search(r"\)） [\u4e00-\u9fff]", text), path.name
+
+
+def test_converter_edges_a_mutation_audit_found(tmp_path, monkeypatch):
+    """An unnumbered chapter (as the book's intro): a label followed by text is no section's,
+    its title has no number, and a {numref} to it is refused; main() removes a stray notebook."""
+    (tmp_path / "book").mkdir()
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    text = "# Intro\n\n(lab-text)=\nSome text.\n\n## A section\n\n(sec-b)=\n## Another"
+    cells = [{"cell_type": "markdown", "source": text, "metadata": {}}]
+    (tmp_path / "book" / "00_u.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
+    monkeypatch.setattr(colab, "ROOT", tmp_path)
+    chapter = colab.scan_chapter("book/00_u", None)
+    assert "lab-text" not in chapter.targets and chapter.targets["sec-b"].kind == "Section"
+    converter = colab.Converter.__new__(colab.Converter)
+    converter.doc, converter.heading_index, converter.chapter = "book/00_u", 0, chapter
+    assert converter.markdown("# Intro") == "# Intro"
+    with pytest.raises(colab.ConversionError, match="unnumbered chapter"):
+        converter.markdown("See {numref}`sec-b`.")
+    # main() writes the editions and removes a notebook no chapter makes any more
+    out = tmp_path / "notebooks"
+    out.mkdir()
+    (out / "99_old.ipynb").write_text("{}")
+    monkeypatch.setattr(colab, "OUT", out)
+    monkeypatch.setattr(colab, "expected", lambda: {out / "01_a.ipynb": "{}\n"})
+    assert colab.main([]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["01_a.ipynb"]
