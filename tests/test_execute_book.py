@@ -6,6 +6,8 @@ the executed notebook, Markdown included, beside it; and a failing cell must fai
 its traceback and leave no executed notebook behind.
 """
 
+import json
+import os
 import subprocess
 import sys
 
@@ -39,7 +41,7 @@ def notebook(path, cells):
     return path
 
 
-def execute(tmp_path, *paths, timeout=60):
+def execute(tmp_path, *paths, timeout=60, env=None):
     """tools/execute_book.py's execution of ``paths`` (in a process of its own, as make runs
     it: the executor forks its pool) into ``tmp_path/cache`` and ``tmp_path/executed``."""
     script = (
@@ -50,7 +52,7 @@ def execute(tmp_path, *paths, timeout=60):
     )
     return subprocess.run(
         [sys.executable, "-c", script, str(ROOT / "tools"), str(tmp_path), *map(str, paths)],
-        capture_output=True, text=True, timeout=timeout * len(paths), check=False,
+        capture_output=True, text=True, timeout=timeout * len(paths), check=False, env=env,
     )  # fmt: skip
 
 
@@ -101,6 +103,8 @@ def test_each_notebook_runs_once_into_the_cache_the_build_reads(tmp_path):
 def test_a_failing_cell_fails_the_run_and_records_nothing(tmp_path):
     fails = notebook(tmp_path / "fails.ipynb", ['print("fine")', "assert 1 + 1 == 3", "2"])
     passes = notebook(tmp_path / "passes.ipynb", ['print("fine")'])
+    (tmp_path / "executed").mkdir()
+    (tmp_path / "executed" / "stale.ipynb").write_text("{}")  # an earlier build's, now stale
     done = execute(tmp_path, fails, passes)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "AssertionError" in done.stderr and "fails.ipynb failed" in done.stderr
@@ -124,6 +128,38 @@ def test_a_kernel_that_does_not_start_is_retried_once_and_still_fails_the_run(tm
     )
     assert "nowhere.ipynb failed" in done.stderr and "the book is not built" in done.stderr
     assert not (tmp_path / "executed").exists()
+
+
+def test_a_kernel_that_starts_on_the_retry_counts_as_run(tmp_path):
+    """The port race's usual end: the kernel fails to start once and starts on the retry. A
+    kernel whose first start exits at once stands in for it: the run succeeds and writes the
+    notebook."""
+    marker = tmp_path / "started-once"
+    launcher = tmp_path / "flaky_kernel.py"
+    launcher.write_text(
+        "import os, sys\n"
+        f"marker = {str(marker)!r}\n"
+        "if not os.path.exists(marker):\n"
+        "    open(marker, 'w').close()\n"
+        "    sys.exit(1)  # the first start fails, as a kernel that lost its port\n"
+        "from ipykernel import kernelapp\n"
+        "kernelapp.launch_new_instance()\n"
+    )
+    spec = tmp_path / "jupyter" / "kernels" / "flaky"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(launcher), "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "flaky", "language": "python"})
+    )
+    flaky = notebook(tmp_path / "flaky.ipynb", ['print("ran")'])
+    nb = nbformat.read(flaky, as_version=4)
+    nb.metadata["kernelspec"]["name"] = "flaky"
+    nbformat.write(nb, flaky)
+    env = dict(os.environ, JUPYTER_PATH=str(tmp_path / "jupyter"))
+    done = execute(tmp_path, flaky, env=env)
+    assert "retrying, one at a time, 1 notebook(s)" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "executed" / "flaky.ipynb").is_file()
 
 
 def test_the_longest_first_are_chapters_and_go_first():
