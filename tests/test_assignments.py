@@ -639,3 +639,33 @@ def test_a_notebook_that_rebinds_check_gets_no_points(results):
     scores nothing (it used to score full marks)."""
     graded = results[FULL_CHAPTER, "rebound-check"]
     assert graded and all(t["score"] == 0 for t in graded.values()), graded
+
+
+def test_points_names_and_revealing_cells_a_mutation_audit_found(tmp_path, monkeypatch):
+    # an exercise the points file does not list gets the default points
+    config = tmp_path / "assignments.yml"
+    config.write_text(json.dumps({"default_points": 2, "chapters": {}}))
+    monkeypatch.setattr(assignments, "CONFIG", config)
+    worth = assignments.points()
+    assert worth and all(p == 2 for chapter in worth.values() for p in chapter.values())
+    # a comprehension's own variable is not a name read from outside
+    assert assignments._free_reads(ast.parse("[x for x in y]")) == {"y"}
+
+    # the code cell right after a solution that shows it worked goes, unless a later cell
+    # reads what it writes
+    def cell(kind, text):
+        return {"cell_type": kind, "metadata": {}, "source": text}
+
+    cells = [
+        cell("markdown", "Statement"),
+        cell("code", "def f(x): ..."),
+        cell("code", 'check("e", f)'),
+        cell("code", 'solution("e")'),
+        cell("code", "shown = f(2)"),
+        cell("markdown", "More"),
+        cell("code", "kept = g(1)"),
+    ]
+    exercise = assignments.Exercise("e", "f", 0, 1, 2, 3)
+    assert assignments.revealing(cells, [exercise]) == {4}
+    cells.append(cell("code", "print(shown)"))
+    assert assignments.revealing(cells, [exercise]) == set()
