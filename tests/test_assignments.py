@@ -61,7 +61,7 @@ LANGUAGES = assignments.LANGUAGES
 KINDS = ("en-mixed", "zh-mixed")
 #: The chapters whose untouched student notebook is graded too (see the module's docstring).
 UNTOUCHED = ("01_dot_product_attention", "10_gpu_attention")
-#: The chapter whose two attacks on grading are graded, every cell run (see :func:`quick`).
+#: The chapter whose two attacks on grading are graded (see :func:`quick`).
 FULL_CHAPTER = "01_dot_product_attention"
 
 #: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
@@ -379,8 +379,10 @@ def quick(submission: dict) -> dict:
     The autograder runs every cell, as the student did (an answer may read any name of the
     chapter); the planted submissions, whose answers are known, skip the rest so that the
     24 gradings of the chapters stay within CI's minutes (every chapter run in full took about
-    three minutes more). :func:`test_an_answer_may_read_any_name_of_the_chapter` grades one
-    submission in full."""
+    three minutes more). A cell the planted submission's answers need is never tagged, so an
+    answer that reads a teaching cell's name still needs the notebook to run that cell
+    (:func:`test_an_answer_may_read_any_name_of_the_chapter`); chapter 1's untouched notebook
+    is graded with every cell run."""
     nb = json.loads(json.dumps(submission))
     needed = needed_cells(nb["cells"])
     for i, cell in enumerate(nb["cells"]):
@@ -578,11 +580,15 @@ def results(built) -> dict[tuple[str, str], dict]:
             path.write_text(json.dumps(quick(planted(student, exercises, first))))
             submissions[kind] = path
         if chapter == FULL_CHAPTER:
-            for kind, make in (("teaching-name", teaching_name), ("rebound-check", rebound)):
-                student = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
+            student = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
+            attacks = {  # quick(): the cells their answers need, the attacking cell included
+                "teaching-name": quick(teaching_name(student, exercises)),
+                "rebound-check": rebound(quick(student), exercises),
+            }
+            for kind, submission in attacks.items():
                 path = work / kind / chapter / f"{chapter}.ipynb"
                 path.parent.mkdir(parents=True)
-                path.write_text(json.dumps(make(student, exercises)))
+                path.write_text(json.dumps(submission))
                 submissions[kind] = path
         for kind, notebook in submissions.items():
             jobs[chapter, kind] = (zip_path, notebook)
