@@ -61,7 +61,7 @@ LANGUAGES = assignments.LANGUAGES
 KINDS = ("en-mixed", "zh-mixed")
 #: The chapters whose untouched student notebook is graded too (see the module's docstring).
 UNTOUCHED = ("01_dot_product_attention", "10_gpu_attention")
-#: The chapter whose two attacks on grading are graded (see :func:`quick`).
+#: The chapter whose submissions carry the two attacks on grading (:func:`rebound`, :func:`teaching_name`).
 FULL_CHAPTER = "01_dot_product_attention"
 
 #: Value answers that ``check_number`` does not grade: a wrong answer from the checkers' tests
@@ -392,11 +392,11 @@ def quick(submission: dict) -> dict:
     return nb
 
 
-def teaching_name(student: dict, chapter_exercises: list) -> dict:
-    """The reference answers, the first one reading first a name that a teaching cell above it
-    defines and that no reference answer needs (as a student who checks an answer with the
+def teaching_name(submission: dict) -> dict:
+    """``submission`` with its first answer (a right one) reading first a name that a teaching
+    cell above it defines and that no answer needs (as a student who checks an answer with the
     chapter's objects does)."""
-    nb = planted(student, chapter_exercises, 2)  # 2: no mistake anywhere
+    nb = json.loads(json.dumps(submission))
     cells, needed = nb["cells"], needed_cells(nb["cells"])
     first = next(
         i for i, c in enumerate(cells) if "otter_answer_cell" in c["metadata"].get("tags", [])
@@ -432,6 +432,7 @@ def rebound(student: dict, chapter_exercises: list) -> dict:
     imports = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"][1]
     cell = {
         "cell_type": "code",
+        "id": "rebound-check",
         "execution_count": None,
         "metadata": {},
         "outputs": [],
@@ -572,24 +573,22 @@ def results(built) -> dict[tuple[str, str], dict]:
         exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
         submissions = {}
         if chapter in UNTOUCHED:
-            submissions["untouched"] = dist["en"] / "student" / f"{chapter}.ipynb"
+            untouched = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
+            if chapter == FULL_CHAPTER:  # one attack: a cell that rebinds check()
+                untouched = rebound(untouched, exercises)
+            path = work / "untouched" / chapter / f"{chapter}.ipynb"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(untouched))
+            submissions["untouched"] = path
         for kind, lang, first in (("en-mixed", "en", 0), ("zh-mixed", "zh", 1)):
             student = json.loads((dist[lang] / "student" / f"{chapter}.ipynb").read_text())
+            submission = planted(student, exercises, first)
+            if chapter == FULL_CHAPTER and first == 1:  # the other: its first (right) answer
+                submission = teaching_name(submission)  # reads a teaching cell's name
             path = work / kind / chapter / f"{chapter}.ipynb"
             path.parent.mkdir(parents=True)
-            path.write_text(json.dumps(quick(planted(student, exercises, first))))
+            path.write_text(json.dumps(quick(submission)))
             submissions[kind] = path
-        if chapter == FULL_CHAPTER:
-            student = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
-            attacks = {  # quick(): the cells their answers need, the attacking cell included
-                "teaching-name": quick(teaching_name(student, exercises)),
-                "rebound-check": rebound(quick(student), exercises),
-            }
-            for kind, submission in attacks.items():
-                path = work / kind / chapter / f"{chapter}.ipynb"
-                path.parent.mkdir(parents=True)
-                path.write_text(json.dumps(submission))
-                submissions[kind] = path
         for kind, notebook in submissions.items():
             jobs[chapter, kind] = (zip_path, notebook)
     with ProcessPoolExecutor(max_workers=2, initializer=_guard_otter_log_server) as pool:
@@ -631,47 +630,20 @@ def test_submissions(built, results, chapter):
             assert expected is None or expected in feedback, (exercise.exercise_id, expected)
 
 
-def test_an_answer_may_read_any_name_of_the_chapter(results):
+def test_an_answer_may_read_any_name_of_the_chapter(built, results):
     """An answer that reads a name a teaching cell defines, which no reference answer needs,
-    gets its points: the autograder runs every cell (it used to skip the cells the reference
-    answers did not need, and such an answer failed with a NameError)."""
-    graded = results[FULL_CHAPTER, "teaching-name"]
-    assert graded and all(t["score"] == t["max_score"] > 0 for t in graded.values()), graded
+    gets its points (chapter 1's Chinese submission, its first answer): the autograder runs
+    every cell (it used to skip the cells the reference answers did not need, and such an
+    answer failed with a NameError)."""
+    first = graded_exercises(built / "en" / FULL_CHAPTER / f"{FULL_CHAPTER}.ipynb")[0]
+    graded = results[FULL_CHAPTER, "zh-mixed"][assignments.question_name(first.exercise_id)]
+    assert graded["score"] == graded["max_score"] > 0, graded
 
 
 def test_a_notebook_that_rebinds_check_gets_no_points(results):
-    """Every test refuses a notebook that replaced part of the package: one that rebinds
-    ``check`` (in the package and in its core module) to pass everything, its answers untouched,
-    scores nothing (it used to score full marks)."""
-    graded = results[FULL_CHAPTER, "rebound-check"]
+    """Every test refuses a notebook that replaced part of the package: chapter 1's untouched
+    notebook with a cell that rebinds ``check`` (in the package and in its core module) to pass
+    everything scores nothing (it used to score full marks)."""
+    graded = results[FULL_CHAPTER, "untouched"]
     assert graded and all(t["score"] == 0 for t in graded.values()), graded
-
-
-def test_points_names_and_revealing_cells_a_mutation_audit_found(tmp_path, monkeypatch):
-    # an exercise the points file does not list gets the default points
-    config = tmp_path / "assignments.yml"
-    config.write_text(json.dumps({"default_points": 2, "chapters": {}}))
-    monkeypatch.setattr(assignments, "CONFIG", config)
-    worth = assignments.points()
-    assert worth and all(p == 2 for chapter in worth.values() for p in chapter.values())
-    # a comprehension's own variable is not a name read from outside
-    assert assignments._free_reads(ast.parse("[x for x in y]")) == {"y"}
-
-    # the code cell right after a solution that shows it worked goes, unless a later cell
-    # reads what it writes
-    def cell(kind, text):
-        return {"cell_type": kind, "metadata": {}, "source": text}
-
-    cells = [
-        cell("markdown", "Statement"),
-        cell("code", "def f(x): ..."),
-        cell("code", 'check("e", f)'),
-        cell("code", 'solution("e")'),
-        cell("code", "shown = f(2)"),
-        cell("markdown", "More"),
-        cell("code", "kept = g(1)"),
-    ]
-    exercise = assignments.Exercise("e", "f", 0, 1, 2, 3)
-    assert assignments.revealing(cells, [exercise]) == {4}
-    cells.append(cell("code", "print(shown)"))
-    assert assignments.revealing(cells, [exercise]) == set()
+    assert any("replaced ['check']" in t["output"] for t in graded.values()), graded
