@@ -381,8 +381,7 @@ def quick(submission: dict) -> dict:
     24 gradings of the chapters stay within CI's minutes (every chapter run in full took about
     three minutes more). A cell the planted submission's answers need is never tagged, so an
     answer that reads a teaching cell's name still needs the notebook to run that cell
-    (:func:`test_an_answer_may_read_any_name_of_the_chapter`); chapter 1's untouched notebook
-    is graded with every cell run."""
+    (:func:`test_an_answer_may_read_any_name_of_the_chapter`)."""
     nb = json.loads(json.dumps(submission))
     needed = needed_cells(nb["cells"])
     for i, cell in enumerate(nb["cells"]):
@@ -573,7 +572,7 @@ def results(built) -> dict[tuple[str, str], dict]:
         exercises = graded_exercises(built / "en" / chapter / f"{chapter}.ipynb")
         submissions = {}
         if chapter in UNTOUCHED:
-            untouched = json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text())
+            untouched = quick(json.loads((dist["en"] / "student" / f"{chapter}.ipynb").read_text()))
             if chapter == FULL_CHAPTER:  # one attack: a cell that rebinds check()
                 untouched = rebound(untouched, exercises)
             path = work / "untouched" / chapter / f"{chapter}.ipynb"
