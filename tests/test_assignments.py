@@ -646,3 +646,25 @@ def test_a_notebook_that_rebinds_check_gets_no_points(results):
     graded = results[FULL_CHAPTER, "untouched"]
     assert graded and all(t["score"] == 0 for t in graded.values()), graded
     assert any("replaced ['check']" in t["output"] for t in graded.values()), graded
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_student_notebook_says_it_is_graded_and_imports_no_unused_solutions(built, chapter):
+    """Under its title, the student notebook says it is graded and that the graded exercises
+    come without hints and solutions; it imports ``hint`` and ``solution`` only where a cell
+    still calls them (an ungraded exercise's, as chapter 10's roofline fraction)."""
+    for lang in LANGUAGES:
+        path = built / lang / chapter / "dist" / "student" / f"{chapter}.ipynb"
+        cells = json.loads(path.read_text())["cells"]
+        assert assignments.source(cells[1]) == assignments.ASSIGNMENT_NOTE[lang]
+        code = [assignments.source(c) for c in cells if c["cell_type"] == "code"]
+        imported = next(m for c in code if (m := assignments.EXERCISE_IMPORT.search(c)))
+        names = set(imported.group(1).split(", "))
+        for name in ("hint", "solution"):
+            calls = [
+                line
+                for c in code
+                for line in c.splitlines()
+                if re.match(rf"\s*(# )?(display\()?{name}\(", line)
+            ]
+            assert (name in names) == bool(calls), (lang, chapter, name, calls)

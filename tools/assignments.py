@@ -331,8 +331,39 @@ def revealing(cells: list[dict], exercises: list[Exercise]) -> set[int]:
     return out
 
 
-def master(nb: dict, chapter: str, worth: dict[str, float], commit: str) -> dict:
-    """The master notebook of one chapter in otter's assign format."""
+#: The note under a student notebook's title: how the assignment differs from the chapter.
+ASSIGNMENT_NOTE = {
+    "en": (
+        "> **Assignment.** This notebook is graded. Write each graded exercise's answer in its"
+        " answer cell and run its `check` cell, which grades it as the autograder will. The"
+        " graded exercises come without their hints and solutions. The autograder runs the"
+        " whole notebook, so an answer may use anything the chapter defines."
+    ),
+    "zh": (
+        "> **作业。** 这个笔记本要评分。在每道计分练习的答题单元格中写出答案，并运行它的 `check`"
+        " 单元格，它的评分方式与自动评分器相同。计分的练习不提供提示和解答。自动评分器会运行整个"
+        "笔记本，所以答案可以用到本章定义的任何东西。"
+    ),
+}
+#: The chapters' import of the exercise functions (the Colab edition's imports cell).
+EXERCISE_IMPORT = re.compile(r"^from attncourse\.exercises import (check(?:, \w+)*)(.*)$", re.M)
+
+
+def _used_exercise_functions(cells: list[dict]) -> str:
+    """``check``, and ``hint``/``solution`` where a kept cell still calls them."""
+    code = "\n".join(source(c) for c in cells if c["cell_type"] == "code")
+    code = EXERCISE_IMPORT.sub("", code)
+    # comments aside, but for a commented call the learner is meant to uncomment
+    code = re.sub(r"#(?!\s*(?:display\()?(?:hint|solution)\()[^\n]*", "", code)
+    return ", ".join(["check"] + [f for f in ("hint", "solution") if re.search(rf"\b{f}\(", code)])
+
+
+def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: str = "en") -> dict:
+    """The master notebook of one chapter in otter's assign format.
+
+    Under the title, a note says how the assignment differs from the chapter
+    (:data:`ASSIGNMENT_NOTE`); the imports cell imports ``hint`` and ``solution`` only where a
+    cell still calls them (an ungraded exercise's)."""
     cells = nb["cells"]
     exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
     by_stub = {e.stub: e for e in exercises}
@@ -357,6 +388,16 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str) -> dict
         if any(i == e.check for e in exercises):
             cell["source"] = HINT_LINE.sub("", source(cell)).rstrip()
         out.append(cell)
+    used = _used_exercise_functions(out)
+    for cell in out:
+        if cell["cell_type"] == "code" and EXERCISE_IMPORT.search(source(cell)):
+            cell["source"] = EXERCISE_IMPORT.sub(
+                lambda m: f"from attncourse.exercises import {used}{m.group(2)}", source(cell)
+            )
+    title = next(i for i, c in enumerate(out) if c["cell_type"] == "markdown")
+    out.insert(
+        title + 1, {"cell_type": "markdown", "metadata": {}, "source": ASSIGNMENT_NOTE[lang]}
+    )
     metadata = {k: v for k, v in nb["metadata"].items() if k != "attncourse"}
     return {**nb, "metadata": metadata, "cells": out}
 
@@ -414,7 +455,7 @@ def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
             continue
         folder = out / lang / chapter
         folder.mkdir(parents=True, exist_ok=True)
-        nb = master(colab_edition.convert(doc), chapter, worth[chapter], revision)
+        nb = master(colab_edition.convert(doc), chapter, worth[chapter], revision, lang)
         (folder / f"{chapter}.ipynb").write_text(colab_edition.dump(nb))
         (folder / "requirements.txt").write_text(requirements(revision))
         otter_assign(folder, chapter)
