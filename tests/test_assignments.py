@@ -429,15 +429,7 @@ def rebound(student: dict, chapter_exercises: list) -> dict:
     a function that passes everything."""
     nb = json.loads(json.dumps(student))
     imports = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"][1]
-    cell = {
-        "cell_type": "code",
-        "id": "rebound-check",
-        "execution_count": None,
-        "metadata": {},
-        "outputs": [],
-        "source": REBIND,
-    }
-    nb["cells"].insert(imports + 1, cell)
+    nb["cells"].insert(imports + 1, {**assignments.code(REBIND), "id": "rebound-check"})
     return nb
 
 

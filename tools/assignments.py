@@ -367,6 +367,7 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
     cells = nb["cells"]
     exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
     by_stub = {e.stub: e for e in exercises}
+    checks = {e.check for e in exercises}
     setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
     dropped = revealing(cells, exercises) | {
         e.solution for e in exercises if e.solution is not None
@@ -382,10 +383,8 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
         cell = copy.deepcopy(cell)
         if i == setup:
             cell["source"] = source(cell).replace("@main", f"@{commit}")
-        elif i in {e.check for e in exercises}:  # the learner's own check: the test grades
-            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-            tags.append(IGNORE_TAG)
-        if any(i == e.check for e in exercises):
+        elif i in checks:  # the learner's own check: the question's test grades the answer
+            cell.setdefault("metadata", {}).setdefault("tags", []).append(IGNORE_TAG)
             cell["source"] = HINT_LINE.sub("", source(cell)).rstrip()
         out.append(cell)
     used = _used_exercise_functions(out)

@@ -144,8 +144,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     for device in devices:
         if device == "cuda" and not args.no_kernels:
             print("== cuda: Triton kernels ==", flush=True)
-            result = kernels.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes)
-            result["command"] = command
+            result = dict(
+                kernels.run_gpu(args.gpu_lengths, device="cuda", dtypes=args.gpu_dtypes),
+                command=command,
+            )
             print(kernels.gpu_table(result["rows"]))  # type: ignore[arg-type]
             print(json.dumps(result["targets"], indent=1))
             gpu = str(result["machine"]["gpu"])  # type: ignore[index]
@@ -155,8 +157,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             continue
         print(f"== {device} ==", flush=True)
         print(attention.table([]), flush=True)
-        result = attention.run(args.lengths, device, layer_lengths=args.layer_lengths)
-        result["command"] = command
+        result = dict(
+            attention.run(args.lengths, device, layer_lengths=args.layer_lengths), command=command
+        )
         print("\n" + attention.table(result["rows"]))  # type: ignore[arg-type]
         args.output.mkdir(parents=True, exist_ok=True)
         path = args.output / f"ch07_benchmark_{device}{args.tag}.json"
