@@ -1154,15 +1154,16 @@ def test_span_cost_counts_each_kernels_tiles_and_fits_each_clock(
     clock = iter([0.5 + 0.03 * i for i in range(6)])  # the profiler's kernel times, in turn
     order = []
 
-    def kernel_ms(fn, repeats, device):
+    def kernel_times(fn, repeats, device):
         order.append("kernel")
-        return next(clock)
+        total = next(clock)
+        return {"forward": total - 0.01, "assert": 0.01}  # the profiler's kernels, by name
 
     def host_ms(fn, repeats, device):
         order.append("host")
         return 0.25
 
-    monkeypatch.setattr(gpu_check, "kernel_ms", kernel_ms)
+    monkeypatch.setattr(gpu_check, "kernel_times", kernel_times)
     monkeypatch.setattr(gpu_check, "host_ms", host_ms)
     assert fake_machine(["--only", "span", "--out", str(tmp_path)], cost_plan()) == 0
     assert ("forward+backward", COST_SPANS) in cheap_span_calls
@@ -1187,6 +1188,9 @@ def test_span_cost_counts_each_kernels_tiles_and_fits_each_clock(
     for measured in (forward, both):
         assert [row["span"] for row in measured["rows"]] == list(COST_SPANS)
         assert [row["event_ms"] for row in measured["rows"]] == [1.0, 2.0, 3.0]  # the stub clock
+        for row in measured["rows"]:  # the total and, beside it, what it is made of
+            assert row["kernel_ms"] == pytest.approx(sum(row["kernels_ms"].values()))
+            assert row["kernels_ms"]["assert"] == pytest.approx(0.01)
         work = [row["work"] for row in measured["rows"]]
         for key in ("event_ms", "kernel_ms"):
             line = gpu_check.fit_line(work, [row[key] for row in measured["rows"]])
@@ -1249,9 +1253,9 @@ def test_kernel_time_counts_each_kernel_once(monkeypatch):
     from torch.autograd import DeviceType
 
     entries = [
-        SimpleNamespace(device_type=DeviceType.CPU, self_device_time_total=900.0),  # aten::mm
-        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=600.0),  # its kernel
-        SimpleNamespace(device_type=DeviceType.CUDA, self_device_time_total=300.0),
+        SimpleNamespace(key="aten::mm", device_type=DeviceType.CPU, self_device_time_total=900.0),
+        SimpleNamespace(key="gemm", device_type=DeviceType.CUDA, self_device_time_total=600.0),
+        SimpleNamespace(key="copy", device_type=DeviceType.CUDA, self_device_time_total=300.0),
     ]
 
     class FakeProfile:
@@ -1271,6 +1275,8 @@ def test_kernel_time_counts_each_kernel_once(monkeypatch):
     calls = []
     assert gpu_check.kernel_ms(lambda: calls.append(1), 3, "cpu") == pytest.approx(0.3)
     assert len(calls) == 3
+    by_name = gpu_check.kernel_times(lambda: None, 3, "cpu")
+    assert by_name == pytest.approx({"gemm": 0.2, "copy": 0.1})  # per call, the CPU's row out
     entries[1:] = []
     with pytest.raises(RuntimeError, match="no kernel time"):
         gpu_check.kernel_ms(lambda: None, 3, "cpu")
