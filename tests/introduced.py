@@ -92,6 +92,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.benchmarks.gpu_report.summary_markdown": 10,
     "attncourse.benchmarks.gpu_report.targets_markdown": 10,
     "attncourse.benchmarks.gpu_report.masks_markdown": 10,
+    "attncourse.benchmarks.gpu_report.span_cost_findings": 10,
     "attncourse.kernels.sdpa.torch_attention": 10,
     "attncourse.kernels.sdpa.torch_choice": 10,
     "attncourse.plotting.diagrams.plot_tile_maps": 10,

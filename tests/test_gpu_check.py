@@ -1208,6 +1208,43 @@ def test_span_cost_counts_each_kernels_tiles_and_fits_each_clock(
     ) in summary
 
 
+def test_span_cost_findings_read_the_line_the_clocks_and_the_kernels():
+    """span_cost_findings: kernel times made on a known line (0.1 ms + 2 ns a tile) give that
+    line back, the speed-ups at the two spans by the kernels, the events and the line, the fixed
+    part's share of the short span, and torch's kernels apart from the course's."""
+    report = gpu_report.load_report(EXAMPLE)
+    assert gpu_report.span_cost_findings(report) == {}  # no cost measured: nothing to say
+    works = {64.0: 1_000.0, 256.0: 5_000.0, 1024.0: 20_000.0, 4096.0: 50_000.0}
+    rows = []
+    for z, work in works.items():
+        ms = 0.1 + 2e-6 * work
+        kernels = {"_forward_kernel": ms - 0.004, "void at::native::reduce_kernel<...>": 0.004}
+        rows.append(
+            {"span": z, "work": work, "event_ms": ms, "kernel_ms": ms, "kernels_ms": kernels}
+        )
+    line = gpu_check.fit_line(list(works.values()), [r["kernel_ms"] for r in rows])
+    fit = {"fixed_ms": line["fixed"], "per_tile_ns": line["per_unit"] * 1e6, "r2": line["r2"]}
+    report["span"] = {
+        **report["span"],
+        "spans": [256.0, 4096.0],
+        "speedup": {"forward": 1.5},
+        "cost": {"spans": list(works), "passes": {"forward": {"rows": rows, "fit_kernel_ms": fit}}},
+    }
+    found = gpu_report.span_cost_findings(report)["forward"]
+    assert found["fixed_ms"] == pytest.approx(0.1) and found["per_tile_ns"] == pytest.approx(2.0)
+    assert found["r2"] == pytest.approx(1.0)
+    assert (found["short"], found["full"]) == (256.0, 4096.0)
+    assert found["kernel_speedup"] == pytest.approx(0.2 / 0.11)  # 0.1 + 0.1 against 0.1 + 0.01
+    assert found["line_speedup"] == pytest.approx(0.2 / 0.11)
+    assert found["event_speedup"] == 1.5  # the report's own, not recomputed
+    assert found["fixed_share"] == pytest.approx(0.1 / 0.11)
+    assert found["torch_kernels_ms"] == pytest.approx(0.004)
+    del rows[1]["kernels_ms"]  # a report from before kernels were listed by name
+    assert "torch_kernels_ms" not in gpu_report.span_cost_findings(report)["forward"]
+    del report["span"]["cost"]["passes"]["forward"]["fit_kernel_ms"]  # no profiler
+    assert gpu_report.span_cost_findings(report) == {}
+
+
 def test_span_cost_without_a_profiler_keeps_the_other_clocks(
     fake_machine, tmp_path, cheap_span_calls
 ):

@@ -118,6 +118,7 @@ BAD = [
     # benchmarks.gpu_report
     (lambda: gpu_report.masks_markdown(None), TypeError, "report"),
     (lambda: gpu_report.masks_markdown([]), TypeError, "report"),
+    (lambda: gpu_report.span_cost_findings("report.json"), TypeError, "report"),
     (lambda: gpu_report.summary_markdown({"schema_version": True}), ValueError, "schema_version"),
 ]
 

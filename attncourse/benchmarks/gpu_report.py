@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -34,6 +35,7 @@ __all__ = [
     "summary_markdown",
     "targets_markdown",
     "masks_markdown",
+    "span_cost_findings",
 ]
 
 #: The version of the report's layout this module reads.
@@ -456,6 +458,58 @@ def _span_cost_table(report: Dict[str, object]) -> str:
     )
     fitted = "A line time = fixed + per tile × tiles, fitted over the spans:"
     return "\n".join([table, "", fitted, *fits])
+
+
+#: The names this package's Triton kernels run under (``_forward_kernel``, ...); the profiler
+#: lists torch's own kernels (the span's checks) under their C++ names.
+_COURSE_KERNEL = re.compile(r"_\w+_kernel")
+
+
+def span_cost_findings(report: Dict[str, object]) -> Dict[str, Dict[str, float]]:
+    """What the adaptive-span cost measurement says, per pass (``{}`` where the report has none
+    measured by the profiler): the line fitted to the GPU's kernel times (``fixed_ms``,
+    ``per_tile_ns``, ``r2``); at the report's short and full span (``short``, ``full``), the
+    speed-up by the kernels' times (``kernel_speedup``), by CUDA events around each call
+    (``event_speedup``, the report's speed-up) and as the line predicts it
+    (``line_speedup``); the line's fixed part as a share of the kernels' time at the short span
+    (``fixed_share``); and, where the report lists the kernels by name, the time at the short
+    span of torch's small kernels around the course's own (``torch_kernels_ms``: the span's
+    checks)."""
+    report = _check_report(report, "report")
+    span = report.get("span") or {}
+    cost = span.get("cost") or {}
+    if not cost.get("passes") or len(span.get("spans") or ()) != 2:
+        return {}
+    short, full = span["spans"]
+    findings = {}
+    for name, measured in cost["passes"].items():
+        line = measured.get("fit_kernel_ms")
+        rows = {row["span"]: row for row in measured["rows"]}
+        if not line or short not in rows or full not in rows:
+            continue
+        at_short, at_full = rows[short], rows[full]
+        predicted = [
+            line["fixed_ms"] + line["per_tile_ns"] * 1e-6 * r["work"] for r in (at_short, at_full)
+        ]
+        found = {
+            "fixed_ms": line["fixed_ms"],
+            "per_tile_ns": line["per_tile_ns"],
+            "r2": line["r2"],
+            "short": short,
+            "full": full,
+            "kernel_speedup": at_full["kernel_ms"] / at_short["kernel_ms"],
+            "event_speedup": span.get("speedup", {}).get(name),
+            "line_speedup": predicted[1] / predicted[0],
+            "fixed_share": line["fixed_ms"] / at_short["kernel_ms"],
+        }
+        if at_short.get("kernels_ms"):
+            found["torch_kernels_ms"] = sum(
+                ms
+                for kernel, ms in at_short["kernels_ms"].items()
+                if not _COURSE_KERNEL.fullmatch(kernel)
+            )
+        findings[name] = found
+    return findings
 
 
 def _design_table(report: Dict[str, object]) -> str:
