@@ -418,46 +418,43 @@ def _span_table(report: Dict[str, object]) -> str:
 
 
 def _span_cost_table(report: Dict[str, object]) -> str:
-    """Adaptive span at several spans: its work, its time three ways, and a line fitted to it."""
+    """Adaptive span at several spans: its work, its time three ways, and a line fitted to it,
+    one table per pass (two passes side by side would not fit a page's width)."""
     cost = (report.get("span") or {}).get("cost")
     if not cost or not cost.get("passes"):
         return ""
-    passes = cost["passes"]
-    header, by_pass = ["span"], []
-    for name, measured in passes.items():
-        header += [f"{name}: tiles", "events (ms)", "kernels (ms)", "host (ms)"]
-        by_pass.append({row["span"]: row for row in measured["rows"]})
-    lines = []
-    for z in cost["spans"]:
-        cells = [f"{z:g}"]
-        for rows in by_pass:
+    parts = []
+    for name, measured in cost["passes"].items():
+        rows = {row["span"]: row for row in measured["rows"]}
+        lines = []
+        for z in cost["spans"]:
             row = rows.get(z, {})
-            cells.append(_number(row.get("work"), ",.0f"))
+            cells = [f"{z:g}", _number(row.get("work"), ",.0f")]
             cells += [_number(row.get(key), ".3f") for key in ("event_ms", "kernel_ms", "host_ms")]
-        lines.append(_row(*cells))
-    fits = []
-    for name, measured in passes.items():
+            lines.append(_row(*cells))
+        fits = []
         for key, what in (("event_ms", "events"), ("kernel_ms", "kernels")):
             line = measured.get(f"fit_{key}")
             if line:
                 fits.append(
-                    f"- {name}, {what}: {line['fixed_ms']:.3f} ms + {line['per_tile_ns']:.2f} ns"
+                    f"- {what}: {line['fixed_ms']:.3f} ms + {line['per_tile_ns']:.2f} ns"
                     f" per tile (r² {line['r2']:.3f})"
                 )
         if measured.get("kernel_error"):
-            fits.append(f"- {name}, kernels: not measured ({measured['kernel_error']})")
-    table = _table(
-        "Where adaptive span's time goes: at each span, the tiles a pass computes over all"
-        f" {cost['heads']} heads (in 64 x 64 tiles: the dK/dV kernel's smaller tiles count for"
-        " their area), and the time of one call measured by CUDA events around it (as the"
-        " speed-up above), by the durations of the GPU's kernels alone (torch's profiler) and by"
-        " the host's time to issue it",
-        report,
-        header,
-        lines,
-    )
-    fitted = "A line time = fixed + per tile × tiles, fitted over the spans:"
-    return "\n".join([table, "", fitted, *fits])
+            fits.append(f"- kernels: not measured ({measured['kernel_error']})")
+        table = _table(
+            f"Where adaptive span's time goes, {_pass_words(name)}: at each span, the tiles the"
+            f" pass computes over all {cost['heads']} heads (in 64 x 64 tiles: the dK/dV"
+            " kernel's smaller tiles count for their area), and the time of one call measured"
+            " by CUDA events around it (as the speed-up above), by the durations of the GPU's"
+            " kernels alone (torch's profiler) and by the host's time to issue it",
+            report,
+            ("span", "tiles", "events (ms)", "kernels (ms)", "host (ms)"),
+            lines,
+        )
+        fitted = "A line time = fixed + per tile × tiles, fitted over the spans:"
+        parts.append("\n".join([table, "", fitted, *fits]))
+    return "\n\n".join(parts)
 
 
 #: The names this package's Triton kernels run under (``_forward_kernel``, ...); the profiler
