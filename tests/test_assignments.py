@@ -660,3 +660,6 @@ def test_the_student_notebook_says_it_is_graded_and_imports_no_unused_solutions(
                 if re.match(rf"\s*(# )?(display\()?{name}\(", line)
             ]
             assert (name in names) == bool(calls), (lang, chapter, name, calls)
+        # nor does its text offer what it does not import (chapter 1's introduction did)
+        text = "\n".join(assignments.source(c) for c in cells if c["cell_type"] == "markdown")
+        assert "hint" in names or '`hint("...")`' not in text, (lang, chapter)

@@ -345,6 +345,9 @@ ASSIGNMENT_NOTE = {
         "笔记本，所以答案可以用到本章定义的任何东西。"
     ),
 }
+#: A chapter's sentence on ``hint(...)`` and ``solution(...)`` (chapter 1's exercises
+#: introduction, in either language): the student notebook drops it where it imports neither.
+HELP_SENTENCE = re.compile(r' ?`hint\("\.\.\."\)`.*?`solution\("\.\.\."\)`[^.。]*[.。]', re.S)
 #: The chapters' import of the exercise functions (the Colab edition's imports cell).
 EXERCISE_IMPORT = re.compile(r"^from attncourse\.exercises import (check(?:, \w+)*)(.*)$", re.M)
 
@@ -363,7 +366,8 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
 
     Under the title, a note says how the assignment differs from the chapter
     (:data:`ASSIGNMENT_NOTE`); the imports cell imports ``hint`` and ``solution`` only where a
-    cell still calls them (an ungraded exercise's)."""
+    cell still calls them (an ungraded exercise's), and where none does, the text no longer
+    tells how to call them (:data:`HELP_SENTENCE`)."""
     cells = nb["cells"]
     exercises = [e for e in find_exercises(cells) if worth.get(e.exercise_id, 0) > 0]
     by_stub = {e.stub: e for e in exercises}
@@ -393,6 +397,8 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
             cell["source"] = EXERCISE_IMPORT.sub(
                 lambda m: f"from attncourse.exercises import {used}{m.group(2)}", source(cell)
             )
+        elif cell["cell_type"] == "markdown" and used == "check":  # no hint, no solution
+            cell["source"] = HELP_SENTENCE.sub("", source(cell))
     title = next(i for i, c in enumerate(out) if c["cell_type"] == "markdown")
     out.insert(
         title + 1, {"cell_type": "markdown", "metadata": {}, "source": ASSIGNMENT_NOTE[lang]}
