@@ -345,9 +345,10 @@ ASSIGNMENT_NOTE = {
         "笔记本，所以答案可以用到本章定义的任何东西。"
     ),
 }
-#: A chapter's sentence on ``hint(...)`` and ``solution(...)`` (chapter 1's exercises
-#: introduction, in either language): the student notebook drops it where it imports neither.
-HELP_SENTENCE = re.compile(r' ?`hint\("\.\.\."\)`.*?`solution\("\.\.\."\)`[^.。]*[.。]', re.S)
+#: A chapter's sentence on ``hint(...)`` and ``solution(...)`` (the exercises' introduction of
+#: chapters 1, 5 and 6, in either language): the student notebook drops it where it imports
+#: neither.
+HELP_SENTENCE = re.compile(r'\s?`hint\("\.\.\."\)`.*?`solution\("\.\.\."\)`[^.。]*[.。]', re.S)
 #: The chapters' import of the exercise functions (the Colab edition's imports cell).
 EXERCISE_IMPORT = re.compile(r"^from attncourse\.exercises import (check(?:, \w+)*)(.*)$", re.M)
 

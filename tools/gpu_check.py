@@ -1769,8 +1769,8 @@ def span_cost(plan: Plan, base: Setting, device, capability) -> Dict[str, object
     a speed-up below the tile ratio): each pass at every span of ``plan.cost_spans``, timed
     three ways: CUDA events around each call, round-robin, as the speed-up is (``event_ms``);
     the host's time to issue a call (``host_ms``); and the GPU's kernel time alone, from the
-    profiler (``kernel_ms``, and ``kernels_ms`` by kernel; absent where it records nothing; taken last, as a profiler
-    session slows the calls issued after it). A line ``time = fixed + per tile * work`` is
+    profiler (``kernel_ms``, and ``kernels_ms`` by kernel; absent where it records nothing;
+    taken last, as a profiler session slows the calls issued after it). A line ``time = fixed + per tile * work`` is
     fitted to the events and to the kernels, ``work`` being the pass's tiles over all heads in
     64 x 64 tiles (:func:`span_work`): it assumes a tile's cost is the same in every kernel of
     the pass, which holds for the forward's one kernel only."""
