@@ -31,12 +31,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 import yaml
+from jupyter_cache.executors.basic import ExecutionWorkerLocalMProc, JupyterExecutorLocalMproc
 
 TOOLS = Path(__file__).resolve().parent
 ROOT = TOOLS.parent
@@ -66,6 +68,34 @@ def longest_first(paths: list[Path]) -> list[Path]:
     return sorted(paths, key=lambda path: rank.get(path.stem, len(rank)))  # stable otherwise
 
 
+class KillableWorker(ExecutionWorkerLocalMProc):
+    """jupyter-cache's ``local-parallel`` worker, which stays killable after a failed kernel.
+
+    nbclient installs SIGINT and SIGTERM handlers on its event loop before it starts a kernel
+    and removes them only once the kernel has started (``NotebookClient.async_setup_kernel``,
+    nbclient 0.11). A kernel that dies on start leaves them in the pool worker, where they do
+    nothing: when the pool then ends with that worker still waiting for a task, it sends
+    SIGTERM, the worker ignores it, and ``Pool.__exit__`` waits for it forever (3 of 8 runs of
+    the retry test on a loaded machine: ``py-spy`` showed the pool joining a worker blocked on
+    its task queue, SIGTERM caught). This worker restores the default handlers after every
+    notebook.
+    """
+
+    @staticmethod
+    def execute(project_nb, data):
+        try:
+            return ExecutionWorkerLocalMProc.execute(project_nb, data)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class ParallelExecutor(JupyterExecutorLocalMproc):
+    """The ``local-parallel`` executor (a pool of one process per core) with that worker."""
+
+    _EXECUTION_WORKER = KillableWorker
+
+
 def execute(paths: list[Path], cache_dir: Path, executed: Path, root: Path, timeout: int) -> int:
     """Execute ``paths`` into the cache at ``cache_dir`` and write each executed notebook under
     ``executed`` (at its path relative to ``root``); 1 (and nothing written) when any failed."""
@@ -84,9 +114,7 @@ def execute(paths: list[Path], cache_dir: Path, executed: Path, root: Path, time
     cache = get_cache(str(cache_dir))
     for path in longest_first(paths):
         cache.add_nb_to_project(str(path))
-    result = load_executor("local-parallel", cache=cache).run_and_cache(
-        timeout=timeout, allow_errors=False, force=True
-    )
+    result = ParallelExecutor(cache).run_and_cache(timeout=timeout, allow_errors=False, force=True)
     succeeded, excepted, errored = map(set, (result.succeeded, result.excepted, result.errored))
     if errored:
         # "errored" is the executor failing, not a cell: a kernel that did not start (two
