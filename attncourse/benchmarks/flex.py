@@ -56,7 +56,7 @@ def time_flex_against_sdpa(
     documents: int = 8,
     dtype: torch.dtype = torch.float32,
     block_size: int = 128,
-    repeats: int = 5,
+    repeats: int = 9,
     warmup: int = 1,
     seed: int = 0,
 ) -> Dict[str, Any]:
@@ -68,7 +68,9 @@ def time_flex_against_sdpa(
     eager mode where compiling fails), torch's SDPA computing the same output (``is_causal``
     for causal, the dense boolean mask otherwise) and the package's ``tiled_attention`` (causal,
     ``block_size`` tiles, the dense mask on top), timed round-robin in one
-    ``time_interleaved`` call so that every ratio shares the machine's load.
+    ``time_interleaved`` call so that every ratio shares the machine's load. The medians are of
+    ``repeats`` runs: nine by default, so that a neighbour that slows four runs of one kernel
+    does not move its median (five were not enough on a 2-core machine building the book).
 
     Returns ``{"device", "threads", "compiled", "note", "compile_s", "first_call_s", "length",
     "num_heads", "head_dim", "dtype", "document_lengths", "rows"}``: ``compile_s`` is the
