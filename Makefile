@@ -105,11 +105,12 @@ colab: $(BIN)/.installed  ## regenerates the Colab editions, notebooks/ and note
 # On two workers (pytest-xdist): each test module stays on one worker (--dist loadscope), the
 # longest first (tests/conftest.py's order; --no-loadscope-reorder keeps it, where xdist would
 # start the modules with the most tests first and leave the gradings, the browser and the
-# Colab-like runtime, a few long tests each, to the end), one torch thread per worker. The notebooks ran, each cell
+# Colab-like runtime, a few long tests each, to the end), one torch thread per worker; the 15
+# slowest steps are printed at the end, where the run's time goes. The notebooks ran, each cell
 # asserting what it teaches, in the book build this depends on (rebuilt when a chapter, the
 # package or the environment changed): `pytest` alone runs tests/ and book/ (under nbval) both.
 test: $(BIN)/.installed $(BIN)/.instructor $(BOOK) $(ASSIGNMENTS)  ## every test: unit, checkers, the browser test of the book and the graded assignments (both built first if stale)
-	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
 # The unit tests without the notebooks, the browser tests and the fresh Colab-like environment
 # (marker `slow`): what the macOS and Windows jobs of the workflow run. A few minutes.
