@@ -173,14 +173,18 @@ def test_a_worker_whose_kernel_died_can_still_be_terminated(tmp_path):
     retry test hung 3 times in 8 on a loaded machine). The book's worker restores the default;
     jupyter-cache's own does not (when this fails, nbclient has fixed it)."""
     flaky, env = flaky_kernel_notebook(tmp_path)
-    script = (
-        "import signal, sys, types; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
-        " import nbformat, execute_book; worker = getattr(execute_book, sys.argv[3]);"
-        " nb = types.SimpleNamespace(nb=nbformat.read(sys.argv[2], as_version=4), uri=sys.argv[2]);"
-        " data = types.SimpleNamespace(timeout=30, allow_errors=False);"
-        "\ntry:\n    worker.execute(nb, data)\nexcept RuntimeError as e:\n    print(e)\n"
-        "print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"
-    )
+    script = """
+import signal, sys, types
+sys.path.insert(0, sys.argv[1])
+import nbformat, execute_book
+worker = getattr(execute_book, sys.argv[3])
+nb = types.SimpleNamespace(nb=nbformat.read(sys.argv[2], as_version=4), uri=sys.argv[2])
+try:
+    worker.execute(nb, types.SimpleNamespace(timeout=30, allow_errors=False))
+except RuntimeError as error:
+    print(error)
+print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+"""
     for worker, killable in (("KillableWorker", True), ("ExecutionWorkerLocalMProc", False)):
         (tmp_path / "started-once").unlink(missing_ok=True)
         done = subprocess.run(

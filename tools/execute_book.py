@@ -68,6 +68,13 @@ def longest_first(paths: list[Path]) -> list[Path]:
     return sorted(paths, key=lambda path: rank.get(path.stem, len(rank)))  # stable otherwise
 
 
+def restore_signal_handlers() -> None:
+    """SIGTERM and SIGINT back to Python's defaults, after nbclient ran a notebook in this process
+    (:class:`KillableWorker` says why)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class KillableWorker(ExecutionWorkerLocalMProc):
     """jupyter-cache's ``local-parallel`` worker, which stays killable after a failed kernel.
 
@@ -86,8 +93,7 @@ class KillableWorker(ExecutionWorkerLocalMProc):
         try:
             return ExecutionWorkerLocalMProc.execute(project_nb, data)
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            restore_signal_handlers()
 
 
 class ParallelExecutor(JupyterExecutorLocalMproc):
@@ -127,9 +133,12 @@ def execute(paths: list[Path], cache_dir: Path, executed: Path, root: Path, time
             file=sys.stderr,
             flush=True,
         )
-        retry = load_executor("local-serial", cache=cache).run_and_cache(
-            filter_uris=sorted(errored), timeout=timeout, allow_errors=False, force=True
-        )
+        try:  # in this process: a kernel that dies again leaves nbclient's handlers here
+            retry = load_executor("local-serial", cache=cache).run_and_cache(
+                filter_uris=sorted(errored), timeout=timeout, allow_errors=False, force=True
+            )
+        finally:
+            restore_signal_handlers()
         succeeded |= set(retry.succeeded)
         excepted |= set(retry.excepted)
         errored = set(retry.errored)
