@@ -2,6 +2,7 @@
 realistic wrong ones with the right diagnosis."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from exercise_helpers import assert_fails, assert_passes, stub
 
+from attncourse import kv_cache
 from attncourse.exercises import check
 from attncourse.exercises.ch06_inference import (
     _buggy_top_left,
@@ -100,6 +102,8 @@ def test_repeat_kv_accepts(answer):
             "dtype",
         ),
         (lambda x, g: x.repeat_interleave(g, dim=1).flip(1), "differs from repeating"),
+        # the package's function is the one to write
+        (lambda x, g: kv_cache.repeat_kv(x, g), "calls attncourse.kv_cache.repeat_kv"),
     ],
 )
 def test_repeat_kv_rejects(wrong, words):
@@ -152,6 +156,36 @@ def step_for_five_cached_positions(query, new_key, new_value, past_key, past_val
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask), key, value
 
 
+def step_scaled_by(scale_of):
+    """A manual step whose scale is ``scale_of(query)`` instead of 1 / sqrt(d_k)."""
+
+    def step(query, new_key, new_value, past_key, past_value):
+        key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+        mask = causal_mask(query.size(-2), key.size(-2))
+        scale = scale_of(query)
+        return F.scaled_dot_product_attention(query, key, value, mask, scale=scale), key, value
+
+    return step
+
+
+def step_softmax_over_queries(query, new_key, new_value, past_key, past_value):
+    key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    scores = scores.masked_fill(~causal_mask(query.size(-2), key.size(-2)), float("-inf"))
+    return scores.softmax(dim=-2) @ value, key, value
+
+
+def step_mask(mask_of):
+    """A step that attends under ``mask_of(L, S)`` instead of causal_mask(L, S)."""
+
+    def step(query, new_key, new_value, past_key, past_value):
+        key, value = torch.cat([past_key, new_key], -2), torch.cat([past_value, new_value], -2)
+        mask = mask_of(query.size(-2), key.size(-2))
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask), key, value
+
+    return step
+
+
 @pytest.mark.parametrize("answer", [_cached_attention_solution, step_explicit_mask, step_einsum])
 def test_cached_step_accepts(answer):
     assert_passes("inference/cached-step", answer)
@@ -171,6 +205,14 @@ def test_cached_step_accepts(answer):
             lambda *args: (lambda out, k, v: (out, v, k))(*_cached_attention_solution(*args)),
             "swapped",
         ),
+        # a scale right only for d_k = 4: sqrt(query.dim()) = 2, a scale written out, the batch size
+        (step_scaled_by(lambda q: 1 / math.sqrt(q.dim())), "only for d_k = 4"),
+        (step_scaled_by(lambda q: 0.5), "only for d_k = 4"),
+        (step_scaled_by(lambda q: 1 / q.size(0)), "only for d_k = 4"),
+        (step_scaled_by(lambda q: 1.0), "not scaled"),
+        (step_softmax_over_queries, "wrong dimension"),
+        (step_mask(lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L + 1)), "too high"),
+        (step_mask(lambda L, S: ~causal_mask(L, S)), "inverted"),
     ],
 )
 def test_cached_step_rejects(wrong, words):
@@ -215,6 +257,15 @@ def rolling_key_in_wrong_slot(keys, positions, new_key, position):
     return keys, positions
 
 
+def rolling_loop_over_heads_as_batch(keys, positions, new_key, position):
+    """Loops over dim 1 (the heads) to index dim 0 (the batch): right when B == h."""
+    slot = position % keys.size(-2)
+    for b in range(keys.size(1)):
+        keys[b, :, slot] = new_key[b, :, 0]
+    positions[slot] = position
+    return keys, positions
+
+
 def rolling_first_batch_entry_only(keys, positions, new_key, position):
     """Right for a batch of one: the second batch entry's rows are never written."""
     slot = position % keys.size(-2)
@@ -237,6 +288,7 @@ def test_rolling_buffer_accepts(answer):
         (lambda k, p, n, q: k, "pair"),
         (lambda k, p, n, q: (k, p.float()), "integer"),
         (rolling_first_batch_entry_only, "another position's key"),
+        (rolling_loop_over_heads_as_batch, "another position's key"),
     ],
 )
 def test_rolling_buffer_rejects(wrong, words):
@@ -337,9 +389,9 @@ def test_mqa_gap_of_the_chapters_model_is_measured_on_its_validation_batch():
     model = CausalLM.standard(
         tokenizer.vocab_size, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=64
     ).eval()
-    assert_passes(
-        "inference/mqa-gap", {"model": model, "tokens": val_tokens, "gap": _gap(model, val_tokens)}
-    )
+    # untrained, the model's conversion costs nothing worth measuring
+    answer = {"model": model, "tokens": val_tokens, "gap": _gap(model, val_tokens)}
+    assert_fails("inference/mqa-gap", answer, "has not been trained")
     train_tokens = get_batch(train_ids, 64, 32, torch.Generator().manual_seed(0))
     for tokens in (train_tokens, val_tokens[:4]):
         answer = {"model": model, "tokens": tokens, "gap": _gap(model, tokens)}

@@ -13,6 +13,8 @@ from attncourse import flex
 from attncourse.exercises import check, solution
 from attncourse.exercises._core import NOT_ATTEMPTED, _get
 from attncourse.exercises.ch11_flex import _BLOCK_CASES, _classify, _counted
+from attncourse.kv_cache import sliding_window_mask
+from attncourse.masks import causal_mask
 from attncourse.positions import alibi_bias, alibi_slopes
 
 available, why = flex.flex_available()
@@ -146,6 +148,15 @@ def test_document_window_refuses_the_package_programs():
 
     assert_fails("flex/document-window-mask", composed, "asks you to write yourself")
 
+    def dense(document, window):  # the package's dense masks, looked up
+        table = sliding_window_mask(document.numel(), window=window)
+        table = table & (document[:, None] == document[None, :])
+        return lambda b, h, q, k: table[q, k]
+
+    assert_fails(
+        "flex/document-window-mask", dense, "calls attncourse.kv_cache.sliding_window_mask"
+    )
+
 
 def test_a_program_that_fails_only_inside_flex_attention_is_told_so():
     reference = _get("flex/document-window-mask").reference
@@ -227,6 +238,14 @@ def test_alibi_refuses_the_stored_table_and_a_python_list_and_float64_in_float32
         return lambda s, b, h, q, k: s + bias[h, q, k].to(s.dtype)
 
     assert_fails("flex/alibi-score-mod", table, "asks you to write yourself")
+
+    def own_table(num_heads, query_len, key_len):  # the right biases, stored
+        slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+        i = torch.arange(query_len)[:, None] + key_len - query_len
+        bias = -slopes[:, None, None] * (i - torch.arange(key_len)[None, :])
+        return lambda s, b, h, q, k: s + bias[h, q, k].to(s.dtype)
+
+    assert_fails("flex/alibi-score-mod", own_table, "a table over the query and key positions")
 
     def python_list(num_heads, query_len, key_len):
         slopes = alibi_slopes(num_heads)
@@ -416,6 +435,20 @@ CAUSAL_MISTAKES = {
 @pytest.mark.parametrize("words, answer", CAUSAL_MISTAKES.items(), ids=list(CAUSAL_MISTAKES))
 def test_fix_causal_names_the_mistake(words, answer):
     assert_fails("flex/fix-causal", answer, words)
+
+
+def test_fix_causal_refuses_the_package_masks():
+    assert_fails(
+        "flex/fix-causal",
+        lambda L, S: flex.causal_mask_mod(L, S),
+        "calls attncourse.flex.causal_mask_mod",
+    )
+
+    def looked_up(query_len, key_len):
+        table = causal_mask(query_len, key_len)
+        return lambda b, h, q, k: table[q, k]
+
+    assert_fails("flex/fix-causal", looked_up, "calls attncourse.masks.causal_mask")
 
 
 def test_fix_causal_names_the_first_wrong_entry_otherwise():

@@ -1140,6 +1140,16 @@ def _referenced(fn: Any, levels: int = 8) -> List[Any]:
     return found
 
 
+def captured(fn: Any) -> List[Any]:
+    """The objects the code of ``fn`` itself reads by name: the globals it reads, its closure,
+    the attributes it reads of modules (:func:`_reached_from`), without following the functions
+    among them; ``[]`` when its code cannot be read."""
+    try:
+        return _reached_from(fn)
+    except Exception:  # noqa: BLE001 - an object whose code cannot be read
+        return []
+
+
 def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     """Raise a :class:`Mistake` when the learner's ``fn`` calls one of the ``forbidden``
     helpers (``{"the name the exercise uses": the function}``): an exercise text that says

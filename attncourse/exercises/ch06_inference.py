@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from typing import Tuple
 
 import torch
@@ -11,11 +12,12 @@ import torch.nn.functional as F
 
 from ..attention import scaled_dot_product_attention
 from ..course.text import CharTokenizer, get_batch, load_text, train_val_split
-from ..kv_cache import repeat_kv, window_mask_from_positions
+from ..kv_cache import _repeat_kv, repeat_kv, window_mask_from_positions
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, mean_pool_kv_heads
 from ..training import next_token_loss
 from ._core import (
+    SOFTMAX_DIM,
     Mistake,
     NotAttempted,
     answer_field,
@@ -25,10 +27,12 @@ from ._core import (
     exercise,
     expect_tensor,
     expect_tuple,
+    forbid,
     matches,
     number,
     random_tensor,
     several,
+    softmax_over,
     stub_field,
 )
 from ._i18n import _
@@ -145,6 +149,7 @@ def _repeat_kv_solution(x, n_rep):
     name="my_repeat_kv",
 )
 def _check_repeat_kv(fn) -> str:
+    forbid(fn, {"attncourse.kv_cache.repeat_kv": repeat_kv, "kv_cache._repeat_kv": _repeat_kv})
     x = random_tensor(2, 3, 5, 4, seed=60)
     expected = repeat_kv(x, 4)
     out = call(fn, x.clone(), 4)
@@ -245,14 +250,15 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
 )
 def _check_cached_step(fn) -> str:
     # several new queries first: there the known mistakes give different outputs; then one, and
-    # another cache length (a mask written for 5 cached positions is not the mask)
-    for past, length in ((5, 3), (5, 1), (7, 2)):
-        past_k = random_tensor(2, 3, past, 4, seed=64 + 10 * (past - 5))  # 64, 65 and 84, 85
-        past_v = random_tensor(2, 3, past, 4, seed=65 + 10 * (past - 5))
+    # another cache length (a mask written for 5 cached positions is not the mask); a head size
+    # d_k of its own in each case (a scale of 1/2 is 1/sqrt(d_k) only for d_k = 4)
+    for past, length, d_k in ((5, 3, 4), (5, 1, 8), (7, 2, 6)):
+        past_k = random_tensor(2, 3, past, d_k, seed=64 + 10 * (past - 5))  # 64, 65 and 84, 85
+        past_v = random_tensor(2, 3, past, d_k, seed=65 + 10 * (past - 5))
         q, k, v = (
-            random_tensor(2, 3, length, 4, seed=66 + length),
-            random_tensor(2, 3, length, 4, seed=68 + length),
-            random_tensor(2, 3, length, 4, seed=70 + length),
+            random_tensor(2, 3, length, d_k, seed=66 + length),
+            random_tensor(2, 3, length, d_k, seed=68 + length),
+            random_tensor(2, 3, length, d_k, seed=70 + length),
         )
         expected, key, value = _cached_attention_solution(q, k, v, past_k, past_v)
         output, new_key, new_value = expect_tuple(
@@ -292,10 +298,50 @@ def _check_cached_step(fn) -> str:
         if matches(output, expected):
             continue
         old_only = scaled_dot_product_attention(q, past_k, past_v)[0]
+        mask = causal_mask(length, key.size(-2))
+        with softmax_over(-2):  # the package's attention calls torch.softmax, which this moves
+            over_queries = scaled_dot_product_attention(q, key, value, mask)[0]
         raise Mistake(
             diagnose(
                 output,
                 {
+                    (
+                        _(
+                            "{case}: your scores are not scaled: divide Q K^T by sqrt(d_k), the size of "
+                            "the query's last dimension (here {d_k})."
+                        ).format(case=case, d_k=d_k)
+                    ): scaled_dot_product_attention(q, key, value, mask, scale=1.0)[0],
+                    (
+                        _(
+                            "{case}: your scale is 1/2, which is 1/sqrt(d_k) only for d_k = 4: take d_k from "
+                            "the query's last dimension, query.size(-1) (here {d_k})."
+                        ).format(case=case, d_k=d_k)
+                    ): (
+                        scaled_dot_product_attention(q, key, value, mask, scale=0.5)[0]
+                        if d_k != 4
+                        else None
+                    ),
+                    _("{case}: {message}").format(case=case, message=_(SOFTMAX_DIM)): over_queries,
+                    (
+                        _(
+                            "{case}: your mask lets each new query see the key just after its own position "
+                            "(a diagonal one too high, such as tril(S - L + 1)): query t sees the keys up to "
+                            "S - L + t, included."
+                        ).format(case=case)
+                    ): (
+                        scaled_dot_product_attention(
+                            q, key, value, torch.ones_like(mask).tril(key.size(-2) - length + 1)
+                        )[0]
+                        if length > 1
+                        else None
+                    ),
+                    (
+                        _(
+                            "{case}: your mask is inverted: in causal_mask and in the boolean mask of "
+                            "F.scaled_dot_product_attention, True means the query may attend to the key "
+                            "(the last query, which should see every key, sees none: NaN)."
+                        ).format(case=case)
+                    ): F.scaled_dot_product_attention(q, key, value, attn_mask=~mask),
                     (
                         _(
                             "{case}: the output is still the buggy one. is_causal=True aligns the top left "
@@ -353,8 +399,9 @@ def _rolling_update_solution(keys, positions, new_key, position):
 
 def _run_buffer(fn, window: int, steps: int, seed: int):
     """Feed ``steps`` keys one by one to the learner's update; return (keys, positions, all keys)."""
-    stream = random_tensor(2, 2, steps, 3, seed=seed)  # two batch entries: both are kept
-    keys = torch.zeros(2, 2, window, 3, dtype=torch.float64)
+    # three batch entries and two heads: a loop over the wrong one of the two leaves one out
+    stream = random_tensor(3, 2, steps, 3, seed=seed)
+    keys = torch.zeros(3, 2, window, 3, dtype=torch.float64)
     positions = torch.full((window,), -1, dtype=torch.long)
     for p in range(steps):
         keys, positions = expect_tuple(
@@ -364,7 +411,7 @@ def _run_buffer(fn, window: int, steps: int, seed: int):
         )
         expect_tensor(
             keys,
-            (2, 2, window, 3),
+            (3, 2, window, 3),
             _("After position {p}, the buffer (window {window})").format(p=p, window=window),
         )
         expect_tensor(positions, (window,), _("After position {p}, positions").format(p=p))
@@ -456,7 +503,7 @@ def _check_rolling_buffer(fn) -> str:
                 )
     # the buffer in use: the newest query over the buffer equals sliding-window attention
     keys, positions, stream = _run_buffer(fn, 4, 9, seed=90)
-    query = random_tensor(2, 2, 1, 3, seed=91)
+    query = random_tensor(3, 2, 1, 3, seed=91)
     mask = window_mask_from_positions(torch.tensor([8]), positions, 4)
     got = scaled_dot_product_attention(query, keys, keys, mask)[0]
     want = scaled_dot_product_attention(query, stream[:, :, 5:9], stream[:, :, 5:9])[0]
@@ -600,6 +647,15 @@ def _check_mqa_gap(answer) -> str:
             )
         )
     before = _loss(model, tokens)
+    width = getattr(getattr(model, "head", None), "out_features", None)
+    if isinstance(width, int) and width > 1 and before > 0.7 * math.log(width):
+        raise Mistake(
+            _(
+                "Your model's loss on these tokens is {loss:.3f} nats, close to ln V = {chance:.3f}, "
+                "the loss of a uniform guess: it has not been trained. Train it (the chapter's "
+                "training cell), then measure the gap on the trained model."
+            ).format(loss=before, chance=math.log(width))
+        )
     true_gap = _loss(_converted(model, 1), tokens) - before
     heads = {b.self_attn.num_heads for b in blocks}
     known = {

@@ -33,6 +33,7 @@ from ..positions import alibi_bias, alibi_slopes
 from ._core import (
     Mistake,
     call,
+    captured,
     diagnose,
     exercise,
     expect_tensor,
@@ -306,6 +307,9 @@ def _check_document_window_mask(fn) -> str:
             "attncourse.flex.document_mask_mod": document_mask_mod,
             "attncourse.flex.sliding_window_mask_mod": sliding_window_mask_mod,
             "attncourse.flex.causal_mask_mod": causal_mask_mod,
+            # the dense masks too: the program states the conditions, it does not look them up
+            "attncourse.kv_cache.sliding_window_mask": sliding_window_mask,
+            "attncourse.masks.causal_mask": causal_mask,
         },
     )
     for seed, (lengths, window) in enumerate(_DOCUMENT_CASES):
@@ -416,6 +420,20 @@ def _alibi_mistakes(score, heads, query_len, key_len) -> Dict[str, Optional[torc
     }
 
 
+def _no_stored_table(program: Callable, heads: int, query_len: int, key_len: int, what: str):
+    """A :class:`Mistake` when the program reads a tensor of ``query_len * key_len`` numbers or
+    more (closure or globals): a bias looked up in a table rather than computed per score."""
+    for table in captured(program):
+        if isinstance(table, torch.Tensor) and table.numel() >= query_len * key_len:
+            raise Mistake(
+                _(
+                    "{what}: your score_mod reads a stored tensor of shape {shape}, a table over "
+                    "the query and key positions: compute the bias of each score from h, q_idx "
+                    "and kv_idx inside the program (only the {heads} slopes need to be stored)."
+                ).format(what=what, shape=tuple(table.shape), heads=heads)
+            )
+
+
 @exercise(
     "flex/alibi-score-mod",
     title="A score_mod: ALiBi",
@@ -448,6 +466,7 @@ def _check_alibi_mod(fn) -> str:
             heads=heads, query_len=query_len, key_len=key_len
         )
         program = _program(fn, (heads, query_len, key_len), what)
+        _no_stored_table(program, heads, query_len, key_len, what)
         score = random_tensor(2, heads, query_len, key_len, seed=40 + seed).to(dtype)
         got = _run(program, (score.clone(), *_grids(2, heads, query_len, key_len)), what)
         if isinstance(got, torch.Tensor) and got.shape != score.shape:
@@ -739,6 +758,13 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
     name="fixed_causal",
 )
 def _check_fixed_causal(fn) -> str:
+    forbid(
+        fn,
+        {
+            "attncourse.flex.causal_mask_mod": causal_mask_mod,
+            "attncourse.masks.causal_mask": causal_mask,
+        },
+    )
     for seed, (query_len, key_len) in enumerate(_CAUSAL_CASES):
         what = _("{query_len} queries after {key_len} keys").format(
             query_len=query_len, key_len=key_len
