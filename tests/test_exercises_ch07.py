@@ -4,6 +4,7 @@ import pytest
 import torch
 from exercise_helpers import COUNT_STYLES, assert_fails, notebook_listing, run_listing
 
+from attncourse import efficient
 from attncourse.benchmarks.measure import multihead_flops
 from attncourse.exercises import check, hint, solution
 from attncourse.exercises.ch07_complexity import _online_update_solution
@@ -71,6 +72,19 @@ def test_online_softmax_accepts_reference():
 )
 def test_online_softmax_diagnoses(wrong, diagnosis):
     assert_fails("complexity/online-softmax", wrong, diagnosis)
+
+
+def _through_the_package(m, l, acc, s, v):  # the package's update for m and l, acc by hand
+    new_m, new_l, c = efficient.online_softmax_update(m, l, s)
+    return new_m, new_l, acc * c[:, None] + torch.exp(s - new_m[:, None]) @ v
+
+
+def test_online_softmax_refuses_the_package_update():
+    assert_fails(
+        "complexity/online-softmax",
+        _through_the_package,
+        "calls attncourse.efficient.online_softmax_update",
+    )
 
 
 def test_online_softmax_catches_overflow():

@@ -170,8 +170,23 @@ def _softmax_twice(s, z, r):
     return torch.softmax((p * m).masked_fill(d < 0, float("-inf")), -1)
 
 
+def _inline_mask(mask_of):
+    """Weights renormalised under ``mask_of(distance, z, r)``, written inline in place of m_z."""
+
+    def weights(s, z, r):
+        d, _, p = _parts(s, z, r)
+        w = p * mask_of(d, z, r)
+        return w / w.sum(-1, keepdim=True)
+
+    return weights
+
+
 WEIGHT_MISTAKES = {
     "not renormalised": _no_renorm,
+    # the soft mask's own mistakes, written inline, named as the soft-mask exercise names them
+    "ramp is on the wrong side of z": _inline_mask(lambda d, z, r: ((z - d) / r).clamp(0, 1)),
+    "divided by R + 1": _inline_mask(lambda d, z, r: ((r + z - d) / (r + 1)).clamp(0, 1)),
+    "hard mask": _inline_mask(lambda d, z, r: (d <= z).double()),
     "wrong sign (j - i gives every past key mask 1)": _flipped,
     "mask on the scores": _on_scores,
     "added the mask": _added,
@@ -192,6 +207,21 @@ def _ten_positions_only(scores, span, ramp):  # torch.arange(10), as the chapter
     probs = torch.softmax(scores.masked_fill(distance < 0, float("-inf")), dim=-1)
     weights = probs * mask
     return weights / weights.sum(-1, keepdim=True)
+
+
+def test_soft_mask_and_window_refuse_the_package_functions():
+    from attncourse import adaptive_span
+
+    assert_fails(
+        "adaptive-span/soft-mask",
+        lambda d, z, r: adaptive_span.soft_span_mask(d, z, r),
+        "calls attncourse.adaptive_span.soft_span_mask",
+    )
+    assert_fails(
+        "adaptive-span/window",
+        lambda spans, r: adaptive_span.span_window(spans.max(), r),
+        "calls attncourse.adaptive_span.span_window",
+    )
 
 
 def test_weights_for_one_length_only_are_refused():

@@ -462,6 +462,28 @@ online_deferred_lse = _online_kernel(
 )
 
 
+# no loop: a whole row loaded at once in a block of 128 keys, enough for rows of up to 128 keys
+online_one_block = _online_kernel(
+    "online_one_block",
+    """
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    keys = tl.arange(0, 128)
+    dims = tl.arange(0, D)
+    inside = (rows[:, None] < n_rows) & (keys[None, :] < n_keys)
+    s = tl.load(S + rows[:, None] * stride_s + keys[None, :], mask=inside, other=float("-inf"))
+    v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+    p = tl.exp(s - tl.max(s, axis=1)[:, None])
+    out = tl.dot(p, v, input_precision="ieee") / tl.sum(p, axis=1)[:, None]
+    tl.store(O + rows[:, None] * stride_o + dims[None, :], out, mask=rows[:, None] < n_rows)
+    """,
+)
+
+
+@needs_triton
+def test_online_softmax_without_a_loop_over_the_tiles_is_rejected():
+    assert_fails(ONLINE, _jit(online_one_block), "sees only the first 128 keys")
+
+
 @needs_triton
 @pytest.mark.parametrize(
     "kernel", [ch10_gpu.online_softmax_kernel, online_exp2_where, online_deferred_lse]
@@ -622,11 +644,22 @@ def _backward_softmax_style(query, key, value, out, lse, dout):  # P from softma
     )
 
 
-@pytest.mark.parametrize(
-    "answer", [ch10_gpu.attention_backward, _backward_autograd, _backward_softmax_style]
-)
+@pytest.mark.parametrize("answer", [ch10_gpu.attention_backward, _backward_softmax_style])
 def test_backward_accepts(answer):
     assert check(BACKWARD, answer).passed
+
+
+def _backward_by_backward(query, key, value, out, lse, dout):  # .backward() on a recomputation
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (query, key, value))
+    with torch.enable_grad():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(dout)
+    return q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("answer", [_backward_autograd, _backward_by_backward])
+def test_backward_refuses_autograd(answer):
+    """The exercise writes the backward as the kernels do; autograd is what it is checked with."""
+    assert_fails(BACKWARD, answer, "writes the backward by hand")
 
 
 def _backward_with(index):
@@ -1005,6 +1038,20 @@ def test_backward_names_precision_order_and_the_failing_case(answer, words):
     assert_fails(BACKWARD, answer, words)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda qb, bm, bn, L, S: range(
+            key_block_range(qb * bm, bm, bn, S, L, causal=True)[0] // bn,
+            -(-key_block_range(qb * bm, bm, bn, S, L, causal=True)[1] // bn),
+        ),
+        lambda qb, bm, bn, L, S: tile_map(L, S, bm, bn, causal=True)[qb].nonzero().flatten(),
+    ],
+)
+def test_key_blocks_refuses_the_package_plan(answer):
+    assert_fails(ID, answer, "which this exercise asks you to write yourself")
+
+
 def test_key_blocks_says_which_case_raised():
     def fails_when_l_differs(qb, bm, bn, L, S):
         if L != S:
@@ -1248,6 +1295,16 @@ def _times(name, factor):
 )
 def test_roofline_names_the_mistake(answer, words, on_a_gpu):
     assert_fails(ROOFLINE, answer, words)
+
+
+def test_roofline_on_a_t4_takes_a_t4s_peak_and_bandwidth(on_a_gpu, monkeypatch):
+    """Another GPU's numbers, consistent among themselves, are refused on a T4; its own pass."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "Tesla T4")
+    for right in (T4, T4_TENSOR):
+        assert check(ROOFLINE, _measured(**right)).passed
+    assert_fails(ROOFLINE, _measured(ms=0.2, **H100), "This GPU is a T4 (Tesla T4)")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "NVIDIA H100 80GB HBM3")
+    assert check(ROOFLINE, _measured(ms=0.2, **H100)).passed
 
 
 def test_roofline_names_an_inverted_fraction_and_max_for_min(on_a_gpu):

@@ -922,6 +922,15 @@ _TORCH_ERROR_ADVICE = (
         ),
     ),
     (
+        "must match the size of tensor b",
+        N_(
+            "Two tensors' sizes do not line up. The checks also pass batch dimensions in front, "
+            "(..., L, d): swap the last two dimensions with .transpose(-2, -1) or .mT (.T reverses "
+            "them all), count dimensions from the end (dim=-1), and keep the reduced dimension "
+            "(keepdim=True) of a sum or a maximum that you then subtract or divide by."
+        ),
+    ),
+    (
         "does not match the shape of the indexed tensor",
         N_(
             "Indexing with a boolean mask (scores[~mask] = ...) needs a mask of the scores' full "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..efficient import online_softmax_update, tiled_attention
 from ._core import (
     Mistake,
     call,
@@ -13,6 +14,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tuple,
+    forbid,
     matches,
     named,
     random_tensor,
@@ -130,6 +132,13 @@ def _triple(fn, *args):
     name="update",
 )
 def _check_online_update(fn) -> str:
+    forbid(
+        fn,
+        {
+            "attncourse.efficient.online_softmax_update": online_softmax_update,
+            "attncourse.efficient.tiled_attention": tiled_attention,
+        },
+    )
     L, B, d_v = 4, 5, 3
     # one step from a state built from an earlier block, with a new block of larger scores
     first, values_first = random_tensor(L, B, seed=1), random_tensor(B, d_v, seed=2)

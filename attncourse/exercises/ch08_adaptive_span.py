@@ -16,6 +16,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
+    forbid,
     integer,
     matches,
     random_tensor,
@@ -91,6 +92,7 @@ def _mask_mistakes(distance, span, ramp):
     name="span_mask",
 )
 def _check_mask(fn) -> str:
+    forbid(fn, {"attncourse.adaptive_span.soft_span_mask": soft_span_mask})
     distance = torch.arange(0, 24, dtype=torch.float64)
     for span, ramp in [
         (torch.tensor(5.0, dtype=torch.float64), 3.0),  # z, R and R + 1 all differ
@@ -187,6 +189,7 @@ def _window_solution(spans, ramp):
     keep_dtype=False,  # a count: an int, a float or a tensor of any dtype holding it will do
 )
 def _check_window(fn) -> str:
+    forbid(fn, {"attncourse.adaptive_span.span_window": span_window})
     cases = [
         (torch.tensor([3.0, 17.2, 5.5, 0.0]), 8.0),
         (torch.tensor([12.0, 4.0]), 8.0),
@@ -351,6 +354,11 @@ def _weights_mistakes(scores, span, ramp):
             "another softmax."
         ): _causal_softmax(probs * mask, causal),
         _(SOFTMAX_DIM): _over_queries(scores, span, ramp),
+        # a wrong soft mask written inline: the diagnoses of the soft-mask exercise
+        **{
+            message: _renormalised(probs * wrong * causal)
+            for message, wrong in _mask_mistakes(distance, span, ramp).items()
+        },
     }
 
 

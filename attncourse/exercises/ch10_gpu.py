@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..kernels.tiles import causal_key_stop, key_block_range, tile_map
 from ._core import (
     Mistake,
     NotAttempted,
@@ -44,6 +45,7 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
+    forbid,
     integer,
     matches,
     named,
@@ -172,6 +174,14 @@ def _as_list(result) -> List[int]:
     name="causal_key_blocks",
 )
 def _check_key_blocks(fn) -> str:
+    forbid(
+        fn,
+        {
+            "attncourse.kernels.tiles.key_block_range": key_block_range,
+            "attncourse.kernels.tiles.tile_map": tile_map,
+            "attncourse.kernels.tiles.causal_key_stop": causal_key_stop,
+        },
+    )
     for case in _CASES:
         where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
         try:
@@ -1645,6 +1655,19 @@ _ONLINE_CASES = [
         (48, 16, 16),
         1.0,
     ),
+    (
+        # more keys than any one block of a row holds: only a loop over the tiles covers them
+        N_(
+            "24 rows, 1100 keys (17 tiles of 64 and a ragged one of 12), D=16, BLOCK_M=16, BLOCK_N=64"
+        ),
+        24,
+        1100,
+        16,
+        16,
+        64,
+        (1104, 16, 16),
+        2.0,
+    ),
 ]
 
 #: The argument types and constants an online-softmax kernel is compiled with (for a GPU, without
@@ -1821,6 +1844,17 @@ def _online_mistakes(scores: torch.Tensor, value: torch.Tensor, block_n: int) ->
                 "(and p) first, then m = m_new; and multiply both l and acc by correction."
             )
         ): _online_emulation(scores, value, block_n, rescale_acc=False, rescale_sum=False),
+        # a row loaded at once in a block of a fixed size: the keys past it are never seen
+        **{
+            _(
+                "your kernel sees only the first {keys} keys of a row: loop over the key tiles "
+                "(for start in range(0, n_keys, BLOCK_N)), whatever the number of keys."
+            ).format(keys=keys): (
+                torch.softmax(scores[:, :keys].double(), -1) @ value[:keys].double()
+            )
+            for keys in (32, 64, 128, 256, 512, 1024)
+            if keys < scores.size(1)
+        },
     }
 
 
@@ -2000,9 +2034,18 @@ def _check_backward(fn) -> str:
     for index, (what, batch, L, S, d_k, d_v) in enumerate(cases):
         query, key, value, dout, out, lse, expected = _backward_inputs(index, batch, L, S, d_k, d_v)
         try:
-            got = call(fn, query, key, value, out, lse, dout)
+            with _autograd_watched() as called:
+                got = call(fn, query, key, value, out, lse, dout)
         except Mistake as error:  # the learner's function failed: say on which input
             raise Mistake(_("With {what}: {message}").format(what=what, message=error)) from None
+        if called:
+            raise Mistake(
+                _(
+                    "Your function calls {names}: this exercise writes the backward by hand, from "
+                    "the saved out and lse, as the backward kernels do (autograd is what the check "
+                    "compares with)."
+                ).format(names=" and ".join(sorted(set(called))))
+            )
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Mistake(
                 _("Return the three gradients (dq, dk, dv); got {type_name}{value}.").format(
@@ -2031,6 +2074,29 @@ def _check_backward(fn) -> str:
     return _(
         "Right: your gradients match autograd's, with L != S, batch dimensions and d_k != d_v."
     )
+
+
+@contextlib.contextmanager
+def _autograd_watched():
+    """Inside the block, the calls of ``torch.autograd.grad``, ``torch.autograd.backward`` and
+    ``Tensor.backward`` are recorded (and run): yields the list of the names called."""
+    called: List[str] = []
+    saved = torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward
+
+    def watched(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            called.append(name)
+            return original(*args, **kwargs)
+
+        return recorded
+
+    torch.autograd.grad = watched("torch.autograd.grad", saved[0])
+    torch.autograd.backward = watched("torch.autograd.backward", saved[1])
+    torch.Tensor.backward = watched("Tensor.backward", saved[2])
+    try:
+        yield called
+    finally:
+        torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward = saved
 
 
 def _backward_inputs(index: int, batch: Tuple[int, ...], L: int, S: int, d_k: int, d_v: int):
@@ -2524,6 +2590,7 @@ def _roofline_gpu(
                 "H100); {bandwidth:.4g} is no GPU's. GB/s or TB/s where bytes/s are meant?"
             ).format(bandwidth=bandwidth)
         )
+    _roofline_datasheet(peak, bandwidth)
     intensity = number(fields["intensity"], answer_field("intensity"))
     least_bytes = 2 * B * H * (2 * L * d + 2 * S * d)  # Q, K, V, O once, 2 bytes an element
     most = flops / least_bytes
@@ -2547,6 +2614,26 @@ def _roofline_gpu(
             ).format(intensity=intensity, least=least)
         )
     return peak, bandwidth, intensity, most
+
+
+def _roofline_datasheet(peak: float, bandwidth: float) -> None:
+    """On a T4 (Colab's GPU, the one the chapter's table gives both rooflines of), the peak
+    and bandwidth must be the T4's: a Mistake names them otherwise."""
+    try:
+        name = torch.cuda.get_device_name()
+    except Exception:  # noqa: BLE001 - no CUDA runtime to ask: nothing to compare with
+        return
+    if "T4" not in name:
+        return
+    if any(_close(peak, p, 0.1) for p in (8.1e12, 65e12)) and _close(bandwidth, 320e9, 0.1):
+        return
+    raise Mistake(
+        _(
+            "This GPU is a T4 ({name}): its peak is 8.1e12 FLOP/s on the CUDA cores, which run "
+            "this chapter's kernels there (65e12 on its tensor cores, in float16), and its "
+            "bandwidth 320e9 bytes/s; you gave peak_flops={peak:.4g} and bandwidth={bandwidth:.4g}."
+        ).format(name=name, peak=peak, bandwidth=bandwidth)
+    )
 
 
 def _roofline_fraction(
