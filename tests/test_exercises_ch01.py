@@ -222,6 +222,19 @@ def test_attention_refuses_the_package_function_the_text_forbids():
         (upcasts_to_float64, "keep the input's dtype"),
         (empty_rows_of_bool_masks_only, "-inf over a whole row"),
         (boolean_index_fill, "masked_fill(~mask"),
+        # dim=1 is the keys of a 2-D matrix only: the batched case names it
+        (
+            lambda q, k, v, mask=None, *, scale=None: _by_hand(
+                q, k, v, mask, scale=q.size(-1) ** -0.5, dim=1
+            ),
+            "dim=1",
+        ),
+        (
+            lambda q, k, v, mask=None, *, scale=None: _by_hand(
+                q, k, v, mask, scale=q.size(-1) ** -0.5, fill=0.0
+            ),
+            "filled with 0, not -inf",
+        ),
     ],
 )
 def test_attention_rejects_wrong_answers(wrong, diagnosis):
@@ -338,6 +351,15 @@ def _buggy(query, key, value, mask):
             "differs from softmax",
         ),
         (lambda q, k, v, m: _buggy(q, k, v, m)[..., :-1], "should have shape"),
+        (
+            lambda q, k, v, m: (
+                torch.softmax(
+                    (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~m, float("-inf")), 1
+                ).nan_to_num(0.0)
+                @ v
+            ),
+            "dim=1",
+        ),
     ],
 )
 def test_fix_mask_rejects(wrong, words):
@@ -399,3 +421,13 @@ def test_the_fix_is_written_not_delegated():
         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
     ):
         _failed("dot-product/fix-mask-after-softmax", delegated, "asks you to write yourself")
+
+
+def test_fix_mask_refuses_the_package_tiled_attention():
+    import attncourse
+
+    _failed(
+        "dot-product/fix-mask-after-softmax",
+        lambda q, k, v, m: attncourse.tiled_attention(q, k, v, m),
+        "tiled_attention",
+    )

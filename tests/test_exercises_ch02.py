@@ -131,6 +131,19 @@ def test_forward_rejects(options, words):
     _failed("multi-head/forward", wrong, words)
 
 
+def test_forward_names_a_softmax_over_dim_1():
+    def over_dim_1(*args):
+        with torch.no_grad():
+            original = torch.softmax
+            try:  # the layer's softmax, written with dim=1 as for a 2-D matrix
+                torch.softmax = lambda x, dim=-1, **kw: original(x, 1, **kw)
+                return _forward(*args)
+            finally:
+                torch.softmax = original
+
+    _failed("multi-head/forward", over_dim_1, "dim=1")
+
+
 def test_forward_names_a_single_weight_multiplied_as_stored():
     def key_as_stored(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
         layer = torch.nn.MultiheadAttention(x_q.size(-1), num_heads, bias=False, batch_first=True)

@@ -129,6 +129,23 @@ def test_attention_mask_rejects(options, words):
     _failed("masking/attention-mask", lambda n, S, causal: _mask(n, S, causal, **options), words)
 
 
+@pytest.mark.parametrize(
+    "triangle, words",
+    [
+        (lambda S: torch.ones(S, S, dtype=torch.bool).tril(-1), "own position too"),
+        (lambda S: torch.ones(S, S, dtype=torch.bool).tril(1), "one key of the future"),
+        (lambda S: torch.ones(S, S, dtype=torch.bool).triu(), "Upper instead of lower"),
+    ],
+)
+def test_attention_mask_names_the_causal_triangles_slips(triangle, words):
+    def wrong(lengths, S, causal):
+        pad = torch.arange(S)[None, :] < lengths[:, None]
+        tri = triangle(S) if causal else torch.ones(S, S, dtype=torch.bool)
+        return (tri & pad[:, None, :]).expand(len(lengths), S, S)
+
+    _failed("masking/attention-mask", wrong, words)
+
+
 def test_attention_mask_rejects_more():
     _failed(
         "masking/attention-mask", lambda n, S, causal: ~_mask(n, S, causal), "polarity is inverted"

@@ -282,3 +282,15 @@ def test_single_head_names_the_pair_in_the_wrong_order_and_a_fill_of_zero():
 
     _failed("cross-attention/single-head", swapped, "return (output, weights), in that order")
     _failed("cross-attention/single-head", zero_filled, "filled with 0")
+
+
+@pytest.mark.parametrize("width, words", [("value", "sqrt(d_v)"), ("target", "target's width")])
+def test_single_head_names_a_scale_by_another_width(width, words):
+    def scaled(target, source, w_q, w_k, w_v, source_mask):
+        query, key, value = target @ w_q, source @ w_k, source @ w_v
+        d = (value if width == "value" else target).size(-1)
+        scores = query @ key.transpose(-2, -1) / d**0.5
+        weights = torch.softmax(scores.masked_fill(~source_mask[:, None, :], float("-inf")), -1)
+        return weights @ value, weights
+
+    _failed("cross-attention/single-head", scaled, words)

@@ -77,6 +77,12 @@ def sinusoidal_i_over_d(length, d_model):
     return torch.stack([angle.sin(), angle.cos()], -1).reshape(length, d_model)
 
 
+def sinusoidal_2i_twice(length, d_model):  # i already steps by 2, and 2 * i doubles it
+    i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = torch.arange(length)[:, None] / 10000 ** (2 * i / d_model)
+    return torch.stack([angle.sin(), angle.cos()], -1).reshape(length, d_model)
+
+
 def sinusoidal_from_one(length, d_model):
     return _sinusoidal_solution(length + 1, d_model)[1:]
 
@@ -92,6 +98,7 @@ def test_sinusoidal_accepts(answer):
         (sinusoidal_swapped, "swapped"),
         (sinusoidal_concat, "interleaves"),
         (sinusoidal_i_over_d, "exponent is 2i / d_model"),
+        (sinusoidal_2i_twice, "yours doubles it"),
         (sinusoidal_from_one, "start at 0"),
         (lambda L, d: torch.zeros(d, L), "should have shape"),
     ],
@@ -438,6 +445,8 @@ def _shuffled(counts):
         (measured(0.5, n=2000), "20,000"),
         (measured(0.5) + 1, "0, 1 or 2"),
         (_shuffled([13_158, 6_842]), "both appear"),
+        # the right frequencies as a pattern repeated: right counts, changes enough, not random
+        (torch.tensor(([0, 1] * 9 + [0, 2] * 4 + [0] * 12) * 526 + [0] * 12), "follow a pattern"),
     ],
 )
 def test_temperature_experiment_rejects(answer, diagnosis):

@@ -1508,6 +1508,13 @@ SOFTMAX_DIM = N_(
 )
 
 
+#: The known mistake "softmax over dim=1", right for a 2-D matrix only (see :func:`softmax_over`).
+SOFTMAX_DIM_ONE = N_(
+    "The softmax runs over dim=1, which is the keys only for a 2-D matrix: with batch "
+    "dimensions in front, dim=1 is another dimension. Count from the end: softmax(..., dim=-1)."
+)
+
+
 @contextlib.contextmanager
 def softmax_over(dim: int):
     """Inside the block every softmax over the last dimension runs over ``dim`` instead:

@@ -7,7 +7,9 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
+from ..efficient import tiled_attention
 from ._core import (
+    SOFTMAX_DIM_ONE,
     Mistake,
     call,
     check_number,
@@ -26,6 +28,7 @@ from ._i18n import _
 _ATTENTION_FUNCTIONS = {
     "the package's scaled_dot_product_attention": scaled_dot_product_attention,
     "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
+    "the package's tiled_attention": tiled_attention,
 }
 
 
@@ -192,6 +195,16 @@ def _variants(query, key, value, mask=None):
             "and keys."
         ): finish(masked(raw / d_v**0.5, mask)),
     }
+    if raw.dim() > 3:  # dim=1 is the keys of a 2-D matrix only
+        out[_(SOFTMAX_DIM_ONE)] = finish(masked(raw / d_k**0.5, mask), dim=1)
+    if mask is not None and mask.dtype == torch.bool:
+        zero_filled = (raw / d_k**0.5).masked_fill(~mask, 0.0)
+        out[
+            _(
+                "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still "
+                "gets weight. Fill them with float('-inf')."
+            )
+        ] = finish(zero_filled)  # scores * mask too: the same zeros
     if mask is not None:
         w = torch.softmax(raw / d_k**0.5, dim=-1)
         out[_("The mask is ignored: positions where mask is False must get zero weight.")] = (
@@ -567,6 +580,11 @@ def _check_fixed_masked_attention(fn) -> str:
                         "the keys."
                     ): (
                         torch.softmax(raw.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v
+                    ),
+                    _(SOFTMAX_DIM_ONE): (
+                        torch.softmax(raw.masked_fill(~mask, float("-inf")), 1).nan_to_num(0.0) @ v
+                        if raw.dim() > 3
+                        else None
                     ),
                 },
                 default=(

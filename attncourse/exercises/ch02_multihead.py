@@ -10,6 +10,7 @@ from ..attention import scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
 from ._core import (
     SOFTMAX_DIM,
+    SOFTMAX_DIM_ONE,
     Mistake,
     call,
     check_number,
@@ -206,12 +207,13 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
             for size in (1, 2, 3)
             for subset in itertools.combinations(_WEIGHTS, size)
         },
-        _(SOFTMAX_DIM): _with_softmax_over_queries(lambda: run(good, head_dim**-0.5, merge_heads)),
+        _(SOFTMAX_DIM): _with_softmax_over(-2, lambda: run(good, head_dim**-0.5, merge_heads)),
+        _(SOFTMAX_DIM_ONE): _with_softmax_over(1, lambda: run(good, head_dim**-0.5, merge_heads)),
     }
 
 
-def _with_softmax_over_queries(compute):
-    with softmax_over(-2):
+def _with_softmax_over(dim, compute):
+    with softmax_over(dim):
         return compute()
 
 

@@ -336,6 +336,31 @@ def _check_attention_mask(fn) -> str:
                         " use &."
                     )
                 ] = tri | pad[:, None, :]
+                # the causal triangle's own slips, as the causal-mask exercise names them
+                ones = torch.ones(max_len, max_len, dtype=torch.bool)
+                for message, triangle in (
+                    (
+                        _(
+                            "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, "
+                            "not j < i)."
+                        ),
+                        ones.tril(-1),
+                    ),
+                    (
+                        _(
+                            "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i."
+                        ),
+                        ones.tril(1),
+                    ),
+                    (
+                        _(
+                            "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are "
+                            "queries and the True entries sit at j <= i."
+                        ),
+                        ones.triu(),
+                    ),
+                ):
+                    mistakes[message] = triangle & pad[:, None, :]
             else:
                 mistakes[
                     _("With causal=False there is no causal part: only the padding is masked.")

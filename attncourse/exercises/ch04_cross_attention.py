@@ -78,6 +78,25 @@ def _cross_variants(target, source, w_q, w_k, w_v, source_mask):
             )
         ): soft((raw / d_k**0.5).masked_fill(keys, float("-inf")), dim=-2),
     }
+    d_v, d_target = w_v.size(-1), target.size(-1)
+    for width, message in (
+        (
+            d_v,
+            _(
+                "You scaled by sqrt(d_v) (the value width); the scale uses d_k, the width of "
+                "queries and keys."
+            ),
+        ),
+        (
+            d_target,
+            _(
+                "The scores are scaled by sqrt of the target's width; the dot products are between "
+                "vectors of width d_k = w_k.shape[1], so divide by sqrt(d_k)."
+            ),
+        ),
+    ):
+        if width != d_k:  # where the widths coincide the mistake gives the right weights
+            out[message] = soft((raw / width**0.5).masked_fill(keys, float("-inf")))
     transposed = raw.transpose(-2, -1) / d_k**0.5  # (B, S, L): key @ query^T
     if target.size(1) == source.size(1):  # with L == S the transposed weights have the right shape
         for k, scores in enumerate((transposed, transposed.masked_fill(keys, float("-inf")))):

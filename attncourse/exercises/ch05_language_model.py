@@ -111,7 +111,15 @@ def _sinusoidal_variants(length, d_model):
         return pe
 
     half = pos * 10000.0 ** (-(i / 2) / d_model)  # exponent i / d instead of 2i / d
+    double = pos * 10000.0 ** (-(2 * i) / d_model)  # 2 * arange(0, d, 2): the 2 counted twice
     return {
+        (
+            _(
+                "The frequencies are wrong: the exponent is 2i / d_model with 2i the even feature "
+                "index itself, 0, 2, 4, ...; yours doubles it (2 * arange(0, d_model, 2)). Use "
+                "arange(0, d_model, 2) / d_model, or 2 * arange(d_model // 2) / d_model."
+            )
+        ): interleave(double.sin(), double.cos()),
         _(
             "Sine and cosine are swapped: the even features (0, 2, 4, ...) are sines, the odd "
             "ones cosines."
@@ -699,5 +707,20 @@ def _as_draws(answer) -> torch.Tensor:
                 "20,000 draws, where independent draws change about {expected:,.0f} times): pass "
                 "the draws in the order torch.multinomial drew them, not counts written out."
             ).format(changes=changes, expected=expected)
+        )
+    # independent draws: the token after a 0, a 1 or a 2 has the same frequencies whatever came
+    # before; a pattern written out repeats its own successions (a chi-square test of the 3 x 3
+    # table of successive pairs, 4 degrees of freedom: above 60 with probability about 3e-12)
+    pairs = torch.bincount(draws[:-1] * 3 + draws[1:], minlength=9).double().view(3, 3)
+    independent = pairs.sum(1, keepdim=True) * pairs.sum(0, keepdim=True) / pairs.sum()
+    statistic = float(((pairs - independent) ** 2 / independent.clamp(min=1e-12)).sum())
+    if statistic > 60:
+        raise Mistake(
+            _(
+                "Your draws follow a pattern: with independent draws the token after a 0, a 1 or a "
+                "2 has the same frequencies whatever came before, and in yours it does not "
+                "(chi-square {statistic:,.0f} on 4 degrees of freedom, where independent draws stay "
+                "below 60). Pass the draws torch.multinomial made, in their order."
+            ).format(statistic=statistic)
         )
     return draws
