@@ -153,20 +153,25 @@ def test_stub_is_not_attempted():
 def test_skipped_tiles():
     right = int(
         tile_map(4096, 4096, 64, 64, causal=True).sum()
-        - tile_map(4096, 4096, 64, 64, window=212).sum()
+        - tile_map(4096, 4096, 64, 64, window=244).sum()
     )
     for answer in (right, float(right), torch.tensor(right), np.int64(right).item()):
         assert check("gpu/span-skipped-tiles", answer).passed
     assert_fails(
-        "gpu/span-skipped-tiles", int(tile_map(4096, 4096, 64, 64, window=212).sum()), "computes"
+        "gpu/span-skipped-tiles", int(tile_map(4096, 4096, 64, 64, window=244).sum()), "computes"
     )
     assert_fails(
         "gpu/span-skipped-tiles",
-        4096 - int(tile_map(4096, 4096, 64, 64, window=212).sum()),
+        4096 - int(tile_map(4096, 4096, 64, 64, window=244).sum()),
         "whole square",
     )
     assert_fails(
         "gpu/span-skipped-tiles", 2080 - int(tile_map(4096, 4096, 64, 64, window=180).sum()), "ramp"
+    )
+    assert_fails(
+        "gpu/span-skipped-tiles",
+        2080 - int(tile_map(4096, 4096, 64, 64, window=180 + 2 * 64).sum()),
+        "ramp twice",
     )
     assert_fails("gpu/span-skipped-tiles", 2080 - 64 * 5, "fewer keys")
     assert_fails("gpu/span-skipped-tiles", 1000, "is not it")
@@ -179,8 +184,8 @@ def test_skipped_tiles_names_every_slip_that_gives_1830():
     last query, and ceil(W / 64) key blocks for every block; the message names all three."""
     causal = int(tile_map(4096, 4096, 64, 64, causal=True).sum())
     no_ramp = causal - int(tile_map(4096, 4096, 64, 64, window=180).sum())
-    from_last_query = causal - sum(r - max(0, 64 * r + 63 - 212 + 1) // 64 + 1 for r in range(64))
-    no_plus_one = causal - sum(min(r + 1, math.ceil(212 / 64)) for r in range(64))
+    from_last_query = causal - sum(r - max(0, 64 * r + 63 - 244 + 1) // 64 + 1 for r in range(64))
+    no_plus_one = causal - sum(min(r + 1, math.ceil(244 / 64)) for r in range(64))
     assert no_ramp == from_last_query == no_plus_one  # 1830
     message = check("gpu/span-skipped-tiles", no_ramp).message
     for slip in ("left out the ramp", "from its last query", "ceil(W / 64) key blocks"):
