@@ -230,6 +230,78 @@ def _own_key_hidden(length: int, size: int) -> torch.Tensor:
     return mask
 
 
+def _cached_step_mistakes(case: str, inputs: tuple, key: torch.Tensor, value: torch.Tensor):
+    """The outputs of the known mistakes of a cached step on ``inputs`` (query, new key, new
+    value, past key, past value), with ``key`` and ``value`` the right appended caches:
+    message -> output (``None`` where the mistake gives the right output here)."""
+    q, k, v, past_k, past_v = inputs
+    length, d_k = q.size(-2), q.size(-1)
+    old_only = scaled_dot_product_attention(q, past_k, past_v)[0]
+    mask = causal_mask(length, key.size(-2))
+    with softmax_over(-2):  # the package's attention calls torch.softmax, which this moves
+        over_queries = scaled_dot_product_attention(q, key, value, mask)[0]
+    return {
+        (
+            _(
+                "{case}: your scores are not scaled: divide Q K^T by sqrt(d_k), the size of "
+                "the query's last dimension (here {d_k})."
+            ).format(case=case, d_k=d_k)
+        ): scaled_dot_product_attention(q, key, value, mask, scale=1.0)[0],
+        (
+            _(
+                "{case}: your scale is 1/2, which is 1/sqrt(d_k) only for d_k = 4: take d_k from "
+                "the query's last dimension, query.size(-1) (here {d_k})."
+            ).format(case=case, d_k=d_k)
+        ): (scaled_dot_product_attention(q, key, value, mask, scale=0.5)[0] if d_k != 4 else None),
+        _("{case}: {message}").format(case=case, message=_(SOFTMAX_DIM)): over_queries,
+        (
+            _(
+                "{case}: your mask lets each new query see the key just after its own position "
+                "(a diagonal one too high, such as tril(S - L + 1)): query t sees the keys up to "
+                "S - L + t, included."
+            ).format(case=case)
+        ): (
+            scaled_dot_product_attention(
+                q, key, value, torch.ones_like(mask).tril(key.size(-2) - length + 1)
+            )[0]
+            if length > 1
+            else None
+        ),
+        (
+            _(
+                "{case}: your mask is inverted: in causal_mask and in the boolean mask of "
+                "F.scaled_dot_product_attention, True means the query may attend to the key "
+                "(the last query, which should see every key, sees none: NaN)."
+            ).format(case=case)
+        ): F.scaled_dot_product_attention(q, key, value, attn_mask=~mask),
+        (
+            _(
+                "{case}: the output is still the buggy one. is_causal=True aligns the top left "
+                "corner, so the first new query sees only the first cached key; use the bottom-right "
+                "mask causal_mask(L, S)."
+            ).format(case=case)
+        ): _buggy_top_left(q, k, v, past_k, past_v)[0],
+        (
+            _(
+                "{case}: the queries attend to the old keys only: attend over the appended key and "
+                "value (past and new rows), not over the past ones."
+            ).format(case=case)
+        ): (old_only),
+        (
+            _(
+                "{case}: your mask hides each new query's own key (a diagonal one too low, such as "
+                "tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included."
+            ).format(case=case)
+        ): scaled_dot_product_attention(q, key, value, _own_key_hidden(length, key.size(-2)))[0],
+        (
+            _(
+                "{case}: the new queries see each other's future: with several new positions, query "
+                "t may see keys up to its own position only (causal_mask(L, S))."
+            ).format(case=case)
+        ): scaled_dot_product_attention(q, key, value)[0],
+    }
+
+
 @exercise(
     "inference/cached-step",
     title="Find the bug in a cached attention step",
@@ -297,79 +369,10 @@ def _check_cached_step(fn) -> str:
         expect_tensor(output, expected.shape, _("{case}: the output").format(case=case))
         if matches(output, expected):
             continue
-        old_only = scaled_dot_product_attention(q, past_k, past_v)[0]
-        mask = causal_mask(length, key.size(-2))
-        with softmax_over(-2):  # the package's attention calls torch.softmax, which this moves
-            over_queries = scaled_dot_product_attention(q, key, value, mask)[0]
         raise Mistake(
             diagnose(
                 output,
-                {
-                    (
-                        _(
-                            "{case}: your scores are not scaled: divide Q K^T by sqrt(d_k), the size of "
-                            "the query's last dimension (here {d_k})."
-                        ).format(case=case, d_k=d_k)
-                    ): scaled_dot_product_attention(q, key, value, mask, scale=1.0)[0],
-                    (
-                        _(
-                            "{case}: your scale is 1/2, which is 1/sqrt(d_k) only for d_k = 4: take d_k from "
-                            "the query's last dimension, query.size(-1) (here {d_k})."
-                        ).format(case=case, d_k=d_k)
-                    ): (
-                        scaled_dot_product_attention(q, key, value, mask, scale=0.5)[0]
-                        if d_k != 4
-                        else None
-                    ),
-                    _("{case}: {message}").format(case=case, message=_(SOFTMAX_DIM)): over_queries,
-                    (
-                        _(
-                            "{case}: your mask lets each new query see the key just after its own position "
-                            "(a diagonal one too high, such as tril(S - L + 1)): query t sees the keys up to "
-                            "S - L + t, included."
-                        ).format(case=case)
-                    ): (
-                        scaled_dot_product_attention(
-                            q, key, value, torch.ones_like(mask).tril(key.size(-2) - length + 1)
-                        )[0]
-                        if length > 1
-                        else None
-                    ),
-                    (
-                        _(
-                            "{case}: your mask is inverted: in causal_mask and in the boolean mask of "
-                            "F.scaled_dot_product_attention, True means the query may attend to the key "
-                            "(the last query, which should see every key, sees none: NaN)."
-                        ).format(case=case)
-                    ): F.scaled_dot_product_attention(q, key, value, attn_mask=~mask),
-                    (
-                        _(
-                            "{case}: the output is still the buggy one. is_causal=True aligns the top left "
-                            "corner, so the first new query sees only the first cached key; use the bottom-right "
-                            "mask causal_mask(L, S)."
-                        ).format(case=case)
-                    ): _buggy_top_left(q, k, v, past_k, past_v)[0],
-                    (
-                        _(
-                            "{case}: the queries attend to the old keys only: attend over the appended key and "
-                            "value (past and new rows), not over the past ones."
-                        ).format(case=case)
-                    ): (old_only),
-                    (
-                        _(
-                            "{case}: your mask hides each new query's own key (a diagonal one too low, such as "
-                            "tril(S - L - 1)): query t sees the keys up to its own position, S - L + t, included."
-                        ).format(case=case)
-                    ): scaled_dot_product_attention(
-                        q, key, value, _own_key_hidden(length, key.size(-2))
-                    )[0],
-                    (
-                        _(
-                            "{case}: the new queries see each other's future: with several new positions, query "
-                            "t may see keys up to its own position only (causal_mask(L, S))."
-                        ).format(case=case)
-                    ): scaled_dot_product_attention(q, key, value)[0],
-                },
+                _cached_step_mistakes(case, (q, k, v, past_k, past_v), key, value),
                 default=(
                     _(
                         "{case}: your output differs from attention over the cached and new keys under "
