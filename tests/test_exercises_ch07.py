@@ -119,6 +119,23 @@ def test_flops_accepts_the_formula_and_counted_value():
     assert check("complexity/multihead-flops", counter.get_total_flops()).passed
 
 
+def test_flops_explain_what_the_counter_misses_on_torch_s_cpu_layer():
+    """The hint's FlopCounterMode on nn.MultiheadAttention(need_weights=False): on a CPU the
+    fused attention kernel goes uncounted, and the feedback says so."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = torch.nn.MultiheadAttention(E, H, bias=False, batch_first=True)
+    x = torch.randn(1, L, E)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, x, x, need_weights=False)
+    counted = counter.get_total_flops()
+    if counted == TOTAL:  # a torch whose counter sees the fused kernel: nothing to explain
+        assert check("complexity/multihead-flops", counted).passed
+    else:  # torch 2.13 on a CPU: the projections only
+        assert counted == 8 * L * E * E
+        assert_fails("complexity/multihead-flops", counted, "is not counted")
+
+
 @pytest.mark.parametrize(
     "answer,diagnosis",
     [

@@ -330,3 +330,16 @@ def test_a_number_written_with_words_is_given_back_without_them():
     message = check("all-attention/find-the-bug", "line 7").message
     assert "give the number itself, 7, without quotes or words" in message, message
     assert "remove the quotes" in check("all-attention/find-the-bug", "7").message
+
+
+def test_persistent_head_says_which_case_raised():
+    def transposed_with_t(query, key, value, memory_key, memory_value, mask):  # .T: 2-D only
+        keys = torch.cat([key, memory_key], -2)
+        memory = torch.ones(mask.size(0), memory_key.size(-2), dtype=torch.bool)
+        keep = torch.cat([mask, memory], -1)  # the memory is never masked
+        scores = query @ keys.T / query.size(-1) ** 0.5
+        weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1)
+        return weights @ torch.cat([value, memory_value], -2), weights
+
+    assert_fails(HEAD, transposed_with_t, "A batch (2, 3) of heads, L = 6, N = 4, d_k = 8")
+    assert_fails(HEAD, transposed_with_t, ".transpose(-2, -1)")

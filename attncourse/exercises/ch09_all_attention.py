@@ -234,7 +234,10 @@ def _check_persistent_head(fn) -> str:
         )
         args = (query, key, value, memory_key, memory_value, mask)
         expected_out, expected_w = _persistent_head_solution(*args)
-        output, weights = _head_outputs(fn, *args)
+        try:
+            output, weights = _head_outputs(fn, *args)
+        except Mistake as error:  # the learner's function failed: say on which input
+            raise Mistake(_("{case}: {message}").format(case=case, message=error)) from None
         expect_tensor(
             weights,
             expected_w.shape,
