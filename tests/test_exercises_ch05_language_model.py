@@ -451,3 +451,22 @@ def _shuffled(counts):
 )
 def test_temperature_experiment_rejects(answer, diagnosis):
     assert_fails("language-model/temperature-experiment", answer, diagnosis)
+
+
+def test_sinusoidal_and_rope_refuse_the_package_angles():
+    """rope_angles gives pos * 10000^(-2i/d), the frequencies both exercises ask for."""
+    from attncourse.positions import rope_angles
+
+    def sinusoidal_from_angles(length, d_model):
+        angle = rope_angles(torch.arange(length), d_model)
+        return torch.stack([angle.sin(), angle.cos()], -1).reshape(length, d_model)
+
+    assert_fails("language-model/sinusoidal", sinusoidal_from_angles, "rope_angles")
+
+    def rope_from_angles(x, positions):
+        angle = rope_angles(positions, x.size(-1)).to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        cos, sin = angle.cos(), angle.sin()
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    assert_fails("language-model/rope", rope_from_angles, "rope_angles")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..positions import apply_rope, sinusoidal_encoding
+from ..positions import apply_rope, rope_angles, sinusoidal_encoding
 from ..sampling import next_token_distribution
 from ..training import next_token_loss
 from ._core import (
@@ -174,7 +174,14 @@ def _sinusoidal_variants(length, d_model):
     name="sinusoidal",
 )
 def _check_sinusoidal(fn) -> str:
-    forbid(fn, {"the package's sinusoidal_encoding": sinusoidal_encoding})
+    # rope_angles computes the same angles, pos / 10000^(2i/d): the frequencies are the exercise
+    forbid(
+        fn,
+        {
+            "the package's sinusoidal_encoding": sinusoidal_encoding,
+            "the package's rope_angles": rope_angles,
+        },
+    )
     for length, d_model in ((7, 10), (50, 16)):
         expected = sinusoidal_encoding(length, d_model, dtype=torch.float64)
         out = expect_tensor(
@@ -307,7 +314,7 @@ def _rope_default(out: torch.Tensor, x: torch.Tensor) -> str:
     name="rope",
 )
 def _check_rope(fn) -> str:
-    forbid(fn, {"the package's apply_rope": apply_rope})
+    forbid(fn, {"the package's apply_rope": apply_rope, "the package's rope_angles": rope_angles})
     x, positions = random_tensor(2, 6, 8, seed=30), torch.arange(6)
     out = expect_tensor(call(fn, x, positions), (2, 6, 8), _("apply_rope for x (2, 6, 8)"))
     if not matches(out, apply_rope(x, positions)):
