@@ -22,9 +22,15 @@ from ._core import (
     named,
     random_tensor,
 )
-from ._i18n import _
+from ._i18n import N_, _
 
 #: The functions the two attention exercises ask the learner to write instead of calling.
+#: The known mistake of both attention exercises: masked scores set to 0 (filled, or multiplied).
+_ZERO_FILLED = N_(
+    "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still gets "
+    "weight. Fill them with float('-inf')."
+)
+
 _ATTENTION_FUNCTIONS = {
     "the package's scaled_dot_product_attention": scaled_dot_product_attention,
     "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
@@ -199,12 +205,7 @@ def _variants(query, key, value, mask=None):
         out[_(SOFTMAX_DIM_ONE)] = finish(masked(raw / d_k**0.5, mask), dim=1)
     if mask is not None and mask.dtype == torch.bool:
         zero_filled = (raw / d_k**0.5).masked_fill(~mask, 0.0)
-        out[
-            _(
-                "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still "
-                "gets weight. Fill them with float('-inf')."
-            )
-        ] = finish(zero_filled)  # scores * mask too: the same zeros
+        out[_(_ZERO_FILLED)] = finish(zero_filled)  # scores * mask too: the same zeros
     if mask is not None:
         w = torch.softmax(raw / d_k**0.5, dim=-1)
         out[_("The mask is ignored: positions where mask is False must get zero weight.")] = (
@@ -563,10 +564,7 @@ def _check_fixed_masked_attention(fn) -> str:
                         "The mask polarity is inverted: True means 'may attend', so fill the scores where "
                         "mask is False."
                     ): (torch.softmax(raw.masked_fill(mask, float("-inf")), -1) @ v),
-                    _(
-                        "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still "
-                        "gets weight. Fill them with float('-inf')."
-                    ): (torch.softmax(raw.masked_fill(~mask, 0.0), -1) @ v),
+                    _(_ZERO_FILLED): (torch.softmax(raw.masked_fill(~mask, 0.0), -1) @ v),
                     _(
                         "The scale went missing: divide the scores by sqrt(d_k) as the given code did."
                     ): (

@@ -135,6 +135,26 @@ def _causal_solution(query_len, key_len):
     return j <= i + (key_len - query_len)  # the last query sees every key
 
 
+def _triangle_slips(query_len: int, key_len: int) -> dict:
+    """The usual slips of the causal triangle of ``(query_len, key_len)``, aligned bottom right:
+    message -> the ``(query_len, key_len)`` boolean mask they give."""
+    ones = torch.ones(query_len, key_len, dtype=torch.bool)
+    shift = key_len - query_len
+    return {
+        _(
+            "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, "
+            "not j < i)."
+        ): ones.tril(shift - 1),
+        _(
+            "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i."
+        ): ones.tril(shift + 1),
+        _(
+            "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are "
+            "queries and the True entries sit at j <= i."
+        ): ones.triu(shift),
+    }
+
+
 @exercise(
     "masking/causal-mask",
     title="A causal mask, also when the queries read a cache",
@@ -192,21 +212,7 @@ def _check_causal(fn) -> str:
                     "The polarity is inverted: True must mark the keys a query MAY attend to (the past "
                     "and itself)."
                 ): (~expected),
-                (
-                    _(
-                        "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, "
-                        "not j < i)."
-                    )
-                ): torch.tril(ones, diagonal=shift - 1),
-                _(
-                    "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i."
-                ): torch.tril(ones, diagonal=shift + 1),
-                (
-                    _(
-                        "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are "
-                        "queries and the True entries sit at j <= i."
-                    )
-                ): torch.triu(ones, diagonal=shift),
+                **_triangle_slips(query_len, key_len),
             }
             if shift:
                 mistakes[
@@ -337,29 +343,7 @@ def _check_attention_mask(fn) -> str:
                     )
                 ] = tri | pad[:, None, :]
                 # the causal triangle's own slips, as the causal-mask exercise names them
-                ones = torch.ones(max_len, max_len, dtype=torch.bool)
-                for message, triangle in (
-                    (
-                        _(
-                            "Off by one: a query may attend to its own position too (keep the diagonal: j <= i, "
-                            "not j < i)."
-                        ),
-                        ones.tril(-1),
-                    ),
-                    (
-                        _(
-                            "Off by one: each query sees one key of the future (j <= i + 1). Keep only j <= i."
-                        ),
-                        ones.tril(1),
-                    ),
-                    (
-                        _(
-                            "Upper instead of lower triangle: a query may see the keys BEFORE it, so rows are "
-                            "queries and the True entries sit at j <= i."
-                        ),
-                        ones.triu(),
-                    ),
-                ):
+                for message, triangle in _triangle_slips(max_len, max_len).items():
                     mistakes[message] = triangle & pad[:, None, :]
             else:
                 mistakes[
