@@ -308,6 +308,61 @@ def test_the_forbidden_helpers_are_refused():
         assert result.status == FAILED and name in result.message, result.message
 
 
+FORBIDDEN = [
+    (exercise_id, name, helper)
+    for exercise_id, ex in REGISTRY.items()
+    for name, helper in ex.forbidden.items()
+]
+
+
+def test_the_exercises_that_forbid_helpers_are_found():
+    # chapters 1, 2, 5, 6, 7, 8, 10 and 11 each forbid at least one helper
+    assert len({eid for eid, _, _ in FORBIDDEN}) >= 18 and len(FORBIDDEN) >= 30, FORBIDDEN
+
+
+@pytest.mark.parametrize(
+    "exercise_id, name, helper", FORBIDDEN, ids=[f"{e}:{n}" for e, n, _ in FORBIDDEN]
+)
+def test_every_forbidden_helper_is_refused_by_its_name(exercise_id, name, helper):
+    def answer(*args, **kwargs):
+        return helper(*args, **kwargs)
+
+    result = check(exercise_id, answer)
+    assert result.status == FAILED and name in result.message, result.message
+
+
+def _exercise_texts(path):
+    """``{exercise id: the Markdown from its exercise's start to its check() cell}``."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    start = re.compile(r"\{exercise-start\}|^#{1,4} (?:Exercise|练习) \d+\.\d+", re.MULTILINE)
+    texts, first = {}, 0
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and start.search(source):
+            first = index
+        for exercise_id in re.findall(r'^check\("([^"]+)"', source, re.MULTILINE):
+            texts.setdefault(
+                exercise_id,
+                "\n".join(
+                    "".join(c["source"]) for c in cells[first:index] if c["cell_type"] == "markdown"
+                ),
+            )
+    return texts
+
+
+@pytest.mark.parametrize("edition", ["book", "notebooks/zh"])
+def test_every_exercise_text_names_the_helpers_it_forbids(edition):
+    texts = {}
+    for path in sorted((ROOT / edition).glob("[0-9][0-9]_*.ipynb")):
+        texts.update(_exercise_texts(path))
+    unnamed = [
+        (exercise_id, helper.__name__)
+        for exercise_id, _, helper in FORBIDDEN
+        if not re.search(rf"\b{helper.__name__}\b", texts[exercise_id])
+    ]
+    assert not unnamed, f"texts that do not say which helpers their checker refuses: {unnamed}"
+
+
 def _notebook_function(source, **names):
     """The function ``source`` defines, written in a notebook whose globals are ``names``."""
     scope = dict(names)

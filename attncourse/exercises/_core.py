@@ -285,6 +285,8 @@ class Exercise:
     keep_dtype: bool = True  # floating outputs must have the dtype of the floating inputs
     # what @exercise(answer_is_function=...) said, if anything
     function_answer: Optional[bool] = None
+    # what @exercise(forbids=...) named: the helpers the text asks the learner not to call
+    forbidden: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
 
     @property
     def answer_is_function(self) -> bool:
@@ -320,6 +322,7 @@ def exercise(
     keep_dtype: bool = True,
     answer_is_function: Optional[bool] = None,
     name: Optional[str] = None,
+    forbids: Union[Sequence[Callable[..., Any]], Mapping[str, Callable[..., Any]]] = (),
 ) -> Callable[[Callable[[Any], Optional[str]]], Callable[[Any], Optional[str]]]:
     """Register the decorated checker under ``exercise_id``.
 
@@ -338,7 +341,12 @@ def exercise(
     passes (e.g. a measurement on the notebook's model). ``name``: the name the learner's stub
     has in the notebook; the solution shown renames the (private) solution function to it
     (default: its name without the leading underscore and the ``_solution`` suffix).
+    ``forbids``: the functions the exercise's text asks the learner to write instead of
+    calling; :func:`check` refuses an answer that calls one (:func:`forbid`) before the checker
+    sees it. Each is named by where it lives (``attncourse.kernels.tiles.tile_map``), or by
+    the key where ``forbids`` is a mapping ``{"the name the text uses": the function}``.
     """
+    forbidden = dict(forbids) if isinstance(forbids, Mapping) else _named_by_home(forbids)
 
     def register(checker: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
         if exercise_id in _REGISTRY:
@@ -363,10 +371,17 @@ def exercise(
             reference,
             keep_dtype,
             answer_is_function,
+            forbidden,
         )
         return checker
 
     return register
+
+
+def _named_by_home(functions: Sequence[Callable[..., Any]]) -> Dict[str, Callable[..., Any]]:
+    """``{"module.name": function}``: each function named where a learner imports it from
+    (one that this torch lacks, ``None``, is left out)."""
+    return {f"{f.__module__}.{f.__qualname__}": f for f in functions if f is not None}
 
 
 def _public_source(function: Callable[..., Any], name: Optional[str]) -> str:
@@ -484,6 +499,7 @@ def _check_in_language(exercise_id: str, answer: Any) -> Result:
                     if field is Ellipsis:
                         return Result(exercise_id, NOT_ATTEMPTED, stub_field(str(key)))
             with _Preserved(answer):
+                forbid(answer, ex.forbidden)
                 note = ex.checker(answer)
         except NotAttempted as stub:
             if context.timed_out:
@@ -1163,6 +1179,8 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     """Raise a :class:`Mistake` when the learner's ``fn`` calls one of the ``forbidden``
     helpers (``{"the name the exercise uses": the function}``): an exercise text that says
     "do not call X" and a checker that accepts X would contradict each other."""
+    if not forbidden:
+        return
     try:
         reached = [fn] + _referenced(fn)
     except Exception:  # noqa: BLE001 - an object whose code cannot be read: graded on its outputs alone

@@ -17,7 +17,6 @@ from ._core import (
     exercise,
     expect_tensor,
     expect_tuple,
-    forbid,
     matches,
     named,
     random_tensor,
@@ -291,9 +290,9 @@ def _compare(case: str, got, expected, variants) -> None:
     ),
     solution=_attention_solution,
     name="attention",
+    forbids=_ATTENTION_FUNCTIONS,
 )
 def _check_attention(fn) -> str:
-    forbid(fn, _ATTENTION_FUNCTIONS)
     q, k, v = (
         random_tensor(4, 8, seed=10),
         random_tensor(6, 8, seed=11),
@@ -528,10 +527,10 @@ def _fixed_masked_attention_solution(query, key, value, mask):
     ),
     solution=_fixed_masked_attention_solution,
     name="fixed_attention",
+    forbids=_ATTENTION_FUNCTIONS,
 )
 def _check_fixed_masked_attention(fn) -> str:
     """Property: on random inputs (every row keeps a key), the output equals the package's."""
-    forbid(fn, _ATTENTION_FUNCTIONS)
     generator = torch.Generator().manual_seed(30)
     for case, shape in (("L=4, S=6", (4, 6)), (_("with a batch (2, 3)"), (2, 3, 4, 6))):
         *batch, L, S = shape

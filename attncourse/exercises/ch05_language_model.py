@@ -14,7 +14,6 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
-    forbid,
     matches,
     random_tensor,
     softmax_over,
@@ -172,16 +171,10 @@ def _sinusoidal_variants(length, d_model):
     ),
     solution=_sinusoidal_solution,
     name="sinusoidal",
+    # rope_angles computes the same angles, pos / 10000^(2i/d): the frequencies are the exercise
+    forbids=(sinusoidal_encoding, rope_angles),
 )
 def _check_sinusoidal(fn) -> str:
-    # rope_angles computes the same angles, pos / 10000^(2i/d): the frequencies are the exercise
-    forbid(
-        fn,
-        {
-            "the package's sinusoidal_encoding": sinusoidal_encoding,
-            "the package's rope_angles": rope_angles,
-        },
-    )
     for length, d_model in ((7, 10), (50, 16)):
         expected = sinusoidal_encoding(length, d_model, dtype=torch.float64)
         out = expect_tensor(
@@ -312,9 +305,9 @@ def _rope_default(out: torch.Tensor, x: torch.Tensor) -> str:
     ),
     solution=_rope_solution,
     name="rope",
+    forbids=(apply_rope, rope_angles),
 )
 def _check_rope(fn) -> str:
-    forbid(fn, {"the package's apply_rope": apply_rope, "the package's rope_angles": rope_angles})
     x, positions = random_tensor(2, 6, 8, seed=30), torch.arange(6)
     out = expect_tensor(call(fn, x, positions), (2, 6, 8), _("apply_rope for x (2, 6, 8)"))
     if not matches(out, apply_rope(x, positions)):
@@ -456,9 +449,9 @@ def _over_rows(logits, k, temperature):
     ),
     solution=_top_k_solution,
     name="top_k_distribution",
+    forbids=(next_token_distribution,),
 )
 def _check_top_k(fn) -> str:
-    forbid(fn, {"the package's next_token_distribution": next_token_distribution})
     for shape, k, temperature in (((4, 10), 3, 0.7), ((2, 3, 50), 5, 1.5), ((5, 10), 10, 1.0)):
         logits = random_tensor(*shape, seed=40 + k)
         expected = next_token_distribution(logits, temperature=temperature, top_k=k)
@@ -540,9 +533,9 @@ def _shifted_loss_solution(logits, tokens):
     ),
     solution=_shifted_loss_solution,
     name="lm_loss",
+    forbids=(next_token_loss,),
 )
 def _check_shifted_loss(fn) -> str:
-    forbid(fn, {"the package's next_token_loss": next_token_loss})
     tokens = torch.randint(11, (3, 9), generator=torch.Generator().manual_seed(51))
     # logits that predict the next token well: the right loss is small, and every wrong
     # pairing of logits with tokens costs far more than a rounding error

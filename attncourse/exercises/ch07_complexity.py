@@ -14,7 +14,6 @@ from ._core import (
     diagnose,
     exercise,
     expect_tuple,
-    forbid,
     matches,
     named,
     random_tensor,
@@ -130,15 +129,9 @@ def _triple(fn, *args):
     ),
     solution=_online_update_solution,
     name="update",
+    forbids=(online_softmax_update, tiled_attention),
 )
 def _check_online_update(fn) -> str:
-    forbid(
-        fn,
-        {
-            "attncourse.efficient.online_softmax_update": online_softmax_update,
-            "attncourse.efficient.tiled_attention": tiled_attention,
-        },
-    )
     L, B, d_v = 4, 5, 3
     # one step from a state built from an earlier block, with a new block of larger scores
     first, values_first = random_tensor(L, B, seed=1), random_tensor(B, d_v, seed=2)

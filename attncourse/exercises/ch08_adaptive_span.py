@@ -16,7 +16,6 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
-    forbid,
     integer,
     matches,
     random_tensor,
@@ -90,9 +89,9 @@ def _mask_mistakes(distance, span, ramp):
     ),
     solution=_mask_solution,
     name="span_mask",
+    forbids=(soft_span_mask,),
 )
 def _check_mask(fn) -> str:
-    forbid(fn, {"attncourse.adaptive_span.soft_span_mask": soft_span_mask})
     distance = torch.arange(0, 24, dtype=torch.float64)
     for span, ramp in [
         (torch.tensor(5.0, dtype=torch.float64), 3.0),  # z, R and R + 1 all differ
@@ -187,9 +186,9 @@ def _window_solution(spans, ramp):
     solution=_window_solution,
     name="keys_to_keep",
     keep_dtype=False,  # a count: an int, a float or a tensor of any dtype holding it will do
+    forbids=(span_window,),
 )
 def _check_window(fn) -> str:
-    forbid(fn, {"attncourse.adaptive_span.span_window": span_window})
     cases = [
         (torch.tensor([3.0, 17.2, 5.5, 0.0]), 8.0),
         (torch.tensor([12.0, 4.0]), 8.0),

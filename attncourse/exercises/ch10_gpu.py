@@ -45,7 +45,6 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
-    forbid,
     integer,
     matches,
     named,
@@ -172,16 +171,9 @@ def _as_list(result) -> List[int]:
     ),
     solution=_key_blocks_solution,
     name="causal_key_blocks",
+    forbids=(key_block_range, tile_map, causal_key_stop),
 )
 def _check_key_blocks(fn) -> str:
-    forbid(
-        fn,
-        {
-            "attncourse.kernels.tiles.key_block_range": key_block_range,
-            "attncourse.kernels.tiles.tile_map": tile_map,
-            "attncourse.kernels.tiles.causal_key_stop": causal_key_stop,
-        },
-    )
     for case in _CASES:
         where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
         try:

@@ -37,7 +37,6 @@ from ._core import (
     diagnose,
     exercise,
     expect_tensor,
-    forbid,
     integer,
     matches,
     random_tensor,
@@ -299,19 +298,16 @@ def _document_window_mistakes(document: torch.Tensor, window: int) -> Dict[str, 
     ),
     solution=_document_window_mask_solution,
     name="document_window_mask",
+    forbids=(
+        document_mask_mod,
+        sliding_window_mask_mod,
+        causal_mask_mod,
+        # the dense masks too: the program states the conditions, it does not look them up
+        sliding_window_mask,
+        causal_mask,
+    ),
 )
 def _check_document_window_mask(fn) -> str:
-    forbid(
-        fn,
-        {
-            "attncourse.flex.document_mask_mod": document_mask_mod,
-            "attncourse.flex.sliding_window_mask_mod": sliding_window_mask_mod,
-            "attncourse.flex.causal_mask_mod": causal_mask_mod,
-            # the dense masks too: the program states the conditions, it does not look them up
-            "attncourse.kv_cache.sliding_window_mask": sliding_window_mask,
-            "attncourse.masks.causal_mask": causal_mask,
-        },
-    )
     for seed, (lengths, window) in enumerate(_DOCUMENT_CASES):
         document = document_ids(lengths)
         length = document.numel()
@@ -452,15 +448,9 @@ def _no_stored_table(program: Callable, heads: int, query_len: int, key_len: int
     ),
     solution=_alibi_mod_solution,
     name="alibi_mod",
+    forbids=(alibi_bias, alibi_score_mod),
 )
 def _check_alibi_mod(fn) -> str:
-    forbid(
-        fn,
-        {
-            "attncourse.positions.alibi_bias": alibi_bias,
-            "attncourse.flex.alibi_score_mod": alibi_score_mod,
-        },
-    )
     for seed, (heads, query_len, key_len, dtype) in enumerate(_ALIBI_CASES):
         what = _("{heads} heads, {query_len} queries after {key_len} keys").format(
             heads=heads, query_len=query_len, key_len=key_len
@@ -633,17 +623,9 @@ def _block_mistakes(length: int, window: int, block: int) -> Dict[str, Tuple[int
     ),
     solution=_window_blocks_solution,
     name="window_blocks",
+    forbids=(create_block_mask, create_mask, block_counts, sparsity_table),
 )
 def _check_window_blocks(fn) -> str:
-    forbid(
-        fn,
-        {
-            "create_block_mask": create_block_mask,
-            "create_mask": create_mask,
-            "attncourse.flex.block_counts": block_counts,
-            "attncourse.flex.sparsity_table": sparsity_table,
-        },
-    )
     for length, window, block in _BLOCK_CASES:
         what = _("L = S = {length}, window {window}, blocks of {block}").format(
             length=length, window=window, block=block
@@ -756,15 +738,9 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
     ),
     solution=_fixed_causal_solution,
     name="fixed_causal",
+    forbids=(causal_mask_mod, causal_mask),
 )
 def _check_fixed_causal(fn) -> str:
-    forbid(
-        fn,
-        {
-            "attncourse.flex.causal_mask_mod": causal_mask_mod,
-            "attncourse.masks.causal_mask": causal_mask,
-        },
-    )
     for seed, (query_len, key_len) in enumerate(_CAUSAL_CASES):
         what = _("{query_len} queries after {key_len} keys").format(
             query_len=query_len, key_len=key_len
@@ -909,12 +885,12 @@ def _blocks_mistakes(block_mask) -> Dict[str, Optional[float]]:
     ),
     solution=_computed_blocks_solution,
     name="computed_blocks",
+    forbids=(block_counts,),
 )
 def _check_computed_blocks(fn) -> str:
     available, why = flex_available()
     if not available:
         raise Mistake(why)
-    forbid(fn, {"attncourse.flex.block_counts": block_counts})
     for what, block_mask in _block_masks():
         answer = call(fn, block_mask)
         value = _whole(answer, _("number of blocks"), what)
