@@ -271,6 +271,8 @@ def test_cells_accepts(style):
         (4 * 512 * 512, "full L x L"),
         (4 * 512 * 513 // 2, "causal triangle"),
         (4 * 32 * 16 * (15 + 57), "W = 57"),
+        # the first blocks' keys clipped at position 0: 16, 32, 48, 64 keys, then 71
+        (4 * 16 * sum(min(16 * (n + 1), 71) for n in range(32)), "before position 0"),
         (77, "is not it"),
     ],
 )

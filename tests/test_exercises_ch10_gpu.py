@@ -80,6 +80,11 @@ def _floor_of_the_last_index(qb, bm, bn, L, S):  # j // bn blocks: the +1 forgot
     return list(range(last // bn)) if last >= 0 else []
 
 
+def _first_query(qb, bm, bn, L, S):  # the block's first query, not its last, sets the stop
+    last = min(qb * bm, L - 1) + S - L
+    return list(range(last // bn + 1)) if last >= 0 else []
+
+
 def _everything(qb, bm, bn, L, S):
     return list(range(math.ceil(S / bn)))
 
@@ -117,6 +122,7 @@ def _rounded_toward_zero(qb, bm, bn, L, S):  # int(last / bn): -5 / 16 rounds to
         (_ceil_of_the_last_index, "j // block_n + 1"),
         (_floor_of_the_last_index, "dropped the last key block"),
         (_everything, "every key block"),
+        (_first_query, "first query"),
         (_never_empty, "no key block at all"),
         (lambda *a: [0, 1], "should be"),
         (lambda *a: None, "list or range"),

@@ -75,12 +75,15 @@ def _blocks(
     *,
     top_left=False,
     everything=False,
+    first_query=False,
 ) -> List[int]:
     """The known wrong answers, computed as a learner would."""
     if everything:
         return list(range(math.ceil(key_len / block_n)))
     offset = 0 if top_left else key_len - query_len
-    hi = min(key_len, query_block * block_m + block_m + offset)
+    # the keys up to the block's first query's last one, or up to its last query's
+    stop = query_block * block_m + (1 if first_query else block_m)
+    hi = min(key_len, stop + offset)
     return list(range(math.ceil(max(hi, 0) / block_n)))
 
 
@@ -202,6 +205,15 @@ def _check_key_blocks(fn) -> str:
                 _(
                     "At {where} you aligned the causal mask top left (j <= i): the package aligns the "
                     "last query with the last key, j <= i + (S - L)."
+                ).format(where=where)
+            )
+        # (an empty list is also a last key 0 taken for "no key": no name for it)
+        if got and got == _blocks(*case, first_query=True):
+            raise Mistake(
+                _(
+                    "At {where} you stopped at the keys of the block's first query. Its last query "
+                    "sees the most keys, up to j = i + (S - L) for that query i: the loop runs to "
+                    "the block of that key."
                 ).format(where=where)
             )
         if got == expected[:-1]:  # floor of the end, ceil of the last index, ...
