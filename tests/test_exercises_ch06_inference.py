@@ -110,6 +110,23 @@ def test_repeat_kv_rejects(wrong, words):
     assert_fails("inference/repeat-kv", wrong, words)
 
 
+def test_repeat_kv_is_graded_on_a_torch_without_enable_gqa(monkeypatch):
+    """torch 2.1 to 2.4, which the package supports, has no ``enable_gqa``: a right answer still
+    passes and a wrong one still fails."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def before_2_5(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+        return sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", before_2_5)
+    assert_passes("inference/repeat-kv", repeat_index)
+    assert_fails(
+        "inference/repeat-kv",
+        lambda x, g: x.repeat_interleave(g, dim=1).flip(1),
+        "differs from repeating",
+    )
+
+
 def test_repeat_kv_stub_is_not_attempted():
     assert check("inference/repeat-kv", stub).status == "not attempted yet"
 

@@ -128,6 +128,18 @@ def _repeat_kv_solution(x, n_rep):
     return x.repeat_interleave(n_rep, dim=1)
 
 
+def _grouped_query_attention(query, key, value):
+    """torch's grouped-query attention, ``enable_gqa=True`` (torch >= 2.5); an older torch has no
+    such argument, and there query head ``i`` attends with K/V head ``i // n_rep``, by definition."""
+    try:
+        return F.scaled_dot_product_attention(query, key, value, enable_gqa=True)
+    except TypeError:  # torch < 2.5
+        group = torch.arange(query.size(1)) // (query.size(1) // key.size(1))
+        return F.scaled_dot_product_attention(
+            query, key.index_select(1, group), value.index_select(1, group)
+        )
+
+
 @exercise(
     "inference/repeat-kv",
     title="Share each K/V head among a group of query heads",
@@ -189,7 +201,7 @@ def _check_repeat_kv(fn) -> str:
         random_tensor(2, 2, 5, 4, seed=63),
     )
     mine = scaled_dot_product_attention(q, call(fn, k, 3), call(fn, v, 3))[0]
-    if not matches(mine, F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
+    if not matches(mine, _grouped_query_attention(q, k, v)):
         raise Mistake(
             _(
                 "Attention over your repeated heads differs from F.scaled_dot_product_attention(..., "
