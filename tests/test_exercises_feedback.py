@@ -435,6 +435,15 @@ MERGE_HEADS_CALLED = {
         "def x2(h):\n    return helper(h)\ndef x1(h):\n    return x2(h)\n"
         "def merge(heads):\n    return x1(heads) if heads.dim() == 0 else helper(heads)"
     ),
+    # wrappers that copy the helper's __module__ (functools.wraps) and hold it as __wrapped__
+    "no_grad wrapper": "fast = torch.no_grad()(merge_heads)\ndef merge(heads):\n    return fast(heads)",
+    "torch.compile": "fast = torch.compile(merge_heads)\ndef merge(heads):\n    return fast(heads)",
+    "vmap": "fast = torch.vmap(merge_heads)\ndef merge(heads):\n    return fast(heads[None])[0]",
+    # an object on the way whose code cannot be read (FunctionType's __code__ is a descriptor)
+    "inspect on the way": (
+        "import inspect\ndef merge(heads):\n    assert inspect.isfunction(merge_heads)\n"
+        "    return merge_heads(heads)"
+    ),
     # an attribute whose reading raises (torch.classes) must not switch the check off
     "unreadable attribute": (
         "class Cfg:\n    classes = [1, 2]\ncfg = Cfg()\n"
@@ -474,7 +483,7 @@ def test_chapter_1s_attention_refuses_torchs_function_too():
         torch=torch,
     )
     message = check("dot-product/attention", answer).message
-    assert "F.scaled_dot_product_attention" in message, message
+    assert "torch.nn.functional.scaled_dot_product_attention" in message, message
 
 
 def test_an_attribute_does_not_reach_a_global_of_the_same_name():
@@ -493,7 +502,9 @@ def test_an_attribute_does_not_reach_a_global_of_the_same_name():
     reached = _core._referenced(answer)
     assert F.scaled_dot_product_attention in reached
     assert not any(obj is attncourse.scaled_dot_product_attention for obj in reached)
-    assert "the package's" not in check("dot-product/attention", answer).message
+    message = check("dot-product/attention", answer).message
+    assert "torch.nn.functional.scaled_dot_product_attention" in message, message
+    assert "attncourse.attention.scaled_dot_product_attention" not in message, message
 
 
 # -- 8. no side effects ------------------------------------------------------------------------------

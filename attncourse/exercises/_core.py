@@ -322,7 +322,7 @@ def exercise(
     keep_dtype: bool = True,
     answer_is_function: Optional[bool] = None,
     name: Optional[str] = None,
-    forbids: Union[Sequence[Callable[..., Any]], Mapping[str, Callable[..., Any]]] = (),
+    forbids: Sequence[Callable[..., Any]] = (),
 ) -> Callable[[Callable[[Any], Optional[str]]], Callable[[Any], Optional[str]]]:
     """Register the decorated checker under ``exercise_id``.
 
@@ -343,10 +343,9 @@ def exercise(
     (default: its name without the leading underscore and the ``_solution`` suffix).
     ``forbids``: the functions the exercise's text asks the learner to write instead of
     calling; :func:`check` refuses an answer that calls one (:func:`forbid`) before the checker
-    sees it. Each is named by where it lives (``attncourse.kernels.tiles.tile_map``), or by
-    the key where ``forbids`` is a mapping ``{"the name the text uses": the function}``.
+    sees it, naming it by where it lives (``attncourse.kernels.tiles.tile_map``).
     """
-    forbidden = dict(forbids) if isinstance(forbids, Mapping) else _named_by_home(forbids)
+    forbidden = _named_by_home(forbids)
 
     def register(checker: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
         if exercise_id in _REGISTRY:
@@ -378,10 +377,18 @@ def exercise(
     return register
 
 
+#: Where a learner imports what torch defines in a private module.
+_PUBLIC_HOME = {"torch._C._nn": "torch.nn.functional"}
+
+
 def _named_by_home(functions: Sequence[Callable[..., Any]]) -> Dict[str, Callable[..., Any]]:
     """``{"module.name": function}``: each function named where a learner imports it from
     (one that this torch lacks, ``None``, is left out)."""
-    return {f"{f.__module__}.{f.__qualname__}": f for f in functions if f is not None}
+    return {
+        f"{_PUBLIC_HOME.get(f.__module__, f.__module__)}.{f.__qualname__}": f
+        for f in functions
+        if f is not None
+    }
 
 
 def _public_source(function: Callable[..., Any], name: Optional[str]) -> str:
@@ -1106,7 +1113,7 @@ def _reached_from(fn: Any) -> List[Any]:
     owner = getattr(fn, "__self__", None)
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if not inspect.iscode(code):  # not a function (types.FunctionType's __code__ is a descriptor)
         return []
     global_names, attributes, imported = _names_read(code)
     scope = getattr(fn, "__globals__", {})
@@ -1158,9 +1165,18 @@ def _referenced(fn: Any, levels: int = 8) -> List[Any]:
             if id(obj) in seen:
                 continue
             seen.add(id(obj))
-            reached = _stands_for(obj) + ([] if _library(obj) else _reached_from(obj))
+            try:
+                reached = _stands_for(obj) + ([] if _library(obj) else _reached_from(obj))
+            except Exception:  # noqa: BLE001 - an object that cannot be read reaches nothing
+                reached = []
             found += reached
-            following += [v for v in reached if callable(v) and not _library(v)]
+            # the learner's callables, and wrappers that look like torch's or the package's
+            # (torch.compile(f), torch.no_grad()(f) copy f's __module__) but hold f
+            following += [
+                v
+                for v in reached
+                if callable(v) and (not _library(v) or _attribute(v, "__wrapped__") is not None)
+            ]
         level = following
     return found
 
@@ -1189,9 +1205,9 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
         if any(obj is helper for obj in reached):
             raise Mistake(
                 _(
-                    "Your function calls {name}, which this exercise asks you to write yourself: compute "
-                    "it with torch operations. (A comparison with it inside your function counts as a "
-                    "call: compare outside the function.)"
+                    "Your function calls {name}, which this exercise asks you to write yourself. (A "
+                    "comparison with it inside your function counts as a call: compare outside the "
+                    "function.)"
                 ).format(name=name)
             )
 

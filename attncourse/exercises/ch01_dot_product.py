@@ -23,18 +23,18 @@ from ._core import (
 )
 from ._i18n import N_, _
 
-#: The functions the two attention exercises ask the learner to write instead of calling.
 #: The known mistake of both attention exercises: masked scores set to 0 (filled, or multiplied).
 _ZERO_FILLED = N_(
     "The masked scores are filled with 0, not -inf: exp(0) = 1, so a masked key still gets "
     "weight. Fill them with float('-inf')."
 )
 
-_ATTENTION_FUNCTIONS = {
-    "the package's scaled_dot_product_attention": scaled_dot_product_attention,
-    "torch's F.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
-    "the package's tiled_attention": tiled_attention,
-}
+#: The functions the two attention exercises ask the learner to write instead of calling.
+_ATTENTION_FUNCTIONS = (
+    scaled_dot_product_attention,
+    torch.nn.functional.scaled_dot_product_attention,
+    tiled_attention,
+)
 
 
 # -- 1. scaled scores ----------------------------------------------------------------------

@@ -172,7 +172,7 @@ def _sinusoidal_variants(length, d_model):
     solution=_sinusoidal_solution,
     name="sinusoidal",
     # rope_angles computes the same angles, pos / 10000^(2i/d): the frequencies are the exercise
-    forbids=(sinusoidal_encoding, rope_angles),
+    forbids=(sinusoidal_encoding, rope_angles, apply_rope),
 )
 def _check_sinusoidal(fn) -> str:
     for length, d_model in ((7, 10), (50, 16)):
@@ -305,7 +305,7 @@ def _rope_default(out: torch.Tensor, x: torch.Tensor) -> str:
     ),
     solution=_rope_solution,
     name="rope",
-    forbids=(apply_rope, rope_angles),
+    forbids=(apply_rope, rope_angles, sinusoidal_encoding),
 )
 def _check_rope(fn) -> str:
     x, positions = random_tensor(2, 6, 8, seed=30), torch.arange(6)

@@ -623,7 +623,14 @@ def _block_mistakes(length: int, window: int, block: int) -> Dict[str, Tuple[int
     ),
     solution=_window_blocks_solution,
     name="window_blocks",
-    forbids=(create_block_mask, create_mask, block_counts, sparsity_table),
+    forbids=(
+        create_block_mask,
+        create_mask,
+        block_counts,
+        sparsity_table,
+        sliding_window_mask,
+        causal_mask,
+    ),
 )
 def _check_window_blocks(fn) -> str:
     for length, window, block in _BLOCK_CASES:
@@ -738,7 +745,7 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
     ),
     solution=_fixed_causal_solution,
     name="fixed_causal",
-    forbids=(causal_mask_mod, causal_mask),
+    forbids=(causal_mask_mod, causal_mask, sliding_window_mask),
 )
 def _check_fixed_causal(fn) -> str:
     for seed, (query_len, key_len) in enumerate(_CAUSAL_CASES):
