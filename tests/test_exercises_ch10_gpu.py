@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 from exercise_helpers import REGISTRY, assert_fails, stub
+from torch.autograd import backward as imported_backward
+from torch.autograd import grad as imported_grad
 
 from attncourse.exercises import _core, _i18n, check, solution
 from attncourse.exercises.ch10_gpu import _CASES, _key_blocks_solution
@@ -667,7 +669,42 @@ def _backward_by_backward(query, key, value, out, lse, dout):  # .backward() on 
     return q.grad, k.grad, v.grad
 
 
-@pytest.mark.parametrize("answer", [_backward_autograd, _backward_by_backward])
+def _recomputed(query, key, value):
+    """Leaves that require grad, and attention recomputed on them."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (query, key, value))
+    return (q, k, v), torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, -1) @ v
+
+
+def _backward_imported_grad(query, key, value, out, lse, dout):  # from torch.autograd import grad
+    with torch.enable_grad():
+        leaves, o = _recomputed(query, key, value)
+        return imported_grad(o, leaves, dout)
+
+
+def _backward_imported_backward(query, key, value, out, lse, dout):
+    with torch.enable_grad():
+        leaves, o = _recomputed(query, key, value)
+        imported_backward(o, dout)
+    return tuple(t.grad for t in leaves)
+
+
+def _backward_forward_mode(query, key, value, out, lse, dout):  # torch.func.jacfwd
+    def loss(q, k, v):
+        return (torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, -1) @ v * dout).sum()
+
+    return torch.func.jacfwd(loss, argnums=(0, 1, 2))(query, key, value)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _backward_autograd,
+        _backward_by_backward,
+        _backward_imported_grad,
+        _backward_imported_backward,
+        _backward_forward_mode,
+    ],
+)
 def test_backward_refuses_autograd(answer):
     """The exercise writes the backward as the kernels do; autograd is what it is checked with."""
     assert_fails(BACKWARD, answer, "writes the backward by hand")

@@ -2046,12 +2046,14 @@ def _check_backward(fn) -> str:
         except Mistake as error:  # the learner's function failed: say on which input
             raise Mistake(_("With {what}: {message}").format(what=what, message=error)) from None
         if called:
+            # the engine behind a call already named is not named again
+            names = sorted(set(called) - {_AUTOGRAD}) or [_AUTOGRAD]
             raise Mistake(
                 _(
                     "Your function calls {names}: this exercise writes the backward by hand, from "
                     "the saved out and lse, as the backward kernels do (autograd is what the check "
                     "compares with)."
-                ).format(names=" and ".join(sorted(set(called))))
+                ).format(names=" and ".join(names))
             )
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Mistake(
@@ -2085,25 +2087,44 @@ def _check_backward(fn) -> str:
 
 @contextlib.contextmanager
 def _autograd_watched():
-    """Inside the block, the calls of ``torch.autograd.grad``, ``torch.autograd.backward`` and
-    ``Tensor.backward`` are recorded (and run): yields the list of the names called."""
-    called: List[str] = []
-    saved = torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward
+    """Inside the block, autograd's calls are recorded (and run): yields the list of the names
+    called. ``torch.autograd.grad``, ``torch.autograd.backward`` and ``Tensor.backward`` by
+    name; and, whatever name the learner imported them under (``from torch.autograd import
+    grad``), the backward engine that all of them, ``torch.func.vjp`` and ``jacrev`` run
+    (``torch.autograd._engine_run_backward``, where this torch has it), and forward-mode
+    autograd's ``make_dual`` (``torch.func.jacfwd``)."""
+    import torch.autograd.forward_ad as forward_ad
 
-    def watched(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    called: List[str] = []
+    patched = [
+        (torch.autograd, "grad", "torch.autograd.grad"),
+        (torch.autograd, "backward", "torch.autograd.backward"),
+        (torch.Tensor, "backward", "Tensor.backward"),
+        (torch.autograd, "_engine_run_backward", _AUTOGRAD),
+        (forward_ad, "make_dual", "forward-mode autograd"),
+    ]
+    patched = [(owner, name, label) for owner, name, label in patched if hasattr(owner, name)]
+    saved = [getattr(owner, name) for owner, name, _label in patched]
+
+    def watched(label: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            called.append(name)
+            called.append(label)
             return original(*args, **kwargs)
 
         return recorded
 
-    torch.autograd.grad = watched("torch.autograd.grad", saved[0])
-    torch.autograd.backward = watched("torch.autograd.backward", saved[1])
-    torch.Tensor.backward = watched("Tensor.backward", saved[2])
+    for (owner, name, label), original in zip(patched, saved):
+        setattr(owner, name, watched(label, original))
     try:
         yield called
     finally:
-        torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward = saved
+        for (owner, name, _label), original in zip(patched, saved):
+            setattr(owner, name, original)
+
+
+#: The name :func:`_autograd_watched` records for autograd's backward engine, reached by a name
+#: it does not patch (an imported ``grad``, ``torch.func.vjp``, ...).
+_AUTOGRAD = "autograd"
 
 
 def _backward_inputs(index: int, batch: Tuple[int, ...], L: int, S: int, d_k: int, d_v: int):
