@@ -245,7 +245,7 @@ def test_alibi_refuses_the_stored_table_and_a_python_list_and_float64_in_float32
         bias = -slopes[:, None, None] * (i - torch.arange(key_len)[None, :])
         return lambda s, b, h, q, k: s + bias[h, q, k].to(s.dtype)
 
-    assert_fails("flex/alibi-score-mod", own_table, "a table over the query and key positions")
+    assert_fails("flex/alibi-score-mod", own_table, "a table, stored or built as it runs")
 
     def python_list(num_heads, query_len, key_len):
         slopes = alibi_slopes(num_heads)
@@ -258,6 +258,75 @@ def test_alibi_refuses_the_stored_table_and_a_python_list_and_float64_in_float32
         return lambda s, b, h, q, k: s - slopes[h] * (q + key_len - query_len - k)
 
     assert_fails("flex/alibi-score-mod", promoted, "keep the input's dtype")
+
+
+def _bias_table(num_heads, query_len, key_len):
+    """The right (h, L, S) biases, as a learner computes them once."""
+    slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+    i = torch.arange(query_len)[:, None] + key_len - query_len
+    return -slopes[:, None, None] * (i - torch.arange(key_len)[None, :])
+
+
+def _table_as_default(num_heads, query_len, key_len):
+    table = _bias_table(num_heads, query_len, key_len)
+
+    def score_mod(score, b, h, q, k, bias=table):
+        return score + bias[h, q, k].to(score.dtype)
+
+    return score_mod
+
+
+class _TableModule(torch.nn.Module):  # a buffer, as PyTorch users keep constants
+    def __init__(self, num_heads, query_len, key_len):
+        super().__init__()
+        self.register_buffer("bias", _bias_table(num_heads, query_len, key_len))
+
+    def forward(self, score, b, h, q, k):
+        return score + self.bias[h, q, k].to(score.dtype)
+
+
+def _table_in_a_module(num_heads, query_len, key_len):
+    return _TableModule(num_heads, query_len, key_len)
+
+
+def _table_built_on_first_call(num_heads, query_len, key_len):
+    cache = {}
+
+    def score_mod(score, b, h, q, k):
+        if "bias" not in cache:
+            cache["bias"] = _bias_table(num_heads, query_len, key_len)
+        return score + cache["bias"][h, q, k].to(score.dtype)
+
+    return score_mod
+
+
+def _table_built_every_call(num_heads, query_len, key_len):
+    def score_mod(score, b, h, q, k):
+        return score + _bias_table(num_heads, query_len, key_len)[h, q, k].to(score.dtype)
+
+    return score_mod
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [_table_as_default, _table_in_a_module, _table_built_on_first_call, _table_built_every_call],
+)
+def test_alibi_refuses_a_table_however_it_is_kept(answer):
+    assert_fails("flex/alibi-score-mod", answer, "a table, stored or built as it runs")
+
+
+def test_alibi_accepts_a_stored_vector_of_positions():
+    def positions(num_heads, query_len, key_len):
+        slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+        position = torch.arange(64)  # up to a maximum length, as a model keeps them
+
+        def score_mod(score, b, h, q, k):
+            distance = position[q + key_len - query_len] - position[k]
+            return (score - slopes[h] * distance).to(score.dtype)
+
+        return score_mod
+
+    assert_passes("flex/alibi-score-mod", positions)
 
 
 # -- 3. predict the blocks ----------------------------------------------------------------------------

@@ -11,10 +11,12 @@ package's attention with the same mask.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..attention import scaled_dot_product_attention
 from ..flex import (
@@ -416,17 +418,64 @@ def _alibi_mistakes(score, heads, query_len, key_len) -> Dict[str, Optional[torc
     }
 
 
-def _no_stored_table(program: Callable, heads: int, query_len: int, key_len: int, what: str):
-    """A :class:`Mistake` when the program reads a tensor of ``query_len * key_len`` numbers or
-    more (closure or globals): a bias looked up in a table rather than computed per score."""
-    for table in captured(program):
-        if isinstance(table, torch.Tensor) and table.numel() >= query_len * key_len:
+#: The shape :func:`_no_stored_table` runs the program at: (heads, queries, keys), 768 pairs,
+#: more numbers than the slopes or a vector of positions a learner keeps.
+_TABLE_PROBE = (4, 24, 32)
+
+
+class _Indexed(TorchFunctionMode):
+    """Inside the block, the tensors indexed (``t[...]``, ``index_select``, ``gather``,
+    ``take``) are recorded in ``tensors``."""
+
+    INDEXING = (
+        torch.Tensor.__getitem__,
+        torch.Tensor.index_select,
+        torch.index_select,
+        torch.Tensor.gather,
+        torch.gather,
+        torch.Tensor.take,
+        torch.take,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensors: List[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.INDEXING and args and isinstance(args[0], torch.Tensor):
+            self.tensors.append(args[0])
+        return func(*args, **(kwargs or {}))
+
+
+def _no_stored_table(fn) -> None:
+    """A :class:`Mistake` when the program, made for :data:`_TABLE_PROBE`, reads a stored tensor
+    of as many numbers as the scores or more, or indexes one while it runs (built on its first
+    call, cached, or rebuilt on every call): a bias looked up in a table rather than computed
+    per score. A program that fails at that shape is left to the cases."""
+    heads, query_len, key_len = _TABLE_PROBE
+    what = _("{heads} heads, {query_len} queries after {key_len} keys").format(
+        heads=heads, query_len=query_len, key_len=key_len
+    )
+    program = _program(fn, (heads, query_len, key_len), what)
+    score = torch.zeros(1, heads, query_len, key_len, dtype=torch.float64)
+    tables = [t for t in captured(program) if isinstance(t, torch.Tensor)]
+    indexed = _Indexed()
+    try:
+        with indexed, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program(score, *_grids(1, heads, query_len, key_len))
+    except Exception:  # noqa: BLE001 - the program's own errors are the cases' to name
+        pass
+    shapes = [tuple(t.shape) for t in tables + indexed.tensors if t is not score]
+    for shape in shapes:
+        if math.prod(shape) >= query_len * key_len:
             raise Mistake(
                 _(
-                    "{what}: your score_mod reads a stored tensor of shape {shape}, a table over "
-                    "the query and key positions: compute the bias of each score from h, q_idx "
-                    "and kv_idx inside the program (only the {heads} slopes need to be stored)."
-                ).format(what=what, shape=tuple(table.shape), heads=heads)
+                    "{what}: your score_mod reads a tensor of shape {shape}, as many numbers as the "
+                    "scores or more: a table, stored or built as it runs. Compute the bias of each "
+                    "score from h, q_idx and kv_idx inside the program (only the {heads} slopes "
+                    "need to be stored)."
+                ).format(what=what, shape=shape, heads=heads)
             )
 
 
@@ -456,7 +505,6 @@ def _check_alibi_mod(fn) -> str:
             heads=heads, query_len=query_len, key_len=key_len
         )
         program = _program(fn, (heads, query_len, key_len), what)
-        _no_stored_table(program, heads, query_len, key_len, what)
         score = random_tensor(2, heads, query_len, key_len, seed=40 + seed).to(dtype)
         got = _run(program, (score.clone(), *_grids(2, heads, query_len, key_len)), what)
         if isinstance(got, torch.Tensor) and got.shape != score.shape:
@@ -502,6 +550,7 @@ def _check_alibi_mod(fn) -> str:
             score_mod=program,
             mask_mod=causal_mask_mod(query_len, key_len),
         )
+    _no_stored_table(fn)
     return _(
         "Right: the bias is computed per score from the indices, never stored as an (H, L, S) "
         "table; the slopes are the only tensor the program captures."
