@@ -383,12 +383,17 @@ _PUBLIC_HOME = {"torch._C._nn": "torch.nn.functional"}
 
 def _named_by_home(functions: Sequence[Callable[..., Any]]) -> Dict[str, Callable[..., Any]]:
     """``{"module.name": function}``: each function named where a learner imports it from
-    (one that this torch lacks, ``None``, is left out)."""
-    return {
-        f"{_PUBLIC_HOME.get(f.__module__, f.__module__)}.{f.__qualname__}": f
-        for f in functions
-        if f is not None
-    }
+    (one that this torch lacks, ``None``, is left out). Two functions of one name (a wrapper
+    copies its function's) would hide one of them: a ``ValueError``."""
+    named: Dict[str, Callable[..., Any]] = {}
+    for f in functions:
+        if f is None:
+            continue
+        name = f"{_PUBLIC_HOME.get(f.__module__, f.__module__)}.{f.__qualname__}"
+        if name in named and named[name] is not f:
+            raise ValueError(f"forbids names two functions {name}")
+        named[name] = f
+    return named
 
 
 def _public_source(function: Callable[..., Any], name: Optional[str]) -> str:
@@ -1193,8 +1198,9 @@ def captured(fn: Any) -> List[Any]:
 
 def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
     """Raise a :class:`Mistake` when the learner's ``fn`` calls one of the ``forbidden``
-    helpers (``{"the name the exercise uses": the function}``): an exercise text that says
-    "do not call X" and a checker that accepts X would contradict each other."""
+    helpers (``{"module.name": the function}``, what ``@exercise(forbids=...)`` lists): an
+    exercise text that says "do not call X" and a checker that accepts X would contradict each
+    other."""
     if not forbidden:
         return
     try:
