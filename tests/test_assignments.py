@@ -260,6 +260,29 @@ def built(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_no_graded_prediction_is_answered_below_it(built, lang):
+    """A predict exercise's answer comes after it in the chapter (predict, then see); in a graded
+    student notebook, which a student reads to the end, nothing below a graded prediction may
+    give its answer (its value, or a formula the page names as giving it away)."""
+    from test_predict_before_reveal import PREDICT_ANSWERS, _found
+
+    points = assignments.points()
+    answered = []
+    for student in sorted((built / lang).glob("*/dist/student/*.ipynb")):
+        cells = json.loads(student.read_text())["cells"]
+        for exercise_id, (answer, giveaways) in PREDICT_ANSWERS.items():
+            at = [
+                i for i, c in enumerate(cells) if f'check("{exercise_id}"' in "".join(c["source"])
+            ]
+            if not points[student.stem].get(exercise_id) or not at:
+                continue
+            below = "\n".join("".join(c["source"]) for c in cells[at[0] + 1 :])
+            for value in (answer, *(g for g in giveaways if isinstance(g, str))):
+                answered += [(student.name, exercise_id, hit) for hit in _found(below, value)]
+    assert not answered, answered
+
+
 def test_the_sites_downloads_hold_every_chapter(built):
     """The instructors' page links one zip per language: every chapter's student notebook, and
     in English every chapter's autograder (which grades both languages)."""
