@@ -1,6 +1,7 @@
 """What several test modules share (the checkers' tests have theirs in ``exercise_helpers.py``;
-``project_tools.py`` imports ``tools/``): the executed chapters of the book build, which of
-their cells' outputs are measurements, and the GPU benchmark at interpreter sizes."""
+``project_tools.py`` imports ``tools/``): the executed chapters of the book build, where an
+exercise starts, which of their cells' outputs are measurements, and the GPU benchmark at
+interpreter sizes."""
 
 import json
 import re
@@ -10,6 +11,10 @@ import pytest
 from project_tools import ROOT
 
 EXECUTED = ROOT / "_build" / "executed" / "book"
+
+#: Where an exercise starts: the book's ``{exercise-start}`` directive, or the Colab editions'
+#: "Exercise N.M" heading (练习 in Chinese).
+EXERCISE_START = re.compile(r"\{exercise-start\}|^#{1,4} (?:Exercise|练习) \d+\.\d+", re.MULTILINE)
 
 #: A cell that times or profiles prints shares and rates that change from run to run: a number
 #: of its outputs that equals an answer is chance, not a leak (chapter 7's profile once printed

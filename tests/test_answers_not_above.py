@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import pytest
 import torch
 from exercise_helpers import NUMBER_PROBES, REGISTRY
-from helpers import EXECUTED, MEASURES, executed_cells
+from helpers import EXECUTED, EXERCISE_START, MEASURES, executed_cells
 
 from attncourse.exercises import _core, check
 from attncourse.exercises._concealed import reveal
@@ -107,9 +107,6 @@ def _source(cell) -> str:
     return "".join(cell["source"])
 
 
-_START = re.compile(r"\{exercise-start\}|^#{1,4} (?:Exercise|练习) \d+\.\d+", re.MULTILINE)
-
-
 def exercises(cells) -> Iterator[Tuple[str, int]]:
     """``(exercise id, index of the cell that starts it)`` for every exercise of a notebook."""
     seen = set()
@@ -123,7 +120,7 @@ def exercises(cells) -> Iterator[Tuple[str, int]]:
             starts = [
                 k
                 for k in range(index)
-                if cells[k]["cell_type"] == "markdown" and _START.search(_source(cells[k]))
+                if cells[k]["cell_type"] == "markdown" and EXERCISE_START.search(_source(cells[k]))
             ]
             assert starts, f"check({exercise_id!r}) at cell {index} follows no exercise start"
             yield exercise_id, starts[-1]

@@ -240,9 +240,7 @@ def test_alibi_refuses_the_stored_table_and_a_python_list_and_float64_in_float32
     assert_fails("flex/alibi-score-mod", table, "asks you to write yourself")
 
     def own_table(num_heads, query_len, key_len):  # the right biases, stored
-        slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
-        i = torch.arange(query_len)[:, None] + key_len - query_len
-        bias = -slopes[:, None, None] * (i - torch.arange(key_len)[None, :])
+        bias = _bias_table(num_heads, query_len, key_len)
         return lambda s, b, h, q, k: s + bias[h, q, k].to(s.dtype)
 
     assert_fails("flex/alibi-score-mod", own_table, "a table, stored or built as it runs")

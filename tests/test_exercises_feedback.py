@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 from exercise_helpers import REGISTRY, number_exercises
-from helpers import ROOT
+from helpers import EXERCISE_START, ROOT
 
 import attncourse.exercises  # noqa: F401 - registers every exercise
 from attncourse.exercises import _core, check, solution
@@ -364,16 +364,13 @@ def test_two_forbidden_functions_of_one_name_are_refused_at_registration():
         _core._named_by_home((causal_mask, wrapper))
 
 
-_START = re.compile(r"\{exercise-start\}|^#{1,4} (?:Exercise|练习) \d+\.\d+", re.MULTILINE)
-
-
 def _exercise_texts(path):
     """``{exercise id: its Markdown, from the exercise's start to its check() cell}``."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     texts, chunks = {}, []
     for cell in cells:
         source = "".join(cell["source"])
-        start = _START.search(source) if cell["cell_type"] == "markdown" else None
+        start = EXERCISE_START.search(source) if cell["cell_type"] == "markdown" else None
         if start:
             chunks = [source[start.start() :]]
         elif cell["cell_type"] == "markdown":

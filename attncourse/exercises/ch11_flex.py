@@ -11,7 +11,6 @@ package's attention with the same mask.
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -418,6 +417,13 @@ def _alibi_mistakes(score, heads, query_len, key_len) -> Dict[str, Optional[torc
     }
 
 
+def _alibi_case(heads: int, query_len: int, key_len: int) -> str:
+    """How the ALiBi exercise's messages name a case."""
+    return _("{heads} heads, {query_len} queries after {key_len} keys").format(
+        heads=heads, query_len=query_len, key_len=key_len
+    )
+
+
 #: The shape :func:`_no_stored_table` runs the program at: (heads, queries, keys), 768 pairs,
 #: more numbers than the slopes or a vector of positions a learner keeps.
 _TABLE_PROBE = (4, 24, 32)
@@ -453,9 +459,7 @@ def _no_stored_table(fn) -> None:
     call, cached, or rebuilt on every call): a bias looked up in a table rather than computed
     per score. A program that fails at that shape is left to the cases."""
     heads, query_len, key_len = _TABLE_PROBE
-    what = _("{heads} heads, {query_len} queries after {key_len} keys").format(
-        heads=heads, query_len=query_len, key_len=key_len
-    )
+    what = _alibi_case(heads, query_len, key_len)
     program = _program(fn, (heads, query_len, key_len), what)
     score = torch.zeros(1, heads, query_len, key_len, dtype=torch.float64)
     tables = [t for t in captured(program) if isinstance(t, torch.Tensor)]
@@ -466,16 +470,15 @@ def _no_stored_table(fn) -> None:
             program(score, *_grids(1, heads, query_len, key_len))
     except Exception:  # noqa: BLE001 - the program's own errors are the cases' to name
         pass
-    shapes = [tuple(t.shape) for t in tables + indexed.tensors if t is not score]
-    for shape in shapes:
-        if math.prod(shape) >= query_len * key_len:
+    for table in tables + indexed.tensors:
+        if table is not score and table.numel() >= query_len * key_len:
             raise Mistake(
                 _(
                     "{what}: your score_mod reads a tensor of shape {shape}, as many numbers as the "
                     "scores or more: a table, stored or built as it runs. Compute the bias of each "
                     "score from h, q_idx and kv_idx inside the program (only the {heads} slopes "
                     "need to be stored)."
-                ).format(what=what, shape=shape, heads=heads)
+                ).format(what=what, shape=tuple(table.shape), heads=heads)
             )
 
 
@@ -501,9 +504,7 @@ def _no_stored_table(fn) -> None:
 )
 def _check_alibi_mod(fn) -> str:
     for seed, (heads, query_len, key_len, dtype) in enumerate(_ALIBI_CASES):
-        what = _("{heads} heads, {query_len} queries after {key_len} keys").format(
-            heads=heads, query_len=query_len, key_len=key_len
-        )
+        what = _alibi_case(heads, query_len, key_len)
         program = _program(fn, (heads, query_len, key_len), what)
         score = random_tensor(2, heads, query_len, key_len, seed=40 + seed).to(dtype)
         got = _run(program, (score.clone(), *_grids(2, heads, query_len, key_len)), what)
