@@ -168,7 +168,7 @@ def _check_in_flex(
         raise Mistake(
             _(
                 "{what}: your program is right on index tensors but fails inside FlexAttention, "
-                "which calls it through vmap, one score at a time ({type_name}: {error}). Use "
+                "which calls it through vmap, as if on one score at a time ({type_name}: {error}). Use "
                 "tensor operations only: no .item(), no Python if on a tensor, no lists indexed "
                 "with a tensor (put captured values in a tensor)."
             ).format(what=what, type_name=type(error).__name__, error=str(error).splitlines()[0])
