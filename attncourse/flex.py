@@ -507,8 +507,9 @@ def compile_flex(
     gradients off: on a CPU FlexAttention runs forward only) and times it. Compiling for the CPU
     needs an x86 CPU with AVX2 and a C++ compiler (Linux and Colab have gcc; Windows often has
     none; torch 2.13 does not compile it for a Mac's CPU), and Triton on an NVIDIA or AMD GPU
-    (torch 2.13 compiles it for a Mac's GPU, MPS, without Triton); where anything in it fails, the kernel is FlexAttention's eager mode, which computes the same numbers,
-    materialising the scores, and the note says why.
+    (torch 2.13 compiles it for a Mac's GPU, MPS, without Triton); where anything in it fails,
+    the kernel is FlexAttention's eager mode, which computes the same numbers, materialising the
+    scores, and the note says why.
 
     Later calls with the same shapes, dtype and programs (any values of their captured
     tensors, any block mask of the same shape) reuse the compiled kernel.

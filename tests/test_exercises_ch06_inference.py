@@ -49,7 +49,13 @@ def test_cache_bytes_accepts(answer):
         (1.25, "GiB"),
         (torch.tensor(1.25), "GiB"),  # any kind of number, not only a Python float
         (1280, "MiB"),
-        (1342.18, "MiB"),
+        (1342.18, "in MB"),
+        (1.34, "in GB"),  # rounded, still the closest unit
+        (1310720, "1,310,720 looks like the size in KiB"),
+        (327680, "one token, 320 KiB: multiply by the 4096 positions"),
+        (320, "one token in KiB"),
+        (4096, "one position in one layer"),
+        (2.5, "2.5 bytes is not it"),  # twice the answer in GiB is not taken for a unit
         (123456789, "123,456,789 bytes is not it"),
         (RIGHT_BYTES - 1, "1,342,177,279 bytes is not it"),  # printed whole, not as 1.34218e+09
         (1.342e9, "rounded to 4 significant digits"),  # the right count, rounded

@@ -503,3 +503,35 @@ def test_choice_shape_and_tensor_edges_a_mutation_audit_found():
         as_shape((-1, 3))
     with pytest.raises(Mistake, match="ordinary dense tensor"):
         expect_tensor(torch.empty(2, 3, device="meta"), (2, 3), "x")
+
+
+class _Agreeable(torch.Tensor):
+    """A tensor subclass whose comparisons always say yes, as a learner could write."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.equal, torch.allclose, torch.Tensor.equal, torch.isclose):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize(
+    "exercise_id, answer",
+    [
+        (
+            "masking/padding-mask",
+            lambda lengths, max_len: torch.zeros(len(lengths), max_len, dtype=torch.bool),
+        ),
+        (
+            "masking/causal-mask",
+            lambda query_len, key_len: torch.ones(query_len, key_len, dtype=torch.bool),
+        ),
+        ("inference/repeat-kv", lambda x, n_rep: x.repeat(1, n_rep, 1, 1)),
+    ],
+)
+def test_a_tensor_subclass_is_graded_on_its_data_not_its_comparisons(exercise_id, answer):
+    def agreeable(*args):
+        return answer(*args).as_subclass(_Agreeable)
+
+    assert not check(exercise_id, answer).passed
+    assert not check(exercise_id, agreeable).passed

@@ -323,6 +323,9 @@ FORBIDDING = {
     "dot-product/fix-mask-after-softmax",
     "multi-head/split-heads",
     "multi-head/fix-merge",
+    "masking/padding-mask",
+    "masking/causal-mask",
+    "masking/attention-mask",
     "language-model/sinusoidal",
     "language-model/rope",
     "language-model/top-k",
@@ -353,6 +356,40 @@ def test_every_forbidden_helper_is_refused_by_its_name(exercise_id, name, helper
 
     result = check(exercise_id, answer)
     assert result.status == FAILED and name in result.message, result.message
+
+
+#: The package's functions that are a forbidden helper without its checks (``_repeat_kv``):
+#: each is refused too, naming the helper it stands for.
+PRIVATE_PARTS = [
+    (exercise_id, name, private)
+    for exercise_id, name, helper in FORBIDDEN
+    for private in _core._private_parts(helper)
+]
+
+
+def test_the_helpers_without_their_checks_are_found():
+    found = {(name, f"{p.__module__}.{p.__name__}") for _, name, p in PRIVATE_PARTS}
+    assert found == {
+        ("attncourse.attention.scaled_dot_product_attention", "attncourse.attention._attention"),
+        ("attncourse.kv_cache.repeat_kv", "attncourse.kv_cache._repeat_kv"),
+        ("attncourse.multihead.merge_heads", "attncourse.multihead._merge_heads"),
+        ("attncourse.multihead.split_heads", "attncourse.multihead._split_heads"),
+    }
+
+
+@pytest.mark.parametrize(
+    "exercise_id, name, private",
+    PRIVATE_PARTS,
+    ids=[f"{e}:{p.__name__}" for e, _, p in PRIVATE_PARTS],
+)
+def test_a_helper_without_its_checks_is_refused_by_the_helpers_name(exercise_id, name, private):
+    def answer(*args, **kwargs):
+        return private(*args, **kwargs)
+
+    result = check(exercise_id, answer)
+    assert result.status == FAILED and f"{private.__name__}, which is {name}" in result.message, (
+        result.message
+    )
 
 
 def test_two_forbidden_functions_of_one_name_are_refused_at_registration():

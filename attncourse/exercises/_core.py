@@ -1039,6 +1039,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             context.spent += time.perf_counter() - start
         torch.set_default_dtype(default_dtype)
         torch.set_grad_enabled(grad_enabled)
+    result = _plain(result)
     if context is not None and context.exercise is not None and not context.exercise.keep_dtype:
         return result
     expected = _expected_dtype(args, kwargs)
@@ -1052,6 +1053,21 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # values (named()), usually the one that matters more, is named first; check() adds this
     context.dtype_mistake = context.dtype_mistake or mistake
     return converted
+
+
+def _plain(result: Any) -> Any:
+    """``result`` with each tensor of a subclass (alone, or in a tuple or list) as a plain tensor
+    of the same data and autograd history: a subclass's ``__torch_function__`` would otherwise
+    answer the checker's own comparisons (a ``torch.equal`` that always says yes)."""
+    if isinstance(result, (tuple, list)):
+        items = [_plain(item) for item in result]
+        if all(a is b for a, b in zip(items, result)):
+            return result
+        return type(result)(*items) if hasattr(result, "_fields") else type(result)(items)
+    if isinstance(result, Tensor) and type(result) is not Tensor:
+        with torch._C.DisableTorchFunctionSubclass():
+            return Tensor.as_subclass(result, Tensor)
+    return result
 
 
 #: The instructions that read a global name, and those that read an attribute (or import one).
@@ -1216,6 +1232,29 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
                     "function.)"
                 ).format(name=name)
             )
+        for private in _private_parts(helper):
+            if any(obj is private for obj in reached):
+                raise Mistake(
+                    _(
+                        "Your function calls {private}, which is {name} without its checks: this "
+                        "exercise asks you to write it yourself."
+                    ).format(private=f"{private.__module__}.{private.__qualname__}", name=name)
+                )
+
+
+def _private_parts(helper: Any) -> List[Any]:
+    """The package's private functions that a forbidden helper's own code calls and that are
+    that helper without its checks (their docstrings say so: ``repeat_kv`` checks its input and
+    calls ``_repeat_kv``): calling one of them is calling the helper."""
+    body = f":func:`{getattr(helper, '__name__', '')}` without the checks"
+    return [
+        obj
+        for obj in captured(helper)
+        if inspect.isfunction(obj)
+        and obj.__name__.startswith("_")
+        and obj.__module__.startswith("attncourse.")
+        and (obj.__doc__ or "").strip().startswith(body)
+    ]
 
 
 # -- numbers and shapes as learners write them -----------------------------------------------

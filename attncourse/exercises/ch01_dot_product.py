@@ -556,7 +556,7 @@ def _check_fixed_masked_attention(fn) -> str:
                     (
                         _(
                             "This is still the given code: the weights are masked after the softmax, so each row "
-                            "sums to less than 1. Fill the masked scores with -inf, then take the softmax."
+                            "sums to less than 1."
                         )
                     ): (after @ v),
                     _(

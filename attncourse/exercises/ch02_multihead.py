@@ -399,8 +399,7 @@ def _check_merge(fn) -> str:
                         (
                             _(
                                 "This is still the given code: a reshape of (B, h, L, d_k) keeps head 0's positions "
-                                "together, so row t mixes pieces of several positions. Transpose to (B, L, h, d_k) "
-                                "first, then reshape."
+                                "together, so row t mixes pieces of several positions."
                             )
                         ): heads.reshape(B, L, h * d_k),
                         (

@@ -30,6 +30,7 @@ from ._core import (
     matches,
     number,
     random_tensor,
+    reveal,
     several,
     softmax_over,
     stub_field,
@@ -40,22 +41,28 @@ from ._i18n import _
 
 _CACHE_BYTES = "UEdAXFJYQkBLVQ=="
 _CACHE_BYTES_MISTAKES = (
-    "GlZCWVJfTUpFUVFWTk5BOx0TB0UIB1QGAgMTUgcNBFQVABAYEABJRRgbAU4PChMGUwoUAFQaCwpVFBIGFRsGTlFPXRAcEQlUP04C"
-    "ARFSJUUABhFOAA4WGhYBSFhUARFPFh0GCxUREE4GAxAfFgsVB1hODQABUhEcFREHTksNEx4cBBVFQk4XDh4XAEVTVBYXFwoGUhYE"
-    "AhxdQkMAB1IHCg4fVAo8BFVPU1NVVFwHF08cAVNdUE1GTkxPQ0ZTWEFFRlZKQVdeU0dSR0FbV1tGQENHW1RWOgsOAVIaFkEVVB8W"
-    "DgcGFhdBGxJOFwcQUhILEgMRHFlPDB0GRQ0REhpDAAAGUwcOABxOFwcQUhUEAgAbHENdVRQcF0E/VA8NC1UkUwQPEFQaCwpVQFMH"
-    "GAARHUMfEABTAA0RGQsNG1tQX0VDRURZUFhBQ0tXVURWVENNLB0GRRQHEQpDGx0XU1NVVAUbBh0MUhsAABAHVUMIBx0GFQQQWR8W"
-    "CgcLUwQVABEAFwYaHFMGABccCxBPGhwfHEEAHAtDV1U5XDNBHBEPBxxbUF9FQ0FHWFtYRUtCV1FWTk5BNhoHUxASERBOFwcQUkVR"
-    "QQUBCxEWVRoWBAUHVA8NC1UeFgMVVBsbF08UUhUEAgAbHENdVVo4RQAaEE41Q1UdAUUVHBFOARYBFwBMW1QXDwAHEFIHDQRUTE4o"
-    "QCNSGwAAEAdCQyRVEx0BQSJYTlFPFwsHABJUEQ8AB1tQX0VDRkJWV1xARkZTUVZOTkE7HRMHRQgHVBoUBhYXUxEJEVQPDRwCFwFf"
-    "QRYSAgwOAUNFRRUVHwsQT0dSERwVEQdCQwEaBlNRQVwbHEMWGgdTBg4BGhoGC1U5UwQPEFQ4QxsCGxAASFpWQkNNREREUlZGRVhB"
-    "VVVQJw0AAFQHEE8aHBZFDRUNCxFIBlIQBAIcEVRDAgAeBwwRGA1OARZVBhsAQUxETg8ODBcBFk9WWE5BV0BKSlxSQEFXUV9XSFNH"
-    "OBsBThYcEBZTEQkRVAMMCxAeUxIIEAAGQ1dES0FFEREGTihAI1IbAAAQT04GDhYaUy5OIlQGBg4RUhoWQRArBUNSVUpCXFNUW05V"
-    "W1VPU1RTTFQZCgsQXFFJQVZFXlRcQkZCXVNAREBTTU9SUTEJFQBOChxVFxoCCQBUGgoCEAFTEQkRVA8NHAIXAV9BFh0aEE8cHAAR"
-    "BBUQTgwJVRAKEQQHS04iTxcUHwoAAEVYQwoZFx4ADwBUGgIEEAFTV0EWDRoGHFVaQlNBFh0aEEZbUF9FQ0VEWVBYQUNLV1VEWl5T"
-    "TU9SUTwOAVQaDAAeUhc6ClRJTlteTEBTSkFMVFNDXkVAR0lBABwLQxgcFgcNQRAdGAoLEBZTBxhUAAYGT01SOEo3VBwLAgsGSFMB"
-    "Ph9UBxBPARoWRRYdEBoLTxEbBQwFERBOARZVBhsAQUJAThIaEAAKRQkRFQoQQ1VDQV1NVBUAB08BGhZFWVQ/QTVPHRcSARJUBwYC"
-    "HRBSBw0AAFQZCgsBGl1HHA=="
+    "GlZCWVJfTUpFUVFWTk5BOx0TB0UIB1QGAgMTUgcNBFQVABAYEABJRRgbAU4PChMGUwoUAFQaCwpVFBIGFRsGTlFPXR"
+    "AcEQlUP04CARFSJUUABhFOAA4WGhYBSFhUARFPFh0GCxUREE4GAxAfFgsVB1hODQABUhEcFREHTksNEx4cBBVFQk4X"
+    "Dh4XAEVTVBYXFwoGUhYEAhxdQkMAB1IHCg4fVAo8BFVPU1NVVFwHF08cAVNdUE1GTkxPQ0ZTWEFFRlZKQVdeU0dSR0"
+    "FbV1tGQENHW1RWOgsOAVIaFkEVVB8WDgcGFhdBGxJOFwcQUhILEgMRHFlPDB0GRQ0REhpDAAAGUwcOABxOFwcQUhUE"
+    "AgAbHENdVRQcF0E/VA8NC1UkUwQPEFQaCwpVQFMHGAARHUMfEABTAA0RGQsNG1tQX0VDRURZUFhBQ0tXVURWVENNLB"
+    "0GRRQHEQpDGx0XU1NVVAUbBh0MUhsAABAHVUMIBx0GFQQQWR8WCgcLUwQVABEAFwYaHFMGABccCxBPGhwfHEEAHAtD"
+    "V1U5XDNBHBEPBxxbUF9FQ0FHWFtYRUtCV1FWTk5BNhoHUxASERBOFwcQUkVRQQUBCxEWVRoWBAUHVA8NC1UeFgMVVB"
+    "sbF08UUhUEAgAbHENdVVo4RQAaEE41Q1UdAUUVHBFOARYBFwBMW1QXDwAHEFIHDQRUTE4oQCNSGwAAEAdCQyRVEx0B"
+    "QSJYTlFPFwsHABJUEQ8AB1tQX0VDRkJWV1xARkZTUVZOTkE7HRMHRQgHVBoUBhYXUxEJEVQPDRwCFwFfQRYSAgwOAU"
+    "NFRRUVHwsQT0dSERwVEQdCQwEaBlNRQVwbHEMWGgdTBg4BGhoGC1U5UwQPEFQ4QxsCGxAASFpWQkNNREREUlZGRVhB"
+    "VVVQJw0AAFQHEE8aHBZFDRUNCxFIBlIQBAIcEVRDAgAeBwwRGA1OARZVBhsAQUxETg8ODBcBFk9WWE5BV0BKSlxSQE"
+    "FXUV9XSFNHOBsBThYcEBZTEQkRVAMMCxAeUxIIEAAGQ1dES0FFEREGTihAI1IbAAAQT04GDhYaUy5OIlQGBg4RUhoW"
+    "QRArBUNSVUpCXFNUW05VW1VPU1RTTFQZCgsQXFFJQVZFXlRcQkZCXVNAREBTTU9SUTEJFQBOChxVFxoCCQBUGgoCEA"
+    "FTEQkRVA8NHAIXAV9BFh0aEE8cHAARBBUQTgwJVRAKEQQHS04iTxcUHwoAAEVYQwoZFx4ADwBUGgIEEAFTV0EWDRoG"
+    "HFVaQlNBFh0aEEZbUF9FQ0VEWVBYQUNLV1VEWl5TTU9SUTwOAVQaDAAeUhc6ClRJTlteTEBTSkFMVFNDXkVAR0lBAB"
+    "wLQxgcFgcNQRAdGAoLEBZTBxhUAAYGT01SOEo3VBwLAgsGSFMBPh9UBxBPARoWRRYdEBoLTxEbBQwFERBOARZVBhsA"
+    "QUJAThIaEAAKRQkRFQoQQ1VDQV1NVBUAB08BGhZFWVQ/QTVPHRcSARJUBwYCHRBSBw0AAFQZCgsBGl1HTVRWXVFYQ0"
+    "pDR1tUVjoLDgFSGhZBABwLQwwUERsAQRsSTgwBEFIHCgoRGkJDXEdCUy4INk5ODhoZBhoVDQ1UDBpPARoWRVVETVhD"
+    "HxoBGhEIGxodQwATUgcNBFQHCxIaEBwQAE9WWE5BW0VLRUdbVFY6Cw4BUhoWQQAcC0MMFBEbAEEbEk4MARBSAwoSHQ"
+    "AHDAFVGx1FDhoRTg8ODBcBRUlGVBZDV1UKU1RTTFQWQ11VEAoRBAddVEMCAB4HDBEYDU4BFlUGGwBBTERODw4MFwEW"
+    "QRUaCkMbHRdTUVFNQk4TAAYbBwwOGgdAQUNVUEBXUVZOTkE7HRMHRQgHVBoLClUREgYJEVQBBU8aHBZFFRsfCw1PHB"
+    "xTLgg2Tk4EBgMXUxEJEVQZCwAZF1MWBAUBCw0MEFUASUFARFdVTwUdAAwVHRsAEENVGx1FAw0ACxBBVw8="
 )
 _CACHE_BYTES_SOLUTION = (
     "U1QMTltfVR4SHAQGB04bT01SOEo3VBwLAgsGUgtFUEZMTksLKhlTWEFMRVdRT1pSRVFIVAxOV19MRFMVDgcdGgoAGwFTHUFGVAwa"
@@ -85,19 +92,13 @@ _CACHE_BYTES_SOLUTION = (
 )
 def _check_cache_bytes(answer) -> str:
     value = number(answer, _("number of bytes"))  # a Python, numpy or torch number
-    if 0 < value < 1e3:
+    unit = _unit_of(value, float(reveal(_CACHE_BYTES)))
+    if unit:
         raise Mistake(
             _(
-                "{answer:g} looks like GiB or GB; give the size in bytes (an integer such as "
+                "{answer:,.10g} looks like the size in {unit}: give it in bytes (an integer such as "
                 "123456789)."
-            ).format(answer=value)
-        )
-    if 1e3 <= value < 1e7:  # every count in bytes of a mistake listed is above 1.6e7
-        raise Mistake(
-            _(
-                "{answer:g} looks like MiB, MB or KiB; give the size in bytes (an integer such as "
-                "123456789)."
-            ).format(answer=value)
+            ).format(answer=value, unit=unit)
         )
     return check_number(
         answer,
@@ -118,6 +119,26 @@ def _check_cache_bytes(answer) -> str:
             )
         ),
     )
+
+
+#: the units a size in bytes may be given in by mistake, and their size in bytes
+_BYTE_UNITS = (
+    (2**30, "GiB"),
+    (10**9, "GB"),
+    (2**20, "MiB"),
+    (10**6, "MB"),
+    (2**10, "KiB"),
+    (10**3, "kB"),
+)
+
+
+def _unit_of(value: float, size: float) -> str:
+    """The unit in which ``value`` is ``size`` bytes, within 5 % (1.25 GiB, 1.34 GB, 1280 MiB,
+    with the closest unit where two fit), else ``""``."""
+    if value <= 0 or value >= size / 2:
+        return ""
+    error, unit = min((abs(value * scale - size) / size, unit) for scale, unit in _BYTE_UNITS)
+    return unit if error <= 0.05 else ""
 
 
 # -- 2. repeat the K/V heads -----------------------------------------------------------------
@@ -288,8 +309,7 @@ def _cached_step_mistakes(case: str, inputs: tuple, key: torch.Tensor, value: to
         (
             _(
                 "{case}: the output is still the buggy one. is_causal=True aligns the top left "
-                "corner, so the first new query sees only the first cached key; use the bottom-right "
-                "mask causal_mask(L, S)."
+                "corner, so the first new query sees only the first cached key."
             ).format(case=case)
         ): _buggy_top_left(q, k, v, past_k, past_v)[0],
         (
