@@ -244,6 +244,27 @@ def test_cached_step_rejects(wrong, words):
     assert_fails("inference/cached-step", wrong, words)
 
 
+def test_a_float32_mask_for_float64_inputs_is_named_where_torch_misreads_it():
+    """An additive mask built with torch.zeros(L, S), float32, for the checker's float64 inputs.
+    torch 2.13's CPU SDPA returns wrong numbers for some shapes (here (2, 3, 3, 4) queries over
+    8 keys) without an error; where this torch reads it right, the answer is right."""
+    additive = step_mask(
+        lambda L, S: torch.zeros(L, S).masked_fill(~causal_mask(L, S), float("-inf"))
+    )
+    q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64) for n in (3, 8, 8))
+    mask = causal_mask(3, 8)
+    misread = not torch.allclose(
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.zeros(3, 8).masked_fill(~mask, float("-inf"))
+        ),
+    )
+    if misread:
+        assert_fails("inference/cached-step", additive, "right on float32 inputs")
+    else:
+        assert_passes("inference/cached-step", additive)
+
+
 # -- inference/rolling-buffer ----------------------------------------------------------------
 
 

@@ -535,3 +535,11 @@ def test_a_tensor_subclass_is_graded_on_its_data_not_its_comparisons(exercise_id
 
     assert not check(exercise_id, answer).passed
     assert not check(exercise_id, agreeable).passed
+
+
+def test_a_tuple_of_the_wrong_length_is_told_its_length():
+    def triple(target, source, w_q, w_k, w_v, source_mask):
+        return (torch.zeros(1, dtype=target.dtype),) * 3
+
+    message = check("cross-attention/single-head", triple).message
+    assert "Return a pair (output, weights); got tuple of length 3." in message, message

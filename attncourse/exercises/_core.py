@@ -1547,7 +1547,10 @@ def expect_tuple(value: Any, length: int, message: str, *, of: type = object) ->
         or len(value) != length
         or not all(isinstance(item, of) for item in value)
     ):
-        raise Mistake(message.format(type_name=type(value).__name__))
+        kind = type(value).__name__
+        if isinstance(value, (tuple, list)) and len(value) != length:
+            kind = f"{kind} of length {len(value)}"
+        raise Mistake(message.format(type_name=kind))
     return tuple(value)
 
 
