@@ -149,7 +149,7 @@ def rope_ignores_positions(x, positions):
 
 
 def rope_in_x_dtype(x, positions):
-    """Angles in x's own dtype: float32 for a float32 x (right at the small positions it is given)."""
+    """Angles in x's own dtype: right in float64, and in float32 at small positions only."""
     d = x.size(-1)
     theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
     a = positions.to(x.dtype)[:, None] * theta
@@ -194,7 +194,7 @@ def rope_float64_out(x, positions):
     return _rope_solution(x.double(), positions)
 
 
-@pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place, rope_in_x_dtype])
+@pytest.mark.parametrize("answer", [_rope_solution, rope_complex, rope_in_place])
 def test_rope_accepts(answer):
     assert_passes("language-model/rope", answer)
 
@@ -215,6 +215,10 @@ def test_rope_accepts(answer):
         # cos and sin swapped: a rotation by pi/2 - m theta_i
         (_swapped_cos_sin, "cos and sin are swapped"),
         (rope_float32_theta, "computed in float32"),
+        # float32 angles for a float32 x: off by about 1e-3 rad at position 100000
+        (rope_in_x_dtype, "in float32 at positions [0, 1, 4097, 100000]"),
+        # right with batch dimensions only
+        (lambda x, p: x if x.dim() == 2 else _rope_solution(x, p), "2-D x (6, 8)"),
         (rope_float64_out, "keep the input's dtype"),
         # 10000^(-i/d) over the d/2 pairs: the exponent counts pairs, not features
         (rope_with_theta(lambda d: 10000.0 ** (-torch.arange(d // 2).double() / d)), "-i/d"),
@@ -265,7 +269,19 @@ def top_k_plus_one(logits, k, temperature):
     return _top_k_solution(logits, min(k + 1, logits.size(-1)), temperature)
 
 
-@pytest.mark.parametrize("answer", [_top_k_solution, top_k_scatter, top_k_numpy])
+def top_k_finite_fill(logits, k, temperature):
+    """-100 for the logits outside the top k: e^-100 of weight, nothing."""
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return torch.softmax(logits.masked_fill(logits < kth, -100.0) / temperature, -1)
+
+
+def top_k_forgets_t_when_k_is_v(logits, k, temperature):
+    if k >= logits.size(-1):
+        return torch.softmax(logits, -1)
+    return _top_k_solution(logits, k, temperature)
+
+
+@pytest.mark.parametrize("answer", [_top_k_solution, top_k_scatter, top_k_numpy, top_k_finite_fill])
 def test_top_k_accepts(answer):
     assert_passes("language-model/top-k", answer)
 
@@ -283,6 +299,7 @@ def test_top_k_accepts(answer):
         ),
         (lambda z, k, t: torch.softmax(_top_k_masked(z, k), -1) / t, "rows sum to 1 / T"),
         (top_k_plus_one, "k + 1"),
+        (top_k_forgets_t_when_k_is_v, "temperature has no effect"),
         (lambda z, k, t: torch.softmax(z / t, -1), "top-k is missing"),
         # the logits outside the top k zeroed, as a learner fills a mask with 0
         (
@@ -415,6 +432,10 @@ def test_temperature_experiment_accepts_measurements(seed):
     assert_passes("language-model/temperature-experiment", measured(0.5, seed).tolist())
     assert_passes("language-model/temperature-experiment", measured(0.5, seed).numpy())
     assert_passes("language-model/temperature-experiment", measured(0.5, seed).float())
+    # any integer dtype (torch has no comparisons for uint16 on the CPU)
+    assert_passes(
+        "language-model/temperature-experiment", measured(0.5, seed).numpy().astype("uint16")
+    )
 
 
 @pytest.mark.parametrize("value", [0.25 / 0.38, 0.658, torch.tensor(0.25 / 0.38), 13158 / 20000])

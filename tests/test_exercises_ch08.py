@@ -65,6 +65,32 @@ def test_soft_mask_with_the_right_values_but_no_gradient_is_refused(fn):
     assert_fails("adaptive-span/soft-mask", fn, "passes no gradient to z")
 
 
+def test_soft_mask_gradient_is_checked_within_the_time_limit_and_leaves_grad_mode_on(monkeypatch):
+    """The gradient check runs the learner's function again, with a span that needs a gradient:
+    through call() too, under the time limit (1 s here) and with torch's grad mode restored."""
+    import time
+
+    from attncourse.exercises import _core
+
+    monkeypatch.setattr(_core, "TIME_LIMIT_S", 1.0)
+
+    def slow_with_a_gradient(x, z, r):
+        if z.requires_grad:
+            time.sleep(10)
+        return ((r + z - x) / r).clamp(0, 1)
+
+    def switches_grad_off(x, z, r):
+        torch.set_grad_enabled(False)
+        return ((r + z - x) / r).clamp(0, 1)
+
+    started = time.monotonic()
+    result = check("adaptive-span/soft-mask", slow_with_a_gradient)  # stopped at 1 s, not 10
+    assert not result.passed and "more than 1 s" in result.message, result.message
+    assert time.monotonic() - started < 6  # both languages (tests/conftest.py)
+    assert_fails("adaptive-span/soft-mask", switches_grad_off, "passes no gradient to z")
+    assert torch.is_grad_enabled()
+
+
 def test_soft_mask_with_a_gradient_passes_in_every_style():
     styles = [
         lambda x, z, r: torch.clamp((r + z - x) / r, 0, 1),

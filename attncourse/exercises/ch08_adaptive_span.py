@@ -140,17 +140,21 @@ def _check_mask_gradient(fn, distance: torch.Tensor) -> None:
     """The mask passes the gradient to z: d/dz of its sum is the number of distances on the
     ramp, divided by R (z = 5.5 and R = 4 keep every integer distance off the ramp's ends).
 
-    ``fn`` is called directly, not through :func:`call`, whose copies of the arguments would
-    take the gradient: its values were checked through ``call`` already."""
+    The span reaches ``fn`` from a closure, not as an argument of :func:`call`, whose copy of it
+    would take the gradient; ``call`` still limits the time and restores torch's state."""
     span = torch.tensor(5.5, dtype=torch.float64, requires_grad=True)
     reference = torch.tensor(5.5, dtype=torch.float64, requires_grad=True)
     soft_span_mask(distance, reference, 4.0).sum().backward()
-    try:  # span * 1, not the leaf itself: an in-place edit of it is the learner's own affair
-        out = fn(distance.clone(), span * 1, 4.0)
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.sum().backward()
-    except Exception:  # noqa: BLE001 - e.g. span.numpy(), refused on a tensor that needs a gradient
-        pass
+
+    def mask_and_backward(distance: torch.Tensor, ramp: float) -> None:
+        try:  # span * 1, not the leaf itself: an in-place edit of it is the learner's own affair
+            out = fn(distance, span * 1, ramp)
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.sum().backward()
+        except Exception:  # noqa: BLE001 - e.g. span.numpy(), refused on a tensor that needs a gradient
+            pass
+
+    call(mask_and_backward, distance, 4.0)
     if span.grad is None or not matches(span.grad, reference.grad):
         raise Mistake(
             _(
