@@ -374,6 +374,8 @@ def test_the_helpers_without_their_checks_are_found():
         ("attncourse.kv_cache.repeat_kv", "attncourse.kv_cache._repeat_kv"),
         ("attncourse.multihead.merge_heads", "attncourse.multihead._merge_heads"),
         ("attncourse.multihead.split_heads", "attncourse.multihead._split_heads"),
+        # not called by apply_rope, but in its module (MultiHeadAttention's RoPE calls it)
+        ("attncourse.positions.apply_rope", "attncourse.positions._rope"),
     }
 
 

@@ -1243,18 +1243,24 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
 
 
 def _private_parts(helper: Any) -> List[Any]:
-    """The package's private functions that a forbidden helper's own code calls and that are
-    that helper without its checks (their docstrings say so: ``repeat_kv`` checks its input and
-    calls ``_repeat_kv``): calling one of them is calling the helper."""
+    """The package's private functions that are a forbidden helper without its checks, in the
+    helper's module or called by it; their docstrings say so (``repeat_kv`` checks its input
+    and calls ``_repeat_kv``, ":func:`repeat_kv` without the checks"): calling one of them is
+    calling the helper."""
     body = f":func:`{getattr(helper, '__name__', '')}` without the checks"
-    return [
-        obj
-        for obj in captured(helper)
-        if inspect.isfunction(obj)
-        and obj.__name__.startswith("_")
-        and obj.__module__.startswith("attncourse.")
-        and (obj.__doc__ or "").strip().startswith(body)
-    ]
+    module = sys.modules.get(getattr(helper, "__module__", None) or "")
+    candidates = captured(helper) + (list(vars(module).values()) if module else [])
+    found: List[Any] = []
+    for obj in candidates:
+        if (
+            inspect.isfunction(obj)
+            and obj.__name__.startswith("_")
+            and obj.__module__.startswith("attncourse.")
+            and (obj.__doc__ or "").strip().startswith(body)
+            and not any(obj is seen for seen in found)
+        ):
+            found.append(obj)
+    return found
 
 
 # -- numbers and shapes as learners write them -----------------------------------------------
