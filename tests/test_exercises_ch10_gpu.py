@@ -1100,6 +1100,27 @@ def test_key_blocks_refuses_the_package_plan(answer):
     assert_fails(ID, answer, "which this exercise asks you to write yourself")
 
 
+def test_key_blocks_stops_a_generator_that_never_ends(monkeypatch):
+    """An iterator is drawn inside the time-limited call: one that yields for ever is cut at
+    10,000 indices, one that filters for ever is stopped by the time limit (1 s here)."""
+    import itertools
+    import time
+
+    monkeypatch.setattr(_core, "TIME_LIMIT_S", 1.0)
+
+    def endless(query_block, block_m, block_n, query_len, key_len):
+        return itertools.count()
+
+    def filters_for_ever(query_block, block_m, block_n, query_len, key_len):
+        last = min((query_block + 1) * block_m, query_len) - 1 + key_len - query_len
+        return (b for b in itertools.count() if b * block_n <= last)
+
+    assert_fails("gpu/causal-key-blocks", endless, "more than 10,000 block indices")
+    started = time.monotonic()
+    assert_fails("gpu/causal-key-blocks", filters_for_ever, "more than 1 s")
+    assert time.monotonic() - started < 6  # both languages
+
+
 def test_key_blocks_says_which_case_raised():
     def fails_when_l_differs(qb, bm, bn, L, S):
         if L != S:

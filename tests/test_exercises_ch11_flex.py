@@ -313,6 +313,23 @@ def test_alibi_refuses_a_table_however_it_is_kept(answer):
     assert_fails("flex/alibi-score-mod", answer, "a table, stored or built as it runs")
 
 
+def test_alibi_refuses_a_table_of_one_row_per_head():
+    """(h, S): each head's bias by distance, looked up; fewer numbers than the scores."""
+
+    def per_head(num_heads, query_len, key_len):
+        slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+        table = -slopes[:, None] * torch.arange(key_len, dtype=torch.float64)[None, :]
+        offset = key_len - query_len
+
+        def score_mod(score, b, h, q, k):
+            distance = (q + offset - k).clamp(0, key_len - 1)
+            return score + table[h, distance].to(score.dtype)
+
+        return score_mod
+
+    assert_fails("flex/alibi-score-mod", per_head, "a table, stored or built as it runs")
+
+
 def test_alibi_accepts_a_stored_vector_of_positions():
     def positions(num_heads, query_len, key_len):
         slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)

@@ -543,3 +543,20 @@ def test_a_tuple_of_the_wrong_length_is_told_its_length():
 
     message = check("cross-attention/single-head", triple).message
     assert "Return a pair (output, weights); got tuple of length 3." in message, message
+
+
+def test_an_answer_that_rebinds_torch_allclose_is_still_compared(monkeypatch):
+    """The checkers compare with torch's own allclose, held by the package: an answer that
+    rebinds torch.allclose to a yes-sayer fools its own code only."""
+
+    def rebinds_allclose(query, key, value, mask=None, *, scale=None):
+        monkeypatch.setattr(torch, "allclose", lambda *args, **kwargs: True)
+        zeros = torch.zeros(*query.shape[:-1], key.size(-2), dtype=query.dtype)
+        return zeros[..., : value.size(-1)].clone(), zeros
+
+    assert not check("dot-product/attention", rebinds_allclose).passed
+
+
+def test_a_scale_written_as_a_number_is_named_as_the_scale():
+    message = check("dot-product/scores", lambda q, k: q @ k.transpose(-2, -1) / 3).message
+    assert "times 0.3333, not 1/sqrt(16)" in message, message

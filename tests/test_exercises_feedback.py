@@ -526,6 +526,20 @@ MERGE_HEADS_CALLED = {
         "import inspect\ndef merge(heads):\n    assert inspect.isfunction(merge_heads)\n"
         "    return merge_heads(heads)"
     ),
+    # the name as a string: getattr and a module's dict read it all the same
+    "getattr with the name": (
+        "import attncourse.multihead as mh\ndef merge(heads):\n"
+        "    return getattr(mh, 'merge_heads')(heads)"
+    ),
+    "a module's vars": (
+        "import attncourse.multihead as mh\ndef merge(heads):\n"
+        "    return vars(mh)['merge_heads'](heads)"
+    ),
+    # a module passed as a default argument holds the name it reads
+    "module as a default": (
+        "import attncourse.multihead\ndef merge(heads, lib=attncourse.multihead):\n"
+        "    return lib.merge_heads(heads)"
+    ),
     # an attribute whose reading raises (torch.classes) must not switch the check off
     "unreadable attribute": (
         "class Cfg:\n    classes = [1, 2]\ncfg = Cfg()\n"

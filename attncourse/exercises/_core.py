@@ -1077,12 +1077,15 @@ _ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IM
 
 def _names_read(code: Any) -> Tuple[set, set, set]:
     """The global names, attribute names and imported modules that ``code`` (and the code
-    nested in it: lambdas, comprehensions, inner functions) reads."""
+    nested in it: lambdas, comprehensions, inner functions) reads. A string constant that is
+    an identifier counts as an attribute name too: ``getattr(F, "softmax")`` and
+    ``vars(module)["softmax"]`` read it."""
     global_names, attributes, modules = set(), set(), set()
     stack = [code]
     while stack:
         c = stack.pop()
         stack.extend(k for k in c.co_consts if inspect.iscode(k))
+        attributes.update(k for k in c.co_consts if isinstance(k, str) and k.isidentifier())
         for instruction in dis.get_instructions(c):
             if instruction.opname in _GLOBAL_READS:
                 global_names.add(instruction.argval)
@@ -1149,6 +1152,8 @@ def _reached_from(fn: Any) -> List[Any]:
         for item in (v.values() if isinstance(v, dict) else v)
     ]
     found += [sys.modules[m] for m in imported if m in sys.modules]
+    # default arguments: a module passed as one (``lib=attncourse.attention``) holds names too
+    found += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             found.append(cell.cell_contents)
@@ -1560,6 +1565,11 @@ def expect_tuple(value: Any, length: int, message: str, *, of: type = object) ->
     return tuple(value)
 
 
+#: torch's own allclose, held here: an answer that rebinds ``torch.allclose`` (to a function
+#: that always says yes) changes what its own code sees, not what the checkers compare with.
+_ALLCLOSE = torch.allclose
+
+
 def matches(
     actual: Tensor,
     expected: Tensor,
@@ -1584,7 +1594,7 @@ def matches(
         expected = expected.detach().to(torch.float64).cpu()
         if not equal_nan and not bool(torch.isfinite(actual).all()):
             return False
-        return bool(torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
+        return bool(_ALLCLOSE(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
     except Exception:  # noqa: BLE001 - a tensor that cannot be compared (sparse, meta, ...) matches nothing
         return False
 
@@ -1726,26 +1736,18 @@ def check_number(
     if abs(value - expected) <= rel_tol * abs(expected):
         return right
     tolerance = rel_tol if mistake_rel_tol is None else mistake_rel_tol
+    mistakes = json.loads(reveal(concealed_mistakes))
     found = [
         message
-        for wrong, message in json.loads(reveal(concealed_mistakes)).items()
+        for wrong, message in mistakes.items()
         if abs(value - float(wrong)) <= tolerance * max(1.0, abs(float(wrong)))
     ]
-    if found:
-        raise Mistake(several([gettext_concealed(message) for message in found]))
     exact, whole = rel_tol < 1e-6, float(expected).is_integer()
-    if exact and whole and abs(expected) >= 1e4:
-        for scale, unit in ((1e3, _("thousands")), (1e6, _("millions")), (1e9, _("billions"))):
-            scaled = value * scale
-            if abs(scaled - expected) <= 0.5 or _rounded(scaled, expected):
-                raise Mistake(
-                    _(
-                        "{value:g} looks like the {what} in {unit}: give the whole number itself."
-                    ).format(value=value, what=what, unit=unit)
-                )
-    digits = _rounded(value, expected) if exact else 0
-    if digits:
-        # an exact answer, rounded (1.342e9 for 1,342,177,280): the method is right
+    count = whole and abs(expected) >= 1e4  # a count, which a learner may round or scale
+    digits = _rounded(value, expected) if exact or count else 0
+    # the answer rounded (1.342e9 for 1,342,177,280; 8.1e9 for 8,053,063,680), even where that
+    # is also near a known mistake, unless it is that mistake itself
+    if digits and not any(abs(value - float(w)) <= 1e-9 * abs(float(w)) for w in mistakes):
         raise Mistake(
             (
                 _(
@@ -1760,6 +1762,18 @@ def check_number(
                 )
             ).format(value=_Refused(value), what=what, digits=digits)
         )
+    if found:
+        raise Mistake(several([gettext_concealed(message) for message in found]))
+    if count:
+        for scale, unit in ((1e3, _("thousands")), (1e6, _("millions")), (1e9, _("billions"))):
+            scaled = value * scale
+            near = abs(scaled - expected) <= max(0.5, rel_tol * abs(expected))
+            if near or _rounded(scaled, expected):
+                raise Mistake(
+                    _(
+                        "{value:g} looks like the {what} in {unit}: give the whole number itself."
+                    ).format(value=value, what=what, unit=unit)
+                )
     raise Mistake(otherwise.format(value=_Refused(value)))
 
 

@@ -143,10 +143,23 @@ def _check_scores(fn) -> str:
                         "query.size(-1)."
                     ).format(where=where): (raw / 6**0.5),
                 },
-                default=advice,
+                default=_scale_or_transpose(out, raw, where, advice),
             )
         )
     return _("Your scores match Q K^T / sqrt(d_k), with and without batch dimensions.")
+
+
+def _scale_or_transpose(out: torch.Tensor, raw: torch.Tensor, where: str, advice: str) -> str:
+    """The message for batched scores that are none of the known scales: ``raw`` times one
+    constant (a scale written out for the first case, such as / 3) is a scale that does not
+    follow d_k; anything else is the transpose's ``advice``."""
+    factor = float((out.detach().to(torch.float64) * raw).sum() / (raw * raw).sum())
+    if factor > 0 and matches(out, raw * factor):
+        return _(
+            "{where}: your scores are Q K^T times {factor:.4g}, not 1/sqrt(16) = 0.25. A scale "
+            "written as a number is right for one d_k only: compute it from query.size(-1)."
+        ).format(where=where, factor=factor)
+    return advice
 
 
 # -- 2. the whole attention ----------------------------------------------------------------

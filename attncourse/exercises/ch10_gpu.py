@@ -15,6 +15,7 @@ package imports without it.
 from __future__ import annotations
 
 import ast
+import collections.abc
 import contextlib
 import dataclasses
 import inspect
@@ -34,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..efficient import tile_schedule
 from ..kernels.tiles import causal_key_stop, key_block_range, tile_map
 from ._core import (
     Mistake,
@@ -105,9 +107,41 @@ _CASES = [  # (query_block, block_m, block_n, L, S): L = S, L < S (a cache), L >
 ]
 
 
+#: More block indices than any case has: a generator that never stops is cut here.
+_MOST_BLOCKS = 10_000
+
+
+def _listed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose iterator result (a generator) is drawn inside the call, up to
+    :data:`_MOST_BLOCKS` + 1 items, so that :func:`call`'s time limit also stops a generator
+    that filters for ever; ``inspect.signature`` still sees ``fn``'s parameters. What is not a
+    function is left to :func:`call`, which says what it is."""
+    if not callable(fn) or inspect.isclass(fn):
+        return fn
+
+    def listed(*args: Any) -> Any:
+        result = fn(*args)
+        if isinstance(result, collections.abc.Iterator):
+            result = list(itertools.islice(result, _MOST_BLOCKS + 1))
+        return result
+
+    try:
+        listed.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - no signature to keep (a builtin, a hostile object)
+        pass
+    return listed
+
+
 def _as_list(result) -> List[int]:
     """The block indices from a list, range, tuple, tensor or array of integers, else a Mistake."""
     kind = type(result).__name__
+    if isinstance(result, list) and len(result) > _MOST_BLOCKS:
+        raise Mistake(
+            _(
+                "Your function returned more than {count:,} block indices: does a generator "
+                "never stop?"
+            ).format(count=_MOST_BLOCKS)
+        )
     if isinstance(result, (str, bytes)):  # its characters are not indices, even "012"
         raise Mistake(
             _("Return the key-block indices as a list or range of integers, got {kind}.").format(
@@ -174,13 +208,13 @@ def _as_list(result) -> List[int]:
     ),
     solution=_key_blocks_solution,
     name="causal_key_blocks",
-    forbids=(key_block_range, tile_map, causal_key_stop),
+    forbids=(key_block_range, tile_map, causal_key_stop, tile_schedule),
 )
 def _check_key_blocks(fn) -> str:
     for case in _CASES:
         where = _("query block {}, block_m={}, block_n={}, L={}, S={}").format(*case)
         try:
-            got = _as_list(call(fn, *case))
+            got = _as_list(call(_listed(fn), *case))
         except Mistake as error:  # the learner's function failed: say on which input
             raise Mistake(_("At {where}: {message}").format(where=where, message=error)) from None
         expected = _key_blocks_solution(*case)

@@ -455,9 +455,11 @@ class _Indexed(TorchFunctionMode):
 
 def _no_stored_table(fn) -> None:
     """A :class:`Mistake` when the program, made for :data:`_TABLE_PROBE`, reads a stored tensor
-    of as many numbers as the scores or more, or indexes one while it runs (built on its first
-    call, cached, or rebuilt on every call): a bias looked up in a table rather than computed
-    per score. A program that fails at that shape is left to the cases."""
+    of as many numbers as the scores, or of two dimensions and more numbers than the heads'
+    slopes, or indexes one while it runs (built on its first call, cached, or rebuilt on every
+    call): a bias looked up in a table, (L, S) or (h, S), rather than computed per score. A
+    vector of positions is not a table of biases. A program that fails at that shape is left to
+    the cases."""
     heads, query_len, key_len = _TABLE_PROBE
     what = _alibi_case(heads, query_len, key_len)
     program = _program(fn, (heads, query_len, key_len), what)
@@ -471,11 +473,12 @@ def _no_stored_table(fn) -> None:
     except Exception:  # noqa: BLE001 - the program's own errors are the cases' to name
         pass
     for table in tables + indexed.tensors:
-        if table is not score and table.numel() >= query_len * key_len:
+        scores_worth = table.numel() >= query_len * key_len
+        if table is not score and (scores_worth or (table.dim() >= 2 and table.numel() > heads)):
             raise Mistake(
                 _(
-                    "{what}: your score_mod reads a tensor of shape {shape}, as many numbers as the "
-                    "scores or more: a table, stored or built as it runs. Compute the bias of each "
+                    "{what}: your score_mod reads a tensor of shape {shape}, a table, stored or "
+                    "built as it runs. Compute the bias of each "
                     "score from h, q_idx and kv_idx inside the program (only the {heads} slopes "
                     "need to be stored)."
                 ).format(what=what, shape=tuple(table.shape), heads=heads)
@@ -795,7 +798,7 @@ def _causal_mistakes(query_len: int, key_len: int) -> Dict[str, Optional[torch.T
     ),
     solution=_fixed_causal_solution,
     name="fixed_causal",
-    forbids=(causal_mask_mod, causal_mask, sliding_window_mask),
+    forbids=(causal_mask_mod, causal_mask, sliding_window_mask, sliding_window_mask_mod),
 )
 def _check_fixed_causal(fn) -> str:
     for seed, (query_len, key_len) in enumerate(_CAUSAL_CASES):
