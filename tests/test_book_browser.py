@@ -937,19 +937,26 @@ def distinctive_word(doc: str, reports: dict[str, PageReport]) -> str:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[0][0]
 
 
-def search_results(tab, origin: str, query: str, edition: str = "") -> list[str]:
-    """The pages the search page of an edition (``""`` or ``CHINESE``) lists for ``query``."""
-    report = PageReport(f"{edition}search.html")
-    page = open_page(tab, f"{origin}/{edition}search.html?q={quote(query)}", report)
+def search_finished(page) -> None:
+    """Return once the search page has listed its results and fetched their summaries: a page
+    left while it still fetched them leaves requests the tab never hears end, and no later
+    page of that tab can settle (CI runs of 2026-11-27 and 2026-11-28)."""
     page.wait_for_function(  # the summary, written once the search has finished (any language)
         "() => ((document.querySelector('#search-results .search-summary') || {}).innerText"
         " || '').trim() !== ''",
         timeout=TIMEOUT_MS,
     )
+    page.traffic.settle()  # the results' summaries, fetched after the list shows
+
+
+def search_results(tab, origin: str, query: str, edition: str = "") -> list[str]:
+    """The pages the search page of an edition (``""`` or ``CHINESE``) lists for ``query``."""
+    report = PageReport(f"{edition}search.html")
+    page = open_page(tab, f"{origin}/{edition}search.html?q={quote(query)}", report)
+    search_finished(page)
     hrefs = page.eval_on_selector_all(
         "#search-results ul.search li a", "as => as.map((a) => a.href)"
     )
-    page.traffic.settle()  # the results' summaries, fetched after the list shows
     assert load_problems(report) == [] and report.foreign_requests == []
     return sorted({site_path(h.split("#")[0].split("?")[0], origin) for h in hrefs})
 
@@ -1022,16 +1029,15 @@ def test_the_language_switch_keeps_the_tab_the_search_and_the_anchor(book, tab):
         (f"{chapter_files()[0]}.html#exercises", f"{CHINESE}{chapter_files()[0]}.html#exercises"),
     ):
         if start.startswith("search.html"):
-            # Once the search has finished and its results' summaries are fetched: a click while
-            # it still fetched them left two requests the tab never heard end, and no later page
-            # of this tab could settle (a CI run of 2026-11-27).
-            assert search_results(tab, origin, "cache")
+            assert search_results(tab, origin, "cache")  # the search has finished
         else:
             open_page(tab, f"{origin}/{start}", PageReport(start))
         with tab.expect_navigation():
             tab.click("a.btn-language-switch")
         assert tab.url == f"{origin}/{expected}", (start, tab.url)
         assert len(tab.context.pages) == pages  # no new tab
+        if start.startswith("search.html"):
+            search_finished(tab)  # the Chinese search page fetches its summaries too
     assert search_results(tab, origin, "缓存", CHINESE)  # and the search ran there
 
 

@@ -247,6 +247,7 @@ def test_dropout_std_accepts_independent_measurements(seed):
     "wrong,words",
     [
         (0.0, "dropout did nothing"),
+        (0.0, "or it ran before the softmax"),  # whose normalisation undoes it
         (0.158, "without the 1 / (1 - p) rescaling"),
         (0.1, "variance"),
         (1.0, "mean of the row sums"),

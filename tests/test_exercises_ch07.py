@@ -147,6 +147,12 @@ def test_flops_explain_what_the_counter_misses_on_torch_s_cpu_layer():
         (8 * L * E * E + 4 * L * L * E * H, "full width d:"),
         (8 * L * E * E + 4 * L * L * E // H, "one head only"),
         (1e6, "is not it"),
+        # the solution's own "about 8.1 GFLOP", as a number: within 0.05 % of counting the
+        # softmax, but the answer rounded to 2 digits
+        (8.1e9, "rounded to 2 significant digits"),
+        # GFLOP: in billions, to within the tolerance or rounded
+        (8.053, "in billions"),
+        (8.05, "in billions"),
     ],
 )
 def test_flops_diagnoses(answer, diagnosis):
