@@ -57,6 +57,7 @@ INTRODUCED: Dict[str, int] = {
     "attncourse.course.lookup_task.load_step_times": 9,
     "attncourse.course.lookup_task.time_training_steps": 9,
     "attncourse.exercises.ch09_all_attention.SOFTMAX_DIM": 9,
+    "attncourse.exercises.ch09_all_attention.SOFTMAX_DIM_ONE": 9,
     "attncourse.plotting.diagrams.plot_persistent_memory": 9,
     "attncourse.exercises.ch10_gpu.COMPILE_TARGET": 10,
     "attncourse.exercises.ch10_gpu.NO_GPU": 10,

@@ -153,6 +153,9 @@ def test_flops_explain_what_the_counter_misses_on_torch_s_cpu_layer():
         # GFLOP: in billions, to within the tolerance or rounded
         (8.053, "in billions"),
         (8.05, "in billions"),
+        # the biases' additions, 4 L d: 0.04 % more, within the old 0.1 % tolerance
+        (8 * L * E * E + 4 * L * L * E + 4 * L * E, "counted the biases"),
+        (8.053e9, "rounded to 4 significant digits"),
     ],
 )
 def test_flops_diagnoses(answer, diagnosis):

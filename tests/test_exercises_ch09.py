@@ -134,6 +134,17 @@ def memory_first(query, key, value, memory_key, memory_value, mask):
     return w @ values, w
 
 
+def softmax_over_dim_one(query, key, value, memory_key, memory_value, mask):
+    """softmax(dim=1): the keys for one (L, L + N) matrix, the heads with batch dimensions."""
+    keep = _extended(mask, memory_key.size(-2))
+    keys, values = torch.cat([key, memory_key], -2), torch.cat([value, memory_value], -2)
+    scores = (query @ keys.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(
+        ~keep, float("-inf")
+    )
+    w = torch.softmax(scores, dim=1)
+    return w @ values, w
+
+
 def wrong_output(*args):
     out, w = reference_head(*args)
     return w[..., : args[1].size(-2)] @ args[2], w  # forgot the memory's values
@@ -160,6 +171,7 @@ def test_head_accepts_reference():
         (_own_causal_mask, "causal mask of your own"),
         (_inverted_extended_mask, "persistent columns were masked with it"),
         (wrong_output, "weights are right but not the output"),
+        (softmax_over_dim_one, "Count from the end: softmax(..., dim=-1)"),
         (returns_only_output, "Return a pair"),
     ],
 )

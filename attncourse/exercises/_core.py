@@ -1766,7 +1766,7 @@ def check_number(
         raise Mistake(several([gettext_concealed(message) for message in found]))
     if count:
         for scale, unit in ((1e3, _("thousands")), (1e6, _("millions")), (1e9, _("billions"))):
-            scaled = value * scale
+            scaled = float(f"{value * scale:.12g}")  # 8.053 * 1e9 is 8053000000.000001
             near = abs(scaled - expected) <= max(0.5, rel_tol * abs(expected))
             if near or _rounded(scaled, expected):
                 raise Mistake(

@@ -241,7 +241,10 @@ _FLOPS_MISTAKES = (
     "Gx0XUxUTGx4LABscHR0WQRUaCkMbHRdTERYbVA8XGxAcBwwOGlQeEQARBxAREl1aTE9PV0pCVFRNQ1ZRW0VQSUVDLR"
     "sbQwwaBx0RBBBUGgsKVQEcAxUZFRZDR0BSNSkuJAdOEwoHUgAGDgYRQkNZR15KVFVYQVhTTxwcUwQNGF1UQxsdF1MA"
     "GREGDQocEFIQChQaAB1DGx0XUwgAAAYHG08FABwBFBcAHUMAGx4KRUkAHAtDHwcdGQACAB0BDRxVEx0BQQAcC0MbAh"
-    "1TBBUAEQAXBhocUxUTGxAbABsGW11HHA=="
+    "1TBBUAEQAXBhocUxUTGxAbABsGW11HTVRWVlNaQ0BDXFVETExZT1crHBBBFxsbDRsQFlMRCRFUDAoOBhcARQ4SVBoL"
+    "ClUUHBATVAQcDAUQEQcMDhoHTksAGxdTBAUQHRoKABtSAwATVBsbFx8ABl9FVVQ4TgdPSFJASVBAQUJUXU1SGgtBFR"
+    "gCSlVVBhsAQQUBCxAbHB0dRQ0RFRgGHFUGGwAMVBsbF0NVERwQDwAdAARPARoWRQwVABwKF1UCAQoFARcaEE8aHB8c"
+    "T1YJ"
 )
 _FLOPS_SOLUTION = (
     "MREGTgEOAREbRQQaABwaQ1UFGhEJVDhOXk8mUk5FUERGWk9PEVJORVZCTEJDB1VPU1RTWFQGBg4RUgQMBQAcTgcwHlJORQVbHE5e"
@@ -279,8 +282,9 @@ def _check_flops(answer) -> str:
         _FLOPS,
         _FLOPS_MISTAKES,
         what=_("FLOP count"),
-        rel_tol=1e-3,
-        mistake_rel_tol=5e-4,  # softmax counted: +0.16 %
+        # exact, as FlopCounterMode counts: biases counted (+0.04 %) are a mistake, and
+        # 8.1e9 or 8.053e9 are told they are the count rounded
+        mistake_rel_tol=1e-4,  # softmax counted: +0.16 %; biases: +0.04 %
         right=(
             _(
                 "Right: the projections (8 L d^2) are 60 % of it here, the attention products (4 L^2 "

@@ -9,6 +9,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ._core import (
     SOFTMAX_DIM,
+    SOFTMAX_DIM_ONE,
     Mistake,
     call,
     check_line_number,
@@ -178,12 +179,14 @@ def _head_mistakes(query, key, value, memory_key, memory_value, mask):
             torch.cat([scores[..., length:], scores[..., :length]], dim=-1),
             torch.cat([always, mask], dim=-1),
         ),
-        _(SOFTMAX_DIM): _over_queries(query, key, value, memory_key, memory_value, mask),
+        _(SOFTMAX_DIM): _softmax_moved(-2, query, key, value, memory_key, memory_value, mask),
+        _(SOFTMAX_DIM_ONE): _softmax_moved(1, query, key, value, memory_key, memory_value, mask),
     }
 
 
-def _over_queries(*args):
-    with softmax_over(-2):
+def _softmax_moved(dim, *args):
+    """The weights of a head whose softmax runs over ``dim`` (the queries, or dimension 1)."""
+    with softmax_over(dim):
         return _persistent_head_solution(*args)[1]
 
 
