@@ -70,6 +70,7 @@ def _forward(
     transpose=True,
     out_proj=True,
     merge_transpose=True,
+    interleave=False,
     in_t=True,
     out_t=True,
     softmax_dim=-1,
@@ -90,6 +91,8 @@ def _forward(
     scores = q @ k.transpose(-2, -1) / (scale_width or d) ** 0.5
     heads = torch.softmax(scores, dim=softmax_dim) @ v
     concat = heads.transpose(1, 2).reshape(B, L, E) if merge_transpose else heads.reshape(B, L, E)
+    if interleave:  # column j * h + i holds feature j of head i
+        concat = heads.permute(0, 2, 3, 1).reshape(B, L, E)
     return project(concat, w_o, out_t) if out_proj else concat
 
 
@@ -118,6 +121,7 @@ def test_forward_accepts_the_reference_and_the_package_layer():
         ({"scale_width": -1}, "1/sqrt(E)"),
         ({"transpose": False, "merge_transpose": False}, "without a transpose"),
         ({"merge_transpose": False}, "merged with reshape"),
+        ({"interleave": True}, "merged interleaved"),
         ({"in_t": False, "out_t": False}, "multiply as they are stored (x_q @ w_q)"),
         ({"out_t": False}, "You multiplied by w_o as stored"),
         ({"in_t": False}, "You multiplied by w_q, w_k, w_v as stored"),

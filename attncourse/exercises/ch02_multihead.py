@@ -178,6 +178,13 @@ def _forward_variants(x_q, x_kv, w_q, w_k, w_v, w_o, num_heads):
         ): run(good, head_dim**-0.5, merge_no_transpose),
         (
             _(
+                "The heads are merged interleaved: permute(0, 2, 3, 1) puts feature j of head i in "
+                "column j * h + i. Concatenate the heads instead: head i fills columns "
+                "i * head_dim to (i + 1) * head_dim - 1."
+            )
+        ): run(good, head_dim**-0.5, lambda h: h.permute(0, 2, 3, 1).flatten(2)),
+        (
+            _(
                 "The scores are scaled by 1/sqrt(L), the number of positions (q.size(-2)); the scale "
                 "uses the width of a head, 1/sqrt(head_dim) = 1/sqrt(q.size(-1))."
             )
