@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check_attention_inputs, default_scale, require_floating
+from ._checks import check_attention_inputs, default_scale, require_floating, require_rank
 
 __all__ = ["scaled_dot_product_attention", "safe_softmax"]
 
@@ -28,19 +28,28 @@ def safe_softmax(scores: Tensor) -> Tensor:
 
     Returns:
         ``(..., S)`` weights: each row sums to 1, or is all zeros when every entry was ``-inf``.
+
+    Raises:
+        TypeError: ``scores`` is not a floating tensor.
+        ValueError: ``scores`` has no dimension to normalise over (a 0-dimensional tensor).
     """
     require_floating("scores", scores)
+    require_rank("scores", scores, 1, "(..., S)", at_least=True)
     return _safe_softmax(scores)
 
 
 def _safe_softmax(scores: Tensor) -> Tensor:
     """:func:`safe_softmax` without the checks."""
-    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     compute_dtype = (
         torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
     )
-    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1, dtype=compute_dtype)
-    return weights.masked_fill(empty, 0.0).to(scores.dtype)
+    if scores.size(-1) == 0:  # no keys: (..., L, 0) weights, nothing to weigh
+        return scores.clone()
+    # a row is all -inf exactly when its maximum is: (..., L, 1), not a pass over every score
+    empty = torch.isneginf(scores.detach().amax(dim=-1, keepdim=True))
+    # softmax of an all -inf row is 0/0: give it zeros in, so no NaN reaches the gradient
+    weights = torch.softmax(torch.where(empty, 0.0, scores), dim=-1, dtype=compute_dtype)
+    return torch.where(empty, 0.0, weights).to(scores.dtype)
 
 
 def scaled_dot_product_attention(
@@ -106,7 +115,7 @@ def _attention(
 
     scores = (query * scale) @ key.transpose(-2, -1)  # (..., L, S)
     if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = torch.where(mask, scores, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
     weights = _safe_softmax(scores)  # rows sum to 1 over the keys

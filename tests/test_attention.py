@@ -172,6 +172,16 @@ def test_safe_softmax():
     assert torch.equal(weights[1], torch.zeros(3))
 
 
+def test_safe_softmax_of_one_row_and_of_no_keys():
+    """A 1-D ``scores`` is one row; ``S = 0`` gives empty weights of the scores' dtype."""
+    row = torch.tensor([0.5, -1.0, 2.0])
+    torch.testing.assert_close(safe_softmax(row), torch.softmax(row, -1))
+    assert torch.equal(safe_softmax(torch.full((4,), float("-inf"))), torch.zeros(4))
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        weights = safe_softmax(torch.zeros(3, 0, dtype=dtype))
+        assert weights.shape == (3, 0) and weights.dtype == dtype
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 q, k, v = randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)

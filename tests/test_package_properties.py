@@ -355,6 +355,12 @@ BAD = [
     ),
     ("safe_softmax list", lambda: safe_softmax([1.0, 2.0]), TypeError, ["scores", "list"]),
     (
+        "safe_softmax scalar",
+        lambda: safe_softmax(torch.tensor(1.0)),
+        ValueError,
+        ["scores", "at least 1", "()"],
+    ),
+    (
         "safe_softmax int",
         lambda: safe_softmax(torch.ones(3, dtype=torch.long)),
         TypeError,
