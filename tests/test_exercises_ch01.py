@@ -423,6 +423,27 @@ def test_the_fix_is_written_not_delegated():
         _failed("dot-product/fix-mask-after-softmax", delegated, "asks you to write yourself")
 
 
+def _aten_attention(q, k, v, m):
+    return torch.ops.aten.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def _aten_math_attention(q, k, v, m):
+    return torch.ops.aten._scaled_dot_product_attention_math.default(q, k, v, attn_mask=m)[0]
+
+
+@pytest.mark.parametrize(
+    "delegated, words",
+    [
+        (_aten_attention, "torch.ops.aten.scaled_dot_product_attention"),
+        (_aten_math_attention, "torch.ops.aten._scaled_dot_product_attention_math"),
+    ],
+)
+def test_the_fix_refuses_torchs_attention_operators(delegated, words):
+    """torch.ops.aten.scaled_dot_product_attention is F.scaled_dot_product_attention by another
+    name (an otter grading of it passed), and its fused backends are the same function."""
+    _failed("dot-product/fix-mask-after-softmax", delegated, words)
+
+
 def test_fix_mask_refuses_the_package_tiled_attention():
     import attncourse
 

@@ -376,6 +376,19 @@ def test_the_helpers_without_their_checks_are_found():
         ("attncourse.multihead.split_heads", "attncourse.multihead._split_heads"),
         # not called by apply_rope, but in its module (MultiHeadAttention's RoPE calls it)
         ("attncourse.positions.apply_rope", "attncourse.positions._rope"),
+        # torch's fused backends of its attention operator
+        *(
+            ("torch.ops.aten.scaled_dot_product_attention", f"torch._ops.aten._{backend}")
+            for backend in (
+                "scaled_dot_product_attention_math",
+                "scaled_dot_product_attention_math_for_mps",
+                "scaled_dot_product_cudnn_attention",
+                "scaled_dot_product_efficient_attention",
+                "scaled_dot_product_flash_attention",
+                "scaled_dot_product_flash_attention_for_cpu",
+                "scaled_dot_product_fused_attention_overrideable",
+            )
+        ),
     }
 
 

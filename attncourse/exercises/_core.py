@@ -389,7 +389,7 @@ def _named_by_home(functions: Sequence[Callable[..., Any]]) -> Dict[str, Callabl
     for f in functions:
         if f is None:
             continue
-        name = f"{_PUBLIC_HOME.get(f.__module__, f.__module__)}.{f.__qualname__}"
+        name = _qualified(f)
         if name in named and named[name] is not f:
             raise ValueError(f"forbids names two functions {name}")
         named[name] = f
@@ -1243,15 +1243,40 @@ def forbid(fn: Any, forbidden: Dict[str, Any]) -> None:
                     _(
                         "Your function calls {private}, which is {name} without its checks: this "
                         "exercise asks you to write it yourself."
-                    ).format(private=f"{private.__module__}.{private.__qualname__}", name=name)
+                    ).format(private=_qualified(private), name=name)
                 )
+
+
+#: The operators torch's F.scaled_dot_product_attention dispatches to, by device and backend:
+#: calling one is calling it (those this torch lacks are left out).
+_TORCH_BACKENDS = {
+    "aten.scaled_dot_product_attention": (
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_attention_math_for_mps",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_fused_attention_overrideable",
+    ),
+}
+
+
+def _qualified(obj: Any) -> str:
+    """Where a learner would find ``obj``: ``module.qualname``, ``torch.ops.aten.name``."""
+    if isinstance(obj, torch._ops.OpOverloadPacket):
+        return f"torch.ops.{obj}"
+    return f"{_PUBLIC_HOME.get(obj.__module__, obj.__module__)}.{obj.__qualname__}"
 
 
 def _private_parts(helper: Any) -> List[Any]:
     """The package's private functions that are a forbidden helper without its checks, in the
     helper's module or called by it; their docstrings say so (``repeat_kv`` checks its input
     and calls ``_repeat_kv``, ":func:`repeat_kv` without the checks"): calling one of them is
-    calling the helper."""
+    calling the helper. For a torch operator, its fused backends (:data:`_TORCH_BACKENDS`)."""
+    if isinstance(helper, torch._ops.OpOverloadPacket):
+        backends = (getattr(torch.ops.aten, n, None) for n in _TORCH_BACKENDS.get(str(helper), ()))
+        return [op for op in backends if op is not None]
     body = f":func:`{getattr(helper, '__name__', '')}` without the checks"
     module = sys.modules.get(getattr(helper, "__module__", None) or "")
     candidates = captured(helper) + (list(vars(module).values()) if module else [])

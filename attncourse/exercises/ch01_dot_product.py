@@ -29,10 +29,13 @@ _ZERO_FILLED = N_(
     "weight. Fill them with float('-inf')."
 )
 
-#: The functions the two attention exercises ask the learner to write instead of calling.
+#: The functions the two attention exercises ask the learner to write instead of calling, and
+#: the operator behind F.scaled_dot_product_attention, ``torch.ops.aten.scaled_dot_product_attention``
+#: (its fused backends, ``torch.ops.aten._scaled_dot_product_*``, are refused with it).
 _ATTENTION_FUNCTIONS = (
     scaled_dot_product_attention,
     torch.nn.functional.scaled_dot_product_attention,
+    torch.ops.aten.scaled_dot_product_attention,
     tiled_attention,
 )
 
