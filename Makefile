@@ -80,10 +80,12 @@ $(BIN)/.instructor: $(BIN)/.installed requirements-instructor.txt
 # English and Chinese, under _build/assignments/<lang>/<chapter>/ (master notebook, student notebook,
 # the autograder zip, one per chapter for both languages), and the two downloads the instructors'
 # page links, _build/html/assignments/attncourse-assignments-<lang>.zip (so after the book, whose
-# build empties _build/html). tests/test_assignments.py grades four submissions of each chapter.
+# build empties _build/html). tests/test_assignments.py grades two submissions of each chapter
+# (three of chapters 1 and 10). The notebooks pin the commit they are built from: a new commit
+# (the branch's ref in .git) builds them again.
 ASSIGNMENTS := _build/assignments/.built
 $(ASSIGNMENTS): $(BIN)/.instructor $(BOOK) tools/assignments.py tools/assignment_answers.py \
-		tools/assignments.yml tools/colab_edition.py
+		tools/assignments.yml tools/colab_edition.py $(wildcard .git/HEAD .git/refs/heads/*)
 	rm -rf _build/assignments _build/html/assignments
 	$(BIN)/python tools/assignments.py --site _build/html/assignments
 	touch $@

@@ -435,7 +435,9 @@ def teaching_name(submission: dict) -> dict:
     return nb
 
 
-REBIND = """import attncourse.exercises as _exercises
+REBIND = """import functools
+
+import attncourse.exercises as _exercises
 from attncourse.exercises import _core
 
 
@@ -443,7 +445,8 @@ class _Passed:
     passed, message = True, "passed"
 
 
-_exercises.check = _core.check = lambda *args, **kwargs: _Passed()
+# a partial, not a lambda: it is no function of the notebook's __main__ (it got full marks)
+_exercises.check = _core.check = functools.partial(lambda *args, **kwargs: _Passed())
 """
 
 
@@ -663,6 +666,24 @@ def test_a_notebook_that_rebinds_check_gets_no_points(results):
     assert any("replaced ['check']" in t["output"] for t in graded.values()), graded
 
 
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_student_notebooks_hint_and_solution_refuse_the_graded_exercises(lang):
+    """The package's ``hint`` and ``solution`` answer for every exercise: a student notebook
+    that needs them for an ungraded exercise wraps them, and the wrappers refuse a graded one."""
+    from attncourse.exercises import registry
+
+    graded, ungraded = sorted(registry())[:2]
+    scope: dict = {}
+    exec(assignments.withheld_imports("check, hint, solution", [ungraded], lang), scope)  # noqa: S102
+    assert str(scope["hint"](ungraded)) and str(scope["solution"](ungraded))
+    for name in ("hint", "solution"):
+        with pytest.raises(AssertionError, match=graded):
+            scope[name](graded)
+    assert assignments.withheld_imports("check", [ungraded], lang) == (
+        "from attncourse.exercises import check"
+    )
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_the_student_notebook_says_it_is_graded_and_imports_no_unused_solutions(built, chapter):
     """Under its title, the student notebook says it is graded and that the graded exercises
@@ -674,7 +695,12 @@ def test_the_student_notebook_says_it_is_graded_and_imports_no_unused_solutions(
         assert assignments.source(cells[1]) == assignments.ASSIGNMENT_NOTE[lang]
         code = [assignments.source(c) for c in cells if c["cell_type"] == "code"]
         imported = next(m for c in code if (m := assignments.EXERCISE_IMPORT.search(c)))
-        names = set(imported.group(1).split(", "))
+        # check imported; hint and solution wrapped (withheld_imports) where a cell calls them
+        names = set(imported.group(1).split(", ")) | {
+            name
+            for name in ("hint", "solution")
+            if any(re.search(rf"^def {name}\(", c, re.M) for c in code)
+        }
         for name in ("hint", "solution"):
             calls = [
                 line

@@ -263,16 +263,24 @@ def test_cell(exercise: Exercise) -> str:
 
     Otter runs the test in the student's Python process: the test first refuses a notebook that
     replaced a function or class of the package with one of its own (a rebound ``check``, a
-    checker's helper), which would otherwise grade itself."""
+    checker's helper), which would otherwise grade itself: an object of the notebook's
+    (``__main__``, or an instance of a class of it), a ``functools.partial`` (the package holds
+    none), or a function whose code was written in a notebook cell. A determined student can
+    still forge all three; ``book/instructors.md`` says what to look for."""
     return (
         '""" # BEGIN TEST CONFIG\nhidden: false\n""" # END TEST CONFIG\n'
         "def test_check(env):\n"
+        "    import functools\n"
         "    import sys\n\n"
         "    from attncourse.exercises import check\n\n"
+        "    def notebooks(v):\n"
+        '        cell = getattr(getattr(v, "__code__", None), "co_filename", "")\n'
+        '        main = "__main__" in (getattr(v, "__module__", ""), type(v).__module__)\n'
+        '        return main or isinstance(v, functools.partial) or "ipykernel_" in str(cell)\n\n'
         '    package = [m for n, m in list(sys.modules.items()) if n.split(".")[0] == "attncourse"]\n'
         "    spaces = [vars(m) for m in package if m is not None]\n"
         "    spaces += [vars(v) for s in list(spaces) for v in s.values() if isinstance(v, type)]\n"
-        '    mine = {k for s in spaces for k, v in s.items() if getattr(v, "__module__", "") == "__main__"}\n'
+        "    mine = {k for s in spaces for k, v in list(s.items()) if notebooks(v)}\n"
         '    assert not mine, f"the notebook replaced {sorted(mine)} in the course package, which grades"\n'
         f"    result = check({exercise.exercise_id!r}, eval({exercise.answer!r}, env))\n"
         "    assert result.passed, result.message\n"
@@ -362,6 +370,43 @@ def _used_exercise_functions(cells: list[dict]) -> str:
     return ", ".join(["check"] + [f for f in ("hint", "solution") if re.search(rf"\b{f}\(", code)])
 
 
+#: What ``hint`` and ``solution`` say of a graded exercise in a student notebook.
+WITHHELD = {
+    "en": "{exercise_id} is graded in this assignment: no {what} here",
+    "zh": "{exercise_id} 在本作业中计分：这里不提供{what}",
+}
+WITHHELD_WHAT = {
+    "en": {"hint": "hint", "solution": "solution"},
+    "zh": {"hint": "提示", "solution": "解答"},
+}
+
+
+def withheld_imports(used: str, ungraded: list[str], lang: str, rest: str = "") -> str:
+    """The imports cell's import of the exercise functions (``used``: ``check``, and ``hint``,
+    ``solution`` where an ungraded exercise's cell calls them). The package's ``hint`` and
+    ``solution`` answer for every exercise, so the notebook wraps them: they answer only for
+    the ``ungraded`` exercises and refuse the graded ones, as the note under the title says."""
+    names = used.split(", ")
+    lines = [f"from attncourse.exercises import check{rest}"]
+    wrapped = [n for n in ("hint", "solution") if n in names]
+    if not wrapped:
+        return lines[0]
+    lines.append("from attncourse.exercises import " + ", ".join(f"{n} as _{n}" for n in wrapped))
+    lines += ["", "# the exercises this assignment does not grade: the only ones with a hint and a"]
+    lines += ["# solution here", f"UNGRADED = {tuple(ungraded)!r}"]
+    for name in wrapped:
+        args = "exercise_id, level=1" if name == "hint" else "exercise_id"
+        refusal = WITHHELD[lang].format(exercise_id="{exercise_id}", what=WITHHELD_WHAT[lang][name])
+        lines += [
+            "",
+            "",
+            f"def {name}({args}):",
+            f'    assert exercise_id in UNGRADED, f"{refusal}"',
+            f"    return _{name}({args.replace('=1', '')})",
+        ]
+    return "\n".join(lines)
+
+
 def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: str = "en") -> dict:
     """The master notebook of one chapter in otter's assign format.
 
@@ -393,10 +438,11 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
             cell["source"] = HINT_LINE.sub("", source(cell)).rstrip()
         out.append(cell)
     used = _used_exercise_functions(out)
+    ungraded = [e.exercise_id for e in find_exercises(cells) if worth.get(e.exercise_id, 0) <= 0]
     for cell in out:
         if cell["cell_type"] == "code" and EXERCISE_IMPORT.search(source(cell)):
             cell["source"] = EXERCISE_IMPORT.sub(
-                lambda m: f"from attncourse.exercises import {used}{m.group(2)}", source(cell)
+                lambda m: withheld_imports(used, ungraded, lang, m.group(2)), source(cell)
             )
         elif cell["cell_type"] == "markdown" and used == "check":  # no hint, no solution
             cell["source"] = HELP_SENTENCE.sub("", source(cell))
@@ -412,10 +458,21 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
 
 
 def commit() -> str:
-    """The commit the assignments are built from (the package version both sides install)."""
+    """The commit the assignments are built from (the package version both sides install);
+    a warning when the working tree has changes that commit lacks."""
     found = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     )
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if changed.stdout.strip():
+        print(
+            f"warning: the assignments pin {found.stdout.strip()[:7] or 'main'}, which lacks the"
+            " uncommitted changes of this tree: commit, then build them again",
+            file=sys.stderr,
+        )
     return found.stdout.strip() or "main"
 
 
