@@ -674,14 +674,19 @@ def test_a_student_notebooks_hint_and_solution_refuse_the_graded_exercises(lang)
 
     graded, ungraded = sorted(registry())[:2]
     scope: dict = {}
-    exec(assignments.withheld_imports("check, hint, solution", [ungraded], lang), scope)  # noqa: S102
+    used = "check, hint, solution"
+    code = (
+        assignments.withheld_imports(used)
+        + "\n"
+        + assignments.withheld_functions(used, [ungraded], lang)
+    )
+    exec(code, scope)  # noqa: S102
     assert str(scope["hint"](ungraded)) and str(scope["solution"](ungraded))
     for name in ("hint", "solution"):
         with pytest.raises(AssertionError, match=graded):
             scope[name](graded)
-    assert assignments.withheld_imports("check", [ungraded], lang) == (
-        "from attncourse.exercises import check"
-    )
+    assert assignments.withheld_imports("check") == "from attncourse.exercises import check"
+    assert assignments.withheld_functions("check", [ungraded], lang) == ""
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

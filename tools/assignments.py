@@ -381,18 +381,26 @@ WITHHELD_WHAT = {
 }
 
 
-def withheld_imports(used: str, ungraded: list[str], lang: str, rest: str = "") -> str:
+def withheld_imports(used: str, rest: str = "") -> str:
     """The imports cell's import of the exercise functions (``used``: ``check``, and ``hint``,
-    ``solution`` where an ungraded exercise's cell calls them). The package's ``hint`` and
-    ``solution`` answer for every exercise, so the notebook wraps them: they answer only for
-    the ``ungraded`` exercises and refuse the graded ones, as the note under the title says."""
-    names = used.split(", ")
-    lines = [f"from attncourse.exercises import check{rest}"]
-    wrapped = [n for n in ("hint", "solution") if n in names]
+    ``solution`` where an ungraded exercise's cell calls them, under a private name: see
+    :func:`withheld_functions`)."""
+    wrapped = [n for n in ("hint", "solution") if n in used.split(", ")]
+    line = f"from attncourse.exercises import check{rest}"
     if not wrapped:
-        return lines[0]
-    lines.append("from attncourse.exercises import " + ", ".join(f"{n} as _{n}" for n in wrapped))
-    lines += ["", "# the exercises this assignment does not grade: the only ones with a hint and a"]
+        return line
+    return f"{line}\nfrom attncourse.exercises import " + ", ".join(f"{n} as _{n}" for n in wrapped)
+
+
+def withheld_functions(used: str, ungraded: list[str], lang: str) -> str:
+    """The end of the imports cell where it imports ``hint`` or ``solution``: the package's
+    answer for every exercise, so the notebook wraps them to answer only for the ``ungraded``
+    exercises and refuse the graded ones, as the note under the title says (``""`` where the
+    notebook imports neither)."""
+    wrapped = [n for n in ("hint", "solution") if n in used.split(", ")]
+    if not wrapped:
+        return ""
+    lines = ["# the exercises this assignment does not grade: the only ones with a hint and a"]
     lines += ["# solution here", f"UNGRADED = {tuple(ungraded)!r}"]
     for name in wrapped:
         args = "exercise_id, level=1" if name == "hint" else "exercise_id"
@@ -441,9 +449,11 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
     ungraded = [e.exercise_id for e in find_exercises(cells) if worth.get(e.exercise_id, 0) <= 0]
     for cell in out:
         if cell["cell_type"] == "code" and EXERCISE_IMPORT.search(source(cell)):
-            cell["source"] = EXERCISE_IMPORT.sub(
-                lambda m: withheld_imports(used, ungraded, lang, m.group(2)), source(cell)
+            imports = EXERCISE_IMPORT.sub(
+                lambda m: withheld_imports(used, m.group(2)), source(cell)
             )
+            wrappers = withheld_functions(used, ungraded, lang)
+            cell["source"] = f"{imports.rstrip()}\n\n\n{wrappers}" if wrappers else imports
         elif cell["cell_type"] == "markdown" and used == "check":  # no hint, no solution
             cell["source"] = HELP_SENTENCE.sub("", source(cell))
     title = next(i for i, c in enumerate(out) if c["cell_type"] == "markdown")
