@@ -338,15 +338,19 @@ def test_gradescope_shows_each_exercises_points_and_feedback(built, chapter):
 def test_the_autograder_installs_a_cpu_torch(built, chapter):
     """Gradescope builds the autograder's image from its ``environment.yml``: the pip list must
     carry PyTorch's CPU index (else pip takes torch's CUDA build and its nvidia-* libraries, some
-    2.5 GB, on a machine with no GPU) and the package at the commit the students install."""
+    2.5 GB, on a machine with no GPU) and the package at the commit the students install, with
+    triton where the chapter runs Triton kernels."""
     zip_path = next((built / "en" / chapter / "dist" / "autograder").glob("*.zip"))
     with zipfile.ZipFile(zip_path) as archive:
         environment = yaml.safe_load(archive.read("environment.yml"))
     pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict) and "pip" in d)
     assert f"--extra-index-url {assignments.CPU_TORCH_INDEX}" in pip, pip
     assert assignments.CPU_TORCH_INDEX == "https://download.pytorch.org/whl/cpu"
-    package = [line for line in pip if line.startswith("attncourse @ git+")]
+    package = [line for line in pip if re.match(r"attncourse(\[gpu\])? @ git\+", line)]
     assert len(package) == 1 and re.search(r"@[0-9a-f]{40}$|@main$", package[0]), pip
+    # triton, for the chapter whose exercises run Triton kernels (through its interpreter)
+    kernels = "import_kernels(" in (ROOT / "book" / f"{chapter}.ipynb").read_text()
+    assert package[0].startswith("attncourse[gpu] @") == kernels, (chapter, package)
 
 
 def planted(student: dict, chapter_exercises: list, first: int) -> dict:

@@ -491,14 +491,22 @@ def commit() -> str:
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
-def requirements(revision: str) -> str:
+def requirements(revision: str, kernels: bool = False) -> str:
     """The autograder's requirements: the course package at the students' version, with a CPU
-    build of torch. Otter copies each line into its ``environment.yml``'s pip list, and conda
-    hands that list to pip as a requirements file, option lines included. With the CPU index
-    beside PyPI, pip sees ``2.x.y+cpu`` next to ``2.x.y`` and takes the higher version, the
-    local ``+cpu`` one (PEP 440 sorts a local version after its public one)."""
+    build of torch, and triton (the package's ``gpu`` extra) for a chapter whose exercises run
+    Triton kernels (``kernels``: through the interpreter; else the notebook would install
+    triton while it is graded). Otter copies each line into its ``environment.yml``'s pip list,
+    and conda hands that list to pip as a requirements file, option lines included. With the
+    CPU index beside PyPI, pip sees ``2.x.y+cpu`` next to ``2.x.y`` and takes the higher
+    version, the local ``+cpu`` one (PEP 440 sorts a local version after its public one)."""
     url = colab_edition.project_urls()["Repository"].rstrip("/")
-    return f"--extra-index-url {CPU_TORCH_INDEX}\nattncourse @ git+{url}@{revision}\n"
+    package = "attncourse[gpu]" if kernels else "attncourse"
+    return f"--extra-index-url {CPU_TORCH_INDEX}\n{package} @ git+{url}@{revision}\n"
+
+
+def runs_kernels(nb: dict) -> bool:
+    """Whether a chapter loads the Triton kernels (``import_kernels()``, chapter 10)."""
+    return any(c["cell_type"] == "code" and "import_kernels(" in source(c) for c in nb["cells"])
 
 
 def otter_assign(folder: Path, chapter: str) -> None:
@@ -530,7 +538,7 @@ def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
         folder.mkdir(parents=True, exist_ok=True)
         nb = master(colab_edition.convert(doc), chapter, worth[chapter], revision, lang)
         (folder / f"{chapter}.ipynb").write_text(colab_edition.dump(nb))
-        (folder / "requirements.txt").write_text(requirements(revision))
+        (folder / "requirements.txt").write_text(requirements(revision, runs_kernels(nb)))
         otter_assign(folder, chapter)
         if lang != "en":  # the English autograder grades this language's notebooks too
             shutil.rmtree(folder / "dist" / "autograder")
