@@ -40,11 +40,11 @@ def safe_softmax(scores: Tensor) -> Tensor:
 
 def _safe_softmax(scores: Tensor) -> Tensor:
     """:func:`safe_softmax` without the checks."""
+    if scores.size(-1) == 0:  # no keys: (..., L, 0) weights, nothing to weigh
+        return scores.clone()
     compute_dtype = (
         torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
     )
-    if scores.size(-1) == 0:  # no keys: (..., L, 0) weights, nothing to weigh
-        return scores.clone()
     # a row is all -inf exactly when its maximum is: (..., L, 1), not a pass over every score
     empty = torch.isneginf(scores.detach().amax(dim=-1, keepdim=True))
     # softmax of an all -inf row is 0/0: give it zeros in, so no NaN reaches the gradient

@@ -678,19 +678,16 @@ def test_a_student_notebooks_hint_and_solution_refuse_the_graded_exercises(lang)
 
     graded, ungraded = sorted(registry())[:2]
     scope: dict = {}
-    used = "check, hint, solution"
-    code = (
-        assignments.withheld_imports(used)
-        + "\n"
-        + assignments.withheld_functions(used, [ungraded], lang)
-    )
-    exec(code, scope)  # noqa: S102
+    imports, wrappers = assignments.withheld("check, hint, solution", [ungraded], lang)
+    exec(f"{imports}\n{wrappers}", scope)  # noqa: S102
     assert str(scope["hint"](ungraded)) and str(scope["solution"](ungraded))
     for name in ("hint", "solution"):
         with pytest.raises(AssertionError, match=graded):
             scope[name](graded)
-    assert assignments.withheld_imports("check") == "from attncourse.exercises import check"
-    assert assignments.withheld_functions("check", [ungraded], lang) == ""
+    assert assignments.withheld("check", [ungraded], lang) == (
+        "from attncourse.exercises import check",
+        "",
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -704,7 +701,7 @@ def test_the_student_notebook_says_it_is_graded_and_imports_no_unused_solutions(
         assert assignments.source(cells[1]) == assignments.ASSIGNMENT_NOTE[lang]
         code = [assignments.source(c) for c in cells if c["cell_type"] == "code"]
         imported = next(m for c in code if (m := assignments.EXERCISE_IMPORT.search(c)))
-        # check imported; hint and solution wrapped (withheld_imports) where a cell calls them
+        # check imported; hint and solution wrapped (withheld) where a cell calls them
         names = set(imported.group(1).split(", ")) | {
             name
             for name in ("hint", "solution")

@@ -381,38 +381,37 @@ WITHHELD_WHAT = {
 }
 
 
-def withheld_imports(used: str, rest: str = "") -> str:
+#: The wrappers' signatures and their calls of the package's function.
+WRAPPED = {"hint": ("exercise_id, level=1", "exercise_id, level"), "solution": ("exercise_id",) * 2}
+
+
+def withheld(used: str, ungraded: list[str], lang: str, rest: str = "") -> tuple[str, str]:
     """The imports cell's import of the exercise functions (``used``: ``check``, and ``hint``,
-    ``solution`` where an ungraded exercise's cell calls them, under a private name: see
-    :func:`withheld_functions`)."""
-    wrapped = [n for n in ("hint", "solution") if n in used.split(", ")]
+    ``solution`` where an ungraded exercise's cell calls them), and the code for the end of that
+    cell. The package's ``hint`` and ``solution`` answer for every exercise, so the notebook
+    imports them under a private name and wraps them to answer only for the ``ungraded``
+    exercises and refuse the graded ones, as the note under the title says (``""`` where it
+    imports neither)."""
     line = f"from attncourse.exercises import check{rest}"
+    wrapped = [n for n in WRAPPED if n in used.split(", ")]
     if not wrapped:
-        return line
-    return f"{line}\nfrom attncourse.exercises import " + ", ".join(f"{n} as _{n}" for n in wrapped)
-
-
-def withheld_functions(used: str, ungraded: list[str], lang: str) -> str:
-    """The end of the imports cell where it imports ``hint`` or ``solution``: the package's
-    answer for every exercise, so the notebook wraps them to answer only for the ``ungraded``
-    exercises and refuse the graded ones, as the note under the title says (``""`` where the
-    notebook imports neither)."""
-    wrapped = [n for n in ("hint", "solution") if n in used.split(", ")]
-    if not wrapped:
-        return ""
+        return line, ""
+    imports = f"{line}\nfrom attncourse.exercises import " + ", ".join(
+        f"{n} as _{n}" for n in wrapped
+    )
     lines = ["# the exercises this assignment does not grade: the only ones with a hint and a"]
     lines += ["# solution here", f"UNGRADED = {tuple(ungraded)!r}"]
     for name in wrapped:
-        args = "exercise_id, level=1" if name == "hint" else "exercise_id"
+        signature, arguments = WRAPPED[name]
         refusal = WITHHELD[lang].format(exercise_id="{exercise_id}", what=WITHHELD_WHAT[lang][name])
         lines += [
             "",
             "",
-            f"def {name}({args}):",
+            f"def {name}({signature}):",
             f'    assert exercise_id in UNGRADED, f"{refusal}"',
-            f"    return _{name}({args.replace('=1', '')})",
+            f"    return _{name}({arguments})",
         ]
-    return "\n".join(lines)
+    return imports, "\n".join(lines)
 
 
 def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: str = "en") -> dict:
@@ -448,12 +447,10 @@ def master(nb: dict, chapter: str, worth: dict[str, float], commit: str, lang: s
     used = _used_exercise_functions(out)
     ungraded = [e.exercise_id for e in find_exercises(cells) if worth.get(e.exercise_id, 0) <= 0]
     for cell in out:
-        if cell["cell_type"] == "code" and EXERCISE_IMPORT.search(source(cell)):
-            imports = EXERCISE_IMPORT.sub(
-                lambda m: withheld_imports(used, m.group(2)), source(cell)
-            )
-            wrappers = withheld_functions(used, ungraded, lang)
-            cell["source"] = f"{imports.rstrip()}\n\n\n{wrappers}" if wrappers else imports
+        if cell["cell_type"] == "code" and (found := EXERCISE_IMPORT.search(source(cell))):
+            imports, wrappers = withheld(used, ungraded, lang, found.group(2))
+            text = source(cell).replace(found.group(0), imports, 1)
+            cell["source"] = f"{text.rstrip()}\n\n\n{wrappers}" if wrappers else text
         elif cell["cell_type"] == "markdown" and used == "check":  # no hint, no solution
             cell["source"] = HELP_SENTENCE.sub("", source(cell))
     title = next(i for i, c in enumerate(out) if c["cell_type"] == "markdown")
@@ -523,12 +520,12 @@ def otter_assign(folder: Path, chapter: str) -> None:
         assign(f"{chapter}.ipynb", "dist", no_pdfs=True)
 
 
-def build_language(lang: str, out: Path, only: list[str]) -> list[str]:
-    """Write the master notebooks of one language and run ``otter assign`` on each."""
+def build_language(lang: str, out: Path, only: list[str], revision: str) -> list[str]:
+    """Write the master notebooks of one language, pinning ``revision``, and run ``otter
+    assign`` on each."""
     if lang == "zh":
         colab_edition.chinese_edition()
     worth = points()
-    revision = commit()
     built = []
     for doc, _ in colab_edition.chapters():
         chapter = Path(doc).name
@@ -578,7 +575,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=len(args.lang)) as pool:
-        jobs = [pool.submit(build_language, lang, args.out, args.chapters) for lang in args.lang]
+        revision = commit()
+        jobs = [
+            pool.submit(build_language, lang, args.out, args.chapters, revision)
+            for lang in args.lang
+        ]
         built = [name for job in jobs for name in job.result()]
     print(f"{len(built)} assignments in {args.out} in {time.perf_counter() - start:.0f} s")
     if args.site:
