@@ -532,13 +532,13 @@ def _fixed_masked_attention_solution(query, key, value, mask):
     title="Find the bug: a mask applied after the softmax",
     hint=(
         """
-            Run the given function on a small example and sum each row of its weights.
-            Which step produces weights that do not sum to 1?
+            Run the given function's first two lines on a small example and sum each row
+            of weights. Which step produces weights that do not sum to 1?
         """,
         """
-            Run the given function on a small example and sum each row of its weights. Which step
-            produces weights that do not sum to 1? Masking must happen where the -inf can still be
-            normalised away: on the scores, before the softmax.
+            Run the given function's first two lines on a small example and sum each row of
+            weights. Which step produces weights that do not sum to 1? Masking must happen where
+            the -inf can still be normalised away: on the scores, before the softmax.
         """,
     ),
     solution=_fixed_masked_attention_solution,
