@@ -235,8 +235,9 @@ def _rope_variants(x, positions):
         ): rotated(theta, sign=-1.0),
         (
             _(
-                "You paired feature i with feature i + d_k/2 (the GPT-NeoX / LLaMA layout); this "
-                "exercise follows the paper and pairs neighbours (2i, 2i + 1)."
+                "You paired feature i with feature i + d_k/2 (GPT-NeoX's layout, and Hugging Face's "
+                "rotate_half); this exercise follows the paper, as Meta's LLaMA code does, and "
+                "pairs neighbours (2i, 2i + 1)."
             )
         ): torch.cat([h1 * cos - h2 * sin, h1 * sin + h2 * cos], dim=-1),
         _("The frequencies are wrong: theta_i = 10000^(-2i/d_k) for i = 0 .. d_k/2 - 1."): (
