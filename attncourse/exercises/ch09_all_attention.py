@@ -469,12 +469,12 @@ _BUG_SOLUTION = (
     title="Find the bug in a persistent-memory head",
     hint=(
         """
-            Run it with a few persistent vectors and look at the weights of the first
-            query: how much goes to the persistent columns?
+            Run its lines 3 to 9 with a few persistent vectors and look at weights[0],
+            the first query's weights: how much goes to the persistent columns?
         """,
         """
-            Run it with N = 4 and look at the weights of the first query: how much goes to the
-            persistent columns? Which line decides which columns each query may see?
+            Run its lines 3 to 9 with N = 4 and look at weights[0]: how much goes to the last N
+            columns, the persistent ones? Which line decides which columns each query may see?
         """,
     ),
     solution=_BUG_SOLUTION,
