@@ -81,6 +81,15 @@ GIVEAWAYS: Dict[str, Sequence[Tuple[str, str]]] = {
         ("any", r"4\s*d\^2\s*\+\s*2\s*N\s*(?:\\,)?\s*d\b"),
         ("any", r"4\s*d\^2\s*\+\s*2\s*d\s*(?:\\,)?\s*N\b"),
     ),
+    # the fix itself: the padding mask given a dimension for the heads and one for the queries
+    "masking/fix-padding-broadcast": (
+        ("source", r"masked_fill\(\s*keep\[:,\s*None,\s*None,\s*:\]"),
+    ),
+    # the bug named: is_causal's top-left alignment lets a lone new query see key 0 only
+    "inference/cached-step": (
+        ("any", r"is_causal=True`? aligns the first query"),
+        ("any", r"is_causal=True` 则把第一个查询与第一个键对齐"),
+    ),
     # the measured answer: mean-pooling every layer to one K/V head, and its loss printed
     "inference/mqa-gap": (
         ("source", r"mean_pool_kv_heads\([^()]*,\s*(?:num_kv_heads\s*=\s*)?1\s*\)"),
