@@ -520,12 +520,12 @@ _BUG_SOLUTION = (
     title="Find the bug in an adaptive-span head",
     hint=(
         """
-            Print the mask for a small L with a small span and ramp. Which keys get a mask
-            below 1, and which should?
+            Run its lines 3 to 7 for a small L with a small span and ramp, and print mask.
+            Which keys get a mask below 1, and which should?
         """,
         """
-            Print the mask for a small L, say 6, with span 1 and ramp 1. Which keys get a mask below 1?
-            They should be the far PAST keys.
+            Run its lines 3 to 7 for a small L, say 6, with span 1 and ramp 1, and print mask. Which
+            keys get a mask below 1? They should be the far PAST keys.
         """,
     ),
     solution=_BUG_SOLUTION,
