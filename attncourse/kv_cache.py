@@ -4,7 +4,8 @@ A decoder generates one token at a time. Without a cache, every step runs the mo
 whole sequence again; with a cache, each layer keeps the keys and values of the positions it
 has seen and a step computes only the new position's query, key and value::
 
-    keys, values, mask = cache.update(k_new, v_new)   # attend over cached + new positions
+    # the cached positions and the new ones
+    keys, values, mask = cache.update(k_new, v_new)
     output = Attention(q_new, keys, values, mask)
 
 * :class:`KVCache`: one layer's cache. With ``window=None`` it keeps every position; with

@@ -3,7 +3,7 @@
 * :class:`TransformerBlock`: a post-LayerNorm layer as in "Attention Is All You Need"::
 
       h   = LayerNorm(x + Dropout(SelfAttention(x)))
-      h   = LayerNorm(h + Dropout(CrossAttention(h, memory)))      (decoder blocks only)
+      h   = LayerNorm(h + Dropout(CrossAttention(h, memory)))  (decoders)
       out = LayerNorm(h + Dropout(FFN(h)))
 
   or, with ``norm_first=True``, a pre-LayerNorm layer (GPT-2; Xiong et al., 2020)::

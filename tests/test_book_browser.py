@@ -278,14 +278,17 @@ NARROW_JS = page_js(r"""
 }
 """)
 
-# A chapter read in a desktop's window: the input code blocks that scroll sideways (a line wider
-# than the code column; the chapters are formatted at 80 characters, book/ruff.toml), the printed
-# outputs that do (book_fixes.py wraps their lines), and the tables wider than the text column
-# (the theme lets them scroll, and hides the columns past it).
+# A page read in a desktop's window: the code blocks that scroll sideways (a line wider than the
+# code column: the chapters' cells are formatted at 80 characters, book/ruff.toml; a listing in
+# an exercise's box, or a docstring's example on the API page, has less room), the printed
+# outputs that do (book_fixes.py wraps their lines), the tables wider than the text column (the
+# theme lets them scroll, and hides the columns past it), and the displayed formulas drawn wider
+# than the text column (the reader sees them cut at its edge).
 WIDE_WIDTH = 1280
 WIDE_CODE_JS = r"""
 () => [
-  ...[...document.querySelectorAll(".cell_input pre")]
+  ...[...document.querySelectorAll("article pre")]
+    .filter((pre) => !pre.closest(".cell_output") && pre.getClientRects().length > 0)
     .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
     .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ` +
       pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90)),
@@ -297,6 +300,11 @@ WIDE_CODE_JS = r"""
     .filter((table) => table.scrollWidth > table.parentElement.clientWidth + 1)
     .map((table) => `table ${table.scrollWidth} px in ${table.parentElement.clientWidth} px: ` +
       (table.querySelector("tr") || table).textContent.replace(/\s+/g, " ").trim().slice(0, 90)),
+  ...[...document.querySelectorAll("article div.math")]
+    .map((box) => [box, box.querySelector("mjx-container > mjx-math") || box.querySelector("mjx-container")])
+    .filter(([box, drawn]) => drawn && drawn.getBoundingClientRect().width > box.clientWidth + 1)
+    .map(([box, drawn]) => `formula ${Math.round(drawn.getBoundingClientRect().width)} px in ` +
+      `${box.clientWidth} px: ${box.textContent.trim().slice(0, 90)}`),
 ]
 """
 
@@ -413,7 +421,7 @@ class PageReport:
     final_url: str = ""  # differs from the page's own URL after a redirect
     cjk: dict = field(default_factory=dict)  # cjk_fonts() of a page with Chinese text
     narrow: dict = field(default_factory=dict)  # NARROW_JS at a phone's width
-    wide_code: list = field(default_factory=list)  # WIDE_CODE_JS at WIDE_WIDTH (chapters)
+    wide_code: list = field(default_factory=list)  # WIDE_CODE_JS at WIDE_WIDTH (every page)
 
 
 def site_path(url: str, origin: str) -> str | None:
@@ -556,8 +564,8 @@ def visit(
                 pass
             after = page.evaluate(SOLUTION_STATE_JS, index)
             report.solutions.append((before, after))
-    if chapter:  # at a desktop's width, whatever the crawl's window is
-        report.wide_code = evaluate_at_width(page, WIDE_WIDTH, WIDE_CODE_JS)
+    # at a desktop's width, whatever the crawl's window is
+    report.wide_code = evaluate_at_width(page, WIDE_WIDTH, WIDE_CODE_JS)
     if narrow:  # the same page, as a phone lays it out (no reload: the layout follows the width)
         report.narrow = evaluate_at_width(page, NARROW_WIDTH, NARROW_JS)
     page.traffic.settle()
@@ -1104,13 +1112,14 @@ def narrow_problems(report: PageReport) -> list[str]:
     return problems
 
 
-def test_no_input_code_block_or_table_scrolls_sideways_at_1280_px(book):
-    """Every input code block of every chapter, in both editions, fits the code column of a
-    1280-px window: 80 characters a line (book/ruff.toml) in the font size book_fixes.py sets;
-    every printed output wraps its long lines; and every table (the chapters' and those their
-    cells print) fits the text column."""
+def test_no_code_block_table_or_formula_is_wider_than_its_column_at_1280_px(book):
+    """On every page, in both editions, in a 1280-px window: every code block fits its column
+    (a chapter's cells at 80 characters a line, book/ruff.toml, in the font size book_fixes.py
+    sets; the listings in an exercise's narrower box and the API page's examples shorter);
+    every printed output wraps its long lines; every table (the pages' and those the cells
+    print) fits the text column; and every displayed formula is drawn within it."""
     origin, reports = book
-    pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in chapter_files()]
+    pages = [f"{prefix}{doc}.html" for prefix in ("", CHINESE) for doc in toc_files()]
     _assert_none({page: reports[page].wide_code for page in pages})
 
 
@@ -1278,8 +1287,9 @@ MATH_PAGE = """<!doctype html><html><head><title>math</title>
 </article></main></body></html>"""
 
 
-def test_the_math_check_catches_a_backslash_shown_in_typeset_math(fresh_tab, tmp_path):
-    """MathJax draws ``\\_`` inside ``\\text{...}`` as a backslash and an underscore: a reader sees it."""
+def with_mathjax(directory: Path) -> None:
+    """The MathJax the book serves, linked into ``directory`` for a hand-made page (skips the
+    calling test when it is not installed)."""
     mathjax = Path(
         str(
             importlib.metadata.distribution("sphinx-mathjax-offline").locate_file(
@@ -1289,7 +1299,12 @@ def test_the_math_check_catches_a_backslash_shown_in_typeset_math(fresh_tab, tmp
     )
     if not (mathjax / "tex-chtml.js").is_file():
         pytest.skip("sphinx-mathjax-offline's MathJax is not installed")
-    (tmp_path / "mathjax").symlink_to(mathjax, target_is_directory=True)
+    (directory / "mathjax").symlink_to(mathjax, target_is_directory=True)
+
+
+def test_the_math_check_catches_a_backslash_shown_in_typeset_math(fresh_tab, tmp_path):
+    """MathJax draws ``\\_`` inside ``\\text{...}`` as a backslash and an underscore: a reader sees it."""
+    with_mathjax(tmp_path)
     (tmp_path / "index.html").write_text(MATH_PAGE)
     with LocalServer(tmp_path) as server:
         report = visit(fresh_tab, server.origin, "index.html")
@@ -1298,6 +1313,31 @@ def test_the_math_check_catches_a_backslash_shown_in_typeset_math(fresh_tab, tmp
         "a backslash shows in typeset math: '\\\\text{kv\\\\_heads} \\\\cdot d_k'",
         "a backslash shows in typeset math: '\\\\sqrt{\\\\text{hidden\\\\_size}}'",
     ]
+
+
+WIDE_PAGE = """<!doctype html><html><head><title>wide</title>
+<script>window.MathJax = {options: {processHtmlClass: "math"}};</script>
+<script defer src="mathjax/tex-chtml.js"></script></head><body><main><article>
+<div style="width: 400px"><pre>x = 1</pre><pre>y = 2  # LONG_COMMENT</pre>
+<div class="cell_output"><pre>an HTML output, no stream: LONG_COMMENT</pre></div>
+<div class="math notranslate nohighlight">\\[a + b\\]</div>
+<div class="math notranslate nohighlight">\\[LONG_SUM\\]</div></div>
+</article></main></body></html>""".replace("LONG_COMMENT", "a comment " * 12).replace(
+    "LONG_SUM", " + ".join(f"a_{{{i}}}" for i in range(40))
+)
+
+
+def test_the_width_check_finds_a_listing_and_a_formula_wider_than_their_column(fresh_tab, tmp_path):
+    """A listing wider than its box (an exercise's is narrower than the page's column) and a
+    displayed formula drawn past the column are reported; what fits is not, nor an HTML output
+    (the printed outputs are checked by their own rule)."""
+    with_mathjax(tmp_path)
+    (tmp_path / "index.html").write_text(WIDE_PAGE)
+    with LocalServer(tmp_path) as server:
+        report = visit(fresh_tab, server.origin, "index.html")
+    listing, formula = report.wide_code  # and nothing else
+    assert re.fullmatch(r"\d+ px in 400 px: y = 2  # a comment .*", listing), listing
+    assert re.fullmatch(r"formula \d+ px in 400 px: a0\+a1\+.*", formula), formula
 
 
 def test_figure_and_solution_checks_on_hand_made_pages(fresh_tab, tmp_path):

@@ -1,5 +1,8 @@
 """The built book (``make book``; ``make test`` builds it first when stale), read as HTML.
 
+No chapter writes to stderr: the page would show the reader a warning or a library's log line
+(torch's profiler logged its start and stop there) in a box of its own.
+
 Markdown that a cell displays (``display(Markdown(...))``: chapter 10's compile tables and GPU
 reports, chapter 11's) must reach the reader as a table, not as lines of pipes: myst-nb parses
 it as CommonMark unless told otherwise, and CommonMark has no tables.
@@ -10,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import executed_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
@@ -62,3 +66,17 @@ def test_the_pages_named_where_no_report_is_found_exist():
         for edition in (SITE, SITE / "zh"):  # the note names both editions' pages
             html = (edition / page).read_text(encoding="utf-8")
             assert f'id="{anchor}"' in html, (edition, page, anchor)
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_no_chapter_prints_to_stderr(notebook):
+    cells = executed_cells(notebook)
+    printed = [
+        (cell.get("id"), "".join(output.get("text", ""))[:200])
+        for cell in cells
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stderr"
+    ]
+    assert printed == []

@@ -251,7 +251,7 @@ def test_blocked_softmax_listing_is_wrong_on_line_13_only():
     fixed = run_listing(
         lines,
         "blocked_attention",
-        {13: "acc = c[..., None] * acc + p @ v[..., start:start + block, :]"},
+        {13: "acc = c[..., None] * acc + p @ v[..., j:j + block, :]"},
     )
     torch.testing.assert_close(fixed(q, k, v), reference, atol=1e-5, rtol=1e-4)
     assert "acc = acc + p @ v" in lines[13 - 1]

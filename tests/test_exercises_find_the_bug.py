@@ -20,7 +20,7 @@ FIND_THE_BUG = {
             (99, "not a line that computes"),
             (2, "line 2 the docstring"),
             # the wrong line's code pasted instead of its number
-            ("acc = acc + p @ v[..., start:start + block, :]", "not the line's code"),
+            ("acc = acc + p @ v[..., j:j + block, :]", "not the line's code"),
         ],
     ),
     "adaptive-span/find-the-bug": (

@@ -330,6 +330,14 @@ def test_plot_roofline():
     x, y = line.get_data()
     # flat at the peak, bandwidth-bound below the ridge: 2 TFLOP/s per FLOP/byte
     assert abs(y[-1] - 100) < 1e-9 and abs(y[0] - 2 * x[0]) < 1e-9
+    # the legend stands below the axes, where it hides no line
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    assert legend.get_window_extent().y1 < fig.axes[0].get_window_extent().y0
+    assert {t.get_text() for t in legend.get_texts()} == {
+        "gpu (ridge at 50 FLOP/B)",
+        "kernel: 50 FLOP/B",
+    }
     plt.close(fig)
     with pytest.raises(ValueError, match="intensity_range"):
         plot_roofline({}, {}, intensity_range=(10, 1))

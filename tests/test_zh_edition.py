@@ -236,6 +236,9 @@ def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
         zh.chinese_notebook(page, path, strict=False)
 
 
+COLAB = "https://colab.research.google.com/github/attncourse/attncourse/blob/main/notebooks"
+
+
 @pytest.mark.parametrize(
     "english, chinese, problem",
     [
@@ -267,6 +270,16 @@ def test_outputs_come_from_the_english_run_with_chinese_renderings_swapped_in(
             "math differs",
         ),
         ("[the site](https://a.example/x)", "[网站](https://a.example/y)", "link targets"),
+        (  # the Chinese page opens the Chinese Colab edition, not the English one
+            f"[open in Colab]({COLAB}/01_x.ipynb)",
+            f"[在 Colab 中打开]({COLAB}/01_x.ipynb)",
+            "a Colab link opens the English edition",
+        ),
+        (
+            f"[open in Colab]({COLAB}/01_x.ipynb)",
+            f"[在 Colab 中打开]({COLAB}/zh/02_x.ipynb)",
+            "link targets",
+        ),
         (  # a fenced code block must come through as it is
             "Run this:\n\n```python\nx = 1\n```",
             "运行它：\n\n```python\nx = 2\n```",
@@ -297,11 +310,13 @@ def test_the_checks_catch_a_bad_translation(english, chinese, problem):
 def test_the_checks_accept_a_good_translation():
     english = (
         "The {term}`padding mask` of {numref}`fig-a` hides the pads: `keep[:, None, :]` is "
-        "$(B, 1, S)$ ({doc}`chapter 3 <03_masking>`, [torch](https://pytorch.org))."
+        "$(B, 1, S)$ ({doc}`chapter 3 <03_masking>`, [torch](https://pytorch.org), "
+        f"[Colab]({COLAB}/03_masking.ipynb))."
     )
     chinese = (
         "{numref}`fig-a` 中的{term}`填充掩码 <padding mask>`隐藏填充位置：`keep[:, None, :]` 的形状是"
-        " $(B, 1, S)$（{doc}`第 3 章 <03_masking>`，[torch](https://pytorch.org)）。"
+        " $(B, 1, S)$（{doc}`第 3 章 <03_masking>`，[torch](https://pytorch.org)，"
+        f"[Colab]({COLAB}/zh/03_masking.ipynb)）。"
     )
     assert zh.problems(english, chinese) == []
 

@@ -584,6 +584,11 @@ def words() -> List[tuple]:
     return [(english, chinese, avoid) for english, chinese, avoid, kind in _rows() if kind]
 
 
+#: Where a link opens a chapter in Colab: the English notebooks and the Chinese ones.
+_COLAB_EN = "/blob/main/notebooks/"
+_COLAB_ZH = "/blob/main/notebooks/zh/"
+
+
 def _role_target(role: str, body: str) -> str:
     match = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", body, re.S)
     return match.group("target") if match else body
@@ -678,8 +683,11 @@ def problems(english: str, chinese: str, page: str = "") -> List[str]:
                 f"{{{role}}} targets differ: {targets(english, role)} vs {targets(chinese, role)}"
             )
     urls = lambda text: sorted(m.group("url") for m in _LINK.finditer(text))  # noqa: E731
-    if urls(english) != urls(chinese):
+    # a link that opens a chapter in Colab opens the Chinese Colab edition (notebooks/zh/)
+    if urls(english) != sorted(u.replace(_COLAB_ZH, _COLAB_EN) for u in urls(chinese)):
         found.append("link targets differ from the English")
+    if any(_COLAB_EN in u and _COLAB_ZH not in u for u in urls(chinese)):
+        found.append(f"a Colab link opens the English edition: {_COLAB_ZH} in Chinese")
     if _multiset(_DIRECTIVE, english) != _multiset(_DIRECTIVE, chinese):
         found.append("directives differ from the English")
     if _emphasis(english) != _emphasis(chinese):

@@ -96,8 +96,8 @@ def number_to_words(n: int) -> Tuple[List[str], List[int]]:
         ``(words, alignment)``: ``alignment[i]`` is the index in ``words`` of the word that
         says the ``i``-th digit of ``n`` (most significant first).
 
-    >>> number_to_words(3241)
-    (['three', 'thousand', 'two', 'hundred', 'one', 'and', 'forty'], [0, 2, 6, 4])
+    >>> number_to_words(241)
+    (['two', 'hundred', 'one', 'and', 'forty'], [0, 4, 2])
     """
     if not _is_int(n):
         raise TypeError(f"n must be an integer in [1, 9999], got {type(n).__name__} {n!r}")

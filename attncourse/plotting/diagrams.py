@@ -315,6 +315,10 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
     )
     ax.set_xlim(-0.3, outg[1] + 0.3)
     ax.set_ylim(min(tops[-1][3], og[3]) - 0.9, 0.7)
+    # drawn 12 in wide, the figure is shown about 7 in wide: its labels at 1.25 times the size of
+    # the other diagrams' stay readable there
+    for text in ax.texts:
+        text.set_fontsize(text.get_fontsize() * 1.25)
     return ax
 
 
@@ -773,13 +777,11 @@ def plot_span_cells(
     window = span_window(spans_t, ramp)
     num_blocks, per_block, keys = block_plan(length, min(window, length), block_m)
     heads = spans_t.numel()
-    fig, axes = plt.subplots(
-        1,
-        heads + 1,
-        figsize=(3.2 * (heads + 1), 3.3),
-        layout="constrained",
-        gridspec_kw={"width_ratios": [1.4] + [1] * heads},
-    )
+    # the masks above, the heads' grids below: one row of heads + 1 panels was too wide to read
+    # at the book's column width
+    fig = plt.figure(figsize=(max(6.5, 2.1 * heads), 5.8), layout="constrained")
+    grid = fig.add_gridspec(2, heads, height_ratios=[1, 1.15])
+    axes = [fig.add_subplot(grid[0, :])] + [fig.add_subplot(grid[1, h]) for h in range(heads)]
     x = torch.linspace(0, float(window) + 4, 400, dtype=torch.float64)
     for h in range(heads):
         axes[0].plot(
@@ -793,7 +795,7 @@ def plot_span_cells(
         ylim=(-0.05, 1.15),
         title=f"soft masks, R = {ramp:g}",
     )
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=8)
     rows = torch.arange(length)[:, None]
     cols = torch.arange(length)[None, :]
     block_start = (rows // per_block) * per_block
@@ -816,7 +818,7 @@ def plot_span_cells(
         )
     fig.suptitle(
         f"grey and coloured: the {computed_cells(length, window, block_m=block_m):,} scores per head"
-        f" the trimmed layer computes (of {length * length:,}); colour: the head's mask; white:"
+        f" the trimmed layer computes (of {length * length:,});\ncolour: the head's mask; white:"
         " never computed",
         fontsize=9,
     )

@@ -77,7 +77,7 @@ def plot_roofline(
     if not 0 < lo < hi:
         raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range!r}")
     x = np.geomspace(lo, hi, 200)
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
     for name, (peak, bandwidth) in machines.items():
         (line,) = ax.loglog(
             x,
@@ -98,5 +98,6 @@ def plot_roofline(
         title="roofline: min(peak, intensity x bandwidth)",
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    # below the axes: inside, the legend would hide a ceiling or a kernel's line
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)
     return fig
