@@ -71,7 +71,9 @@ def heatmap(
     _check_labels(query_labels, rows, "query_labels", "rows")
     _check_labels(key_labels, cols, "key_labels", "columns")
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.0 + 0.55 * cols, 0.8 + 0.5 * rows), layout="constrained")
+        # at least 2 in tall: a single row still gets a colour bar that can be read
+        height = max(2.0, 0.8 + 0.5 * rows)
+        _, ax = plt.subplots(figsize=(1.0 + 0.55 * cols, height), layout="constrained")
     colours = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")
     image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(
