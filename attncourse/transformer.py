@@ -1,4 +1,4 @@
-"""The small Transformer models that the later chapters train (chapters 4, 5, 8 and 9).
+"""The small Transformer models that the later chapters train (chapters 4, 5, 6, 8 and 9).
 
 * :class:`TransformerBlock`: a post-LayerNorm layer as in "Attention Is All You Need"::
 
