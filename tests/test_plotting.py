@@ -52,6 +52,19 @@ def test_plot_heads_one_panel_per_head_with_shared_scale():
     assert len(fig.axes) == 5  # four panels and one shared colour bar
 
 
+def test_plot_heads_wraps_wide_panels_into_rows():
+    """Four heads of nine keys side by side made a figure 21 in wide, shown about 7 in wide in
+    the book (labels a third of their size): by default the panels wrap at 12 in."""
+    fig = plot_heads(torch.softmax(torch.randn(4, 9, 9), -1), annotate=False)
+    width, _ = fig.get_size_inches()
+    grid = fig.axes[0].get_subplotspec().get_gridspec()
+    assert width <= 12 and (grid.nrows, grid.ncols) == (2, 2)
+    plt.close(fig)
+    small = plot_heads(torch.softmax(torch.randn(4, 4, 4), -1))  # narrow panels stay in a row
+    assert small.axes[0].get_subplotspec().get_gridspec().ncols == 4
+    plt.close(small)
+
+
 def test_plot_heads_accepts_a_list_with_own_scales():
     fig = plot_heads([np.eye(2) * 5, np.eye(2)], titles=["scores", "weights"], shared_scale=False)
     panels = [ax for ax in fig.axes if ax.images]

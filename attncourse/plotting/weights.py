@@ -137,7 +137,8 @@ def plot_heads(
         matrices: an ``(h, L, S)`` tensor/array or a list of ``(L, S)`` matrices.
         query_labels, key_labels: tick labels shared by every panel.
         titles: one title per panel (``"head 0"``, ``"head 1"``, ... by default).
-        ncols: panels per row (all in one row by default).
+        ncols: panels per row (by default as many as fit in a figure 12 in wide, so that the
+            book, which shows it about 7 in wide, keeps its labels readable).
         shared_scale: use the colour range ``[0, 1]`` for every panel (attention weights);
             otherwise each panel gets its own range and colour bar.
         suptitle: a title over the whole figure.
@@ -162,19 +163,20 @@ def plot_heads(
         titles = [f"head {h}" for h in range(len(panels))]
     if len(titles) != len(panels):
         raise ValueError(f"got {len(titles)} titles for {len(panels)} matrices")
+    rows, cols = panels[0].shape
+    panel_width = 1.2 + 0.45 * cols
     if ncols is None:
-        ncols = len(panels)
+        ncols = max(1, int(12.0 // panel_width))
     elif isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)):
         raise TypeError(f"ncols must be a positive int or None, got {type(ncols).__name__}")
     elif ncols < 1:
         raise ValueError(f"ncols must be a positive int or None, got {ncols}")
     ncols = min(int(ncols), len(panels))
     nrows = -(-len(panels) // ncols)
-    rows, cols = panels[0].shape
     fig, axes = plt.subplots(
         nrows,
         ncols,
-        figsize=(ncols * (1.2 + 0.45 * cols), nrows * (1.0 + 0.42 * rows)),
+        figsize=(ncols * panel_width, nrows * (1.0 + 0.42 * rows)),
         layout="constrained",
         squeeze=False,
     )
