@@ -186,6 +186,9 @@ const solutions = () => [...bookMain().querySelectorAll("details, div.solution")
   /^\s*solution|的参考答案/i.test((el.querySelector(":scope > summary") || {}).innerText || ""));
 const solutionHead = (el) => el.tagName === "DETAILS" ? el.querySelector(":scope > summary") :
 el.querySelector(".admonition-title");
+// how wide MathJax drew the formula in a math box (null before it is typeset)
+const drawnWidth = (box) => { const drawn = box.querySelector("mjx-container > mjx-math") ||
+  box.querySelector("mjx-container"); return drawn ? drawn.getBoundingClientRect().width : null; };
 """
 
 
@@ -267,10 +270,9 @@ NARROW_JS = page_js(r"""
 () => {
   const clipped = [];
   for (const box of bookMain().querySelectorAll("span.math")) {
-    const drawn = box.querySelector("mjx-container > mjx-math") || box.querySelector("mjx-container");
-    if (!drawn || box.getClientRects().length === 0) continue;
+    const width = drawnWidth(box);
+    if (width === null || box.getClientRects().length === 0) continue;
     const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
-    const width = drawn.getBoundingClientRect().width;
     if (width > box.clientWidth + 1 && !scrolls) clipped.push(`${Math.round(width)} px drawn in ` +
       `${box.clientWidth} px: ${box.textContent.trim().slice(0, 60)}`);
   }
@@ -285,7 +287,7 @@ NARROW_JS = page_js(r"""
 # theme lets them scroll, and hides the columns past it), and the displayed formulas drawn wider
 # than the text column (the reader sees them cut at its edge).
 WIDE_WIDTH = 1280
-WIDE_CODE_JS = r"""
+WIDE_CODE_JS = page_js(r"""
 () => [
   ...[...document.querySelectorAll("article pre")]
     .filter((pre) => !pre.closest(".cell_output") && pre.getClientRects().length > 0)
@@ -301,12 +303,12 @@ WIDE_CODE_JS = r"""
     .map((table) => `table ${table.scrollWidth} px in ${table.parentElement.clientWidth} px: ` +
       (table.querySelector("tr") || table).textContent.replace(/\s+/g, " ").trim().slice(0, 90)),
   ...[...document.querySelectorAll("article div.math")]
-    .map((box) => [box, box.querySelector("mjx-container > mjx-math") || box.querySelector("mjx-container")])
-    .filter(([box, drawn]) => drawn && drawn.getBoundingClientRect().width > box.clientWidth + 1)
-    .map(([box, drawn]) => `formula ${Math.round(drawn.getBoundingClientRect().width)} px in ` +
+    .map((box) => [box, drawnWidth(box)])
+    .filter(([box, width]) => width !== null && width > box.clientWidth + 1)
+    .map(([box, width]) => `formula ${Math.round(width)} px in ` +
       `${box.clientWidth} px: ${box.textContent.trim().slice(0, 90)}`),
 ]
-"""
+""")
 
 # Chinese characters (CJK Unified Ideographs) in a text.
 CJK = re.compile(r"[\u4e00-\u9fff]")
