@@ -205,7 +205,7 @@ def build_decode(
 
 
 def run_cache(
-    contexts: List[int], device: str = "cpu", *, repeats: int = 5, batch: int = 1
+    contexts: List[int], device: str = "cpu", *, repeats: int = 15, batch: int = 1
 ) -> Dict[str, object]:
     """Time a decoding step with and without the KV cache at each context length, interleaved.
 
@@ -543,7 +543,7 @@ def constants(
       (counted as 5 FLOPs per element) and the ``Q K^T`` product that makes them (``d = 64``);
     * ``copy_bytes_per_s``: read + write bandwidth of cloning a 64 MiB tensor;
     * ``thread_flops_per_s``: ``{threads: FLOP/s}`` of a 768 x 768 product with 1 thread and
-      with torch's default number of threads.
+      with torch's default number of threads, the two interleaved.
 
     The keys ``n`` and ``threads`` are strings (``"768"``), as in the JSON file
     :func:`load_constants` reads, so that a fresh run and a committed one read alike.
@@ -575,13 +575,18 @@ def constants(
     copy_time = time_interleaved({"copy": big.clone}, repeats=repeats)["copy"].median
     threads = torch.get_num_threads()
     a, b = torch.randn(768, 768, generator=g), torch.randn(768, 768, generator=g)
-    per_thread = {}
-    for n in sorted({1, threads}):
+
+    def product(n: int) -> torch.Tensor:  # sets its thread count, so that the counts interleave
         torch.set_num_threads(n)
-        per_thread[str(n)] = (
-            2 * 768**3 / time_interleaved({"mm": lambda: a @ b}, repeats=repeats)["mm"].median
+        return a @ b
+
+    try:
+        by_threads = time_interleaved(
+            {str(n): lambda n=n: product(n) for n in sorted({1, threads})}, repeats=repeats
         )
-    torch.set_num_threads(threads)
+    finally:
+        torch.set_num_threads(threads)
+    per_thread = {n: 2 * 768**3 / t.median for n, t in by_threads.items()}
     info = machine("cpu")
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
