@@ -180,6 +180,21 @@ def test_head_split_colours_each_head_and_its_rows_of_w_o():
     assert [tuple(c) for c in projected[:4]] == [tuple(row_colour[0])] * 4
 
 
+@pytest.mark.parametrize("embed_dim, num_heads, length", [(12, 3, 3), (12, 3, 2), (8, 2, 3)])
+def test_head_split_labels_clear_every_arrow(embed_dim, num_heads, length):
+    """No text of the drawing touches an arrow: the arrow into split_heads used to end on the
+    label "head 0" (chapter 2 draws (12, 3) at length 3)."""
+    ax = draw_head_split(MultiHeadAttention(embed_dim, num_heads), length=length)
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    heads = [getattr(t, "arrow_patch", None) for t in ax.texts]  # an annotation's arrow
+    arrows = [patch.get_window_extent(renderer) for patch in heads if patch is not None]
+    texts = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text()}
+    assert len(arrows) == 4 + num_heads and "head 0" in texts
+    touching = [name for name, box in texts.items() for arrow in arrows if arrow.overlaps(box)]
+    assert touching == []
+
+
 def test_mask_schematic_draws_the_package_masks():
     from attncourse.masks import causal_mask, combine_masks, padding_mask
 

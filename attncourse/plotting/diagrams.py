@@ -231,8 +231,8 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
         shape=tuple(projected.shape[1:]),
     )
     _arrow(ax, (xg[1] + 0.05, -L * c / 2), (pg[0] - 0.05, -L * c / 2), "$W^Q$")
-    x0 = pg[1] + 1.2
-    tops = []
+    x0 = pg[1] + 1.5  # room for the arrow and, after it, the label "head 0"
+    tops, labels = [], []
     for i in range(h):
         top = -i * (L * c + 0.55)
         g = _grid(
@@ -245,7 +245,7 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
             colours=_HEAD_COLOURS[i],
             shape=tuple(heads.shape[2:]) if i == h - 1 else None,
         )
-        ax.text(
+        label = ax.text(
             x0 - 0.1,
             top - L * c / 2,
             f"head {i}",
@@ -254,9 +254,18 @@ def draw_head_split(layer, length: int = 3, *, ax: Optional[Axes] = None) -> Axe
             fontsize=8,
             color=_HEAD_COLOURS[i],
         )
+        labels.append(label)
         tops.append(g)
     ax.text(x0 + d * c / 2, 0.12, "split_heads", ha="center", va="bottom", fontsize=9)
-    _arrow(ax, (pg[1] + 0.05, -L * c / 2), (x0 - 0.75, -L * c / 2))
+    # the arrow ends where the label "head 0" begins, however wide the drawing makes it
+    ax.annotate(
+        "",
+        xy=(0, 0.5),
+        xycoords=labels[0],
+        xytext=(pg[1] + 0.05, -L * c / 2),
+        textcoords="data",
+        arrowprops=dict(arrowstyle="->", color="#333333", lw=1.2, shrinkB=3),
+    )
     x1 = x0 + d * c + 1.1
     for i, g in enumerate(tops):
         a = _grid(ax, x1, g[2], L, d, cell=c, colours=_HEAD_COLOURS[i])
