@@ -1,5 +1,5 @@
 """What several test modules share (the checkers' tests have theirs in ``exercise_helpers.py``;
-``project_tools.py`` imports ``tools/``): the executed chapters of the book build, where an
+``project_tools.py`` imports ``tools/``): the chapters and their executed copies in the book build, where an
 exercise starts, which of their cells' outputs are measurements, and the GPU benchmark at
 interpreter sizes."""
 
@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 from project_tools import ROOT
+
+#: The chapters, in order: ``book/NN_name.ipynb``.
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 EXECUTED = ROOT / "_build" / "executed" / "book"
 

@@ -42,13 +42,12 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import pytest
 import torch
 from exercise_helpers import NUMBER_PROBES, REGISTRY
-from helpers import EXECUTED, EXERCISE_START, MEASURES, executed_cells
+from helpers import CHAPTERS, EXECUTED, EXERCISE_START, MEASURES, executed_cells
 
 from attncourse.exercises import _core, check
 from attncourse.exercises._concealed import reveal
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 EDITIONS = {
     "book": ROOT / "book",
     "colab": ROOT / "notebooks",

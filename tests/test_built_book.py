@@ -10,12 +10,10 @@ it as CommonMark unless told otherwise, and CommonMark has no tables.
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from helpers import executed_cells
+from helpers import CHAPTERS, ROOT, executed_cells
 
-ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 pytestmark = pytest.mark.slow
 
@@ -68,9 +66,7 @@ def test_the_pages_named_where_no_report_is_found_exist():
             assert f'id="{anchor}"' in html, (edition, page, anchor)
 
 
-@pytest.mark.parametrize(
-    "notebook", sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
-)
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_no_chapter_prints_to_stderr(notebook):
     cells = executed_cells(notebook)
     printed = [

@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
+from helpers import CHAPTERS
 from introduced import INTRODUCED, LATER_FEATURES
 
 import attncourse
-
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 
 def _modules() -> List[str]:

@@ -30,9 +30,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from project_tools import ROOT, colab
+from helpers import CHAPTERS, ROOT
 
-CHAPTERS = [ROOT / f"{doc}.ipynb" for doc, _ in colab.chapters()]
 RESULTS = ROOT / "attncourse" / "results"
 
 #: (chapter stem or "*", the number as typed, the words just before it): why it is no

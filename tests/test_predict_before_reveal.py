@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Tuple, Union
 
 import pytest
-from helpers import EXECUTED, MEASURES, executed_cells
+from helpers import CHAPTERS, EXECUTED, MEASURES, executed_cells
 
 from attncourse.exercises import check
 from attncourse.exercises._core import _get
-
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 #: exercise id -> (the answer, values or formulas (strings, matched as written) that give it away)
 PREDICT_ANSWERS: Dict[str, Tuple[float, Tuple[Union[float, str], ...]]] = {
