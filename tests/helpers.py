@@ -1,7 +1,7 @@
 """What several test modules share (the checkers' tests have theirs in ``exercise_helpers.py``;
-``project_tools.py`` imports ``tools/``): the chapters and their executed copies in the book build, where an
-exercise starts, which of their cells' outputs are measurements, and the GPU benchmark at
-interpreter sizes."""
+``project_tools.py`` imports ``tools/``): the chapters and their executed copies in the book
+build, where an exercise starts, which of their cells' outputs are measurements, and the GPU
+benchmark at interpreter sizes."""
 
 import json
 import re

@@ -36,18 +36,16 @@ import math
 import re
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
 from exercise_helpers import NUMBER_PROBES, REGISTRY
-from helpers import CHAPTERS, EXECUTED, EXERCISE_START, MEASURES, executed_cells
+from helpers import CHAPTERS, EXECUTED, EXERCISE_START, MEASURES, ROOT, executed_cells
 
 from attncourse.exercises import _core, check
 from attncourse.exercises._concealed import reveal
 
-ROOT = Path(__file__).resolve().parents[1]
 EDITIONS = {
     "book": ROOT / "book",
     "colab": ROOT / "notebooks",
